@@ -1,0 +1,262 @@
+//! Finding the pod's cgroup v2 directory and its level.
+//!
+//! kubelet creates the pod cgroup before the sandbox, so it exists at ADD.
+//! Its name carries the pod UID: `pod<uid>` with the cgroupfs driver,
+//! `<prefix>-pod<uid_with_underscores>.slice` with the systemd driver, under a
+//! QoS level (`burstable`, `besteffort`) or directly under `kubepods` for
+//! Guaranteed pods. The cgroup2 mount point is read from
+//! `/proc/self/mountinfo`, never assumed.
+
+use crate::error::{Code, Error, Result};
+use crate::ruleset::Levels;
+use std::collections::VecDeque;
+use std::path::{Component, Path, PathBuf};
+
+/// Deepest directory (below the search root) the fallback walk descends to.
+const MAX_DEPTH: usize = 8;
+/// Most directories the fallback walk reads before giving up.
+const MAX_DIRS: usize = 50_000;
+
+/// A cgroup2 mount as seen in `/proc/self/mountinfo`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cgroup2Mount {
+    /// Where it is mounted (e.g. `/sys/fs/cgroup` or `/sys/fs/cgroup/unified`).
+    pub mount_point: PathBuf,
+    /// The cgroup the mount shows as its root (field 4, normally `/`).
+    pub root: PathBuf,
+}
+
+/// Undoes mountinfo's octal escapes (`\040` for space, ...).
+fn unescape(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Finds the cgroup2 mount in mountinfo text (proc(5) format). Prefers a
+/// mount at `/sys/fs/cgroup`, else the first cgroup2 mount.
+pub fn parse_mountinfo(text: &str) -> Option<Cgroup2Mount> {
+    let mut found = Vec::new();
+    for line in text.lines() {
+        let Some((pre, post)) = line.split_once(" - ") else {
+            continue;
+        };
+        if post.split_whitespace().next() != Some("cgroup2") {
+            continue;
+        }
+        let f: Vec<&str> = pre.split_whitespace().collect();
+        if f.len() < 5 {
+            continue;
+        }
+        found.push(Cgroup2Mount {
+            root: PathBuf::from(unescape(f[3])),
+            mount_point: PathBuf::from(unescape(f[4])),
+        });
+    }
+    found
+        .iter()
+        .find(|m| m.mount_point == Path::new("/sys/fs/cgroup"))
+        .or(found.first())
+        .cloned()
+}
+
+/// The cgroup2 mount of this process. Error: code 105 context-free I/O,
+/// `Ok(None)` when there is no cgroup2 mount.
+pub fn cgroup2_mount() -> Result<Option<Cgroup2Mount>> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").map_err(|e| {
+        Error::with_details(Code::Io, "cannot read /proc/self/mountinfo", e.to_string())
+    })?;
+    Ok(parse_mountinfo(&text))
+}
+
+/// Checks a pod UID from `K8S_POD_UID`: 1-64 hex digits and dashes.
+pub fn valid_pod_uid(uid: &str) -> bool {
+    !uid.is_empty() && uid.len() <= 64 && uid.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-')
+}
+
+/// Is `name` the cgroup directory of pod `uid` (either driver's naming)?
+fn is_pod_dir(name: &str, uid: &str, uid_us: &str) -> bool {
+    name == format!("pod{uid}")
+        || (name.ends_with(".slice") && name.ends_with(&format!("-pod{uid_us}.slice")))
+}
+
+/// Finds pod `uid`'s cgroup below `mount/search_root`; returns its path
+/// relative to the mount.
+///
+/// Tries kubelet's well-known paths first (cgroupfs and systemd, every QoS
+/// class), then walks breadth-first (at most [`MAX_DEPTH`] levels,
+/// [`MAX_DIRS`] directories) for other cgroup roots such as kind's
+/// `kubelet.slice/kubelet-kubepods.slice/...`.
+pub fn find_pod(mount: &Path, search_root: &Path, uid: &str) -> Option<PathBuf> {
+    if !valid_pod_uid(uid) {
+        return None;
+    }
+    let uid_us = uid.replace('-', "_");
+    let candidates = [
+        format!("kubepods/pod{uid}"),
+        format!("kubepods/burstable/pod{uid}"),
+        format!("kubepods/besteffort/pod{uid}"),
+        format!("kubepods.slice/kubepods-pod{uid_us}.slice"),
+        format!("kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{uid_us}.slice"),
+        format!("kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{uid_us}.slice"),
+    ];
+    let base = mount.join(search_root);
+    for c in &candidates {
+        if base.join(c).is_dir() {
+            return Some(search_root.join(c));
+        }
+    }
+    let mut queue = VecDeque::from([(PathBuf::new(), 0usize)]);
+    let mut seen = 0usize;
+    while let Some((rel, depth)) = queue.pop_front() {
+        seen += 1;
+        if seen > MAX_DIRS {
+            break;
+        }
+        let Ok(rd) = std::fs::read_dir(base.join(&rel)) else {
+            continue;
+        };
+        let mut subdirs: Vec<String> = rd
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_type().map(|t| t.is_dir()).unwrap_or(false))
+            .filter_map(|e| e.file_name().into_string().ok())
+            .collect();
+        subdirs.sort();
+        for name in subdirs {
+            if is_pod_dir(&name, uid, &uid_us) {
+                return Some(search_root.join(&rel).join(name));
+            }
+            if depth + 1 < MAX_DEPTH {
+                queue.push_back((rel.join(&name), depth + 1));
+            }
+        }
+    }
+    None
+}
+
+/// Levels for a pod cgroup at `rel` (relative to a mount whose root is
+/// `mount_root`), plus `offset`.
+///
+/// The level of a cgroup is its depth in the hierarchy: the root is level 0,
+/// `kubepods` level 1, `kubepods/burstable/pod<uid>` level 3. Error: code 7
+/// when the result is outside 1..=254 (C = P + 1 must fit nft's 0-255).
+pub fn levels(mount_root: &Path, rel: &Path, offset: i32) -> Result<Levels> {
+    let depth = |p: &Path| {
+        p.components()
+            .filter(|c| matches!(c, Component::Normal(_)))
+            .count() as i64
+    };
+    let p = depth(mount_root) + depth(rel) + i64::from(offset);
+    if !(1..=254).contains(&p) {
+        return Err(Error::config(
+            "initPhase.levelOffset",
+            &offset.to_string(),
+            format!("pod cgroup level {p} is outside 1..254"),
+        ));
+    }
+    Ok(Levels {
+        pod: p as u8,
+        container: p as u8 + 1,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HYBRID: &str = "\
+25 23 0:22 / /sys/fs/cgroup ro,nosuid,nodev,noexec shared:9 - tmpfs tmpfs ro,mode=755
+26 25 0:23 / /sys/fs/cgroup/unified rw,nosuid,nodev,noexec,relatime shared:10 - cgroup2 cgroup2 rw,nsdelegate
+27 25 0:24 / /sys/fs/cgroup/systemd rw,nosuid shared:11 - cgroup cgroup rw,xattr,name=systemd
+";
+
+    #[test]
+    fn mountinfo_hybrid_and_unified() {
+        let m = parse_mountinfo(HYBRID).unwrap();
+        assert_eq!(m.mount_point, Path::new("/sys/fs/cgroup/unified"));
+        assert_eq!(m.root, Path::new("/"));
+        let unified = "30 1 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n31 1 0:27 /kubelet /mnt/a\\040b rw - cgroup2 cgroup2 rw\n";
+        assert_eq!(
+            parse_mountinfo(unified).unwrap().mount_point,
+            Path::new("/sys/fs/cgroup")
+        );
+        let only = "31 1 0:27 /x/y /mnt/a\\040b rw - cgroup2 cgroup2 rw\n";
+        let m = parse_mountinfo(only).unwrap();
+        assert_eq!(
+            (m.mount_point.to_str().unwrap(), m.root.to_str().unwrap()),
+            ("/mnt/a b", "/x/y")
+        );
+        assert_eq!(
+            parse_mountinfo("25 23 0:22 / /sys/fs/cgroup ro - tmpfs tmpfs ro\n"),
+            None
+        );
+    }
+
+    #[test]
+    fn levels_count_depth() {
+        let l = levels(Path::new("/"), Path::new("kubepods/burstable/podx"), 0).unwrap();
+        assert_eq!((l.pod, l.container), (3, 4));
+        let l = levels(Path::new("/"), Path::new("kubepods/podx"), 0).unwrap();
+        assert_eq!(l.pod, 2);
+        let l = levels(Path::new("/a/b"), Path::new("kubepods/podx"), 1).unwrap();
+        assert_eq!(l.pod, 5);
+        assert!(levels(Path::new("/"), Path::new("p"), -1).is_err());
+        assert!(levels(Path::new("/"), Path::new("p"), 254).is_err());
+    }
+
+    #[test]
+    fn pod_uid_validation() {
+        assert!(valid_pod_uid("0b6a3c9e-6f7d-4c2b-9d1a-1f2e3d4c5b6a"));
+        assert!(!valid_pod_uid("../../etc"));
+        assert!(!valid_pod_uid(""));
+        assert!(!valid_pod_uid("x y"));
+    }
+
+    #[test]
+    fn finds_pod_dirs_of_both_drivers() {
+        let tmp = std::env::temp_dir().join(format!("meshnft-cg-{}", std::process::id()));
+        let uid = "1234abcd-0000-1111-2222-333344445555";
+        let uid_us = uid.replace('-', "_");
+        let dirs = [
+            format!("a/kubepods/burstable/pod{uid}/ctr1"),
+            format!(
+                "b/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-besteffort.slice/kubelet-kubepods-besteffort-pod{uid_us}.slice/cri-containerd-1.scope"
+            ),
+            format!("c/kubepods/pod{uid}"),
+        ];
+        for d in &dirs {
+            std::fs::create_dir_all(tmp.join(d)).unwrap();
+        }
+        let found = find_pod(&tmp, Path::new("a"), uid).unwrap();
+        assert_eq!(
+            found,
+            Path::new("a/kubepods/burstable").join(format!("pod{uid}"))
+        );
+        let found = find_pod(&tmp, Path::new("b"), uid).unwrap();
+        assert!(
+            found
+                .to_str()
+                .unwrap()
+                .ends_with(&format!("-pod{uid_us}.slice")),
+            "{found:?}"
+        );
+        let found = find_pod(&tmp, Path::new("c"), uid).unwrap();
+        assert_eq!(found, Path::new("c/kubepods").join(format!("pod{uid}")));
+        assert_eq!(find_pod(&tmp, Path::new("a"), "ffff"), None);
+        assert_eq!(find_pod(&tmp, Path::new(""), "../a"), None);
+        std::fs::remove_dir_all(&tmp).unwrap();
+    }
+}

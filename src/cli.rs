@@ -1,0 +1,132 @@
+//! The command-line interface (when `CNI_COMMAND` is not set).
+
+use crate::config::{self, NetConf};
+use crate::ruleset::{self, Levels};
+use clap::{Parser, Subcommand};
+use std::io::Read;
+use std::path::PathBuf;
+
+/// meshnft: nftables-native chained CNI plugin that redirects a pod's TCP
+/// traffic to its service-mesh proxy and lets init containers use the
+/// network until the proxy starts.
+///
+/// Run with CNI_COMMAND set (by a container runtime), it is the CNI plugin.
+#[derive(Debug, Parser)]
+#[command(name = "meshnft", version, about, long_about = None)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Cmd,
+}
+
+/// CLI subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Cmd {
+    /// Print the nft transaction ADD would apply for a network configuration.
+    Render {
+        /// Plugin configuration (its conflist entry) as JSON; `-` for stdin.
+        #[arg(long, default_value = "-")]
+        config: PathBuf,
+        /// Pod cgroup level P (containers are P+1); omit for the table
+        /// without the init phase.
+        #[arg(long)]
+        pod_level: Option<u8>,
+    },
+    /// Check that this host can run meshnft (nft, kernel features, cgroup v2).
+    Status {
+        /// Plugin configuration to check; defaults to Linkerd's defaults.
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+}
+
+fn read_config(path: &PathBuf) -> Result<NetConf, String> {
+    let mut buf = Vec::new();
+    let res = if path.as_os_str() == "-" {
+        std::io::stdin().read_to_end(&mut buf).map(|_| ())
+    } else {
+        std::fs::read(path).map(|b| buf = b)
+    };
+    res.map_err(|e| format!("{}: {e}", path.display()))?;
+    config::decode(&buf).map_err(|e| e.to_string())
+}
+
+/// Runs the CLI; returns the exit code (0 ok, 1 failure, 2 usage).
+pub fn run() -> i32 {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { 2 } else { 0 };
+        }
+    };
+    crate::logging::init(
+        crate::logging::level(std::env::var("MESHNFT_LOG").ok().as_deref()),
+        None,
+    );
+    match cli.command {
+        Cmd::Render { config, pod_level } => {
+            let conf = match read_config(&config) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("meshnft render: {e}");
+                    return 1;
+                }
+            };
+            let settings = match conf.settings() {
+                Ok(s) => s,
+                Err(e) => {
+                    eprintln!("meshnft render: {e}");
+                    return 1;
+                }
+            };
+            let levels = match pod_level {
+                Some(p) if (1..=254).contains(&p) => Some(Levels {
+                    pod: p,
+                    container: p + 1,
+                }),
+                Some(p) => {
+                    eprintln!("meshnft render: --pod-level {p} is outside 1..254");
+                    return 2;
+                }
+                None => None,
+            };
+            print!(
+                "{}",
+                ruleset::build(&settings, levels, "meshnft render").render()
+            );
+            0
+        }
+        Cmd::Status { config } => {
+            let conf = match config {
+                Some(p) => match read_config(&p) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        eprintln!("meshnft status: {e}");
+                        return 1;
+                    }
+                },
+                None => match config::decode(
+                    br#"{"cniVersion":"1.1.0","name":"meshnft","type":"meshnft"}"#,
+                ) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        eprintln!("meshnft status: {e}");
+                        return 1;
+                    }
+                },
+            };
+            let mut ok = true;
+            for p in crate::cni::status::probes(&conf) {
+                match p.outcome {
+                    Ok(d) => println!("ok    {}: {d}", p.name),
+                    Err(e) => {
+                        ok = false;
+                        println!("FAIL  {}: {e}", p.name);
+                    }
+                }
+            }
+            if ok { 0 } else { 1 }
+        }
+    }
+}

@@ -1,0 +1,219 @@
+//! The `CNI_*` environment (CNI spec 1.1, section "Parameters").
+
+use crate::error::{Error, Result};
+use std::path::PathBuf;
+
+/// The CNI verbs (CNI spec 1.1, section "CNI operations").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Command {
+    /// ADD: write the table into `CNI_NETNS`.
+    Add,
+    /// DEL: remove the table.
+    Del,
+    /// CHECK: verify the table.
+    Check,
+    /// STATUS: can ADD work on this host?
+    Status,
+    /// GC: remove leftovers of attachments that are no longer valid.
+    Gc,
+    /// VERSION: report supported spec versions.
+    Version,
+}
+
+impl Command {
+    /// Parses `CNI_COMMAND`; error code 4 for anything else.
+    pub fn parse(s: &str) -> Result<Command> {
+        Ok(match s {
+            "ADD" => Command::Add,
+            "DEL" => Command::Del,
+            "CHECK" => Command::Check,
+            "STATUS" => Command::Status,
+            "GC" => Command::Gc,
+            "VERSION" => Command::Version,
+            other => {
+                return Err(Error::env(
+                    "CNI_COMMAND",
+                    format!(
+                        "unknown command {other:?} (expected ADD, DEL, CHECK, STATUS, GC or VERSION)"
+                    ),
+                ));
+            }
+        })
+    }
+}
+
+/// Kubernetes arguments from `CNI_ARGS` (as kubelet's CRI runtimes pass them).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct K8sArgs {
+    /// `K8S_POD_NAMESPACE`.
+    pub pod_namespace: Option<String>,
+    /// `K8S_POD_NAME`.
+    pub pod_name: Option<String>,
+    /// `K8S_POD_UID`.
+    pub pod_uid: Option<String>,
+    /// `K8S_POD_INFRA_CONTAINER_ID`.
+    pub infra_container_id: Option<String>,
+}
+
+/// The invocation's environment.
+#[derive(Debug, Clone, Default)]
+pub struct CniEnv {
+    /// `CNI_CONTAINERID`.
+    pub container_id: Option<String>,
+    /// `CNI_NETNS` (empty treated as unset).
+    pub netns: Option<PathBuf>,
+    /// `CNI_IFNAME`.
+    pub ifname: Option<String>,
+    /// Raw `CNI_ARGS`.
+    pub args: Option<String>,
+}
+
+fn var(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+impl CniEnv {
+    /// Reads the variables from the process environment.
+    pub fn from_process() -> CniEnv {
+        CniEnv {
+            container_id: var("CNI_CONTAINERID"),
+            netns: var("CNI_NETNS").map(PathBuf::from),
+            ifname: var("CNI_IFNAME"),
+            args: var("CNI_ARGS"),
+        }
+    }
+
+    /// `CNI_CONTAINERID`, required; must match the spec's rule (starts with
+    /// an alphanumeric, then alphanumerics, `_`, `.`, `-`). Code 4.
+    pub fn container_id(&self) -> Result<&str> {
+        let id = self
+            .container_id
+            .as_deref()
+            .ok_or_else(|| Error::env("CNI_CONTAINERID", "required, not set"))?;
+        let ok = id.len() <= 256
+            && id.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
+            && id
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b));
+        if !ok {
+            return Err(Error::env(
+                "CNI_CONTAINERID",
+                format!("{id:?} is not a valid container id"),
+            ));
+        }
+        Ok(id)
+    }
+
+    /// `CNI_IFNAME`, required; a Linux interface name (1-15 bytes, no `/`,
+    /// no whitespace, not `.` or `..`). Code 4.
+    pub fn ifname(&self) -> Result<&str> {
+        let n = self
+            .ifname
+            .as_deref()
+            .ok_or_else(|| Error::env("CNI_IFNAME", "required, not set"))?;
+        let ok = n.len() <= 15
+            && n != "."
+            && n != ".."
+            && n.bytes()
+                .all(|b| b.is_ascii_graphic() && b != b'/' && b != b':');
+        if !ok {
+            return Err(Error::env(
+                "CNI_IFNAME",
+                format!("{n:?} is not a valid interface name"),
+            ));
+        }
+        Ok(n)
+    }
+
+    /// `CNI_NETNS`, required. Code 4.
+    pub fn netns(&self) -> Result<&std::path::Path> {
+        self.netns
+            .as_deref()
+            .ok_or_else(|| Error::env("CNI_NETNS", "required, not set"))
+    }
+
+    /// Parses `CNI_ARGS` (`K=V;K=V`). Unknown keys are ignored; a pair
+    /// without `=` is error code 4.
+    pub fn k8s_args(&self) -> Result<K8sArgs> {
+        let mut out = K8sArgs::default();
+        let Some(args) = &self.args else {
+            return Ok(out);
+        };
+        for pair in args.split(';').filter(|p| !p.is_empty()) {
+            let (k, v) = pair.split_once('=').ok_or_else(|| {
+                Error::env("CNI_ARGS", format!("{pair:?} is not a KEY=VALUE pair"))
+            })?;
+            let v = Some(v.to_string()).filter(|v| !v.is_empty());
+            match k {
+                "K8S_POD_NAMESPACE" => out.pod_namespace = v,
+                "K8S_POD_NAME" => out.pod_name = v,
+                "K8S_POD_UID" => out.pod_uid = v,
+                "K8S_POD_INFRA_CONTAINER_ID" => out.infra_container_id = v,
+                _ => {}
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(args: &str) -> CniEnv {
+        CniEnv {
+            args: Some(args.into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn parses_kubelet_args() {
+        let a = env("IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=web-0;K8S_POD_INFRA_CONTAINER_ID=abc;K8S_POD_UID=1-2")
+            .k8s_args()
+            .unwrap();
+        assert_eq!(a.pod_namespace.as_deref(), Some("default"));
+        assert_eq!(a.pod_name.as_deref(), Some("web-0"));
+        assert_eq!(a.pod_uid.as_deref(), Some("1-2"));
+        assert_eq!(a.infra_container_id.as_deref(), Some("abc"));
+        assert!(
+            env("K8S_POD_UID")
+                .k8s_args()
+                .unwrap_err()
+                .msg
+                .contains("CNI_ARGS")
+        );
+        assert_eq!(env("A=b=c;;").k8s_args().unwrap(), K8sArgs::default());
+    }
+
+    #[test]
+    fn validates_ids() {
+        let e = CniEnv {
+            container_id: Some("../x".into()),
+            ifname: Some("eth0/1".into()),
+            ..Default::default()
+        };
+        assert!(
+            e.container_id()
+                .unwrap_err()
+                .msg
+                .contains("CNI_CONTAINERID")
+        );
+        assert!(e.ifname().unwrap_err().msg.contains("CNI_IFNAME"));
+        let e = CniEnv {
+            container_id: Some("abc_1.2-3".into()),
+            ifname: Some("eth0".into()),
+            ..Default::default()
+        };
+        assert_eq!(e.container_id().unwrap(), "abc_1.2-3");
+        assert_eq!(e.ifname().unwrap(), "eth0");
+        assert!(
+            CniEnv::default()
+                .netns()
+                .unwrap_err()
+                .msg
+                .contains("CNI_NETNS")
+        );
+        assert!(Command::parse("FOO").unwrap_err().msg.contains("FOO"));
+    }
+}

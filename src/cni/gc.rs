@@ -1,0 +1,94 @@
+//! GC (CNI spec 1.1, section "GC"): remove meshnft's leftovers for
+//! attachments the runtime no longer lists in `cni.dev/valid-attachments`.
+//!
+//! meshnft's state is its per-attachment records and the tables they point
+//! to. For each record whose (container id, ifname) is not valid: if its
+//! network namespace still exists *and* is the same namespace (device and
+//! inode match the record), the table is removed; then the record is.
+
+use super::{Output, version};
+use crate::config::NetConf;
+use crate::error::{Code, Error, Result};
+use crate::netns::Netns;
+use crate::nft::{self, Nft};
+use crate::{ruleset, state};
+use serde::Deserialize;
+use std::collections::BTreeSet;
+
+#[derive(Deserialize)]
+struct Attachment {
+    #[serde(rename = "containerID")]
+    container_id: String,
+    ifname: String,
+}
+
+#[derive(Deserialize)]
+struct GcInput {
+    #[serde(rename = "cni.dev/valid-attachments")]
+    valid: Option<Vec<Attachment>>,
+}
+
+/// GC. With no `cni.dev/valid-attachments` it does nothing.
+/// Errors: 1 (version before 1.1.0), 6 (attachments not of the spec's shape).
+pub fn cmd_gc(conf: &NetConf, stdin: &[u8]) -> Result<Output> {
+    if !version::at_least(&conf.cni_version, (1, 1, 0)) {
+        return Err(Error::new(
+            Code::IncompatibleVersion,
+            format!(
+                "GC is not defined for cniVersion {} (needs 1.1.0)",
+                conf.cni_version
+            ),
+        ));
+    }
+    let input: GcInput = serde_json::from_slice(stdin).map_err(|e| {
+        Error::with_details(
+            Code::Decode,
+            "cni.dev/valid-attachments: expected [{\"containerID\", \"ifname\"}]",
+            e.to_string(),
+        )
+    })?;
+    let Some(valid) = input.valid else {
+        tracing::debug!("GC without cni.dev/valid-attachments: nothing to do");
+        return Ok(Output::Nothing);
+    };
+    let valid: BTreeSet<(String, String)> = valid
+        .into_iter()
+        .map(|a| (a.container_id, a.ifname))
+        .collect();
+    let dir = conf.state_dir();
+    let mut nft = None;
+    let mut failures = Vec::new();
+    for rec in state::list(&dir) {
+        if valid.contains(&(rec.container_id.clone(), rec.ifname.clone())) {
+            continue;
+        }
+        match Netns::open(&rec.netns) {
+            Ok(Some(ns)) if ns.id == rec.netns_id && !ns.is_own().unwrap_or(true) => {
+                let n = match &nft {
+                    Some(n) => n,
+                    None => nft.insert(Nft::locate()?),
+                };
+                if let Err(e) = n.apply(nft::target_of(&ns), &ruleset::render_delete()) {
+                    failures.push(format!("{}/{}: {e}", rec.container_id, rec.ifname));
+                    continue;
+                }
+                tracing::info!(container_id = %rec.container_id, netns = %rec.netns.display(), "GC removed a stale table");
+            }
+            _ => {
+                tracing::debug!(container_id = %rec.container_id, "GC: netns gone or reused; dropping the record")
+            }
+        }
+        if let Err(e) = state::remove(&dir, &rec.container_id, &rec.ifname) {
+            failures.push(format!("{}/{}: {e}", rec.container_id, rec.ifname));
+        }
+    }
+    if failures.is_empty() {
+        Ok(Output::Nothing)
+    } else {
+        Err(Error::with_details(
+            Code::NftTransaction,
+            "GC could not remove every stale table",
+            failures.join("; "),
+        ))
+    }
+}

@@ -1,0 +1,198 @@
+//! The CNI protocol: read the environment and stdin, run one verb, write
+//! exactly one JSON document (or nothing) to stdout.
+//!
+//! CNI spec 1.1.0 ("CNI operations", "Result", "Error"), with the older
+//! versions listed in [`version::SUPPORTED`]. The protocol layer is ours, on
+//! serde types, with `prevResult` kept as raw JSON (see README, design notes).
+
+pub mod add;
+pub mod check;
+pub mod del;
+pub mod env;
+pub mod gc;
+pub mod status;
+pub mod version;
+
+use crate::cgroup;
+use crate::config::{self, NetConf, Settings};
+use crate::error::{Code, Error, Result};
+use crate::ruleset::Levels;
+use env::{CniEnv, Command, K8sArgs};
+use serde_json::{Value, json};
+use std::io::{Read, Write};
+use std::path::PathBuf;
+
+/// Largest stdin accepted (a conflist entry plus prevResult), in bytes.
+const MAX_STDIN: u64 = 4 << 20;
+
+/// What a verb produced on success.
+#[derive(Debug)]
+pub enum Output {
+    /// A JSON document for stdout (ADD result, VERSION).
+    Json(Value),
+    /// Nothing on stdout (DEL, CHECK, STATUS, GC success).
+    Nothing,
+}
+
+/// Runs the plugin for `CNI_COMMAND` = `command`; returns the exit code.
+///
+/// Success: exit 0 and the verb's output. Failure: a CNI error JSON on
+/// stdout (with the conflist's `cniVersion` when it could be read) and exit 1.
+pub fn run(command: &str) -> i32 {
+    let mut stdin = Vec::new();
+    let read = std::io::stdin().take(MAX_STDIN + 1).read_to_end(&mut stdin);
+    let cni_version = peek_version(&stdin);
+    let outcome = match read {
+        Err(e) => Err(Error::with_details(
+            Code::Io,
+            "cannot read stdin",
+            e.to_string(),
+        )),
+        Ok(_) if stdin.len() as u64 > MAX_STDIN => Err(Error::new(
+            Code::Decode,
+            format!("network configuration on stdin is larger than {MAX_STDIN} bytes"),
+        )),
+        Ok(_) => {
+            Command::parse(command).and_then(|cmd| dispatch(cmd, &CniEnv::from_process(), &stdin))
+        }
+    };
+    let mut out = std::io::stdout().lock();
+    match outcome {
+        Ok(Output::Json(v)) => {
+            let _ = writeln!(out, "{v}");
+            0
+        }
+        Ok(Output::Nothing) => 0,
+        Err(e) => {
+            init_logging(None);
+            tracing::error!(code = e.code.as_u32(), "{command}: {e}");
+            let _ = writeln!(out, "{}", error_json(&e, cni_version.as_deref()));
+            1
+        }
+    }
+}
+
+/// The CNI error document (CNI spec 1.1, section "Error").
+pub fn error_json(e: &Error, cni_version: Option<&str>) -> Value {
+    let v = cni_version
+        .filter(|v| version::SUPPORTED.contains(v))
+        .unwrap_or(version::LATEST);
+    json!({"cniVersion": v, "code": e.code.as_u32(), "msg": e.msg, "details": e.details})
+}
+
+/// `cniVersion` from stdin if it is readable JSON, for error documents.
+fn peek_version(stdin: &[u8]) -> Option<String> {
+    let v: Value = serde_json::from_slice(stdin).ok()?;
+    v.get("cniVersion")?.as_str().map(str::to_string)
+}
+
+static LOGGING: std::sync::Once = std::sync::Once::new();
+
+/// Installs logging once, from the configuration if there is one.
+fn init_logging(conf: Option<&NetConf>) {
+    LOGGING.call_once(|| {
+        let level = crate::logging::level(conf.and_then(|c| c.log_level.as_deref()));
+        crate::logging::init(level, conf.and_then(|c| c.log_file.as_deref()));
+    });
+}
+
+/// Decodes the configuration and checks its version; sets up logging.
+pub fn load(stdin: &[u8]) -> Result<NetConf> {
+    let conf = config::decode(stdin)?;
+    init_logging(Some(&conf));
+    version::require_supported(&conf.cni_version)?;
+    Ok(conf)
+}
+
+/// Runs one verb.
+pub fn dispatch(cmd: Command, env: &CniEnv, stdin: &[u8]) -> Result<Output> {
+    match cmd {
+        Command::Version => version_cmd(stdin),
+        Command::Add => add::cmd_add(env, &load(stdin)?),
+        Command::Del => del::cmd_del(env, &load(stdin)?),
+        Command::Check => check::cmd_check(env, &load(stdin)?),
+        Command::Status => status::cmd_status(&load(stdin)?),
+        Command::Gc => gc::cmd_gc(&load(stdin)?, stdin),
+    }
+}
+
+/// VERSION (CNI spec 1.1, section "VERSION"): the supported versions, with
+/// `cniVersion` echoing the request when we support it.
+fn version_cmd(stdin: &[u8]) -> Result<Output> {
+    let requested = peek_version(stdin);
+    let v = requested
+        .as_deref()
+        .filter(|v| version::SUPPORTED.contains(v))
+        .unwrap_or(version::LATEST);
+    Ok(Output::Json(
+        json!({"cniVersion": v, "supportedVersions": version::SUPPORTED}),
+    ))
+}
+
+/// The pod as the runtime named it (for logs and the table comment).
+pub fn pod_label(k8s: &K8sArgs) -> String {
+    match (&k8s.pod_namespace, &k8s.pod_name) {
+        (Some(ns), Some(n)) => format!("{ns}/{n}"),
+        _ => "-".into(),
+    }
+}
+
+/// Where the init phase can key on: the pod cgroup and its levels.
+#[derive(Debug, Clone, Default)]
+pub struct PodCgroup {
+    /// Pod cgroup relative to the cgroup2 mount.
+    pub rel: Option<PathBuf>,
+    /// Levels P and C.
+    pub levels: Option<Levels>,
+    /// Why there are no levels (for the warning).
+    pub why_not: Option<String>,
+}
+
+/// Finds the pod cgroup from `K8S_POD_UID` (DESIGN.md 5). Never fails:
+/// without it the table is written without the init phase (DESIGN.md 4.7);
+/// `why_not` says why. A bad `levelOffset` is the only error (code 7).
+pub fn pod_cgroup(settings: &Settings, k8s: &K8sArgs) -> Result<PodCgroup> {
+    let Some(uid) = &k8s.pod_uid else {
+        return Ok(PodCgroup {
+            why_not: Some("the runtime gave no K8S_POD_UID in CNI_ARGS".into()),
+            ..Default::default()
+        });
+    };
+    if !cgroup::valid_pod_uid(uid) {
+        return Ok(PodCgroup {
+            why_not: Some(format!("K8S_POD_UID {uid:?} is not a pod UID")),
+            ..Default::default()
+        });
+    }
+    let mount = match cgroup::cgroup2_mount() {
+        Ok(Some(m)) => m,
+        Ok(None) => {
+            return Ok(PodCgroup {
+                why_not: Some("no cgroup2 mount in /proc/self/mountinfo".into()),
+                ..Default::default()
+            });
+        }
+        Err(e) => {
+            return Ok(PodCgroup {
+                why_not: Some(e.to_string()),
+                ..Default::default()
+            });
+        }
+    };
+    let root = &settings.init_phase.cgroup_root;
+    let Some(rel) = cgroup::find_pod(&mount.mount_point, root, uid) else {
+        return Ok(PodCgroup {
+            why_not: Some(format!(
+                "no cgroup for pod UID {uid} under {}",
+                mount.mount_point.join(root).display()
+            )),
+            ..Default::default()
+        });
+    };
+    let levels = cgroup::levels(&mount.root, &rel, settings.init_phase.level_offset)?;
+    Ok(PodCgroup {
+        rel: Some(rel),
+        levels: Some(levels),
+        why_not: None,
+    })
+}

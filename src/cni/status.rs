@@ -1,0 +1,117 @@
+//! STATUS (CNI spec 1.1, section "STATUS"): can ADD work on this host?
+
+use super::Output;
+use crate::config::NetConf;
+use crate::error::{Code, Error, Result};
+use crate::nft::{self, Nft, Target};
+use crate::ruleset::{self, Levels};
+
+/// One host check and its outcome.
+#[derive(Debug, Clone)]
+pub struct Probe {
+    /// What was checked.
+    pub name: &'static str,
+    /// `Ok(detail)` or `Err(what is missing)`.
+    pub outcome: std::result::Result<String, String>,
+}
+
+/// Runs every check ADD depends on, for `conf`'s settings:
+/// nft present and at least [`nft::MIN_VERSION`]; a dry run of the full
+/// table, committed in a scratch network namespace that vanishes with the
+/// nft process, so the kernel validates every expression (nat hooks,
+/// `socket cgroupv2`, dynamic sets, `redirect`) including the checks it only
+/// runs at commit; a cgroup2 mount.
+///
+/// Why not `nft --check`: nft 1.0.6 sends a `--check` batch without asking
+/// for acknowledgements and exits without reading the kernel's answer, so a
+/// rule the kernel refuses (e.g. `redirect` in a filter chain) passes it.
+pub fn probes(conf: &NetConf) -> Vec<Probe> {
+    let mut out = Vec::new();
+    let settings = conf.settings();
+    let nft = Nft::locate();
+    out.push(Probe {
+        name: "nft binary",
+        outcome: nft
+            .as_ref()
+            .map(|n| n.path.display().to_string())
+            .map_err(|e| e.msg.clone()),
+    });
+    if let Ok(nft) = &nft {
+        let v = nft.version();
+        out.push(Probe {
+            name: "nft version",
+            outcome: match v {
+                Ok(v) if v >= nft::MIN_VERSION => Ok(format!("{}.{}.{}", v.0, v.1, v.2)),
+                Ok(v) => Err(format!(
+                    "nft {}.{}.{} is too old (needs {}.{}.{} for `socket cgroupv2 level`)",
+                    v.0,
+                    v.1,
+                    v.2,
+                    nft::MIN_VERSION.0,
+                    nft::MIN_VERSION.1,
+                    nft::MIN_VERSION.2
+                )),
+                Err(e) => Err(e.to_string()),
+            },
+        });
+        if let Ok(s) = &settings {
+            let table = ruleset::build(
+                s,
+                Some(Levels {
+                    pod: 1,
+                    container: 2,
+                }),
+                "meshnft status dry run",
+            );
+            out.push(Probe {
+                name: "kernel accepts the table (dry run in a scratch netns)",
+                outcome: nft
+                    .apply(Target::Scratch, &table.render())
+                    .map(|_| "ok".into())
+                    .map_err(|e| e.to_string()),
+            });
+        }
+    }
+    out.push(Probe {
+        name: "network configuration",
+        outcome: settings.map(|_| "valid".into()).map_err(|e| e.to_string()),
+    });
+    out.push(Probe {
+        name: "cgroup v2 mount",
+        outcome: match crate::cgroup::cgroup2_mount() {
+            Ok(Some(m)) => Ok(m.mount_point.display().to_string()),
+            Ok(None) => Err(
+                "no cgroup2 mount in /proc/self/mountinfo (the init phase needs cgroup v2)".into(),
+            ),
+            Err(e) => Err(e.to_string()),
+        },
+    });
+    out
+}
+
+/// STATUS. Success: nothing on stdout. Error: code 1 for a config version
+/// before 1.1.0, code 50 naming every failed check.
+pub fn cmd_status(conf: &NetConf) -> Result<Output> {
+    if !super::version::at_least(&conf.cni_version, (1, 1, 0)) {
+        return Err(Error::new(
+            Code::IncompatibleVersion,
+            format!(
+                "STATUS is not defined for cniVersion {} (needs 1.1.0)",
+                conf.cni_version
+            ),
+        ));
+    }
+    let failed: Vec<String> = probes(conf)
+        .into_iter()
+        .filter_map(|p| p.outcome.err().map(|e| format!("{}: {e}", p.name)))
+        .collect();
+    if failed.is_empty() {
+        Ok(Output::Nothing)
+    } else {
+        Err(Error::with_details(
+            Code::NotAvailable,
+            "meshnft cannot serve ADD on this host",
+            failed.join("; "),
+        ))
+    }
+}

@@ -1,0 +1,688 @@
+//! The plugin's network configuration (its entry in the conflist, on stdin).
+//!
+//! Accepts Linkerd's `linkerd-cni` entry verbatim (same `linkerd` block, same
+//! kebab-case keys, same top-level `log_level` and `kubernetes`), so an
+//! operator switches by changing `"type"`. meshnft's own settings live in the
+//! `initPhase` block and in a few documented extension keys.
+//!
+//! Parsing happens in two steps: serde reads the raw shapes ([`NetConf`]),
+//! then [`NetConf::settings`] validates every value into [`Settings`]. Each
+//! error is CNI code 6 (not JSON / wrong shape) or 7 (bad value) and names
+//! the field (dotted path) and the token.
+
+use crate::error::{Code, Error, Result};
+use crate::ports::{self, PortRange};
+use crate::subnets::Subnets;
+use serde::Deserialize;
+use serde_json::Value;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::path::PathBuf;
+
+/// Linkerd's default inbound proxy port (`incoming-proxy-port`).
+pub const DEFAULT_INBOUND_PORT: u16 = 4143;
+/// Linkerd's default outbound proxy port (`outgoing-proxy-port`).
+pub const DEFAULT_OUTBOUND_PORT: u16 = 4140;
+/// Linkerd's default proxy UID (`proxy-uid`).
+pub const DEFAULT_PROXY_UID: u32 = 2102;
+/// Linkerd's default inbound ports to ignore: the proxy's tap (4190) and
+/// admin (4191) ports.
+pub const DEFAULT_INBOUND_IGNORE: [u16; 2] = [4190, 4191];
+/// Destinations redirected even during the init phase: Linkerd's network
+/// validator (an init container that expects its probe to be redirected).
+pub const DEFAULT_INIT_REDIRECT: [&str; 2] = ["1.1.1.1:20001", "[fd00::1]:20001"];
+/// Default directory for meshnft's per-attachment records (used by GC).
+pub const DEFAULT_STATE_DIR: &str = "/var/lib/cni/meshnft";
+
+/// Raw network configuration as found on stdin (CNI spec 1.1, section
+/// "Network configuration", plus Linkerd's and meshnft's keys).
+///
+/// Unknown top-level keys are ignored (runtimes add their own, e.g.
+/// `runtimeConfig`); unknown keys inside `linkerd` and `initPhase` are
+/// refused, so a typo cannot silently drop a skip list.
+#[derive(Debug, Clone, Deserialize)]
+pub struct NetConf {
+    /// `cniVersion` of the conflist (the version of the result we return).
+    #[serde(rename = "cniVersion")]
+    pub cni_version: String,
+    /// Network name (`name`).
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Plugin type (`type`), normally `meshnft`.
+    #[serde(rename = "type", default)]
+    pub plugin_type: Option<String>,
+    /// Log level for stderr and `log_file`: error, warn, info, debug, trace.
+    #[serde(default)]
+    pub log_level: Option<String>,
+    /// Optional file to append logs to (in addition to stderr).
+    #[serde(default)]
+    pub log_file: Option<PathBuf>,
+    /// Linkerd's `linkerd` block.
+    #[serde(default)]
+    pub linkerd: LinkerdConf,
+    /// meshnft's init-phase settings.
+    #[serde(rename = "initPhase", default)]
+    pub init_phase: InitPhaseConf,
+    /// Linkerd's `kubernetes` block; read and kept for pod lookups.
+    #[serde(default)]
+    pub kubernetes: Option<KubernetesConf>,
+    /// Directory for per-attachment records (default [`DEFAULT_STATE_DIR`]).
+    #[serde(rename = "stateDir", default)]
+    pub state_dir: Option<PathBuf>,
+    /// The previous plugin's result, kept as raw JSON (CNI spec 1.1,
+    /// section "Chained plugins").
+    #[serde(rename = "prevResult", default)]
+    pub prev_result: Option<Value>,
+}
+
+/// Linkerd's `linkerd` block (linkerd2-proxy-init `cni-plugin`, `ProxyInit`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct LinkerdConf {
+    /// Proxy inbound port (default 4143).
+    pub incoming_proxy_port: Option<Value>,
+    /// Proxy outbound port (default 4140).
+    pub outgoing_proxy_port: Option<Value>,
+    /// UID the proxy runs as (default 2102); 0 is refused.
+    pub proxy_uid: Option<Value>,
+    /// GID the proxy runs as; absent or <= 0 means "not set" (as in Linkerd).
+    pub proxy_gid: Option<Value>,
+    /// Inbound ports to redirect; empty means all (Linkerd "redirect-listed").
+    pub ports_to_redirect: Option<Vec<Value>>,
+    /// Inbound destination ports not redirected (default 4190, 4191).
+    pub inbound_ports_to_ignore: Option<Vec<Value>>,
+    /// Outbound destination ports not redirected.
+    pub outbound_ports_to_ignore: Option<Vec<Value>>,
+    /// Inbound *source* subnets not redirected (Linkerd applies them to
+    /// inbound traffic, `-s SUBNET -j RETURN` in `PROXY_INIT_REDIRECT`).
+    pub subnets_to_ignore: Option<Vec<Value>>,
+    /// meshnft extension: outbound destination subnets not redirected.
+    pub outbound_subnets_to_ignore: Option<Vec<Value>>,
+    /// Linkerd: redirect IPv6 too (default false: IPv6 is left alone).
+    pub ipv6: Option<bool>,
+    /// Linkerd's dry-run flag; accepted, ignored (use `nft --check`).
+    pub simulate: Option<bool>,
+    /// Linkerd's iptables lock flag; accepted, ignored (nft has no lock).
+    pub use_wait_flag: Option<bool>,
+    /// Linkerd's iptables backend; accepted, ignored (meshnft is nft-native).
+    pub iptables_mode: Option<String>,
+}
+
+/// meshnft's `initPhase` block.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct InitPhaseConf {
+    /// Let init containers bypass the proxy until its first packet (default true).
+    pub enabled: Option<bool>,
+    /// Destinations redirected even during the init phase: `"IP:PORT"`,
+    /// `"[IPv6]:PORT"` or a port/range for any address (default Linkerd's
+    /// network validator, [`DEFAULT_INIT_REDIRECT`]).
+    pub redirect_destinations: Option<Vec<Value>>,
+    /// Added to the computed cgroup levels (nested cgroup namespaces on
+    /// kernels that compare absolute levels). Default 0.
+    pub level_offset: Option<i64>,
+    /// Where to search for the pod cgroup, relative to the cgroup2 mount
+    /// (default: the whole mount).
+    pub cgroup_root: Option<PathBuf>,
+}
+
+/// Linkerd's `kubernetes` block.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct KubernetesConf {
+    /// Path of the kubeconfig the plugin uses to read pods.
+    #[serde(default)]
+    pub kubeconfig: Option<PathBuf>,
+    /// Linkerd's API root override; kept for compatibility.
+    #[serde(default)]
+    pub k8s_api_root: Option<String>,
+}
+
+/// Destinations redirected during the init phase, by match kind.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct InitRedirect {
+    /// Ports redirected for any address (merged ranges).
+    pub ports: Vec<PortRange>,
+    /// IPv4 address + port pairs.
+    pub v4: Vec<(Ipv4Addr, u16)>,
+    /// IPv6 address + port pairs.
+    pub v6: Vec<(Ipv6Addr, u16)>,
+}
+
+/// Validated init-phase settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InitPhase {
+    /// Whether the init phase is written at all.
+    pub enabled: bool,
+    /// Destinations redirected even during the init phase.
+    pub redirect: InitRedirect,
+    /// Added to computed cgroup levels (-255..=255).
+    pub level_offset: i32,
+    /// Search root for the pod cgroup, relative to the cgroup2 mount.
+    pub cgroup_root: PathBuf,
+}
+
+/// Validated redirect settings: everything the table is rendered from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings {
+    /// Proxy inbound port (`redirect to :PORT` in `inbound_redirect`).
+    pub inbound_port: u16,
+    /// Proxy outbound port (`redirect to :PORT` in `outbound_redirect`).
+    pub outbound_port: u16,
+    /// Proxy UID (`meta skuid`).
+    pub proxy_uid: u32,
+    /// Proxy GID; when set, UID *and* GID must match (`meta skgid`).
+    pub proxy_gid: Option<u32>,
+    /// Inbound ports to redirect; empty means all.
+    pub redirect_inbound_ports: Vec<PortRange>,
+    /// Inbound ports not redirected.
+    pub skip_inbound_ports: Vec<PortRange>,
+    /// Outbound ports not redirected.
+    pub skip_outbound_ports: Vec<PortRange>,
+    /// Inbound source subnets not redirected.
+    pub skip_inbound_nets: Subnets,
+    /// Outbound destination subnets not redirected.
+    pub skip_outbound_nets: Subnets,
+    /// Redirect IPv6 as well as IPv4.
+    pub ipv6: bool,
+    /// Init-phase settings.
+    pub init_phase: InitPhase,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        // Validating an empty block cannot fail; fall back to a literal to
+        // keep this infallible.
+        LinkerdConf::default()
+            .settings(&InitPhaseConf::default())
+            .unwrap_or_else(|_| unreachable!("defaults are valid"))
+    }
+}
+
+/// Decodes the network configuration from stdin bytes (code 6 on failure).
+pub fn decode(stdin: &[u8]) -> Result<NetConf> {
+    serde_json::from_slice(stdin).map_err(|e| {
+        let code = if e.is_data() {
+            Code::InvalidConfig
+        } else {
+            Code::Decode
+        };
+        Error::with_details(
+            code,
+            "cannot decode network configuration from stdin",
+            e.to_string(),
+        )
+    })
+}
+
+/// Reads a port list (`["4190", 4191, "4000-4010"]`), merged.
+fn port_list(field: &str, v: &Option<Vec<Value>>, default: &[u16]) -> Result<Vec<PortRange>> {
+    let Some(items) = v else {
+        return Ok(ports::merge(
+            default
+                .iter()
+                .map(|&p| PortRange { lo: p, hi: p })
+                .collect(),
+        ));
+    };
+    let mut out = Vec::new();
+    for item in items {
+        match item {
+            Value::String(s) => out.extend(ports::parse_list(field, s)?),
+            Value::Number(n) => out.push(ports::parse_range(field, &n.to_string())?),
+            other => {
+                return Err(Error::config(
+                    field,
+                    &other.to_string(),
+                    "expected a port number or a string",
+                ));
+            }
+        }
+    }
+    Ok(ports::merge(out))
+}
+
+/// Reads a string list of subnets.
+fn subnet_list(field: &str, v: &Option<Vec<Value>>) -> Result<Subnets> {
+    let mut toks = Vec::new();
+    for item in v.iter().flatten() {
+        match item {
+            Value::String(s) => toks.push(s.as_str()),
+            other => {
+                return Err(Error::config(
+                    field,
+                    &other.to_string(),
+                    "expected a CIDR string",
+                ));
+            }
+        }
+    }
+    Subnets::parse(field, toks)
+}
+
+/// Reads one port given as number or string.
+fn single_port(field: &str, v: &Option<Value>, default: u16) -> Result<u16> {
+    match v {
+        None => Ok(default),
+        Some(Value::Number(n)) => ports::parse_port(field, &n.to_string()),
+        Some(Value::String(s)) => ports::parse_port(field, s),
+        Some(other) => Err(Error::config(
+            field,
+            &other.to_string(),
+            "expected a port number",
+        )),
+    }
+}
+
+/// Reads an id (UID/GID) given as number or numeric string.
+fn id_value(field: &str, v: &Value) -> Result<i64> {
+    let parsed = match v {
+        Value::Number(n) => n.as_i64(),
+        Value::String(s) => s.trim().parse::<i64>().ok(),
+        _ => None,
+    };
+    parsed.ok_or_else(|| Error::config(field, &v.to_string(), "expected an integer id"))
+}
+
+fn init_redirect(field: &str, v: &Option<Vec<Value>>) -> Result<InitRedirect> {
+    let defaults: Vec<Value> = DEFAULT_INIT_REDIRECT
+        .iter()
+        .map(|s| Value::from(*s))
+        .collect();
+    let items = v.as_ref().unwrap_or(&defaults);
+    let mut out = InitRedirect::default();
+    let mut ports_acc = Vec::new();
+    for item in items {
+        let tok = match item {
+            Value::String(s) => s.trim().to_string(),
+            Value::Number(n) => n.to_string(),
+            other => {
+                return Err(Error::config(
+                    field,
+                    &other.to_string(),
+                    "expected \"IP:PORT\", \"[IPv6]:PORT\" or a port",
+                ));
+            }
+        };
+        if tok.is_empty() {
+            continue;
+        }
+        if let Ok(sa) = tok.parse::<SocketAddr>() {
+            if sa.port() == 0 {
+                return Err(Error::config(
+                    field,
+                    &tok,
+                    "port 0 is not allowed (1-65535)",
+                ));
+            }
+            match sa.ip() {
+                IpAddr::V4(a) => out.v4.push((a, sa.port())),
+                IpAddr::V6(a) => out.v6.push((a, sa.port())),
+            }
+        } else if tok.contains(['.', ':', '[']) {
+            return Err(Error::config(
+                field,
+                &tok,
+                "expected \"IP:PORT\" or \"[IPv6]:PORT\"",
+            ));
+        } else {
+            ports_acc.push(ports::parse_range(field, &tok)?);
+        }
+    }
+    out.ports = ports::merge(ports_acc);
+    out.v4.sort();
+    out.v4.dedup();
+    out.v6.sort();
+    out.v6.dedup();
+    Ok(out)
+}
+
+impl LinkerdConf {
+    /// Validates this block and `init` into [`Settings`].
+    ///
+    /// Errors: code 7 naming the field (`linkerd.<key>` / `initPhase.<key>`)
+    /// and the token.
+    pub fn settings(&self, init: &InitPhaseConf) -> Result<Settings> {
+        let proxy_uid = match &self.proxy_uid {
+            None => DEFAULT_PROXY_UID,
+            Some(v) => {
+                let id = id_value("linkerd.proxy-uid", v)?;
+                if id == 0 {
+                    return Err(Error::config(
+                        "linkerd.proxy-uid",
+                        &v.to_string(),
+                        "0 (root) would exempt every root process from the mesh",
+                    ));
+                }
+                u32::try_from(id)
+                    .ok()
+                    .filter(|&u| u != u32::MAX)
+                    .ok_or_else(|| {
+                        Error::config(
+                            "linkerd.proxy-uid",
+                            &v.to_string(),
+                            "out of range (1-4294967294)",
+                        )
+                    })?
+            }
+        };
+        let proxy_gid = match &self.proxy_gid {
+            None => None,
+            Some(v) => {
+                let id = id_value("linkerd.proxy-gid", v)?;
+                if id <= 0 {
+                    None // Linkerd: a GID <= 0 means "not set".
+                } else {
+                    Some(
+                        u32::try_from(id)
+                            .ok()
+                            .filter(|&g| g != u32::MAX)
+                            .ok_or_else(|| {
+                                Error::config(
+                                    "linkerd.proxy-gid",
+                                    &v.to_string(),
+                                    "out of range (1-4294967294)",
+                                )
+                            })?,
+                    )
+                }
+            }
+        };
+        let inbound_port = single_port(
+            "linkerd.incoming-proxy-port",
+            &self.incoming_proxy_port,
+            DEFAULT_INBOUND_PORT,
+        )?;
+        let outbound_port = single_port(
+            "linkerd.outgoing-proxy-port",
+            &self.outgoing_proxy_port,
+            DEFAULT_OUTBOUND_PORT,
+        )?;
+        if inbound_port == outbound_port {
+            return Err(Error::config(
+                "linkerd.outgoing-proxy-port",
+                &outbound_port.to_string(),
+                "must differ from incoming-proxy-port",
+            ));
+        }
+        let level_offset = match init.level_offset {
+            None => 0,
+            Some(o) if (-255..=255).contains(&o) => o as i32,
+            Some(o) => {
+                return Err(Error::config(
+                    "initPhase.levelOffset",
+                    &o.to_string(),
+                    "out of range (-255..255)",
+                ));
+            }
+        };
+        let cgroup_root = init.cgroup_root.clone().unwrap_or_default();
+        if cgroup_root
+            .components()
+            .any(|c| matches!(c, std::path::Component::ParentDir))
+        {
+            return Err(Error::config(
+                "initPhase.cgroupRoot",
+                &cgroup_root.display().to_string(),
+                "must not contain '..'",
+            ));
+        }
+        Ok(Settings {
+            inbound_port,
+            outbound_port,
+            proxy_uid,
+            proxy_gid,
+            redirect_inbound_ports: port_list(
+                "linkerd.ports-to-redirect",
+                &self.ports_to_redirect,
+                &[],
+            )?,
+            skip_inbound_ports: port_list(
+                "linkerd.inbound-ports-to-ignore",
+                &self.inbound_ports_to_ignore,
+                &DEFAULT_INBOUND_IGNORE,
+            )?,
+            skip_outbound_ports: port_list(
+                "linkerd.outbound-ports-to-ignore",
+                &self.outbound_ports_to_ignore,
+                &[],
+            )?,
+            skip_inbound_nets: subnet_list("linkerd.subnets-to-ignore", &self.subnets_to_ignore)?,
+            skip_outbound_nets: subnet_list(
+                "linkerd.outbound-subnets-to-ignore",
+                &self.outbound_subnets_to_ignore,
+            )?,
+            ipv6: self.ipv6.unwrap_or(false),
+            init_phase: InitPhase {
+                enabled: init.enabled.unwrap_or(true),
+                redirect: init_redirect(
+                    "initPhase.redirectDestinations",
+                    &init.redirect_destinations,
+                )?,
+                level_offset,
+                cgroup_root,
+            },
+        })
+    }
+}
+
+impl NetConf {
+    /// Validated settings of this configuration (see [`LinkerdConf::settings`]).
+    pub fn settings(&self) -> Result<Settings> {
+        if let Some(t) = &self.linkerd.iptables_mode {
+            tracing::debug!(iptables_mode = %t, "linkerd.iptables-mode is ignored: meshnft writes nftables directly");
+        }
+        self.linkerd.settings(&self.init_phase)
+    }
+
+    /// The state directory for per-attachment records.
+    pub fn state_dir(&self) -> PathBuf {
+        self.state_dir
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn settings(v: Value) -> Result<Settings> {
+        let conf: NetConf = serde_json::from_value(v)
+            .map_err(|e| Error::new(Code::InvalidConfig, e.to_string()))?;
+        conf.settings()
+    }
+
+    fn base(linkerd: Value) -> Value {
+        json!({"cniVersion": "1.0.0", "name": "k8s-pod-network", "type": "meshnft", "linkerd": linkerd})
+    }
+
+    #[test]
+    fn linkerd_cni_entry_is_accepted_verbatim() {
+        // The shape linkerd-cni's installer writes into a conflist.
+        let v = json!({
+            "name": "linkerd-cni", "type": "linkerd-cni", "cniVersion": "0.3.1",
+            "log_level": "info",
+            "policy": {"type": "k8s", "k8s_api_root": "https://10.96.0.1:443", "k8s_auth_token": "x"},
+            "kubernetes": {"kubeconfig": "/etc/cni/net.d/ZZZ-linkerd-cni-kubeconfig"},
+            "linkerd": {
+                "incoming-proxy-port": 4143, "outgoing-proxy-port": 4140, "proxy-uid": 2102,
+                "ports-to-redirect": [], "inbound-ports-to-ignore": ["4191", "4190"],
+                "simulate": false, "use-wait-flag": false, "iptables-mode": "legacy", "ipv6": false
+            }
+        });
+        let conf: NetConf = serde_json::from_value(v).unwrap();
+        let s = conf.settings().unwrap();
+        assert_eq!(s, Settings::default());
+        assert_eq!(
+            conf.kubernetes.unwrap().kubeconfig.unwrap(),
+            PathBuf::from("/etc/cni/net.d/ZZZ-linkerd-cni-kubeconfig")
+        );
+    }
+
+    #[test]
+    fn defaults_are_linkerds() {
+        let s = settings(base(json!({}))).unwrap();
+        assert_eq!(
+            (s.inbound_port, s.outbound_port, s.proxy_uid, s.proxy_gid),
+            (4143, 4140, 2102, None)
+        );
+        assert_eq!(s.skip_inbound_ports, vec![PortRange { lo: 4190, hi: 4191 }]);
+        assert!(s.skip_outbound_ports.is_empty() && s.redirect_inbound_ports.is_empty());
+        assert!(!s.ipv6);
+        assert!(s.init_phase.enabled);
+        assert_eq!(
+            s.init_phase.redirect.v4,
+            vec![(Ipv4Addr::new(1, 1, 1, 1), 20001)]
+        );
+        assert_eq!(
+            s.init_phase.redirect.v6,
+            vec![("fd00::1".parse().unwrap(), 20001)]
+        );
+    }
+
+    #[test]
+    fn port_lists_take_numbers_strings_ranges_and_merge() {
+        let s = settings(base(json!({
+            "outbound-ports-to-ignore": [443, " 6443", "1000-2000", "1500-2500", "3306, 5432", ""],
+            "ports-to-redirect": [8080, "9090"]
+        })))
+        .unwrap();
+        let got: Vec<String> = s
+            .skip_outbound_ports
+            .iter()
+            .map(|r| r.to_string())
+            .collect();
+        assert_eq!(got, ["443", "1000-2500", "3306", "5432", "6443"]);
+        assert_eq!(s.redirect_inbound_ports.len(), 2);
+    }
+
+    #[test]
+    fn bad_values_name_field_and_token() {
+        let cases = [
+            (json!({"proxy-uid": 0}), "linkerd.proxy-uid", "0"),
+            (json!({"proxy-uid": -5}), "linkerd.proxy-uid", "-5"),
+            (json!({"proxy-uid": "abc"}), "linkerd.proxy-uid", "abc"),
+            (
+                json!({"incoming-proxy-port": 70000}),
+                "linkerd.incoming-proxy-port",
+                "70000",
+            ),
+            (
+                json!({"outbound-ports-to-ignore": ["2000-1000"]}),
+                "linkerd.outbound-ports-to-ignore",
+                "2000-1000",
+            ),
+            (
+                json!({"inbound-ports-to-ignore": [0]}),
+                "linkerd.inbound-ports-to-ignore",
+                "0",
+            ),
+            (
+                json!({"inbound-ports-to-ignore": [true]}),
+                "linkerd.inbound-ports-to-ignore",
+                "true",
+            ),
+            (
+                json!({"subnets-to-ignore": ["10.0.0.0/33"]}),
+                "linkerd.subnets-to-ignore",
+                "10.0.0.0/33",
+            ),
+            (
+                json!({"outbound-subnets-to-ignore": ["nope"]}),
+                "linkerd.outbound-subnets-to-ignore",
+                "nope",
+            ),
+            (
+                json!({"incoming-proxy-port": 4140}),
+                "linkerd.outgoing-proxy-port",
+                "4140",
+            ),
+        ];
+        for (linkerd, field, token) in cases {
+            let e = settings(base(linkerd.clone())).unwrap_err();
+            assert_eq!(e.code, Code::InvalidConfig, "{linkerd}");
+            assert!(
+                e.msg.contains(field) && e.msg.contains(token),
+                "{linkerd}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn unknown_keys_in_our_blocks_are_refused() {
+        let e = settings(base(json!({"outbound-port-to-ignore": [1]}))).unwrap_err();
+        assert!(e.msg.contains("outbound-port-to-ignore"), "{e}");
+        let mut v = base(json!({}));
+        v["initPhase"] = json!({"enable": false});
+        let e = settings(v).unwrap_err();
+        assert!(e.msg.contains("enable"), "{e}");
+    }
+
+    #[test]
+    fn init_phase_block() {
+        let mut v = base(json!({}));
+        v["initPhase"] = json!({
+            "enabled": false, "levelOffset": 2, "cgroupRoot": "kubelet.slice",
+            "redirectDestinations": ["198.18.9.9:80", "[2001:db8::9]:443", "20001", "20000-20005", "198.18.9.9:80"]
+        });
+        let s = settings(v).unwrap();
+        assert!(!s.init_phase.enabled);
+        assert_eq!(s.init_phase.level_offset, 2);
+        assert_eq!(
+            s.init_phase.redirect.v4,
+            vec![(Ipv4Addr::new(198, 18, 9, 9), 80)]
+        );
+        assert_eq!(s.init_phase.redirect.v6.len(), 1);
+        assert_eq!(
+            s.init_phase.redirect.ports,
+            vec![PortRange {
+                lo: 20000,
+                hi: 20005
+            }]
+        );
+        for bad in ["1.2.3.4:0", "1.2.3.4", "[::1]", "x:80"] {
+            let mut v = base(json!({}));
+            v["initPhase"] = json!({"redirectDestinations": [bad]});
+            let e = settings(v).unwrap_err();
+            assert!(
+                e.msg.contains("initPhase.redirectDestinations") && e.msg.contains(bad),
+                "{e}"
+            );
+        }
+        let mut v = base(json!({}));
+        v["initPhase"] = json!({"cgroupRoot": "../etc"});
+        assert!(
+            settings(v)
+                .unwrap_err()
+                .msg
+                .contains("initPhase.cgroupRoot")
+        );
+    }
+
+    #[test]
+    fn gid_zero_or_negative_is_unset_like_linkerd() {
+        assert_eq!(
+            settings(base(json!({"proxy-gid": -1}))).unwrap().proxy_gid,
+            None
+        );
+        assert_eq!(
+            settings(base(json!({"proxy-gid": 0}))).unwrap().proxy_gid,
+            None
+        );
+        assert_eq!(
+            settings(base(json!({"proxy-gid": 2103})))
+                .unwrap()
+                .proxy_gid,
+            Some(2103)
+        );
+    }
+
+    #[test]
+    fn decode_errors_have_codes() {
+        assert_eq!(decode(b"{not json").unwrap_err().code, Code::Decode);
+        assert_eq!(decode(b"{}").unwrap_err().code, Code::InvalidConfig);
+        let e =
+            decode(br#"{"cniVersion":"1.0.0","linkerd":{"proxy-uid":1,"bogus":2}}"#).unwrap_err();
+        assert!(e.details.contains("bogus"), "{e}");
+    }
+}

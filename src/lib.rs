@@ -1,0 +1,39 @@
+//! meshnft: a chained CNI plugin that redirects a pod's TCP traffic to its
+//! service-mesh sidecar proxy with one nftables table per pod network
+//! namespace, and lets init containers use the network until the proxy has
+//! started (the "init phase", keyed by the socket's cgroup v2 id).
+//!
+//! Layout, one concern per module:
+//! - [`cni`]: the CNI protocol and the verbs (ADD, DEL, CHECK, STATUS, GC,
+//!   VERSION);
+//! - [`config`]: the conflist entry (Linkerd's `linkerd-cni` keys + ours);
+//! - [`ports`], [`subnets`]: list parsing and merging for interval sets;
+//! - [`ruleset`]: the table model and its nft text;
+//! - [`nft`]: running nft transactions inside a network namespace;
+//! - [`netns`], [`cgroup`]: finding the pod's namespace and cgroup;
+//! - [`state`]: per-attachment records for GC;
+//! - [`cli`], [`logging`].
+
+pub mod cgroup;
+pub mod cli;
+pub mod cni;
+pub mod config;
+pub mod error;
+pub mod logging;
+pub mod netns;
+pub mod nft;
+pub mod ports;
+pub mod ruleset;
+pub mod state;
+pub mod subnets;
+
+/// Entry point of the `meshnft` binary; returns the process exit code.
+///
+/// With `CNI_COMMAND` set it is a CNI plugin ([`cni::run`]); otherwise a CLI
+/// ([`cli::run`]).
+pub fn main_entry() -> i32 {
+    match std::env::var("CNI_COMMAND") {
+        Ok(cmd) if !cmd.is_empty() => cni::run(&cmd),
+        _ => cli::run(),
+    }
+}

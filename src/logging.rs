@@ -1,0 +1,56 @@
+//! Logging through `tracing`: stderr always, plus an optional file.
+//!
+//! stdout belongs to the CNI result; nothing here ever writes to it.
+
+use std::fs::OpenOptions;
+use std::path::Path;
+use std::sync::Mutex;
+use tracing_subscriber::filter::LevelFilter;
+use tracing_subscriber::prelude::*;
+
+/// Parses a `log_level` value (error, warn, info, debug, trace; case
+/// insensitive). Unknown values fall back to `info`.
+pub fn level(name: Option<&str>) -> LevelFilter {
+    match name.map(str::to_ascii_lowercase).as_deref() {
+        Some("error") => LevelFilter::ERROR,
+        Some("warn") | Some("warning") => LevelFilter::WARN,
+        Some("debug") => LevelFilter::DEBUG,
+        Some("trace") => LevelFilter::TRACE,
+        Some("off") => LevelFilter::OFF,
+        _ => LevelFilter::INFO,
+    }
+}
+
+/// Installs the global subscriber: stderr at `level`, and `file` (appended
+/// to, created if missing) at the same level. A file that cannot be opened
+/// is reported on stderr and otherwise ignored: logging never fails a verb.
+pub fn init(level: LevelFilter, file: Option<&Path>) {
+    let stderr = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .with_filter(level);
+    let mut file_err = None;
+    let file_layer =
+        file.and_then(
+            |p| match OpenOptions::new().create(true).append(true).open(p) {
+                Ok(f) => Some(
+                    tracing_subscriber::fmt::layer()
+                        .with_writer(Mutex::new(f))
+                        .with_ansi(false)
+                        .with_target(false)
+                        .with_filter(level),
+                ),
+                Err(e) => {
+                    file_err = Some(format!("cannot open log_file {}: {e}", p.display()));
+                    None
+                }
+            },
+        );
+    let _ = tracing_subscriber::registry()
+        .with(stderr)
+        .with(file_layer)
+        .try_init();
+    if let Some(e) = file_err {
+        tracing::warn!("{e}");
+    }
+}

@@ -1,0 +1,228 @@
+//! Shared pieces of meshnft's integration tests: invoking the plugin
+//! binary directly, building conflists from `conflists/`, reading the
+//! table back from a pod netns.
+#![allow(dead_code)]
+
+use crate::support::{self, Netns, Node, PodCgroups};
+use serde_json::{Value, json};
+use std::io::Write;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// The plugin binary under test.
+pub const MESHNFT: &str = env!("CARGO_BIN_EXE_meshnft");
+
+/// Outcome of one direct plugin invocation.
+#[derive(Debug)]
+pub struct Invocation {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Invocation {
+    /// stdout parsed as one JSON document.
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("stdout is not one JSON document ({e}): {self:?}"))
+    }
+    /// Asserts a CNI error with `code` and returns the document.
+    pub fn error(&self, code: u64) -> Value {
+        assert_eq!(self.code, 1, "expected failure: {self:?}");
+        let v = self.json();
+        assert_eq!(v["code"], code, "{self:?}");
+        assert!(v["msg"].as_str().is_some_and(|m| !m.is_empty()), "{self:?}");
+        assert!(v["cniVersion"].is_string(), "{self:?}");
+        v
+    }
+    /// Asserts success with empty stdout.
+    pub fn quiet_ok(&self) {
+        assert_eq!((self.code, self.stdout.as_str()), (0, ""), "{self:?}");
+    }
+}
+
+/// Runs the plugin as a runtime would: `CNI_*` from `env`, `stdin` as JSON.
+pub fn invoke(command: &str, env: &[(&str, &str)], stdin: &Value) -> Invocation {
+    invoke_raw(command, env, stdin.to_string().as_bytes())
+}
+
+/// Like [`invoke`] with raw stdin bytes.
+pub fn invoke_raw(command: &str, env: &[(&str, &str)], stdin: &[u8]) -> Invocation {
+    let mut cmd = Command::new(MESHNFT);
+    cmd.env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .env("CNI_COMMAND", command)
+        .env("CNI_PATH", "/usr/lib/cni")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().expect("spawn meshnft");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(stdin)
+        .expect("write stdin");
+    let out = child.wait_with_output().expect("wait meshnft");
+    Invocation {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// The repository's example conflist `conflists/<name>`.
+pub fn example_conflist(name: &str) -> Value {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("conflists")
+        .join(name);
+    serde_json::from_slice(&std::fs::read(&p).unwrap())
+        .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// Test settings layered on the example's meshnft entry: state and log in
+/// the node dir, skip lists and the validator stand-in on test addresses.
+pub fn meshnft_entry(node: &Node, base: &Value) -> Value {
+    let mut e = base.clone();
+    e["stateDir"] = json!(node.dir().join("state"));
+    e["log_file"] = json!(node.dir().join("meshnft.log"));
+    e["log_level"] = json!("debug");
+    e["linkerd"]["outbound-ports-to-ignore"] = json!(["9100"]);
+    e["linkerd"]["outbound-subnets-to-ignore"] = json!(["198.19.1.0/24", "2001:db8:3::/64"]);
+    e["initPhase"]["redirectDestinations"] = json!(["198.19.0.1:20001", "[2001:db8:2::1]:20001"]);
+    e
+}
+
+/// Writes `conflists/<example>` for `node` at `version`: the interface
+/// plugin's IPAM state goes to the node dir, the meshnft entry gets
+/// [`meshnft_entry`] plus `extra` merged into it.
+pub fn conflist(node: &Node, example: &str, version: &str, extra: impl Fn(&mut Value)) -> PathBuf {
+    let mut c = example_conflist(example);
+    c["cniVersion"] = json!(version);
+    c["plugins"][0]["ipam"]["dataDir"] = json!(node.ipam_dir());
+    let mut entry = meshnft_entry(node, &c["plugins"][1]);
+    extra(&mut entry);
+    c["plugins"][1] = entry;
+    node.write_raw_conflist(&support::unique("mesh"), &c)
+}
+
+/// kubelet's CNI_ARGS for a pod.
+pub fn k8s_args(cg: &PodCgroups, name: &str) -> Vec<(String, String)> {
+    vec![
+        ("K8S_POD_NAMESPACE".into(), "default".into()),
+        ("K8S_POD_NAME".into(), name.into()),
+        ("K8S_POD_INFRA_CONTAINER_ID".into(), "sandbox".into()),
+        ("K8S_POD_UID".into(), cg.pod_uid().into()),
+    ]
+}
+
+/// Borrowed view of [`k8s_args`].
+pub fn args_ref(v: &[(String, String)]) -> Vec<(&str, &str)> {
+    v.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
+}
+
+/// `nft list table inet meshnft` in `ns`, or Err(stderr).
+pub fn list_table(ns: &Netns) -> Result<String, String> {
+    let out = ns.exec(&["nft", "list", "table", "inet", "meshnft"]);
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+/// True when `ns` has a `table inet meshnft`.
+pub fn has_table(ns: &Netns) -> bool {
+    list_table(ns).is_ok()
+}
+
+/// Elements of set `name` as nft's JSON lists them (cgroup ids as numbers
+/// or paths).
+pub fn set_elements(ns: &Netns, name: &str) -> Vec<String> {
+    let out = ns.exec_ok(&["nft", "-j", "list", "set", "inet", "meshnft", name]);
+    let v: Value = serde_json::from_str(&out).expect("nft -j");
+    let set = v["nftables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find_map(|i| i.get("set"))
+        .cloned()
+        .unwrap_or_default();
+    set["elem"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|e| {
+                    e.as_str()
+                        .map(str::to_string)
+                        .unwrap_or_else(|| e.to_string())
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The kernel's cgroup id of a cgroup2 directory (its inode number).
+pub fn cgroup_id(dir: &Path) -> u64 {
+    std::fs::metadata(dir).unwrap().ino()
+}
+
+/// Does a listed cgroupsv2 element denote `dir`? nft prints the id, or a
+/// path relative to /sys/fs/cgroup when it can resolve it.
+pub fn elem_is(elem: &str, dir: &Path) -> bool {
+    elem == cgroup_id(dir).to_string()
+        || dir
+            .to_string_lossy()
+            .ends_with(elem.trim_start_matches('/'))
+}
+
+/// Packet count of the counter on the rule whose comment is `comment`.
+pub fn rule_packets(ns: &Netns, comment: &str) -> u64 {
+    let t = list_table(ns).expect("table");
+    let line = t
+        .lines()
+        .find(|l| l.contains(&format!("comment \"{comment}\"")))
+        .unwrap_or_else(|| panic!("no rule with comment {comment:?} in\n{t}"));
+    let after = line
+        .split("counter packets ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no counter: {line}"));
+    after.split_whitespace().next().unwrap().parse().unwrap()
+}
+
+/// The network configuration a runtime hands plugin `idx` of `conflist`
+/// (CNI spec 1.1, section "Network configuration"): its entry plus the
+/// list's `cniVersion` and `name`, and `prevResult`.
+pub fn plugin_conf(conflist: &Path, idx: usize, prev: Option<&Value>) -> Value {
+    let c: Value = serde_json::from_slice(&std::fs::read(conflist).unwrap()).unwrap();
+    let mut e = c["plugins"][idx].clone();
+    e["cniVersion"] = c["cniVersion"].clone();
+    e["name"] = c["name"].clone();
+    if let Some(p) = prev {
+        e["prevResult"] = p.clone();
+    }
+    e
+}
+
+/// `CNI_*` variables for a direct invocation.
+pub fn cni_env<'a>(id: &'a str, netns: &'a Path, args: &'a str) -> Vec<(&'a str, &'a str)> {
+    vec![
+        ("CNI_CONTAINERID", id),
+        ("CNI_NETNS", netns.to_str().unwrap()),
+        ("CNI_IFNAME", "eth0"),
+        ("CNI_ARGS", args),
+    ]
+}
+
+/// CNI_ARGS text for `args`, as kubelet sends it.
+pub fn cni_args_text(args: &[(String, String)]) -> String {
+    let mut s = String::from("IgnoreUnknown=1");
+    for (k, v) in args {
+        s.push_str(&format!(";{k}={v}"));
+    }
+    s
+}

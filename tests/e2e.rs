@@ -1,0 +1,574 @@
+//! End to end through a real runtime: the CNI project's libcni (Go driver),
+//! the Debian reference plugins (`ptp`/`bridge` + `host-local`) and meshnft,
+//! in throwaway network namespaces, with kubelet-like cgroup v2 trees and
+//! real processes making real TCP connections.
+//!
+//! Root only (`sudo cargo test`); skipped with a message otherwise.
+
+mod common;
+mod support;
+
+use common::*;
+use serde_json::{Value, json};
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+use support::{Layout, Listener, Netns, Node, PodCgroups, Qos, SRV4_A, SRV4_B, SRV6_A, SRV6_B};
+
+const INIT_UID: u32 = 1000;
+const PROXY_UID: u32 = 2102;
+const APP_UID: u32 = 1001;
+
+fn sa(ip: impl Into<IpAddr>, port: u16) -> SocketAddr {
+    SocketAddr::new(ip.into(), port)
+}
+
+/// The server side "outside the pod": listeners on the node's addresses.
+fn node_listener(node: &Node) -> Listener {
+    let mut addrs = Vec::new();
+    for ip in [
+        IpAddr::from(SRV4_A),
+        SRV4_B.into(),
+        SRV6_A.into(),
+        SRV6_B.into(),
+    ] {
+        for port in [80, 9100, 20001] {
+            addrs.push(sa(ip, port));
+        }
+    }
+    Listener::start(node.netns.path(), "server", &addrs)
+}
+
+/// The proxy stand-in inside the pod: outbound 4140 and inbound 4143.
+fn proxy_listeners(pod: &Netns) -> (Listener, Listener, Listener) {
+    let any4 = IpAddr::from([0, 0, 0, 0]);
+    let any6 = IpAddr::from([0u16; 8]);
+    (
+        Listener::start(pod.path(), "proxy-out", &[sa(any4, 4140), sa(any6, 4140)]),
+        Listener::start(pod.path(), "proxy-in", &[sa(any4, 4143), sa(any6, 4143)]),
+        Listener::start(
+            pod.path(),
+            "app",
+            &[
+                sa(any4, 4191),
+                sa(any6, 4191),
+                sa(any4, 8080),
+                sa(any6, 8080),
+            ],
+        ),
+    )
+}
+
+fn expect_reply(r: Result<String, String>, tag: &str, orig: Option<&str>) {
+    let line = r.unwrap_or_else(|e| panic!("expected a reply from {tag}, got error: {e}"));
+    assert!(
+        line.starts_with(&format!("{tag} ")),
+        "expected {tag}, got {line:?}"
+    );
+    if let Some(o) = orig {
+        assert!(
+            line.contains(&format!("orig={o}")),
+            "expected orig={o} in {line:?}"
+        );
+    }
+}
+
+/// The seed scenario for one spec version and cgroup layout.
+fn seed_scenario(version: &str, layout: Layout, qos: Qos, example: &str) {
+    let node = Node::new();
+    node.install_plugin("meshnft", std::path::Path::new(MESHNFT));
+    let server = node_listener(&node);
+    let cg = PodCgroups::new(layout, qos);
+    let pod = Netns::new("mtpod");
+    // A table of someone else's in the pod netns: DEL must leave it alone.
+    pod.nft("table ip sentinel {\n chain c { type filter hook output priority 10; policy accept; }\n}\n").unwrap();
+    let (proxy_out, proxy_in, app_l) = proxy_listeners(&pod);
+    let cl = conflist(&node, example, version, |_| {});
+    let args = k8s_args(&cg, "seed");
+    let result = node
+        .cni("add", &cl, pod.path(), "seed-sandbox", &args_ref(&args))
+        .expect("ADD");
+    assert_eq!(result["cniVersion"], version);
+    let (pod4, pod6) = support::result_v4_v6(&result);
+    let table = list_table(&pod).expect("table after ADD");
+    for name in [
+        "proxy_started",
+        "init_containers",
+        "init_phase",
+        "skip_inbound_ports",
+        "skip_outbound_ports",
+    ] {
+        assert!(
+            table.contains(&format!(" {name} {{")),
+            "{name} missing in\n{table}"
+        );
+    }
+
+    let init = cg.container("init");
+    let proxy = cg.container("proxy");
+    let app = cg.container("app");
+    let p = pod.path();
+
+    // Init phase: the init container reaches the server directly (v4, v6)...
+    expect_reply(
+        support::tcp_probe(p, Some(&init), INIT_UID, INIT_UID, SRV4_A.into(), 80),
+        "server",
+        Some("-"),
+    );
+    expect_reply(
+        support::tcp_probe(p, Some(&init), INIT_UID, INIT_UID, SRV6_A.into(), 80),
+        "server",
+        Some("-"),
+    );
+    // ...except the validator destination, which is redirected to the proxy.
+    expect_reply(
+        support::tcp_probe(p, Some(&init), INIT_UID, INIT_UID, SRV4_A.into(), 20001),
+        "proxy-out",
+        Some("198.19.0.1:20001"),
+    );
+    expect_reply(
+        support::tcp_probe(p, Some(&init), INIT_UID, INIT_UID, SRV6_A.into(), 20001),
+        "proxy-out",
+        Some("[2001:db8:2::1]:20001"),
+    );
+    let used = set_elements(&pod, "init_containers");
+    assert!(
+        used.iter().any(|e| elem_is(e, &init)),
+        "init container not recorded: {used:?}"
+    );
+    assert!(set_elements(&pod, "proxy_started").is_empty());
+
+    // The proxy (UID 2102) goes out directly and ends the init phase.
+    expect_reply(
+        support::tcp_probe(p, Some(&proxy), PROXY_UID, PROXY_UID, SRV4_A.into(), 80),
+        "server",
+        Some("-"),
+    );
+    let started = set_elements(&pod, "proxy_started");
+    assert!(
+        started.len() == 1 && elem_is(&started[0], cg.pod_dir()),
+        "proxy_started = {started:?}"
+    );
+
+    // From then on every container is redirected, the init container too.
+    expect_reply(
+        support::tcp_probe(p, Some(&app), APP_UID, APP_UID, SRV4_A.into(), 80),
+        "proxy-out",
+        Some("198.19.0.1:80"),
+    );
+    expect_reply(
+        support::tcp_probe(p, Some(&app), APP_UID, APP_UID, SRV6_A.into(), 80),
+        "proxy-out",
+        Some("[2001:db8:2::1]:80"),
+    );
+    expect_reply(
+        support::tcp_probe(p, Some(&init), INIT_UID, INIT_UID, SRV4_A.into(), 80),
+        "proxy-out",
+        None,
+    );
+    // The proxy itself is still never redirected.
+    expect_reply(
+        support::tcp_probe(p, Some(&proxy), PROXY_UID, PROXY_UID, SRV6_A.into(), 80),
+        "server",
+        Some("-"),
+    );
+    // Skipped port and skipped subnets go direct.
+    expect_reply(
+        support::tcp_probe(p, Some(&app), APP_UID, APP_UID, SRV4_A.into(), 9100),
+        "server",
+        Some("-"),
+    );
+    expect_reply(
+        support::tcp_probe(p, Some(&app), APP_UID, APP_UID, SRV4_B.into(), 80),
+        "server",
+        Some("-"),
+    );
+    expect_reply(
+        support::tcp_probe(p, Some(&app), APP_UID, APP_UID, SRV6_B.into(), 80),
+        "server",
+        Some("-"),
+    );
+
+    // Inbound: to the proxy's inbound port, except ignored ports.
+    let n = node.netns.path();
+    expect_reply(
+        support::tcp_probe(n, None, 0, 0, pod4.into(), 8080),
+        "proxy-in",
+        Some(&format!("{pod4}:8080")),
+    );
+    expect_reply(
+        support::tcp_probe(n, None, 0, 0, pod6.into(), 8080),
+        "proxy-in",
+        Some(&format!("[{pod6}]:8080")),
+    );
+    // (not redirected: the app's listener answers, original destination = local)
+    expect_reply(
+        support::tcp_probe(n, None, 0, 0, pod4.into(), 4191),
+        "app",
+        Some(&format!("{pod4}:4191")),
+    );
+    expect_reply(
+        support::tcp_probe(n, None, 0, 0, pod6.into(), 4191),
+        "app",
+        Some(&format!("[{pod6}]:4191")),
+    );
+
+    // Counters moved where the traffic went.
+    assert!(rule_packets(&pod, "outbound TCP to the proxy") >= 3);
+    assert!(rule_packets(&pod, "init container goes out directly") >= 2);
+    assert!(rule_packets(&pod, "IPv4 destination redirected even in the init phase") >= 1);
+    assert!(rule_packets(&pod, "to the proxy's inbound port") >= 2);
+    assert!(rule_packets(&pod, "outbound port ignored") >= 1);
+    assert!(rule_packets(&pod, "outbound IPv6 destination ignored") >= 1);
+
+    // CHECK (spec 0.4.0+) through libcni.
+    if version != "0.3.1" && version != "0.3.0" {
+        node.cni("check", &cl, pod.path(), "seed-sandbox", &args_ref(&args))
+            .expect("CHECK");
+    }
+
+    // A repeated ADD does not reopen the init phase; a restarted init
+    // container (new cgroup) is still redirected.
+    // (meshnft alone: the interface plugins refuse a second ADD themselves)
+    let args_text = cni_args_text(&args);
+    let again = invoke(
+        "ADD",
+        &cni_env("seed-sandbox", pod.path(), &args_text),
+        &plugin_conf(&cl, 1, Some(&result)),
+    );
+    assert_eq!(again.code, 0, "{again:?}");
+    assert_eq!(
+        again.json(),
+        result,
+        "re-ADD must return prevResult unchanged"
+    );
+    assert_eq!(set_elements(&pod, "proxy_started").len(), 1);
+    let init2 = cg.container("init-restarted");
+    expect_reply(
+        support::tcp_probe(p, Some(&init2), INIT_UID, INIT_UID, SRV4_A.into(), 80),
+        "proxy-out",
+        None,
+    );
+
+    // The listeners saw exactly what the probes reported.
+    assert!(proxy_out.accepted().iter().all(|a| a.orig.is_some()));
+    assert!(proxy_in.accepted().len() >= 2 && app_l.accepted().len() >= 2);
+    assert!(!server.accepted().is_empty());
+
+    // DEL through libcni: the table is gone, the sentinel table is not.
+    node.cni("del", &cl, pod.path(), "seed-sandbox", &args_ref(&args))
+        .expect("DEL");
+    assert!(!has_table(&pod), "table left after DEL");
+    assert!(
+        pod.nft("list table ip sentinel").is_ok(),
+        "DEL removed someone else's table"
+    );
+    assert!(
+        !node.dir().join("state/seed-sandbox").exists(),
+        "state record left after DEL"
+    );
+    // DEL again succeeds.
+    node.cni("del", &cl, pod.path(), "seed-sandbox", &args_ref(&args))
+        .expect("second DEL");
+    let log = std::fs::read_to_string(node.dir().join("meshnft.log")).unwrap_or_default();
+    assert!(
+        log.contains("wrote table inet meshnft"),
+        "log_file has no ADD line:\n{log}"
+    );
+}
+
+#[test]
+fn seed_ptp_v1_0_0_cgroupfs_burstable() {
+    if !support::root_or_skip("seed_ptp_v1_0_0_cgroupfs_burstable") {
+        return;
+    }
+    seed_scenario(
+        "1.0.0",
+        Layout::Cgroupfs,
+        Qos::Burstable,
+        "ptp-meshnft.conflist",
+    );
+}
+
+#[test]
+fn seed_ptp_v0_4_0_systemd_guaranteed() {
+    if !support::root_or_skip("seed_ptp_v0_4_0_systemd_guaranteed") {
+        return;
+    }
+    seed_scenario(
+        "0.4.0",
+        Layout::Systemd,
+        Qos::Guaranteed,
+        "ptp-meshnft.conflist",
+    );
+}
+
+#[test]
+fn seed_ptp_v0_3_1_cgroupfs_besteffort() {
+    if !support::root_or_skip("seed_ptp_v0_3_1_cgroupfs_besteffort") {
+        return;
+    }
+    seed_scenario(
+        "0.3.1",
+        Layout::Cgroupfs,
+        Qos::BestEffort,
+        "ptp-meshnft.conflist",
+    );
+}
+
+#[test]
+fn seed_bridge_v1_0_0_systemd_burstable() {
+    if !support::root_or_skip("seed_bridge_v1_0_0_systemd_burstable") {
+        return;
+    }
+    seed_scenario(
+        "1.0.0",
+        Layout::Systemd,
+        Qos::Burstable,
+        "bridge-meshnft.conflist",
+    );
+}
+
+/// The proxy's first packet of any protocol ends the init phase: here a DNS
+/// query over UDP, before any TCP.
+#[test]
+fn proxy_udp_packet_ends_init_phase() {
+    if !support::root_or_skip("proxy_udp_packet_ends_init_phase") {
+        return;
+    }
+    let node = Node::new();
+    node.install_plugin("meshnft", std::path::Path::new(MESHNFT));
+    let _server = node_listener(&node);
+    let cg = PodCgroups::new(Layout::Cgroupfs, Qos::Burstable);
+    let pod = Netns::new("mtpod");
+    let (_po, _pi, _a) = proxy_listeners(&pod);
+    let cl = conflist(&node, "ptp-meshnft.conflist", "1.0.0", |_| {});
+    let args = k8s_args(&cg, "udp");
+    node.cni("add", &cl, pod.path(), "udp-sandbox", &args_ref(&args))
+        .expect("ADD");
+    let (app, proxy) = (cg.container("app"), cg.container("proxy"));
+    expect_reply(
+        support::tcp_probe(pod.path(), Some(&app), APP_UID, APP_UID, SRV4_A.into(), 80),
+        "server",
+        None,
+    );
+    support::udp_send(
+        pod.path(),
+        Some(&proxy),
+        PROXY_UID,
+        PROXY_UID,
+        SRV4_A.into(),
+        53,
+    )
+    .expect("udp");
+    assert_eq!(set_elements(&pod, "proxy_started").len(), 1);
+    expect_reply(
+        support::tcp_probe(pod.path(), Some(&app), APP_UID, APP_UID, SRV4_A.into(), 80),
+        "proxy-out",
+        None,
+    );
+    node.cni("del", &cl, pod.path(), "udp-sandbox", &args_ref(&args))
+        .expect("DEL");
+}
+
+/// With the init phase off the init container's fetch is refused: the bug
+/// meshnft exists to fix (linkerd/linkerd2#4788), reproduced on purpose.
+#[test]
+fn init_phase_off_reproduces_the_seed_bug() {
+    if !support::root_or_skip("init_phase_off_reproduces_the_seed_bug") {
+        return;
+    }
+    let node = Node::new();
+    node.install_plugin("meshnft", std::path::Path::new(MESHNFT));
+    let _server = node_listener(&node);
+    let cg = PodCgroups::new(Layout::Cgroupfs, Qos::Burstable);
+    let pod = Netns::new("mtpod");
+    let cl = conflist(&node, "ptp-meshnft.conflist", "1.0.0", |e| {
+        e["initPhase"]["enabled"] = json!(false)
+    });
+    let args = k8s_args(&cg, "off");
+    node.cni("add", &cl, pod.path(), "off-sandbox", &args_ref(&args))
+        .expect("ADD");
+    let init = cg.container("init");
+    let err = support::tcp_probe(
+        pod.path(),
+        Some(&init),
+        INIT_UID,
+        INIT_UID,
+        SRV4_A.into(),
+        80,
+    )
+    .unwrap_err();
+    assert!(err.contains("Connection refused"), "{err}");
+    let t = list_table(&pod).unwrap();
+    assert!(
+        !t.contains("init_phase_bypass\n") || !t.contains("jump init_phase_bypass"),
+        "{t}"
+    );
+    node.cni("del", &cl, pod.path(), "off-sandbox", &args_ref(&args))
+        .expect("DEL");
+}
+
+/// No K8S_POD_UID: the plain redirect table, one warning, no init phase.
+#[test]
+fn without_pod_uid_the_table_has_no_init_phase() {
+    if !support::root_or_skip("without_pod_uid_the_table_has_no_init_phase") {
+        return;
+    }
+    let node = Node::new();
+    node.install_plugin("meshnft", std::path::Path::new(MESHNFT));
+    let _server = node_listener(&node);
+    let cg = PodCgroups::new(Layout::Cgroupfs, Qos::Burstable);
+    let pod = Netns::new("mtpod");
+    let (_po, _pi, _a) = proxy_listeners(&pod);
+    let cl = conflist(&node, "ptp-meshnft.conflist", "1.0.0", |_| {});
+    node.cni("add", &cl, pod.path(), "nouid-sandbox", &[])
+        .expect("ADD");
+    let t = list_table(&pod).unwrap();
+    assert!(!t.contains("socket cgroupv2"), "{t}");
+    let init = cg.container("init");
+    expect_reply(
+        support::tcp_probe(
+            pod.path(),
+            Some(&init),
+            INIT_UID,
+            INIT_UID,
+            SRV4_A.into(),
+            80,
+        ),
+        "proxy-out",
+        None,
+    );
+    let log = std::fs::read_to_string(node.dir().join("meshnft.log")).unwrap();
+    assert_eq!(
+        log.matches("init phase off for this pod").count(),
+        1,
+        "{log}"
+    );
+    assert!(log.contains("no K8S_POD_UID"), "{log}");
+    node.cni("check", &cl, pod.path(), "nouid-sandbox", &[])
+        .expect("CHECK");
+    node.cni("del", &cl, pod.path(), "nouid-sandbox", &[])
+        .expect("DEL");
+}
+
+/// ADD returns the interface plugin's result unchanged, field for field,
+/// for every version libcni and the reference plugins speak.
+#[test]
+fn prev_result_passes_through_unchanged() {
+    if !support::root_or_skip("prev_result_passes_through_unchanged") {
+        return;
+    }
+    let node = Node::new();
+    let cg = PodCgroups::new(Layout::Cgroupfs, Qos::Burstable);
+    for version in ["0.3.0", "0.3.1", "0.4.0", "1.0.0"] {
+        let pod = Netns::new("mtpod");
+        // The interface plugin alone gives the real prevResult.
+        let ptp_only = node.write_conflist("meshnet", version, vec![]);
+        let prev = node
+            .cni("add", &ptp_only, pod.path(), "pt-sandbox", &[])
+            .expect("ptp ADD");
+        let mut conf = meshnft_entry(
+            &node,
+            &example_conflist("ptp-meshnft.conflist")["plugins"][1],
+        );
+        conf["cniVersion"] = json!(version);
+        conf["name"] = json!("meshnet");
+        conf["prevResult"] = prev.clone();
+        let uid = cg.pod_uid().to_string();
+        let args = format!("IgnoreUnknown=1;K8S_POD_UID={uid}");
+        let env = [
+            ("CNI_CONTAINERID", "pt-sandbox"),
+            ("CNI_NETNS", pod.path().to_str().unwrap()),
+            ("CNI_IFNAME", "eth0"),
+            ("CNI_ARGS", args.as_str()),
+        ];
+        let out = invoke("ADD", &env, &conf);
+        assert_eq!(out.code, 0, "{out:?}");
+        assert_eq!(
+            out.stdout.trim_end(),
+            serde_json::to_string(&prev).unwrap(),
+            "version {version}"
+        );
+        assert_eq!(
+            out.stdout.lines().count(),
+            1,
+            "exactly one document: {out:?}"
+        );
+        assert!(has_table(&pod));
+        invoke("DEL", &env, &conf).quiet_ok();
+        node.cni("del", &ptp_only, pod.path(), "pt-sandbox", &[])
+            .expect("ptp DEL");
+    }
+}
+
+/// 20 pods ADDed and DELed in parallel: every successful ADD has its table,
+/// nothing is left after DEL.
+#[test]
+fn twenty_pods_in_parallel() {
+    if !support::root_or_skip("twenty_pods_in_parallel") {
+        return;
+    }
+    let node = Node::new();
+    node.install_plugin("meshnft", std::path::Path::new(MESHNFT));
+    let cl = conflist(&node, "ptp-meshnft.conflist", "1.0.0", |_| {});
+    let pods: Vec<(Netns, PodCgroups)> = (0..20)
+        .map(|_| {
+            (
+                Netns::new("mtpod"),
+                PodCgroups::new(Layout::Cgroupfs, Qos::Burstable),
+            )
+        })
+        .collect();
+    let added: Vec<Result<Value, String>> = std::thread::scope(|s| {
+        let hs: Vec<_> = pods
+            .iter()
+            .enumerate()
+            .map(|(i, (ns, cg))| {
+                let (node, cl) = (&node, &cl);
+                s.spawn(move || {
+                    let args = k8s_args(cg, &format!("p{i}"));
+                    node.cni("add", cl, ns.path(), &format!("par-{i}"), &args_ref(&args))
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let ok = added.iter().filter(|r| r.is_ok()).count();
+    assert_eq!(
+        ok,
+        20,
+        "failures: {:?}",
+        added
+            .iter()
+            .filter_map(|r| r.as_ref().err())
+            .collect::<Vec<_>>()
+    );
+    for (i, (ns, _)) in pods.iter().enumerate() {
+        let t = list_table(ns).unwrap_or_else(|e| panic!("pod {i}: no table: {e}"));
+        assert!(
+            t.contains("socket cgroupv2 level"),
+            "pod {i} without init phase"
+        );
+    }
+    std::thread::scope(|s| {
+        for (i, (ns, cg)) in pods.iter().enumerate() {
+            let (node, cl) = (&node, &cl);
+            s.spawn(move || {
+                let args = k8s_args(cg, &format!("p{i}"));
+                node.cni("del", cl, ns.path(), &format!("par-{i}"), &args_ref(&args))
+                    .expect("DEL");
+            });
+        }
+    });
+    for (ns, _) in &pods {
+        assert!(!has_table(ns));
+        assert!(!ns.has_link("eth0"));
+    }
+    assert!(
+        std::fs::read_dir(node.dir().join("state"))
+            .map(|d| d.count())
+            .unwrap_or(0)
+            == 0
+    );
+    let _ = Duration::from_secs(0);
+}
