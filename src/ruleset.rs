@@ -89,6 +89,17 @@ fn port_elems(r: &[PortRange]) -> Vec<String> {
     r.iter().map(|p| p.to_string()).collect()
 }
 
+/// A network as an nft element: host routes as bare addresses (as nft lists
+/// them), others as `addr/len`.
+fn net_elem<N: Copy + Into<ipnet::IpNet>>(n: &N) -> String {
+    let net: ipnet::IpNet = (*n).into();
+    if net.prefix_len() == net.max_prefix_len() {
+        net.addr().to_string()
+    } else {
+        net.to_string()
+    }
+}
+
 /// Keeps a comment within nft's limits and free of quotes: printable ASCII
 /// only, at most 127 bytes.
 pub fn sanitize_comment(s: &str) -> String {
@@ -154,26 +165,14 @@ pub fn build(s: &Settings, levels: Option<Levels>, comment: &str) -> Table {
             name: "skip_inbound_nets4",
             spec: "type ipv4_addr; flags interval;",
             comment: "linkerd.subnets-to-ignore (IPv4 sources)",
-            elements: Some(
-                s.skip_inbound_nets
-                    .v4
-                    .iter()
-                    .map(|n| n.to_string())
-                    .collect(),
-            ),
+            elements: Some(s.skip_inbound_nets.v4.iter().map(net_elem).collect()),
         },
         SetDecl {
             kind: "set",
             name: "skip_inbound_nets6",
             spec: "type ipv6_addr; flags interval;",
             comment: "linkerd.subnets-to-ignore (IPv6 sources)",
-            elements: Some(
-                s.skip_inbound_nets
-                    .v6
-                    .iter()
-                    .map(|n| n.to_string())
-                    .collect(),
-            ),
+            elements: Some(s.skip_inbound_nets.v6.iter().map(net_elem).collect()),
         },
         SetDecl {
             kind: "set",
@@ -187,26 +186,14 @@ pub fn build(s: &Settings, levels: Option<Levels>, comment: &str) -> Table {
             name: "skip_outbound_nets4",
             spec: "type ipv4_addr; flags interval;",
             comment: "linkerd.outbound-subnets-to-ignore (IPv4 destinations)",
-            elements: Some(
-                s.skip_outbound_nets
-                    .v4
-                    .iter()
-                    .map(|n| n.to_string())
-                    .collect(),
-            ),
+            elements: Some(s.skip_outbound_nets.v4.iter().map(net_elem).collect()),
         },
         SetDecl {
             kind: "set",
             name: "skip_outbound_nets6",
             spec: "type ipv6_addr; flags interval;",
             comment: "linkerd.outbound-subnets-to-ignore (IPv6 destinations)",
-            elements: Some(
-                s.skip_outbound_nets
-                    .v6
-                    .iter()
-                    .map(|n| n.to_string())
-                    .collect(),
-            ),
+            elements: Some(s.skip_outbound_nets.v6.iter().map(net_elem).collect()),
         },
         SetDecl {
             kind: "set",
@@ -315,7 +302,7 @@ pub fn build(s: &Settings, levels: Option<Levels>, comment: &str) -> Table {
     r(
         "inbound_redirect",
         format!("meta l4proto tcp counter redirect to :{}", s.inbound_port),
-        "to the proxy's inbound port",
+        &format!("to the proxy's inbound port {}", s.inbound_port),
     );
     r(
         "prerouting",
@@ -327,13 +314,19 @@ pub fn build(s: &Settings, levels: Option<Levels>, comment: &str) -> Table {
     r(
         "outbound_redirect",
         format!("meta l4proto tcp counter redirect to :{}", s.outbound_port),
-        "to the proxy's outbound port",
+        &format!("to the proxy's outbound port {}", s.outbound_port),
     );
 
     // Outbound (Linkerd's PROXY_INIT_OUTPUT, plus the init phase).
-    let proxy = match s.proxy_gid {
-        Some(g) => format!("meta skuid {} meta skgid {g}", s.proxy_uid),
-        None => format!("meta skuid {}", s.proxy_uid),
+    let (proxy, who) = match s.proxy_gid {
+        Some(g) => (
+            format!("meta skuid {} meta skgid {g}", s.proxy_uid),
+            format!("uid {} gid {g}", s.proxy_uid),
+        ),
+        None => (
+            format!("meta skuid {}", s.proxy_uid),
+            format!("uid {}", s.proxy_uid),
+        ),
     };
     if let (Some(l), true) = (levels, s.init_phase.enabled) {
         r(
@@ -342,13 +335,16 @@ pub fn build(s: &Settings, levels: Option<Levels>, comment: &str) -> Table {
                 "{proxy} add @proxy_started {{ socket cgroupv2 level {} }}",
                 l.pod
             ),
-            "the proxy's first packet ends the init phase",
+            &format!(
+                "the proxy's first packet ends the init phase ({who}, pod cgroup level {})",
+                l.pod
+            ),
         );
     }
     r(
         "output",
         format!("{proxy} counter return"),
-        "the proxy's own traffic",
+        &format!("the proxy's own traffic ({who})"),
     );
     r("output", "oifname \"lo\" counter return".into(), "loopback");
     if !s.ipv6 {
@@ -382,7 +378,10 @@ pub fn build(s: &Settings, levels: Option<Levels>, comment: &str) -> Table {
         r(
             "output",
             format!("socket cgroupv2 level {} vmap @init_phase", l.container),
-            "explicit per-container verdict",
+            &format!(
+                "explicit per-container verdict (container cgroup level {})",
+                l.container
+            ),
         );
         if s.init_phase.enabled {
             r(
@@ -391,7 +390,10 @@ pub fn build(s: &Settings, levels: Option<Levels>, comment: &str) -> Table {
                     "socket cgroupv2 level {} != @proxy_started counter jump init_phase_bypass",
                     l.pod
                 ),
-                "init phase: the proxy has not started",
+                &format!(
+                    "init phase: the proxy has not started (pod cgroup level {})",
+                    l.pod
+                ),
             );
             r(
                 "init_phase_bypass",
@@ -414,7 +416,10 @@ pub fn build(s: &Settings, levels: Option<Levels>, comment: &str) -> Table {
                     "add @init_containers {{ socket cgroupv2 level {} }}",
                     l.container
                 ),
-                "record the container that bypassed the proxy",
+                &format!(
+                    "record the container that bypassed the proxy (container cgroup level {})",
+                    l.container
+                ),
             );
             r(
                 "init_phase_bypass",
@@ -524,6 +529,32 @@ mod tests {
             v.sort();
             v.dedup();
             assert_eq!(v.len(), n, "duplicate comment in {}", c.name);
+        }
+    }
+
+    #[test]
+    fn comments_fit_nft_limits() {
+        let s = LinkerdConf {
+            proxy_uid: Some(4294967294u32.into()),
+            proxy_gid: Some(4294967294u32.into()),
+            ..Default::default()
+        }
+        .settings(&InitPhaseConf::default())
+        .unwrap();
+        let t = build(
+            &s,
+            Some(Levels {
+                pod: 253,
+                container: 254,
+            }),
+            "x",
+        );
+        for r in &t.rules {
+            assert!(
+                r.comment.len() <= 127 && !r.comment.contains('"'),
+                "{}",
+                r.comment
+            );
         }
     }
 

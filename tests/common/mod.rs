@@ -180,12 +180,12 @@ pub fn elem_is(elem: &str, dir: &Path) -> bool {
             .ends_with(elem.trim_start_matches('/'))
 }
 
-/// Packet count of the counter on the rule whose comment is `comment`.
+/// Packet count of the counter on the rule whose comment starts with `comment`.
 pub fn rule_packets(ns: &Netns, comment: &str) -> u64 {
     let t = list_table(ns).expect("table");
     let line = t
         .lines()
-        .find(|l| l.contains(&format!("comment \"{comment}\"")))
+        .find(|l| l.contains(&format!("comment \"{comment}")))
         .unwrap_or_else(|| panic!("no rule with comment {comment:?} in\n{t}"));
     let after = line
         .split("counter packets ")

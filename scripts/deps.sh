@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs the system packages meshnft's demo and tests need on Debian/Ubuntu
+# (only those missing), and checks for a Rust toolchain.
+#   nftables                      nft, the userspace meshnft drives
+#   iproute2, util-linux          ip netns / nsenter / unshare for the throwaway namespaces
+#   containernetworking-plugins   the reference CNI plugins (ptp, bridge, host-local) in /usr/lib/cni
+#   golang-go, golang-github-appc-cni-dev
+#                                 the CNI project's libcni, built offline into the test driver
+set -euo pipefail
+
+need=()
+have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
+for p in nftables iproute2 util-linux containernetworking-plugins golang-go golang-github-appc-cni-dev; do
+  have_pkg "$p" || need+=("$p")
+done
+if ((${#need[@]})); then
+  if [[ $EUID -ne 0 ]]; then
+    echo "missing packages: ${need[*]} (run as root, e.g. with sudo)" >&2
+    exit 1
+  fi
+  echo "==> apt-get install ${need[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+if ! command -v cargo >/dev/null 2>&1; then
+  for d in "$HOME/.cargo/bin" /root/.cargo/bin; do
+    [[ -x "$d/cargo" ]] && export PATH="$d:$PATH" && break
+  done
+fi
+if ! command -v cargo >/dev/null 2>&1; then
+  cat >&2 <<'MSG'
+cargo not found. meshnft needs Rust 1.85 or newer (edition 2024):
+  install it with rustup (https://rustup.rs), then run this command again.
+MSG
+  exit 1
+fi

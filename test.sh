@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Runs every check and test of meshnft as CI does: formatting, clippy, unit
+# and golden tests, and the root-only end-to-end tests (real nft in real
+# network namespaces, real cgroup v2 directories, the reference CNI plugins
+# driven by libcni). Needs root; installs missing packages first.
+#
+#   sudo ./test.sh            everything
+#   sudo ./test.sh e2e        extra arguments go to `cargo test`
+set -euo pipefail
+cd "$(dirname "$0")"
+source scripts/deps.sh
+
+if [[ $EUID -ne 0 ]]; then
+  echo "test.sh: the end-to-end tests need root (network namespaces, cgroups, nft): run it with sudo" >&2
+  exit 1
+fi
+
+echo "==> cargo fmt --check"
+cargo fmt --all -- --check
+echo "==> cargo clippy --all-targets -- -D warnings"
+cargo clippy --quiet --all-targets -- -D warnings
+echo "==> cargo test (root tests required)"
+MESHNFT_REQUIRE_ROOT=1 cargo test --all-targets "$@"
+
+# Nothing may be left behind by the tests.
+echo "==> leak check"
+leaks=0
+if ip netns list | grep -E '^mt' ; then echo "leftover network namespaces (above)"; leaks=1; fi
+cg2=$(awk '{for (i = 7; i <= NF; i++) if ($i == "-") { if ($(i + 1) == "cgroup2") { print $5; exit } break }}' /proc/self/mountinfo)
+if [[ -n "$cg2" ]] && ls -d "$cg2"/meshnft-test-* 2>/dev/null; then echo "leftover cgroups (above)"; leaks=1; fi
+if ls -d /tmp/meshnft-node-* 2>/dev/null; then echo "leftover temp dirs (above)"; leaks=1; fi
+if ((leaks)); then exit 1; fi
+echo "no leftovers"

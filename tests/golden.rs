@@ -1,0 +1,107 @@
+//! Golden tests of the exact nft text ADD applies (`src/ruleset.rs`).
+//!
+//! The expected transactions live in `tests/golden/*.nft`; a change to the
+//! ruleset shows up as a diff there, reviewed like code. Regenerate with
+//! `UPDATE_GOLDEN=1 cargo test --test golden`. As root, every golden file is
+//! also applied by the real nft in a scratch network namespace, so the
+//! goldens cannot drift from what nft and the kernel accept.
+
+mod support;
+
+use meshnft::config::{self, NetConf};
+use meshnft::ruleset::{self, Levels};
+use serde_json::json;
+use std::path::PathBuf;
+
+fn golden_path(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden")
+        .join(name)
+}
+
+fn render(conf: serde_json::Value, levels: Option<Levels>) -> String {
+    let conf: NetConf = config::decode(conf.to_string().as_bytes()).expect("config");
+    ruleset::build(
+        &conf.settings().expect("settings"),
+        levels,
+        "meshnft golden",
+    )
+    .render()
+}
+
+fn cases() -> Vec<(&'static str, String)> {
+    let base = json!({"cniVersion": "1.0.0", "name": "k8s-pod-network", "type": "meshnft"});
+    let mut full = base.clone();
+    full["linkerd"] = json!({
+        "incoming-proxy-port": 4143, "outgoing-proxy-port": 4140, "proxy-uid": 2102, "proxy-gid": 2102,
+        "ports-to-redirect": [8080, "9000-9010"],
+        "inbound-ports-to-ignore": ["4191", "4190", "25"],
+        "outbound-ports-to-ignore": ["443", "6443", "3306, 5432", "1000-2000", "1500-2500"],
+        "subnets-to-ignore": ["198.18.7.0/24", "2001:db8:7::/48"],
+        "outbound-subnets-to-ignore": ["198.18.8.0/25", "198.18.8.128/25", "2001:db8:8::1"],
+        "ipv6": true
+    });
+    full["initPhase"] = json!({"redirectDestinations": ["198.18.9.9:20001", "[2001:db8:9::9]:20001", "15000-15001"]});
+    vec![
+        (
+            "linkerd-defaults-level3.nft",
+            render(
+                base.clone(),
+                Some(Levels {
+                    pod: 3,
+                    container: 4,
+                }),
+            ),
+        ),
+        ("no-pod-cgroup.nft", render(base.clone(), None)),
+        (
+            "full-level5.nft",
+            render(
+                full,
+                Some(Levels {
+                    pod: 5,
+                    container: 6,
+                }),
+            ),
+        ),
+    ]
+}
+
+#[test]
+fn rendered_transactions_match_golden_files() {
+    let update = std::env::var("UPDATE_GOLDEN").as_deref() == Ok("1");
+    for (name, text) in cases() {
+        let p = golden_path(name);
+        if update {
+            std::fs::write(&p, &text).unwrap();
+            continue;
+        }
+        let want = std::fs::read_to_string(&p).unwrap_or_else(|e| {
+            panic!("{}: {e} (run with UPDATE_GOLDEN=1 to create)", p.display())
+        });
+        assert_eq!(
+            text, want,
+            "{name} differs from the golden file (UPDATE_GOLDEN=1 to accept)"
+        );
+    }
+}
+
+#[test]
+fn golden_files_are_accepted_by_nft_and_the_kernel() {
+    if !support::root_or_skip("golden_files_are_accepted_by_nft_and_the_kernel") {
+        return;
+    }
+    for (name, text) in cases() {
+        let ns = support::Netns::new("mtgold");
+        // Twice: the transaction must be idempotent.
+        ns.nft(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let first = ns.exec_ok(&["nft", "list", "table", "inet", "meshnft"]);
+        ns.nft(&text)
+            .unwrap_or_else(|e| panic!("{name} (again): {e}"));
+        assert_eq!(
+            ns.exec_ok(&["nft", "list", "table", "inet", "meshnft"]),
+            first,
+            "{name}: not idempotent"
+        );
+    }
+}
