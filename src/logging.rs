@@ -3,6 +3,7 @@
 //! stdout belongs to the CNI result; nothing here ever writes to it.
 
 use std::fs::OpenOptions;
+use std::io::IsTerminal;
 use std::path::Path;
 use std::sync::Mutex;
 use tracing_subscriber::filter::LevelFilter;
@@ -27,6 +28,7 @@ pub fn level(name: Option<&str>) -> LevelFilter {
 pub fn init(level: LevelFilter, file: Option<&Path>) {
     let stderr = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_target(false)
         .with_filter(level);
     let mut file_err = None;

@@ -72,24 +72,65 @@ fn expect_reply(r: Result<String, String>, tag: &str, orig: Option<&str>) {
     }
 }
 
+/// One node with meshnft installed and a server outside the pod, one pod
+/// netns with the proxy stand-in, its kubelet-like cgroup tree and the
+/// conflist. Fields drop in declaration order: listeners before the
+/// namespaces they live in.
+struct Fixture {
+    /// Proxy stand-in (outbound, inbound) and app listeners, when started.
+    listeners: Option<(Listener, Listener, Listener)>,
+    server: Listener,
+    pod: Netns,
+    cg: PodCgroups,
+    cl: std::path::PathBuf,
+    node: Node,
+}
+
+impl Fixture {
+    fn new(
+        proxy: bool,
+        version: &str,
+        layout: Layout,
+        qos: Qos,
+        example: &str,
+        extra: impl Fn(&mut Value),
+    ) -> Fixture {
+        let node = Node::new();
+        node.install_plugin("meshnft", std::path::Path::new(MESHNFT));
+        let server = node_listener(&node);
+        let cg = PodCgroups::new(layout, qos);
+        let pod = Netns::new("mtpod");
+        let listeners = proxy.then(|| proxy_listeners(&pod));
+        let cl = conflist(&node, example, version, extra);
+        Fixture {
+            listeners,
+            server,
+            pod,
+            cg,
+            cl,
+            node,
+        }
+    }
+
+    /// Runs `cmd` through libcni for sandbox `id`, with or without K8S_* args.
+    fn cni(&self, cmd: &str, id: &str, k8s: bool) -> Result<Value, String> {
+        let args = if k8s { k8s_args(&self.cg, id) } else { vec![] };
+        self.node
+            .cni(cmd, &self.cl, self.pod.path(), id, &args_ref(&args))
+    }
+}
+
 /// The seed scenario for one spec version and cgroup layout.
 fn seed_scenario(version: &str, layout: Layout, qos: Qos, example: &str) {
-    let node = Node::new();
-    node.install_plugin("meshnft", std::path::Path::new(MESHNFT));
-    let server = node_listener(&node);
-    let cg = PodCgroups::new(layout, qos);
-    let pod = Netns::new("mtpod");
+    let f = Fixture::new(true, version, layout, qos, example, |_| {});
+    let (node, cg, pod, cl) = (&f.node, &f.cg, &f.pod, &f.cl);
     // A table of someone else's in the pod netns: DEL must leave it alone.
     pod.nft("table ip sentinel {\n chain c { type filter hook output priority 10; policy accept; }\n}\n").unwrap();
-    let (proxy_out, proxy_in, app_l) = proxy_listeners(&pod);
-    let cl = conflist(&node, example, version, |_| {});
-    let args = k8s_args(&cg, "seed");
-    let result = node
-        .cni("add", &cl, pod.path(), "seed-sandbox", &args_ref(&args))
-        .expect("ADD");
+    let args = k8s_args(cg, "seed-sandbox");
+    let result = f.cni("add", "seed-sandbox", true).expect("ADD");
     assert_eq!(result["cniVersion"], version);
     let (pod4, pod6) = support::result_v4_v6(&result);
-    let table = list_table(&pod).expect("table after ADD");
+    let table = list_table(pod).expect("table after ADD");
     for name in [
         "proxy_started",
         "init_containers",
@@ -130,12 +171,12 @@ fn seed_scenario(version: &str, layout: Layout, qos: Qos, example: &str) {
         "proxy-out",
         Some("[2001:db8:2::1]:20001"),
     );
-    let used = set_elements(&pod, "init_containers");
+    let used = set_elements(pod, "init_containers");
     assert!(
         used.iter().any(|e| elem_is(e, &init)),
         "init container not recorded: {used:?}"
     );
-    assert!(set_elements(&pod, "proxy_started").is_empty());
+    assert!(set_elements(pod, "proxy_started").is_empty());
 
     // The proxy (UID 2102) goes out directly and ends the init phase.
     expect_reply(
@@ -143,7 +184,7 @@ fn seed_scenario(version: &str, layout: Layout, qos: Qos, example: &str) {
         "server",
         Some("-"),
     );
-    let started = set_elements(&pod, "proxy_started");
+    let started = set_elements(pod, "proxy_started");
     assert!(
         started.len() == 1 && elem_is(&started[0], cg.pod_dir()),
         "proxy_started = {started:?}"
@@ -213,17 +254,16 @@ fn seed_scenario(version: &str, layout: Layout, qos: Qos, example: &str) {
     );
 
     // Counters moved where the traffic went.
-    assert!(rule_packets(&pod, "outbound TCP to the proxy") >= 3);
-    assert!(rule_packets(&pod, "init container goes out directly") >= 2);
-    assert!(rule_packets(&pod, "IPv4 destination redirected even in the init phase") >= 1);
-    assert!(rule_packets(&pod, "to the proxy's inbound port") >= 2);
-    assert!(rule_packets(&pod, "outbound port ignored") >= 1);
-    assert!(rule_packets(&pod, "outbound IPv6 destination ignored") >= 1);
+    assert!(rule_packets(pod, "outbound TCP to the proxy") >= 3);
+    assert!(rule_packets(pod, "init container goes out directly") >= 2);
+    assert!(rule_packets(pod, "IPv4 destination redirected even in the init phase") >= 1);
+    assert!(rule_packets(pod, "to the proxy's inbound port") >= 2);
+    assert!(rule_packets(pod, "outbound port ignored") >= 1);
+    assert!(rule_packets(pod, "outbound IPv6 destination ignored") >= 1);
 
     // CHECK (spec 0.4.0+) through libcni.
     if version != "0.3.1" && version != "0.3.0" {
-        node.cni("check", &cl, pod.path(), "seed-sandbox", &args_ref(&args))
-            .expect("CHECK");
+        f.cni("check", "seed-sandbox", true).expect("CHECK");
     }
 
     // A repeated ADD does not reopen the init phase; a restarted init
@@ -233,7 +273,7 @@ fn seed_scenario(version: &str, layout: Layout, qos: Qos, example: &str) {
     let again = invoke(
         "ADD",
         &cni_env("seed-sandbox", pod.path(), &args_text),
-        &plugin_conf(&cl, 1, Some(&result)),
+        &plugin_conf(cl, 1, Some(&result)),
     );
     assert_eq!(again.code, 0, "{again:?}");
     assert_eq!(
@@ -241,7 +281,7 @@ fn seed_scenario(version: &str, layout: Layout, qos: Qos, example: &str) {
         result,
         "re-ADD must return prevResult unchanged"
     );
-    assert_eq!(set_elements(&pod, "proxy_started").len(), 1);
+    assert_eq!(set_elements(pod, "proxy_started").len(), 1);
     let init2 = cg.container("init-restarted");
     expect_reply(
         support::tcp_probe(p, Some(&init2), INIT_UID, INIT_UID, SRV4_A.into(), 80),
@@ -250,14 +290,24 @@ fn seed_scenario(version: &str, layout: Layout, qos: Qos, example: &str) {
     );
 
     // The listeners saw exactly what the probes reported.
-    assert!(proxy_out.accepted().iter().all(|a| a.orig.is_some()));
-    assert!(proxy_in.accepted().len() >= 2 && app_l.accepted().len() >= 2);
-    assert!(!server.accepted().is_empty());
+    assert!(
+        f.listeners
+            .as_ref()
+            .unwrap()
+            .0
+            .accepted()
+            .iter()
+            .all(|a| a.orig.is_some())
+    );
+    assert!(
+        f.listeners.as_ref().unwrap().1.accepted().len() >= 2
+            && f.listeners.as_ref().unwrap().2.accepted().len() >= 2
+    );
+    assert!(!f.server.accepted().is_empty());
 
     // DEL through libcni: the table is gone, the sentinel table is not.
-    node.cni("del", &cl, pod.path(), "seed-sandbox", &args_ref(&args))
-        .expect("DEL");
-    assert!(!has_table(&pod), "table left after DEL");
+    f.cni("del", "seed-sandbox", true).expect("DEL");
+    assert!(!has_table(pod), "table left after DEL");
     assert!(
         pod.nft("list table ip sentinel").is_ok(),
         "DEL removed someone else's table"
@@ -267,9 +317,8 @@ fn seed_scenario(version: &str, layout: Layout, qos: Qos, example: &str) {
         "state record left after DEL"
     );
     // DEL again succeeds.
-    node.cni("del", &cl, pod.path(), "seed-sandbox", &args_ref(&args))
-        .expect("second DEL");
-    let log = std::fs::read_to_string(node.dir().join("meshnft.log")).unwrap_or_default();
+    f.cni("del", "seed-sandbox", true).expect("second DEL");
+    let log = std::fs::read_to_string(f.node.dir().join("meshnft.log")).unwrap_or_default();
     assert!(
         log.contains("wrote table inet meshnft"),
         "log_file has no ADD line:\n{log}"
@@ -335,16 +384,16 @@ fn proxy_udp_packet_ends_init_phase() {
     if !support::root_or_skip("proxy_udp_packet_ends_init_phase") {
         return;
     }
-    let node = Node::new();
-    node.install_plugin("meshnft", std::path::Path::new(MESHNFT));
-    let _server = node_listener(&node);
-    let cg = PodCgroups::new(Layout::Cgroupfs, Qos::Burstable);
-    let pod = Netns::new("mtpod");
-    let (_po, _pi, _a) = proxy_listeners(&pod);
-    let cl = conflist(&node, "ptp-meshnft.conflist", "1.0.0", |_| {});
-    let args = k8s_args(&cg, "udp");
-    node.cni("add", &cl, pod.path(), "udp-sandbox", &args_ref(&args))
-        .expect("ADD");
+    let f = Fixture::new(
+        true,
+        "1.0.0",
+        Layout::Cgroupfs,
+        Qos::Burstable,
+        "ptp-meshnft.conflist",
+        |_| {},
+    );
+    let (cg, pod) = (&f.cg, &f.pod);
+    f.cni("add", "udp-sandbox", true).expect("ADD");
     let (app, proxy) = (cg.container("app"), cg.container("proxy"));
     expect_reply(
         support::tcp_probe(pod.path(), Some(&app), APP_UID, APP_UID, SRV4_A.into(), 80),
@@ -360,14 +409,13 @@ fn proxy_udp_packet_ends_init_phase() {
         53,
     )
     .expect("udp");
-    assert_eq!(set_elements(&pod, "proxy_started").len(), 1);
+    assert_eq!(set_elements(pod, "proxy_started").len(), 1);
     expect_reply(
         support::tcp_probe(pod.path(), Some(&app), APP_UID, APP_UID, SRV4_A.into(), 80),
         "proxy-out",
         None,
     );
-    node.cni("del", &cl, pod.path(), "udp-sandbox", &args_ref(&args))
-        .expect("DEL");
+    f.cni("del", "udp-sandbox", true).expect("DEL");
 }
 
 /// With the init phase off the init container's fetch is refused: the bug
@@ -377,17 +425,16 @@ fn init_phase_off_reproduces_the_seed_bug() {
     if !support::root_or_skip("init_phase_off_reproduces_the_seed_bug") {
         return;
     }
-    let node = Node::new();
-    node.install_plugin("meshnft", std::path::Path::new(MESHNFT));
-    let _server = node_listener(&node);
-    let cg = PodCgroups::new(Layout::Cgroupfs, Qos::Burstable);
-    let pod = Netns::new("mtpod");
-    let cl = conflist(&node, "ptp-meshnft.conflist", "1.0.0", |e| {
-        e["initPhase"]["enabled"] = json!(false)
-    });
-    let args = k8s_args(&cg, "off");
-    node.cni("add", &cl, pod.path(), "off-sandbox", &args_ref(&args))
-        .expect("ADD");
+    let f = Fixture::new(
+        false,
+        "1.0.0",
+        Layout::Cgroupfs,
+        Qos::Burstable,
+        "ptp-meshnft.conflist",
+        |e| e["initPhase"]["enabled"] = json!(false),
+    );
+    let (cg, pod) = (&f.cg, &f.pod);
+    f.cni("add", "off-sandbox", true).expect("ADD");
     let init = cg.container("init");
     let err = support::tcp_probe(
         pod.path(),
@@ -399,13 +446,12 @@ fn init_phase_off_reproduces_the_seed_bug() {
     )
     .unwrap_err();
     assert!(err.contains("Connection refused"), "{err}");
-    let t = list_table(&pod).unwrap();
+    let t = list_table(pod).unwrap();
     assert!(
         !t.contains("init_phase_bypass\n") || !t.contains("jump init_phase_bypass"),
         "{t}"
     );
-    node.cni("del", &cl, pod.path(), "off-sandbox", &args_ref(&args))
-        .expect("DEL");
+    f.cni("del", "off-sandbox", true).expect("DEL");
 }
 
 /// No K8S_POD_UID: the plain redirect table, one warning, no init phase.
@@ -414,16 +460,17 @@ fn without_pod_uid_the_table_has_no_init_phase() {
     if !support::root_or_skip("without_pod_uid_the_table_has_no_init_phase") {
         return;
     }
-    let node = Node::new();
-    node.install_plugin("meshnft", std::path::Path::new(MESHNFT));
-    let _server = node_listener(&node);
-    let cg = PodCgroups::new(Layout::Cgroupfs, Qos::Burstable);
-    let pod = Netns::new("mtpod");
-    let (_po, _pi, _a) = proxy_listeners(&pod);
-    let cl = conflist(&node, "ptp-meshnft.conflist", "1.0.0", |_| {});
-    node.cni("add", &cl, pod.path(), "nouid-sandbox", &[])
-        .expect("ADD");
-    let t = list_table(&pod).unwrap();
+    let f = Fixture::new(
+        true,
+        "1.0.0",
+        Layout::Cgroupfs,
+        Qos::Burstable,
+        "ptp-meshnft.conflist",
+        |_| {},
+    );
+    let (cg, pod) = (&f.cg, &f.pod);
+    f.cni("add", "nouid-sandbox", false).expect("ADD");
+    let t = list_table(pod).unwrap();
     assert!(!t.contains("socket cgroupv2"), "{t}");
     let init = cg.container("init");
     expect_reply(
@@ -438,17 +485,15 @@ fn without_pod_uid_the_table_has_no_init_phase() {
         "proxy-out",
         None,
     );
-    let log = std::fs::read_to_string(node.dir().join("meshnft.log")).unwrap();
+    let log = std::fs::read_to_string(f.node.dir().join("meshnft.log")).unwrap();
     assert_eq!(
         log.matches("init phase off for this pod").count(),
         1,
         "{log}"
     );
     assert!(log.contains("no K8S_POD_UID"), "{log}");
-    node.cni("check", &cl, pod.path(), "nouid-sandbox", &[])
-        .expect("CHECK");
-    node.cni("del", &cl, pod.path(), "nouid-sandbox", &[])
-        .expect("DEL");
+    f.cni("check", "nouid-sandbox", false).expect("CHECK");
+    f.cni("del", "nouid-sandbox", false).expect("DEL");
 }
 
 /// ADD returns the interface plugin's result unchanged, field for field,

@@ -1,10 +1,9 @@
 //! ADD (CNI spec 1.1, section "ADD"): write `table inet meshnft` into
 //! `CNI_NETNS` in one transaction and pass `prevResult` through.
 
-use super::{Output, env::CniEnv, pod_cgroup, pod_label, version};
+use super::{Output, env::CniEnv, pod_cgroup, pod_label, pod_netns, version};
 use crate::config::NetConf;
 use crate::error::{Code, Error, Result};
-use crate::netns::Netns;
 use crate::nft::{self, Nft};
 use crate::{ruleset, state};
 
@@ -29,24 +28,7 @@ pub fn cmd_add(env: &CniEnv, conf: &NetConf) -> Result<Output> {
     };
     let result = version::convert_result(prev, &conf.cni_version)?;
 
-    let ns = Netns::open(netns_path)?.ok_or_else(|| {
-        Error::new(
-            Code::Netns,
-            format!(
-                "CNI_NETNS {}: no such network namespace",
-                netns_path.display()
-            ),
-        )
-    })?;
-    if ns.is_own()? {
-        return Err(Error::new(
-            Code::HostNetns,
-            format!(
-                "CNI_NETNS {} is the plugin's own network namespace (hostNetwork pod?): refusing to write redirect rules into it",
-                netns_path.display()
-            ),
-        ));
-    }
+    let ns = pod_netns(netns_path)?;
 
     let pod = pod_cgroup(&settings, &k8s)?;
     let label = pod_label(&k8s);
@@ -77,7 +59,8 @@ pub fn cmd_add(env: &CniEnv, conf: &NetConf) -> Result<Output> {
         container_id,
         netns = %netns_path.display(),
         init_phase = settings.init_phase.enabled && pod.levels.is_some(),
-        levels = ?pod.levels,
+        pod_level = pod.levels.map(|l| l.pod),
+        container_level = pod.levels.map(|l| l.container),
         elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
         "wrote table inet meshnft"
     );

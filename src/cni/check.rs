@@ -7,10 +7,9 @@
 //! `level` of `socket cgroupv2` is not in nft's JSON output (nft 1.0.6), so
 //! levels are covered by the rule comments and the table comment.
 
-use super::{Output, env::CniEnv, pod_cgroup, version};
+use super::{Output, env::CniEnv, pod_cgroup, pod_netns, version};
 use crate::config::NetConf;
 use crate::error::{Code, Error, Result};
-use crate::netns::Netns;
 use crate::nft::{self, Nft};
 use crate::ruleset::{self, Table};
 use crate::state;
@@ -41,21 +40,7 @@ pub fn cmd_check(env: &CniEnv, conf: &NetConf) -> Result<Output> {
             "CHECK needs prevResult (the cached ADD result)",
         ));
     }
-    let ns = Netns::open(netns_path)?.ok_or_else(|| {
-        Error::new(
-            Code::Netns,
-            format!(
-                "CNI_NETNS {}: no such network namespace",
-                netns_path.display()
-            ),
-        )
-    })?;
-    if ns.is_own()? {
-        return Err(Error::new(
-            Code::HostNetns,
-            "CNI_NETNS is the plugin's own network namespace",
-        ));
-    }
+    let ns = pod_netns(netns_path)?;
     // Levels as ADD wrote them (state record), else found again.
     let levels = match state::read(&conf.state_dir(), container_id, ifname) {
         Some(rec) if rec.netns_id == ns.id => rec.levels,

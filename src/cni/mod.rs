@@ -16,6 +16,7 @@ pub mod version;
 use crate::cgroup;
 use crate::config::{self, NetConf, Settings};
 use crate::error::{Code, Error, Result};
+use crate::netns::Netns;
 use crate::ruleset::Levels;
 use env::{CniEnv, Command, K8sArgs};
 use serde_json::{Value, json};
@@ -127,6 +128,30 @@ fn version_cmd(stdin: &[u8]) -> Result<Output> {
     Ok(Output::Json(
         json!({"cniVersion": v, "supportedVersions": version::SUPPORTED}),
     ))
+}
+
+/// Opens the pod's network namespace for ADD and CHECK.
+///
+/// Errors: code 102 when it does not exist or is not a network namespace,
+/// code 103 when it is the plugin's own (host) namespace: meshnft never
+/// writes there (a hostNetwork pod must not get redirect rules).
+pub fn pod_netns(path: &std::path::Path) -> Result<Netns> {
+    let ns = Netns::open(path)?.ok_or_else(|| {
+        Error::new(
+            Code::Netns,
+            format!("CNI_NETNS {}: no such network namespace", path.display()),
+        )
+    })?;
+    if ns.is_own()? {
+        return Err(Error::new(
+            Code::HostNetns,
+            format!(
+                "CNI_NETNS {} is the plugin's own network namespace (hostNetwork pod?): refusing to touch it",
+                path.display()
+            ),
+        ));
+    }
+    Ok(ns)
 }
 
 /// The pod as the runtime named it (for logs and the table comment).
