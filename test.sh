@@ -8,7 +8,17 @@
 #   sudo ./test.sh e2e        extra arguments go to `cargo test`
 set -euo pipefail
 cd "$(dirname "$0")"
-source scripts/deps.sh
+scripts/deps.sh
+
+if ! command -v cargo >/dev/null 2>&1; then
+  for d in "${HOME:-/root}/.cargo/bin" /root/.cargo/bin; do
+    if [[ -x "$d/cargo" ]]; then export PATH="$d:$PATH"; break; fi
+  done
+fi
+command -v cargo >/dev/null 2>&1 || {
+  echo "test.sh: cargo not found: meshnft needs Rust 1.85 or newer (edition 2024); install it with rustup" >&2
+  exit 1
+}
 
 if [[ $EUID -ne 0 ]]; then
   echo "test.sh: the end-to-end tests need root (network namespaces, cgroups, nft): run it with sudo" >&2
@@ -22,7 +32,10 @@ cargo clippy --quiet --all-targets -- -D warnings
 echo "==> cargo test (root tests required)"
 MESHNFT_REQUIRE_ROOT=1 cargo test --all-targets "$@"
 
-# Nothing may be left behind by the tests.
+echo "==> demo (the README's first command, without the install steps)"
+cargo run --quiet --example demo
+
+# Nothing may be left behind by the tests or the demo.
 echo "==> leak check"
 leaks=0
 if ip netns list | grep -E '^mt' ; then echo "leftover network namespaces (above)"; leaks=1; fi

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the system packages meshnft's demo and tests need on Debian/Ubuntu
-# (only those missing), and checks for a Rust toolchain.
+# (only those missing). Used by demo.sh and test.sh.
 #   nftables                      nft, the userspace meshnft drives
 #   iproute2, util-linux          ip netns / nsenter / unshare for the throwaway namespaces
 #   containernetworking-plugins   the reference CNI plugins (ptp, bridge, host-local) in /usr/lib/cni
@@ -21,17 +21,4 @@ if ((${#need[@]})); then
   echo "==> apt-get install ${need[*]}"
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-fi
-
-if ! command -v cargo >/dev/null 2>&1; then
-  for d in "$HOME/.cargo/bin" /root/.cargo/bin; do
-    [[ -x "$d/cargo" ]] && export PATH="$d:$PATH" && break
-  done
-fi
-if ! command -v cargo >/dev/null 2>&1; then
-  cat >&2 <<'MSG'
-cargo not found. meshnft needs Rust 1.85 or newer (edition 2024):
-  install it with rustup (https://rustup.rs), then run this command again.
-MSG
-  exit 1
 fi

@@ -136,6 +136,36 @@ mod tests {
     }
 
     #[test]
+    fn every_version_round_trips_its_own_results() {
+        // Results as each version's reference plugins write them.
+        for v in SUPPORTED {
+            let legacy = !at_least(v, (1, 0, 0));
+            let mut ip4 =
+                json!({"address": "198.18.0.5/24", "gateway": "198.18.0.1", "interface": 0});
+            let mut ip6 =
+                json!({"address": "2001:db8:1::5/64", "gateway": "2001:db8:1::1", "interface": 0});
+            if legacy {
+                ip4 = json!({"version": "4", "address": "198.18.0.5/24", "gateway": "198.18.0.1", "interface": 0});
+                ip6 = json!({"version": "6", "address": "2001:db8:1::5/64", "gateway": "2001:db8:1::1", "interface": 0});
+            }
+            let prev = json!({
+                "cniVersion": v,
+                "interfaces": [{"name": "veth1", "mac": "aa:bb:cc:dd:ee:ff"},
+                               {"name": "eth0", "mac": "0a:58:0a:f4:00:05", "sandbox": "/var/run/netns/p"}],
+                "ips": [ip4, ip6],
+                "routes": [{"dst": "0.0.0.0/0"}, {"dst": "::/0", "gw": "2001:db8:1::1"}],
+                "dns": {"nameservers": ["198.18.0.10"], "domain": "cluster.local", "search": ["a"], "options": ["ndots:5"]}
+            });
+            let out = convert_result(prev.clone(), v).unwrap();
+            assert_eq!(
+                serde_json::to_string(&out).unwrap(),
+                serde_json::to_string(&prev).unwrap(),
+                "{v}"
+            );
+        }
+    }
+
+    #[test]
     fn legacy_versions_carry_ip_version() {
         let prev = json!({"cniVersion": "1.0.0", "ips": [{"address": "198.18.0.5/24"}, {"address": "2001:db8::5/64"}]});
         let out = convert_result(prev, "0.3.1").unwrap();

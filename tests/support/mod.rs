@@ -324,8 +324,11 @@ pub fn in_netns<T: Send>(netns: &Path, f: impl FnOnce() -> T + Send) -> T {
 /// Mount point of the cgroup2 hierarchy, read from `/proc/self/mountinfo`
 /// (`/sys/fs/cgroup` on a unified host, `/sys/fs/cgroup/unified` on a hybrid one).
 /// Panics if there is none.
+/// Same choice as the plugin (`src/cgroup.rs`): a cgroup2 mount at
+/// `/sys/fs/cgroup` if there is one, else the first cgroup2 mount.
 pub fn cgroup2_mount() -> PathBuf {
     let info = fs::read_to_string("/proc/self/mountinfo").expect("read /proc/self/mountinfo");
+    let mut found = Vec::new();
     for line in info.lines() {
         let Some((pre, post)) = line.split_once(" - ") else {
             continue;
@@ -334,10 +337,15 @@ pub fn cgroup2_mount() -> PathBuf {
             continue;
         }
         if let Some(mp) = pre.split_whitespace().nth(4) {
-            return PathBuf::from(unescape_mountinfo(mp));
+            found.push(PathBuf::from(unescape_mountinfo(mp)));
         }
     }
-    panic!("no cgroup2 mount in /proc/self/mountinfo");
+    found
+        .iter()
+        .find(|m| m.as_path() == Path::new("/sys/fs/cgroup"))
+        .or(found.first())
+        .cloned()
+        .expect("no cgroup2 mount in /proc/self/mountinfo")
 }
 
 /// Undoes the octal escapes (`\040` etc.) of mountinfo fields.
