@@ -414,17 +414,22 @@ impl LinkerdConf {
                 ));
             }
         };
-        let cgroup_root = init.cgroup_root.clone().unwrap_or_default();
-        if cgroup_root
+        let given = init.cgroup_root.clone().unwrap_or_default();
+        if given
             .components()
             .any(|c| matches!(c, std::path::Component::ParentDir))
         {
             return Err(Error::config(
                 "initPhase.cgroupRoot",
-                &cgroup_root.display().to_string(),
+                &given.display().to_string(),
                 "must not contain '..'",
             ));
         }
+        // Relative to the cgroup2 mount, with or without a leading '/'.
+        let cgroup_root: PathBuf = given
+            .components()
+            .filter(|c| matches!(c, std::path::Component::Normal(_)))
+            .collect();
         Ok(Settings {
             inbound_port,
             outbound_port,
@@ -465,8 +470,19 @@ impl LinkerdConf {
 }
 
 impl NetConf {
-    /// Validated settings of this configuration (see [`LinkerdConf::settings`]).
+    /// Validated settings of this configuration (see [`LinkerdConf::settings`]),
+    /// after checking that `stateDir` and `log_file` are absolute paths
+    /// (a plugin's working directory is unspecified).
     pub fn settings(&self) -> Result<Settings> {
+        for (field, p) in [("stateDir", &self.state_dir), ("log_file", &self.log_file)] {
+            if let Some(p) = p.as_ref().filter(|p| !p.is_absolute()) {
+                return Err(Error::config(
+                    field,
+                    &p.display().to_string(),
+                    "must be an absolute path",
+                ));
+            }
+        }
         if let Some(t) = &self.linkerd.iptables_mode {
             tracing::debug!(iptables_mode = %t, "linkerd.iptables-mode is ignored: meshnft writes nftables directly");
         }
@@ -475,8 +491,11 @@ impl NetConf {
 
     /// The state directory for per-attachment records.
     pub fn state_dir(&self) -> PathBuf {
+        // ADD refuses a relative stateDir; DEL (which does not validate)
+        // must not act relative to an unspecified working directory.
         self.state_dir
             .clone()
+            .filter(|p| p.is_absolute())
             .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR))
     }
 }
@@ -657,6 +676,18 @@ mod tests {
                 .msg
                 .contains("initPhase.cgroupRoot")
         );
+        let mut v = base(json!({}));
+        v["initPhase"] = json!({"cgroupRoot": "/kubelet.slice/./x"});
+        assert_eq!(
+            settings(v).unwrap().init_phase.cgroup_root,
+            PathBuf::from("kubelet.slice/x")
+        );
+        for (k, bad) in [("stateDir", "state"), ("log_file", "x.log")] {
+            let mut v = base(json!({}));
+            v[k] = json!(bad);
+            let e = settings(v).unwrap_err();
+            assert!(e.msg.contains(k) && e.msg.contains("absolute"), "{e}");
+        }
     }
 
     #[test]

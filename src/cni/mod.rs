@@ -93,7 +93,11 @@ static LOGGING: std::sync::Once = std::sync::Once::new();
 fn init_logging(conf: Option<&NetConf>) {
     LOGGING.call_once(|| {
         let level = crate::logging::level(conf.and_then(|c| c.log_level.as_deref()));
-        crate::logging::init(level, conf.and_then(|c| c.log_file.as_deref()));
+        crate::logging::init(
+            level,
+            conf.and_then(|c| c.log_file.as_deref())
+                .filter(|p| p.is_absolute()),
+        );
     });
 }
 
