@@ -22,6 +22,24 @@ pub fn level(name: Option<&str>) -> LevelFilter {
     }
 }
 
+/// Opens (creating if needed) a regular file for appending, without ever
+/// blocking (a FIFO) or opening a device.
+fn open_log(p: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    if std::fs::metadata(p).is_ok_and(|md| !md.is_file()) {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    let f = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+        .open(p)?;
+    if !f.metadata()?.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    Ok(f)
+}
+
 /// Installs the global subscriber: stderr at `level`, and `file` (appended
 /// to, created if missing) at the same level. A file that cannot be opened
 /// is reported on stderr and otherwise ignored: logging never fails a verb.
@@ -32,22 +50,19 @@ pub fn init(level: LevelFilter, file: Option<&Path>) {
         .with_target(false)
         .with_filter(level);
     let mut file_err = None;
-    let file_layer =
-        file.and_then(
-            |p| match OpenOptions::new().create(true).append(true).open(p) {
-                Ok(f) => Some(
-                    tracing_subscriber::fmt::layer()
-                        .with_writer(Mutex::new(f))
-                        .with_ansi(false)
-                        .with_target(false)
-                        .with_filter(level),
-                ),
-                Err(e) => {
-                    file_err = Some(format!("cannot open log_file {}: {e}", p.display()));
-                    None
-                }
-            },
-        );
+    let file_layer = file.and_then(|p| match open_log(p) {
+        Ok(f) => Some(
+            tracing_subscriber::fmt::layer()
+                .with_writer(Mutex::new(f))
+                .with_ansi(false)
+                .with_target(false)
+                .with_filter(level),
+        ),
+        Err(e) => {
+            file_err = Some(format!("cannot open log_file {}: {e}", p.display()));
+            None
+        }
+    });
     let _ = tracing_subscriber::registry()
         .with(stderr)
         .with(file_layer)

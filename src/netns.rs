@@ -2,14 +2,17 @@
 //! namespace, and tell whether it is the plugin's own.
 
 use crate::error::{Code, Error, Result};
-use std::fs::File;
+use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 /// `NS_GET_NSTYPE` ioctl (linux/nsfs.h): returns the namespace's CLONE_NEW* type.
 const NS_GET_NSTYPE: libc::c_ulong = 0xb703;
+/// `NSFS_MAGIC` (linux/magic.h): the filesystem type of namespace files.
+const NSFS_MAGIC: i64 = 0x6e736673;
 
 /// An open network namespace file (bind mount or `/proc/PID/ns/net`).
 #[derive(Debug)]
@@ -27,7 +30,37 @@ impl Netns {
     /// gone). Errors: code 102 when it cannot be opened or is not a network
     /// namespace.
     pub fn open(path: &Path) -> Result<Option<Netns>> {
-        let file = match File::open(path) {
+        let not_netns = |why: String| {
+            Error::with_details(
+                Code::Netns,
+                format!("CNI_NETNS {}: not a network namespace", path.display()),
+                why,
+            )
+        };
+        // Look before opening: only nsfs files are opened at all, so a FIFO
+        // cannot block us and a device file is never opened.
+        match nix::sys::statfs::statfs(path) {
+            Ok(fs) if fs.filesystem_type().0 == NSFS_MAGIC => {}
+            Ok(fs) => {
+                return Err(not_netns(format!(
+                    "filesystem type {:#x}, not nsfs",
+                    fs.filesystem_type().0
+                )));
+            }
+            Err(nix::errno::Errno::ENOENT) => return Ok(None),
+            Err(e) => {
+                return Err(Error::with_details(
+                    Code::Netns,
+                    format!("CNI_NETNS {}: cannot stat", path.display()),
+                    e.to_string(),
+                ));
+            }
+        }
+        let file = match OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+            .open(path)
+        {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(e) => {

@@ -153,6 +153,31 @@ impl Nft {
     }
 }
 
+/// A fresh, empty network namespace that lives as long as the returned
+/// file: a thread of ours `unshare(2)`s its network namespace (which only
+/// affects that thread) and opens it. Use with [`Target::Netns`] to run
+/// several nft commands against the same scratch state.
+///
+/// Errors: code 105 when the namespace cannot be created.
+pub fn scratch_netns() -> Result<std::fs::File> {
+    std::thread::spawn(|| -> std::io::Result<std::fs::File> {
+        // SAFETY: unshare(2) on this thread only; the thread ends right after.
+        if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        std::fs::File::open("/proc/thread-self/ns/net")
+    })
+    .join()
+    .map_err(|_| Error::new(Code::Internal, "scratch netns thread panicked"))?
+    .map_err(|e| {
+        Error::with_details(
+            Code::Internal,
+            "cannot create a scratch network namespace",
+            e.to_string(),
+        )
+    })
+}
+
 /// Parses "nftables v1.0.6 (Lester Gooch #5)" into (1, 0, 6).
 pub fn parse_version(s: &str) -> Option<(u32, u32, u32)> {
     let v = s.split_whitespace().find_map(|w| w.strip_prefix('v'))?;

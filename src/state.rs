@@ -78,8 +78,23 @@ pub fn remove(dir: &Path, container_id: &str, ifname: &str) -> io::Result<()> {
     Ok(())
 }
 
-/// Every readable record in `dir` (unreadable ones are skipped).
-pub fn list(dir: &Path) -> Vec<Record> {
+/// Removes the record file `p` (as returned by [`list`]) and its directory
+/// when empty.
+pub fn remove_path(p: &Path) -> io::Result<()> {
+    match std::fs::remove_file(p) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    if let Some(parent) = p.parent() {
+        let _ = std::fs::remove_dir(parent);
+    }
+    Ok(())
+}
+
+/// Every readable record in `dir` with the path it was read from
+/// (unreadable ones and ones whose ids do not match their path are skipped).
+pub fn list(dir: &Path) -> Vec<(PathBuf, Record)> {
     let mut out = Vec::new();
     let Ok(cids) = std::fs::read_dir(dir) else {
         return out;
@@ -93,15 +108,19 @@ pub fn list(dir: &Path) -> Vec<Record> {
             if p.extension().is_none_or(|e| e != "json") {
                 continue;
             }
-            if let Some(r) = std::fs::read(&p)
+            let Some(r) = std::fs::read(&p)
                 .ok()
                 .and_then(|b| serde_json::from_slice::<Record>(&b).ok())
-            {
-                out.push(r);
+            else {
+                continue;
+            };
+            // A record names its own file: trust nothing else in it for paths.
+            if path(dir, &r.container_id, &r.ifname) == p {
+                out.push((p, r));
             }
         }
     }
-    out.sort_by(|a, b| (&a.container_id, &a.ifname).cmp(&(&b.container_id, &b.ifname)));
+    out.sort_by(|a, b| a.0.cmp(&b.0));
     out
 }
 
@@ -128,7 +147,7 @@ mod tests {
         };
         write(&dir, &rec).unwrap();
         assert_eq!(read(&dir, "abc", "eth0"), Some(rec.clone()));
-        assert_eq!(list(&dir), vec![rec]);
+        assert_eq!(list(&dir), vec![(path(&dir, "abc", "eth0"), rec)]);
         remove(&dir, "abc", "eth0").unwrap();
         remove(&dir, "abc", "eth0").unwrap();
         assert!(list(&dir).is_empty());

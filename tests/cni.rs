@@ -284,7 +284,7 @@ fn check_reports_differences() {
         e["details"]
             .as_str()
             .unwrap()
-            .contains("set skip_outbound_ports"),
+            .contains("set skip_outbound_ports:"),
         "{e}"
     );
     pod.nft("flush chain inet meshnft init_phase_bypass")
@@ -294,7 +294,7 @@ fn check_reports_differences() {
         e["details"]
             .as_str()
             .unwrap()
-            .contains("chain init_phase_bypass"),
+            .contains("chain init_phase_bypass:"),
         "{e}"
     );
     // A changed configuration is a difference too.

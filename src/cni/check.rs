@@ -1,20 +1,21 @@
 //! CHECK (CNI spec 1.1, section "CHECK"): verify that `table inet meshnft`
 //! in `CNI_NETNS` has every object ADD writes for this configuration.
 //!
-//! Cheap by design: one `nft -j list table` in the netns, no network calls.
-//! Sets, maps and chains are compared by name (and hook for base chains),
-//! rules by their comments in order, static sets by their elements. The
-//! `level` of `socket cgroupv2` is not in nft's JSON output (nft 1.0.6), so
-//! levels are covered by the rule comments and the table comment.
+//! Exact and cheap, with no network calls: the table this configuration
+//! gives is applied in a scratch network namespace and listed by nft; the
+//! pod's table is listed too; both texts are compared line by line after
+//! dropping what is state rather than configuration (counter values, the
+//! elements of `proxy_started`, `init_containers` and `init_phase`, the
+//! table comment). Comparing nft's own text listings, not JSON, keeps
+//! `socket cgroupv2 level N`, which nft 1.0.6's JSON output drops.
 
 use super::{Output, env::CniEnv, pod_cgroup, pod_netns, version};
 use crate::config::NetConf;
 use crate::error::{Code, Error, Result};
-use crate::nft::{self, Nft};
+use crate::nft::{self, Nft, Target};
 use crate::ruleset::{self, Table};
 use crate::state;
-use serde_json::Value;
-use std::collections::BTreeMap;
+use std::os::fd::AsRawFd;
 
 /// CHECK. Errors: 1 (config version before 0.4.0), 4 (env), 7 (config,
 /// missing prevResult), 102/103 (netns), 104 (table missing or different,
@@ -46,10 +47,10 @@ pub fn cmd_check(env: &CniEnv, conf: &NetConf) -> Result<Output> {
         Some(rec) if rec.netns_id == ns.id => rec.levels,
         _ => pod_cgroup(&settings, &k8s)?.levels,
     };
-    let expected = ruleset::build(&settings, levels, "");
-    let listing = match Nft::locate()?.run(
+    let nft = Nft::locate()?;
+    let actual = match nft.run(
         nft::target_of(&ns),
-        &["-j", "list", "table", "inet", "meshnft"],
+        &["list", "table", "inet", "meshnft"],
         "",
     ) {
         Ok(out) => out,
@@ -61,7 +62,8 @@ pub fn cmd_check(env: &CniEnv, conf: &NetConf) -> Result<Output> {
         }
         Err(e) => return Err(e),
     };
-    let diffs = compare(&expected, &listing)?;
+    let expected = expected_listing(&nft, &ruleset::build(&settings, levels, ""))?;
+    let diffs = compare(&expected, &actual);
     if !diffs.is_empty() {
         return Err(Error::with_details(
             Code::CheckMismatch,
@@ -75,122 +77,173 @@ pub fn cmd_check(env: &CniEnv, conf: &NetConf) -> Result<Output> {
     Ok(Output::Nothing)
 }
 
-/// Renders one element of nft's JSON set listing the way the ruleset writes it.
-fn elem_text(v: &Value) -> String {
-    match v {
-        Value::Number(n) => n.to_string(),
-        Value::String(s) => s.clone(),
-        Value::Object(o) => {
-            if let Some(Value::Array(r)) = o.get("range") {
-                let parts: Vec<String> = r.iter().map(elem_text).collect();
-                parts.join("-")
-            } else if let Some(p) = o.get("prefix") {
-                format!("{}/{}", elem_text(&p["addr"]), elem_text(&p["len"]))
-            } else if let Some(Value::Array(c)) = o.get("concat") {
-                let parts: Vec<String> = c.iter().map(elem_text).collect();
-                parts.join(" . ")
-            } else if let Some(e) = o.get("elem") {
-                elem_text(&e["val"])
-            } else {
-                v.to_string()
-            }
-        }
-        _ => v.to_string(),
-    }
+/// nft's own listing of `table`: applied in a scratch network namespace,
+/// then listed from the kernel (a second nft process: listing in the same
+/// `nft -f` run would show nft's unmerged interval cache), so both sides of
+/// the comparison are in nft's normalised syntax.
+pub fn expected_listing(nft: &Nft, table: &Table) -> Result<String> {
+    let scratch = nft::scratch_netns()?;
+    let target = Target::Netns(scratch.as_raw_fd());
+    nft.apply(target, &table.render())?;
+    nft.run(target, &["list", "table", "inet", "meshnft"], "")
 }
 
-/// Normalises an element as written by the ruleset (host prefixes are
-/// listed by nft as bare addresses).
-fn norm(e: &str) -> String {
-    e.strip_suffix("/32")
-        .or_else(|| e.strip_suffix("/128"))
-        .unwrap_or(e)
-        .to_string()
+/// Sets whose elements are state, not configuration.
+const DYNAMIC: [&str; 3] = ["proxy_started", "init_containers", "init_phase"];
+
+/// Normalises an `nft list table` text for comparison: trims lines, drops
+/// counter values, the table comment (written once, at the first ADD) and
+/// the elements of the datapath-filled sets and the verdict map.
+pub fn normalize(listing: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut current: Option<String> = None;
+    let mut depth = 0usize;
+    let mut skipping = false;
+    for raw in listing.lines() {
+        let line = raw.trim();
+        if line.is_empty() {
+            continue;
+        }
+        if skipping {
+            skipping = !line.ends_with('}');
+            continue;
+        }
+        for kw in ["set ", "map ", "chain "] {
+            if let Some(rest) = line.strip_prefix(kw) {
+                current = rest
+                    .split_whitespace()
+                    .next()
+                    .map(|name| format!("{kw}{name}"));
+            }
+        }
+        if depth == 1 && line.starts_with("comment \"") {
+            continue;
+        }
+        if line.starts_with("elements = {")
+            && current
+                .as_deref()
+                .and_then(|c| c.split(' ').nth(1))
+                .is_some_and(|c| DYNAMIC.contains(&c))
+        {
+            skipping = !line.ends_with('}');
+            continue;
+        }
+        depth += line.matches('{').count();
+        depth = depth.saturating_sub(line.matches('}').count());
+        // Each line is named by the object it is in, for readable diffs.
+        match &current {
+            Some(obj) if !line.starts_with(obj.as_str()) => {
+                out.push(format!("{obj}: {}", strip_counters(line)))
+            }
+            _ => out.push(strip_counters(line)),
+        }
+    }
+    out
 }
 
-/// Compares `expected` with `nft -j list table` output; returns the
-/// differences (empty when the table matches).
-pub fn compare(expected: &Table, listing: &str) -> Result<Vec<String>> {
-    let doc: Value = serde_json::from_str(listing).map_err(|e| {
-        Error::with_details(
-            Code::Internal,
-            "cannot parse `nft -j list table` output",
-            e.to_string(),
-        )
-    })?;
-    let items = doc["nftables"].as_array().cloned().unwrap_or_default();
-    let mut sets: BTreeMap<String, (String, Vec<String>)> = BTreeMap::new();
-    let mut chains: BTreeMap<String, Option<String>> = BTreeMap::new();
-    let mut rules: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for it in &items {
-        for kind in ["set", "map"] {
-            if let Some(s) = it.get(kind) {
-                let name = s["name"].as_str().unwrap_or_default().to_string();
-                let mut elems: Vec<String> = s["elem"]
-                    .as_array()
-                    .map(|a| a.iter().map(elem_text).collect())
-                    .unwrap_or_default();
-                elems.sort();
-                sets.insert(name, (kind.to_string(), elems));
-            }
-        }
-        if let Some(c) = it.get("chain") {
-            chains.insert(
-                c["name"].as_str().unwrap_or_default().to_string(),
-                c["hook"].as_str().map(str::to_string),
-            );
-        }
-        if let Some(r) = it.get("rule") {
-            rules
-                .entry(r["chain"].as_str().unwrap_or_default().to_string())
-                .or_default()
-                .push(r["comment"].as_str().unwrap_or("<no comment>").to_string());
+/// `counter packets 12 bytes 720` becomes `counter`.
+fn strip_counters(line: &str) -> String {
+    let mut words: Vec<&str> = Vec::new();
+    let mut it = line.split(' ').peekable();
+    while let Some(w) = it.next() {
+        words.push(w);
+        if w == "counter" && it.peek() == Some(&"packets") {
+            it.next();
+            it.next();
+            it.next();
+            it.next();
         }
     }
-    let mut diffs = Vec::new();
-    for s in &expected.sets {
-        match sets.get(s.name) {
-            None => diffs.push(format!("{} {} is missing", s.kind, s.name)),
-            Some((kind, _)) if kind != s.kind => {
-                diffs.push(format!("{} is a {kind}, expected a {}", s.name, s.kind))
+    words.join(" ")
+}
+
+/// Differences between the expected and the actual listing, as short
+/// `missing: LINE` / `unexpected: LINE` items (at most 10), or the empty
+/// list when they match.
+pub fn compare(expected: &str, actual: &str) -> Vec<String> {
+    let (want, got) = (normalize(expected), normalize(actual));
+    if want == got {
+        return Vec::new();
+    }
+    let mut diffs: Vec<String> = Vec::new();
+    let mut got_left = got.clone();
+    for w in &want {
+        match got_left.iter().position(|g| g == w) {
+            Some(i) => {
+                got_left.remove(i);
             }
-            Some((_, got)) => {
-                if let Some(want) = &s.elements {
-                    let mut want: Vec<String> = want.iter().map(|e| norm(e)).collect();
-                    want.sort();
-                    if &want != got {
-                        diffs.push(format!(
-                            "set {} has {{{}}}, expected {{{}}}",
-                            s.name,
-                            got.join(", "),
-                            want.join(", ")
-                        ));
-                    }
-                }
-            }
+            None => diffs.push(format!("missing: {w}")),
         }
     }
-    for c in &expected.chains {
-        let want_hook = c.base.map(|_| c.name.to_string());
-        match chains.get(c.name) {
-            None => diffs.push(format!("chain {} is missing", c.name)),
-            Some(h) if *h != want_hook => diffs.push(format!(
-                "chain {} has hook {h:?}, expected {want_hook:?}",
-                c.name
-            )),
-            Some(_) => {}
-        }
-        let want: Vec<&str> = expected.comments(c.name);
-        let got: Vec<&str> = rules
-            .get(c.name)
-            .map(|v| v.iter().map(String::as_str).collect())
-            .unwrap_or_default();
-        if want != got {
-            diffs.push(format!(
-                "chain {} has rules {got:?}, expected {want:?}",
-                c.name
-            ));
-        }
+    diffs.extend(got_left.into_iter().map(|g| format!("unexpected: {g}")));
+    if diffs.is_empty() {
+        diffs.push("same lines in another order".into());
     }
-    Ok(diffs)
+    diffs.truncate(10);
+    diffs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LISTING: &str = "table inet meshnft {
+\tcomment \"meshnft 0.1.0 pod default/web-0\"
+\tset proxy_started {
+\t\ttype cgroupsv2
+\t\tflags dynamic
+\t\telements = { 1234,
+\t\t\t     5678 }
+\t}
+
+\tset skip_inbound_ports {
+\t\ttype inet_service
+\t\tflags interval
+\t\telements = { 4190-4191 }
+\t}
+\tchain output {
+\t\ttype nat hook output priority -100; policy accept;
+\t\tcounter packets 3 bytes 180 goto outbound_redirect comment \"outbound TCP to the proxy\"
+\t}
+}
+";
+
+    #[test]
+    fn normalizing_drops_state_and_keeps_configuration() {
+        let n = normalize(LISTING);
+        assert!(
+            !n.iter()
+                .any(|l| l.contains("1234") || l.contains("5678") || l.contains("pod default")),
+            "{n:?}"
+        );
+        assert!(
+            n.contains(&"set skip_inbound_ports: elements = { 4190-4191 }".to_string()),
+            "{n:?}"
+        );
+        assert!(
+            n.contains(
+                &"chain output: counter goto outbound_redirect comment \"outbound TCP to the proxy\"".to_string()
+            ),
+            "{n:?}"
+        );
+    }
+
+    #[test]
+    fn differences_are_named() {
+        assert!(compare(LISTING, LISTING).is_empty());
+        let tampered = LISTING.replace("goto outbound_redirect", "accept");
+        let d = compare(LISTING, &tampered);
+        assert!(
+            d.iter()
+                .any(|l| l.starts_with("missing: chain output: counter goto outbound_redirect")),
+            "{d:?}"
+        );
+        assert!(
+            d.iter()
+                .any(|l| l.starts_with("unexpected: chain output: counter accept")),
+            "{d:?}"
+        );
+        let more = LISTING.replace("{ 4190-4191 }", "{ 22, 4190-4191 }");
+        assert_eq!(compare(LISTING, &more).len(), 2);
+    }
 }

@@ -2,50 +2,95 @@
 //! nothing else. Idempotent: succeeds when `CNI_NETNS` is unset, the netns
 //! or the table is gone, or DEL is repeated.
 
-use super::{Output, env::CniEnv};
-use crate::config::NetConf;
+use super::{Output, env::CniEnv, version};
+use crate::config::DEFAULT_STATE_DIR;
 use crate::error::Result;
 use crate::netns::Netns;
 use crate::nft::{self, Nft};
 use crate::{ruleset, state};
+use serde_json::Value;
+use std::path::PathBuf;
 
-/// DEL. The configuration is not validated beyond its version: a bad edit
-/// of the conflist must never block tearing a pod down.
+/// What DEL reads from stdin, leniently: a bad edit of the conflist (an
+/// unknown key, a wrong type, a bad port) must never block tearing a pod
+/// down, or kubelet retries DEL forever and the pod stays Terminating.
+#[derive(Debug, Clone, Default)]
+pub struct DelConf {
+    /// `cniVersion`, if it is a string.
+    pub cni_version: Option<String>,
+    /// `stateDir` if absolute, else the default.
+    pub state_dir: PathBuf,
+    /// `log_level`, if a string.
+    pub log_level: Option<String>,
+    /// `log_file`, if an absolute path.
+    pub log_file: Option<PathBuf>,
+}
+
+impl DelConf {
+    /// Reads what it can from `stdin`; never fails.
+    pub fn lenient(stdin: &[u8]) -> DelConf {
+        let v: Value = serde_json::from_slice(stdin).unwrap_or(Value::Null);
+        let s = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_string);
+        let abs = |k: &str| s(k).map(PathBuf::from).filter(|p| p.is_absolute());
+        DelConf {
+            cni_version: s("cniVersion"),
+            state_dir: abs("stateDir").unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR)),
+            log_level: s("log_level"),
+            log_file: abs("log_file"),
+        }
+    }
+}
+
+/// DEL. The table is shared by every attachment of the pod's netns (one
+/// table per netns): it is removed only when no other attachment recorded
+/// in the state directory still uses that netns (same path and same
+/// device/inode, since inode numbers of dead namespaces are reused).
 ///
 /// Errors: 4 (env), 100/101 when the table exists in a live netns and nft
 /// cannot remove it.
-pub fn cmd_del(env: &CniEnv, conf: &NetConf) -> Result<Output> {
+pub fn cmd_del(env: &CniEnv, conf: &DelConf) -> Result<Output> {
     let container_id = env.container_id()?;
     let ifname = env.ifname()?;
-    let dir = conf.state_dir();
+    match conf.cni_version.as_deref() {
+        Some(v) if version::SUPPORTED.contains(&v) => {}
+        other => {
+            tracing::warn!(cni_version = ?other, "DEL with an unsupported or missing cniVersion; removing the table anyway")
+        }
+    }
+    let dir = &conf.state_dir;
+    let _ = state::remove(dir, container_id, ifname);
     let Some(netns_path) = env.netns.as_deref() else {
         tracing::debug!(container_id, "DEL without CNI_NETNS: nothing to remove");
-        let _ = state::remove(&dir, container_id, ifname);
         return Ok(Output::Nothing);
     };
     let ns = match Netns::open(netns_path) {
         Ok(Some(ns)) => ns,
         Ok(None) => {
-            tracing::debug!(container_id, netns = %netns_path.display(), "netns already gone");
-            let _ = state::remove(&dir, container_id, ifname);
+            tracing::debug!(container_id, netns = ?netns_path, "netns already gone");
             return Ok(Output::Nothing);
         }
         Err(e) => {
             // Not a netns we could have written to: nothing of ours is there.
             tracing::warn!(container_id, "DEL: {e}; nothing to remove");
-            let _ = state::remove(&dir, container_id, ifname);
             return Ok(Output::Nothing);
         }
     };
     if ns.is_own()? {
-        tracing::warn!(container_id, netns = %netns_path.display(), "DEL: CNI_NETNS is the plugin's own namespace; leaving it alone");
-        let _ = state::remove(&dir, container_id, ifname);
+        tracing::warn!(container_id, netns = ?netns_path, "DEL: CNI_NETNS is the plugin's own namespace; leaving it alone");
+        return Ok(Output::Nothing);
+    }
+    if let Some(other) = state::list(dir)
+        .into_iter()
+        .find(|(_, r)| r.netns_id == ns.id && r.netns == netns_path)
+    {
+        tracing::info!(
+            container_id,
+            other = %format!("{}/{}", other.1.container_id, other.1.ifname),
+            "table inet meshnft kept: another attachment of this netns still uses it"
+        );
         return Ok(Output::Nothing);
     }
     Nft::locate()?.apply(nft::target_of(&ns), &ruleset::render_delete())?;
-    if let Err(e) = state::remove(&dir, container_id, ifname) {
-        tracing::warn!(dir = %dir.display(), "cannot remove state record: {e}");
-    }
-    tracing::info!(container_id, netns = %netns_path.display(), "removed table inet meshnft");
+    tracing::info!(container_id, netns = ?netns_path, "removed table inet meshnft");
     Ok(Output::Nothing)
 }

@@ -56,30 +56,38 @@ pub fn cmd_gc(conf: &NetConf, stdin: &[u8]) -> Result<Output> {
         .map(|a| (a.container_id, a.ifname))
         .collect();
     let dir = conf.state_dir();
+    let (live, stale): (Vec<_>, Vec<_>) = state::list(&dir)
+        .into_iter()
+        .partition(|(_, r)| valid.contains(&(r.container_id.clone(), r.ifname.clone())));
     let mut nft = None;
     let mut failures = Vec::new();
-    for rec in state::list(&dir) {
-        if valid.contains(&(rec.container_id.clone(), rec.ifname.clone())) {
-            continue;
-        }
+    for (path, rec) in stale {
+        let who = format!("{}/{}", rec.container_id, rec.ifname);
         match Netns::open(&rec.netns) {
             Ok(Some(ns)) if ns.id == rec.netns_id && !ns.is_own().unwrap_or(true) => {
-                let n = match &nft {
-                    Some(n) => n,
-                    None => nft.insert(Nft::locate()?),
-                };
-                if let Err(e) = n.apply(nft::target_of(&ns), &ruleset::render_delete()) {
-                    failures.push(format!("{}/{}: {e}", rec.container_id, rec.ifname));
-                    continue;
+                if live
+                    .iter()
+                    .any(|(_, l)| l.netns_id == ns.id && l.netns == rec.netns)
+                {
+                    tracing::info!(attachment = %who, "GC: table kept, a valid attachment shares its netns");
+                } else {
+                    let n = match &nft {
+                        Some(n) => n,
+                        None => nft.insert(Nft::locate()?),
+                    };
+                    if let Err(e) = n.apply(nft::target_of(&ns), &ruleset::render_delete()) {
+                        failures.push(format!("{who}: {e}"));
+                        continue;
+                    }
+                    tracing::info!(attachment = %who, netns = ?rec.netns, "GC removed a stale table");
                 }
-                tracing::info!(container_id = %rec.container_id, netns = %rec.netns.display(), "GC removed a stale table");
             }
             _ => {
-                tracing::debug!(container_id = %rec.container_id, "GC: netns gone or reused; dropping the record")
+                tracing::debug!(attachment = %who, "GC: netns gone or reused; dropping the record")
             }
         }
-        if let Err(e) = state::remove(&dir, &rec.container_id, &rec.ifname) {
-            failures.push(format!("{}/{}: {e}", rec.container_id, rec.ifname));
+        if let Err(e) = state::remove_path(&path) {
+            failures.push(format!("{who}: {e}"));
         }
     }
     if failures.is_empty() {

@@ -65,7 +65,7 @@ pub fn run(command: &str) -> i32 {
         }
         Ok(Output::Nothing) => 0,
         Err(e) => {
-            init_logging(None);
+            init_logging(None, None);
             tracing::error!(code = e.code.as_u32(), "{command}: {e}");
             let _ = writeln!(out, "{}", error_json(&e, cni_version.as_deref()));
             1
@@ -89,14 +89,13 @@ fn peek_version(stdin: &[u8]) -> Option<String> {
 
 static LOGGING: std::sync::Once = std::sync::Once::new();
 
-/// Installs logging once, from the configuration if there is one.
-fn init_logging(conf: Option<&NetConf>) {
+/// Installs logging once: `log_level` (default info) and `log_file` (only
+/// an absolute path) from the configuration when there is one.
+fn init_logging(level: Option<&str>, file: Option<&std::path::Path>) {
     LOGGING.call_once(|| {
-        let level = crate::logging::level(conf.and_then(|c| c.log_level.as_deref()));
         crate::logging::init(
-            level,
-            conf.and_then(|c| c.log_file.as_deref())
-                .filter(|p| p.is_absolute()),
+            crate::logging::level(level),
+            file.filter(|p| p.is_absolute()),
         );
     });
 }
@@ -104,7 +103,7 @@ fn init_logging(conf: Option<&NetConf>) {
 /// Decodes the configuration and checks its version; sets up logging.
 pub fn load(stdin: &[u8]) -> Result<NetConf> {
     let conf = config::decode(stdin)?;
-    init_logging(Some(&conf));
+    init_logging(conf.log_level.as_deref(), conf.log_file.as_deref());
     version::require_supported(&conf.cni_version)?;
     Ok(conf)
 }
@@ -114,7 +113,11 @@ pub fn dispatch(cmd: Command, env: &CniEnv, stdin: &[u8]) -> Result<Output> {
     match cmd {
         Command::Version => version_cmd(stdin),
         Command::Add => add::cmd_add(env, &load(stdin)?),
-        Command::Del => del::cmd_del(env, &load(stdin)?),
+        Command::Del => {
+            let conf = del::DelConf::lenient(stdin);
+            init_logging(conf.log_level.as_deref(), conf.log_file.as_deref());
+            del::cmd_del(env, &conf)
+        }
         Command::Check => check::cmd_check(env, &load(stdin)?),
         Command::Status => status::cmd_status(&load(stdin)?),
         Command::Gc => gc::cmd_gc(&load(stdin)?, stdin),
