@@ -30,7 +30,10 @@ cargo fmt --all -- --check
 echo "==> cargo clippy --all-targets -- -D warnings"
 cargo clippy --quiet --all-targets -- -D warnings
 echo "==> cargo test (root tests required)"
-MESHNFT_REQUIRE_ROOT=1 cargo test --all-targets "$@"
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+MESHNFT_REQUIRE_ROOT=1 cargo test --lib --bins --tests "$@" 2>&1 | tee "$log"
+status=${PIPESTATUS[0]}
 
 echo "==> demo (the README's first command, without the install steps)"
 cargo run --quiet --example demo
@@ -44,3 +47,8 @@ if [[ -n "$cg2" ]] && ls -d "$cg2"/meshnft-test-* 2>/dev/null; then echo "leftov
 if ls -d /tmp/meshnft-node-* 2>/dev/null; then echo "leftover temp dirs (above)"; leaks=1; fi
 if ((leaks)); then exit 1; fi
 echo "no leftovers"
+
+# One closing line for the whole run (every cargo test binary summed).
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($i ~ /^passed/) p += $(i-1); if ($i ~ /^failed/) f += $(i-1) } }
+     END { printf "%d passed, %d failed\n", p, f }' "$log"
+exit "$status"

@@ -3,6 +3,7 @@
 use crate::config::{self, NetConf};
 use crate::ruleset::{self, Levels};
 use clap::{Parser, Subcommand};
+use serde_json::Value;
 use std::io::Read;
 use std::path::PathBuf;
 
@@ -24,22 +25,27 @@ pub struct Cli {
 pub enum Cmd {
     /// Print the nft transaction ADD would apply for a network configuration.
     Render {
-        /// Plugin configuration (its conflist entry) as JSON; `-` for stdin.
+        /// meshnft's conflist entry, or a whole conflist, as JSON; `-` for stdin.
         #[arg(long, default_value = "-")]
         config: PathBuf,
-        /// Pod cgroup level P (containers are P+1); omit for the table
-        /// without the init phase.
-        #[arg(long)]
+        /// Pod cgroup level P, 1-254 (containers are P+1); omit for the
+        /// table without the init phase (what ADD writes when the pod
+        /// cgroup is unknown).
+        #[arg(long, value_parser = clap::value_parser!(u8).range(1..=254))]
         pod_level: Option<u8>,
     },
     /// Check that this host can run meshnft (nft, kernel features, cgroup v2).
     Status {
-        /// Plugin configuration to check; defaults to Linkerd's defaults.
+        /// meshnft's conflist entry or a whole conflist; defaults to Linkerd's defaults.
         #[arg(long)]
         config: Option<PathBuf>,
     },
 }
 
+/// Reads a plugin configuration: either meshnft's conflist entry, or a
+/// whole conflist (its `meshnft` or `linkerd-cni` entry is used, with the
+/// list's `cniVersion` and `name`, as a runtime would pass them). An entry
+/// without `cniVersion` gets the newest supported one.
 fn read_config(path: &PathBuf) -> Result<NetConf, String> {
     let mut buf = Vec::new();
     let res = if path.as_os_str() == "-" {
@@ -47,8 +53,30 @@ fn read_config(path: &PathBuf) -> Result<NetConf, String> {
     } else {
         std::fs::read(path).map(|b| buf = b)
     };
-    res.map_err(|e| format!("{}: {e}", path.display()))?;
-    config::decode(&buf).map_err(|e| e.to_string())
+    let src = if path.as_os_str() == "-" {
+        "stdin".to_string()
+    } else {
+        path.display().to_string()
+    };
+    res.map_err(|e| format!("{src}: {e}"))?;
+    let mut v: Value = serde_json::from_slice(&buf).map_err(|e| format!("{src}: not JSON: {e}"))?;
+    if let Some(plugins) = v.get("plugins").and_then(Value::as_array) {
+        let mut entry = plugins
+            .iter()
+            .find(|p| matches!(p["type"].as_str(), Some("meshnft" | "linkerd-cni")))
+            .cloned()
+            .ok_or_else(|| {
+                format!("{src}: a conflist without a \"meshnft\" (or \"linkerd-cni\") plugin")
+            })?;
+        entry["cniVersion"] = v["cniVersion"].clone();
+        entry["name"] = v["name"].clone();
+        v = entry;
+    }
+    if let Some(o) = v.as_object_mut() {
+        o.entry("cniVersion")
+            .or_insert_with(|| Value::from(crate::cni::version::LATEST));
+    }
+    config::decode(v.to_string().as_bytes()).map_err(|e| format!("{src}: {e}"))
 }
 
 /// Runs the CLI; returns the exit code (0 ok, 1 failure, 2 usage).
@@ -80,17 +108,10 @@ pub fn run() -> i32 {
                     return 1;
                 }
             };
-            let levels = match pod_level {
-                Some(p) if (1..=254).contains(&p) => Some(Levels {
-                    pod: p,
-                    container: p + 1,
-                }),
-                Some(p) => {
-                    eprintln!("meshnft render: --pod-level {p} is outside 1..254");
-                    return 2;
-                }
-                None => None,
-            };
+            let levels = pod_level.map(|p| Levels {
+                pod: p,
+                container: p + 1,
+            });
             print!(
                 "{}",
                 ruleset::build(&settings, levels, "meshnft render").render()
@@ -116,6 +137,11 @@ pub fn run() -> i32 {
                     }
                 },
             };
+            if !nix::unistd::geteuid().is_root() {
+                println!(
+                    "note: not root: nft needs CAP_NET_ADMIN, so the nft checks below will fail"
+                );
+            }
             let mut ok = true;
             for p in crate::cni::status::probes(&conf) {
                 match p.outcome {

@@ -197,20 +197,63 @@ impl Default for Settings {
     }
 }
 
-/// Decodes the network configuration from stdin bytes (code 6 on failure).
-pub fn decode(stdin: &[u8]) -> Result<NetConf> {
-    serde_json::from_slice(stdin).map_err(|e| {
-        let code = if e.is_data() {
-            Code::InvalidConfig
+/// Decodes the network configuration (the bytes on stdin).
+///
+/// Errors: code 6 when the bytes are not one JSON object; code 7 when a
+/// field has the wrong type or an unknown key sits in `linkerd`/`initPhase`,
+/// naming the field's path (e.g. `linkerd.ipv6: invalid type: string
+/// "true", expected a boolean`).
+pub fn decode(bytes: &[u8]) -> Result<NetConf> {
+    if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(Error::new(
+            Code::Decode,
+            "network configuration must be one JSON object",
+        ));
+    }
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let conf: NetConf = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        let msg = inner.to_string();
+        if inner.is_syntax() || inner.is_eof() || inner.is_io() {
+            Error::with_details(Code::Decode, "network configuration is not valid JSON", msg)
+        } else if path == "." && msg.starts_with("invalid type") {
+            Error::with_details(
+                Code::Decode,
+                "network configuration must be a JSON object",
+                msg,
+            )
         } else {
-            Code::Decode
-        };
+            // serde_json appends " at line L column C": keep that in details.
+            let short = msg.split(" at line ").next().unwrap_or(&msg).to_string();
+            let field = if path == "." {
+                "(top level)".to_string()
+            } else {
+                path
+            };
+            Error::with_details(
+                Code::InvalidConfig,
+                format!("invalid network config: {field}: {short}"),
+                msg,
+            )
+        }
+    })?;
+    de.end().map_err(|e| {
         Error::with_details(
-            code,
-            "cannot decode network configuration from stdin",
+            Code::Decode,
+            "network configuration is not valid JSON",
             e.to_string(),
         )
-    })
+    })?;
+    Ok(conf)
+}
+
+/// A JSON value as a token in an error message: strings without quotes.
+fn tok(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
 }
 
 /// Reads a port list (`["4190", 4191, "4000-4010"]`), merged.
@@ -231,7 +274,7 @@ fn port_list(field: &str, v: &Option<Vec<Value>>, default: &[u16]) -> Result<Vec
             other => {
                 return Err(Error::config(
                     field,
-                    &other.to_string(),
+                    &tok(other),
                     "expected a port number or a string",
                 ));
             }
@@ -247,11 +290,7 @@ fn subnet_list(field: &str, v: &Option<Vec<Value>>) -> Result<Subnets> {
         match item {
             Value::String(s) => toks.push(s.as_str()),
             other => {
-                return Err(Error::config(
-                    field,
-                    &other.to_string(),
-                    "expected a CIDR string",
-                ));
+                return Err(Error::config(field, &tok(other), "expected a CIDR string"));
             }
         }
     }
@@ -264,11 +303,7 @@ fn single_port(field: &str, v: &Option<Value>, default: u16) -> Result<u16> {
         None => Ok(default),
         Some(Value::Number(n)) => ports::parse_port(field, &n.to_string()),
         Some(Value::String(s)) => ports::parse_port(field, s),
-        Some(other) => Err(Error::config(
-            field,
-            &other.to_string(),
-            "expected a port number",
-        )),
+        Some(other) => Err(Error::config(field, &tok(other), "expected a port number")),
     }
 }
 
@@ -276,10 +311,16 @@ fn single_port(field: &str, v: &Option<Value>, default: u16) -> Result<u16> {
 fn id_value(field: &str, v: &Value) -> Result<i64> {
     let parsed = match v {
         Value::Number(n) => n.as_i64(),
-        Value::String(s) => s.trim().parse::<i64>().ok(),
+        Value::String(s) => {
+            let t = s.trim();
+            let digits = t.strip_prefix('-').unwrap_or(t);
+            (!digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()))
+                .then(|| t.parse::<i64>().ok())
+                .flatten()
+        }
         _ => None,
     };
-    parsed.ok_or_else(|| Error::config(field, &v.to_string(), "expected an integer id"))
+    parsed.ok_or_else(|| Error::config(field, &tok(v), "expected an integer id"))
 }
 
 fn init_redirect(field: &str, v: &Option<Vec<Value>>) -> Result<InitRedirect> {
@@ -290,22 +331,35 @@ fn init_redirect(field: &str, v: &Option<Vec<Value>>) -> Result<InitRedirect> {
     let items = v.as_ref().unwrap_or(&defaults);
     let mut out = InitRedirect::default();
     let mut ports_acc = Vec::new();
+    let mut tokens = Vec::new();
     for item in items {
-        let tok = match item {
-            Value::String(s) => s.trim().to_string(),
-            Value::Number(n) => n.to_string(),
+        match item {
+            Value::String(s) => tokens.extend(
+                s.split(',')
+                    .map(|t| t.trim().to_string())
+                    .filter(|t| !t.is_empty()),
+            ),
+            Value::Number(n) => tokens.push(n.to_string()),
             other => {
                 return Err(Error::config(
                     field,
-                    &other.to_string(),
+                    &tok(other),
                     "expected \"IP:PORT\", \"[IPv6]:PORT\" or a port",
                 ));
             }
-        };
-        if tok.is_empty() {
-            continue;
         }
+    }
+    for tok in tokens {
         if let Ok(sa) = tok.parse::<SocketAddr>() {
+            if let SocketAddr::V6(v6) = sa
+                && v6.scope_id() != 0
+            {
+                return Err(Error::config(
+                    field,
+                    &tok,
+                    "scoped IPv6 addresses are not supported",
+                ));
+            }
             if sa.port() == 0 {
                 return Err(Error::config(
                     field,
@@ -348,7 +402,7 @@ impl LinkerdConf {
                 if id == 0 {
                     return Err(Error::config(
                         "linkerd.proxy-uid",
-                        &v.to_string(),
+                        &tok(v),
                         "0 (root) would exempt every root process from the mesh",
                     ));
                 }
@@ -356,11 +410,7 @@ impl LinkerdConf {
                     .ok()
                     .filter(|&u| u != u32::MAX)
                     .ok_or_else(|| {
-                        Error::config(
-                            "linkerd.proxy-uid",
-                            &v.to_string(),
-                            "out of range (1-4294967294)",
-                        )
+                        Error::config("linkerd.proxy-uid", &tok(v), "out of range (1-4294967294)")
                     })?
             }
         };
@@ -378,7 +428,7 @@ impl LinkerdConf {
                             .ok_or_else(|| {
                                 Error::config(
                                     "linkerd.proxy-gid",
-                                    &v.to_string(),
+                                    &tok(v),
                                     "out of range (1-4294967294)",
                                 )
                             })?,
@@ -712,8 +762,21 @@ mod tests {
     fn decode_errors_have_codes() {
         assert_eq!(decode(b"{not json").unwrap_err().code, Code::Decode);
         assert_eq!(decode(b"{}").unwrap_err().code, Code::InvalidConfig);
+        assert_eq!(decode(b"[]").unwrap_err().code, Code::Decode);
+        assert_eq!(
+            decode(br#"{"cniVersion":"1.0.0"} x"#).unwrap_err().code,
+            Code::Decode
+        );
         let e =
             decode(br#"{"cniVersion":"1.0.0","linkerd":{"proxy-uid":1,"bogus":2}}"#).unwrap_err();
-        assert!(e.details.contains("bogus"), "{e}");
+        assert!(e.msg.contains("linkerd") && e.msg.contains("bogus"), "{e}");
+        let e = decode(br#"{"cniVersion":"1.0.0","linkerd":{"ipv6":"true"}}"#).unwrap_err();
+        assert_eq!(e.code, Code::InvalidConfig);
+        assert!(
+            e.msg.contains("linkerd.ipv6") && e.msg.contains("boolean"),
+            "{e}"
+        );
+        let e = decode(br#"{"cniVersion":7}"#).unwrap_err();
+        assert!(e.msg.contains("cniVersion"), "{e}");
     }
 }

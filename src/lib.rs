@@ -29,11 +29,13 @@ pub mod subnets;
 
 /// Entry point of the `meshnft` binary; returns the process exit code.
 ///
-/// With `CNI_COMMAND` set it is a CNI plugin ([`cni::run`]); otherwise a CLI
+/// With `CNI_COMMAND` in the environment it is a CNI plugin ([`cni::run`]); otherwise a CLI
 /// ([`cli::run`]).
 pub fn main_entry() -> i32 {
-    match std::env::var("CNI_COMMAND") {
-        Ok(cmd) if !cmd.is_empty() => cni::run(&cmd),
-        _ => cli::run(),
+    // Set at all (even empty or not UTF-8) means a runtime called us: answer
+    // in CNI JSON, never with CLI usage text.
+    match std::env::var_os("CNI_COMMAND") {
+        Some(cmd) => cni::run(&cmd.to_string_lossy()),
+        None => cli::run(),
     }
 }

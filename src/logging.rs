@@ -9,6 +9,9 @@ use std::sync::Mutex;
 use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::prelude::*;
 
+/// The `log_level` values understood (case insensitive).
+pub const KNOWN: [&str; 7] = ["error", "warn", "warning", "info", "debug", "trace", "off"];
+
 /// Parses a `log_level` value (error, warn, info, debug, trace; case
 /// insensitive). Unknown values fall back to `info`.
 pub fn level(name: Option<&str>) -> LevelFilter {

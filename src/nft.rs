@@ -36,7 +36,8 @@ pub struct Nft {
 }
 
 impl Nft {
-    /// Finds `nft`: `$MESHNFT_NFT` if set, else `$PATH`, then `/usr/sbin`,
+    /// Finds `nft`: `$MESHNFT_NFT` if set, else the absolute entries of
+    /// `$PATH` (never the working directory), then `/usr/sbin`,
     /// `/sbin`, `/usr/local/sbin` (runtimes often call plugins with a short
     /// PATH). Error: code 101 naming the places searched.
     pub fn locate() -> Result<Nft> {
@@ -52,7 +53,11 @@ impl Nft {
             };
         }
         let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
-            .map(|p| std::env::split_paths(&p).collect())
+            .map(|p| {
+                std::env::split_paths(&p)
+                    .filter(|d| d.is_absolute())
+                    .collect()
+            })
             .unwrap_or_default();
         dirs.extend(["/usr/sbin", "/sbin", "/usr/local/sbin"].map(PathBuf::from));
         dirs.iter()

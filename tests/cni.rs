@@ -83,7 +83,18 @@ fn protocol_errors_have_spec_codes() {
     let mut c = conf("1.0.0");
     c["initPhase"] = json!({"enable": false});
     let e = invoke("ADD", &env, &c).error(7);
-    assert!(e["details"].as_str().unwrap().contains("enable"), "{e}");
+    assert!(
+        e["msg"].as_str().unwrap().contains("initPhase")
+            && e["msg"].as_str().unwrap().contains("enable"),
+        "{e}"
+    );
+    // Wrong type: 7 naming the field's path.
+    let mut c = conf("1.0.0");
+    c["linkerd"] = json!({"ipv6": "true"});
+    let e = invoke("ADD", &env, &c).error(7);
+    assert!(e["msg"].as_str().unwrap().contains("linkerd.ipv6"), "{e}");
+    // Not an object: 6.
+    invoke_raw("ADD", &env, b"[]").error(6);
     // Missing env: 4 naming the variable.
     let mut c = conf("1.0.0");
     c["prevResult"] = json!({"cniVersion": "1.0.0"});
@@ -123,6 +134,61 @@ fn protocol_errors_have_spec_codes() {
     invoke("CHECK", &env, &c).error(1);
     invoke("STATUS", &[], &conf("1.0.0")).error(1);
     invoke("GC", &[], &conf("1.0.0")).error(1);
+    // A FIFO as CNI_NETNS: refused at once (never opened), 102.
+    let fifo = std::env::temp_dir().join(format!("meshnft-fifo-{}", std::process::id()));
+    let _ = std::fs::remove_file(&fifo);
+    assert!(
+        support::run(&["mkfifo", fifo.to_str().unwrap()])
+            .status
+            .success()
+    );
+    let mut c2 = conf("1.0.0");
+    c2["prevResult"] = json!({"cniVersion": "1.0.0"});
+    c2["log_file"] = json!(fifo);
+    let fifo_env = [
+        ("CNI_CONTAINERID", "c1"),
+        ("CNI_NETNS", fifo.to_str().unwrap()),
+        ("CNI_IFNAME", "eth0"),
+    ];
+    let started = std::time::Instant::now();
+    invoke("ADD", &fifo_env, &c2).error(102);
+    invoke("DEL", &fifo_env, &c2).quiet_ok();
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    std::fs::remove_file(&fifo).unwrap();
+    // CNI_ARGS that is not UTF-8: 4 naming it, not a silent "no K8S_POD_UID".
+    {
+        use std::io::Write;
+        use std::os::unix::ffi::OsStrExt;
+        let mut child = std::process::Command::new(MESHNFT)
+            .env_clear()
+            .env("CNI_COMMAND", "ADD")
+            .env("CNI_CONTAINERID", "c1")
+            .env("CNI_IFNAME", "eth0")
+            .env("CNI_NETNS", "/nonexistent/ns")
+            .env(
+                "CNI_ARGS",
+                std::ffi::OsStr::from_bytes(b"K8S_POD_NAME=p\xff"),
+            )
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut c = conf("1.0.0");
+        c["prevResult"] = json!({"cniVersion": "1.0.0"});
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(c.to_string().as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["code"], 4, "{v}");
+        assert!(v["msg"].as_str().unwrap().contains("CNI_ARGS"), "{v}");
+    }
+    // An empty CNI_COMMAND is still CNI mode: a JSON error, not CLI usage.
+    invoke("", &env, &conf("1.0.0")).error(4);
     // GC attachments of the wrong shape: 6.
     let mut c = conf("1.1.0");
     c["cni.dev/valid-attachments"] = json!([{"id": 1}]);
@@ -328,9 +394,9 @@ fn status_reports_what_is_missing() {
     assert!(e["details"].as_str().unwrap().contains("nft"), "{e}");
     let mut bad = conf("1.1.0");
     bad["linkerd"] = json!({"proxy-uid": 0});
-    let e = invoke("STATUS", &[], &bad).error(50);
+    let e = invoke("STATUS", &[], &bad).error(7);
     assert!(
-        e["details"].as_str().unwrap().contains("linkerd.proxy-uid"),
+        e["msg"].as_str().unwrap().contains("linkerd.proxy-uid"),
         "{e}"
     );
     // The CLI shows the same checks to a person.
@@ -374,6 +440,19 @@ fn gc_removes_only_stale_attachments() {
     )
     .unwrap();
 
+    // A record that lies about its ids (not where its ids say it should be):
+    // GC must neither follow its ids to another path nor trust it.
+    let liar = Path::new(base["stateDir"].as_str().unwrap()).join("gc-liar");
+    std::fs::create_dir_all(&liar).unwrap();
+    let victim = node.dir().join("victim.json");
+    std::fs::write(&victim, "keep me").unwrap();
+    std::fs::write(
+        liar.join("eth0.json"),
+        json!({"containerId": "../victim", "ifname": "x", "netns": "/nonexistent/ns", "netnsId": [1, 2], "created": 0})
+            .to_string(),
+    )
+    .unwrap();
+
     let mut gc = base.clone();
     gc["cniVersion"] = json!("1.1.0");
     gc["name"] = json!("meshnet");
@@ -385,11 +464,96 @@ fn gc_removes_only_stale_attachments() {
     assert!(has_table(&pod_a), "GC removed a valid attachment's table");
     assert!(!has_table(&pod_b), "GC left a stale table");
     assert!(!ghost.exists(), "GC left a stale record");
+    assert!(
+        victim.exists(),
+        "GC followed a record's ids out of the state dir"
+    );
     let state = Path::new(base["stateDir"].as_str().unwrap());
     assert!(state.join("gc-a/eth0.json").exists() && !state.join("gc-b").exists());
     invoke("DEL", &env_a, &with(&prev_a)).quiet_ok();
     node.cni("del", &ptp_only, pod_a.path(), "gc-a", &[])
         .expect("ptp DEL");
     node.cni("del", &ptp_only, pod_b.path(), "gc-b", &[])
+        .expect("ptp DEL");
+}
+
+/// Two attachments (interfaces) of one pod netns share its one table: DEL
+/// of one keeps it, DEL of the last removes it. A DEL with a broken config
+/// still removes it.
+#[test]
+fn shared_netns_and_lenient_del() {
+    if !support::root_or_skip("shared_netns_and_lenient_del") {
+        return;
+    }
+    let node = Node::new();
+    let pod = Netns::new("mtpod");
+    let (prev, ptp_only) = real_prev(&node, &pod, "multi");
+    let mut c = meshnft_entry(
+        &node,
+        &example_conflist("ptp-meshnft.conflist")["plugins"][1],
+    );
+    c["cniVersion"] = json!("1.0.0");
+    c["name"] = json!("meshnet");
+    c["prevResult"] = prev;
+    let eth0 = cni_env("multi", pod.path(), "");
+    let mut net1 = eth0.clone();
+    net1[2] = ("CNI_IFNAME", "net1");
+    assert_eq!(invoke("ADD", &eth0, &c).code, 0);
+    assert_eq!(invoke("ADD", &net1, &c).code, 0);
+    invoke("DEL", &net1, &c).quiet_ok();
+    assert!(
+        has_table(&pod),
+        "DEL of one attachment removed the table the other still uses"
+    );
+    invoke("CHECK", &eth0, &c).quiet_ok();
+    // The conflist was edited badly in the meantime: DEL still works.
+    let mut broken = c.clone();
+    broken["linkerd"]["bogus-key"] = json!(1);
+    broken["linkerd"]["ipv6"] = json!("yes");
+    broken["cniVersion"] = json!("0.1.0");
+    invoke("DEL", &eth0, &broken).quiet_ok();
+    assert!(!has_table(&pod), "lenient DEL left the table");
+    node.cni("del", &ptp_only, pod.path(), "multi", &[])
+        .expect("ptp DEL");
+}
+
+/// CHECK is exact: a rule whose action was changed but whose comment was
+/// kept is found; an IPv6 /32 skip list is not a false alarm.
+#[test]
+fn check_sees_tampering_behind_a_kept_comment() {
+    if !support::root_or_skip("check_sees_tampering_behind_a_kept_comment") {
+        return;
+    }
+    let node = Node::new();
+    let pod = Netns::new("mtpod");
+    let (prev, ptp_only) = real_prev(&node, &pod, "tamper");
+    let mut c = meshnft_entry(
+        &node,
+        &example_conflist("ptp-meshnft.conflist")["plugins"][1],
+    );
+    c["cniVersion"] = json!("1.0.0");
+    c["name"] = json!("meshnet");
+    c["prevResult"] = prev;
+    c["linkerd"]["subnets-to-ignore"] = json!(["2001:db8::/32", "198.18.64.0/18", "198.19.5.5"]);
+    let env = cni_env("tamper", pod.path(), "");
+    assert_eq!(invoke("ADD", &env, &c).code, 0);
+    invoke("CHECK", &env, &c).quiet_ok();
+    let listing = pod.exec_ok(&["nft", "-a", "list", "chain", "inet", "meshnft", "output"]);
+    let handle = listing
+        .lines()
+        .find(|l| l.contains("comment \"outbound TCP to the proxy\""))
+        .and_then(|l| l.rsplit("# handle ").next())
+        .unwrap()
+        .trim()
+        .to_string();
+    pod.nft(&format!(
+        "replace rule inet meshnft output handle {handle} counter accept comment \"outbound TCP to the proxy\""
+    ))
+    .unwrap();
+    let e = invoke("CHECK", &env, &c).error(104);
+    let d = e["details"].as_str().unwrap();
+    assert!(d.contains("chain output") && d.contains("accept"), "{e}");
+    invoke("DEL", &env, &c).quiet_ok();
+    node.cni("del", &ptp_only, pod.path(), "tamper", &[])
         .expect("ptp DEL");
 }

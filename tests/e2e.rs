@@ -617,3 +617,48 @@ fn twenty_pods_in_parallel() {
     );
     let _ = Duration::from_secs(0);
 }
+
+/// A pod first set up without the init phase (no K8S_POD_UID), then ADDed
+/// again with it: the pod is running, so the phase must not open now
+/// (DESIGN.md 4.4); its cgroup is marked started in the same transaction.
+#[test]
+fn re_add_never_opens_the_init_phase_of_a_running_pod() {
+    if !support::root_or_skip("re_add_never_opens_the_init_phase_of_a_running_pod") {
+        return;
+    }
+    let f = Fixture::new(
+        true,
+        "1.0.0",
+        Layout::Cgroupfs,
+        Qos::Burstable,
+        "ptp-meshnft.conflist",
+        |_| {},
+    );
+    let result = f.cni("add", "readd", false).expect("ADD without pod UID");
+    let args = cni_args_text(&k8s_args(&f.cg, "readd"));
+    let again = invoke(
+        "ADD",
+        &cni_env("readd", f.pod.path(), &args),
+        &plugin_conf(&f.cl, 1, Some(&result)),
+    );
+    assert_eq!(again.code, 0, "{again:?}");
+    let started = set_elements(&f.pod, "proxy_started");
+    assert!(
+        started.len() == 1 && elem_is(&started[0], f.cg.pod_dir()),
+        "proxy_started = {started:?}"
+    );
+    let init = f.cg.container("init");
+    expect_reply(
+        support::tcp_probe(
+            f.pod.path(),
+            Some(&init),
+            INIT_UID,
+            INIT_UID,
+            SRV4_A.into(),
+            80,
+        ),
+        "proxy-out",
+        Some("198.19.0.1:80"),
+    );
+    f.cni("del", "readd", false).expect("DEL");
+}

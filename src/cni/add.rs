@@ -34,28 +34,50 @@ pub fn cmd_add(env: &CniEnv, conf: &NetConf) -> Result<Output> {
     let label = pod_label(&k8s);
     if let (true, Some(why)) = (settings.init_phase.enabled, &pod.why_not) {
         tracing::warn!(
-            pod = %label,
+            pod = ?label,
             container_id,
             "init phase off for this pod: {why}; writing the plain redirect table"
         );
     }
 
+    // Written once, at the first ADD (nft keeps an existing table's
+    // comment): the pod UID first so that truncation keeps it.
     let comment = format!(
-        "meshnft {} pod {} uid {} levels {}",
+        "meshnft {} pod uid {} {}",
         env!("CARGO_PKG_VERSION"),
-        label,
         k8s.pod_uid.as_deref().unwrap_or("-"),
-        pod.levels
-            .map(|l| format!("{}/{}", l.pod, l.container))
-            .unwrap_or_else(|| "-".into()),
+        label,
     );
-    let table = ruleset::build(&settings, pod.levels, &comment);
-    let text = table.render();
     let nft = Nft::locate()?;
+    let target = nft::target_of(&ns);
+    let mut settings = settings;
+    let mut extra = String::new();
+    if settings.init_phase.enabled && pod.levels.is_some() {
+        match existing_phase(&nft, target)? {
+            None | Some(Phase::Open) => {}
+            Some(phase) => {
+                // A re-ADD must never open or reopen the init phase of a
+                // running pod (DESIGN.md 4.4): mark this pod's cgroup as
+                // started, in the same transaction.
+                match pod.abs.as_deref().and_then(nft_cgroup_path) {
+                    Some(p) => {
+                        extra = format!(
+                            "add element {} proxy_started {{ \"{p}\" }}\n",
+                            ruleset::TABLE
+                        )
+                    }
+                    None => settings.init_phase.enabled = false,
+                }
+                tracing::info!(pod = ?label, ?phase, "re-ADD of a table whose init phase is not open: it stays closed");
+            }
+        }
+    }
+    let table = ruleset::build(&settings, pod.levels, &comment);
+    let text = table.render() + &extra;
     let started = std::time::Instant::now();
-    nft.apply(nft::target_of(&ns), &text)?;
+    nft.apply(target, &text)?;
     tracing::info!(
-        pod = %label,
+        pod = ?label,
         container_id,
         netns = %netns_path.display(),
         init_phase = settings.init_phase.enabled && pod.levels.is_some(),
@@ -84,4 +106,59 @@ pub fn cmd_add(env: &CniEnv, conf: &NetConf) -> Result<Output> {
         tracing::warn!(dir = %conf.state_dir().display(), "cannot write state record: {e}");
     }
     Ok(Output::Json(result))
+}
+
+/// The init phase of a table that already exists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Gate present, `proxy_started` empty.
+    Open,
+    /// `proxy_started` has an element: the proxy has started.
+    Closed,
+    /// The table has no init-phase gate (written without it).
+    Never,
+}
+
+/// Reads the init phase of an existing `table inet meshnft` in `target`;
+/// `None` when there is no table.
+pub fn existing_phase(nft: &Nft, target: nft::Target) -> Result<Option<Phase>> {
+    let out = match nft.run(target, &["-j", "list", "table", "inet", "meshnft"], "") {
+        Ok(out) => out,
+        Err(e) if e.details.contains("No such file or directory") => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let doc: serde_json::Value = serde_json::from_str(&out).map_err(|e| {
+        Error::with_details(
+            Code::Internal,
+            "cannot parse `nft -j list table`",
+            e.to_string(),
+        )
+    })?;
+    let items = doc["nftables"].as_array().cloned().unwrap_or_default();
+    let started = items.iter().any(|i| {
+        i["set"]["name"] == "proxy_started"
+            && i["set"]["elem"].as_array().is_some_and(|a| !a.is_empty())
+    });
+    let gate = items.iter().any(|i| {
+        i["rule"]["chain"] == "output"
+            && i["rule"]["comment"]
+                .as_str()
+                .is_some_and(|c| c.starts_with("init phase: the proxy has not started"))
+    });
+    Ok(Some(match (started, gate) {
+        (true, _) => Phase::Closed,
+        (false, true) => Phase::Open,
+        (false, false) => Phase::Never,
+    }))
+}
+
+/// The path nft needs for a cgroupsv2 element: relative to `/sys/fs/cgroup`
+/// (where nft resolves them), only for plain path characters.
+fn nft_cgroup_path(abs: &std::path::Path) -> Option<String> {
+    let rel = abs.strip_prefix("/sys/fs/cgroup").ok()?.to_str()?;
+    let ok = !rel.is_empty()
+        && rel
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-/:@".contains(&b));
+    ok.then(|| rel.to_string())
 }

@@ -1,6 +1,7 @@
 //! The `CNI_*` environment (CNI spec 1.1, section "Parameters").
 
 use crate::error::{Error, Result};
+use std::ffi::OsString;
 use std::path::PathBuf;
 
 /// The CNI verbs (CNI spec 1.1, section "CNI operations").
@@ -55,21 +56,27 @@ pub struct K8sArgs {
     pub infra_container_id: Option<String>,
 }
 
-/// The invocation's environment.
+/// The invocation's environment, as raw bytes: a variable that is not
+/// UTF-8 is an error naming it (code 4), never silently "unset".
 #[derive(Debug, Clone, Default)]
 pub struct CniEnv {
     /// `CNI_CONTAINERID`.
-    pub container_id: Option<String>,
+    pub container_id: Option<OsString>,
     /// `CNI_NETNS` (empty treated as unset).
     pub netns: Option<PathBuf>,
     /// `CNI_IFNAME`.
-    pub ifname: Option<String>,
+    pub ifname: Option<OsString>,
     /// Raw `CNI_ARGS`.
-    pub args: Option<String>,
+    pub args: Option<OsString>,
 }
 
-fn var(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.is_empty())
+fn var(name: &str) -> Option<OsString> {
+    std::env::var_os(name).filter(|v| !v.is_empty())
+}
+
+fn utf8<'a>(name: &str, v: &'a OsString) -> Result<&'a str> {
+    v.to_str()
+        .ok_or_else(|| Error::env(name, "is not valid UTF-8"))
 }
 
 impl CniEnv {
@@ -84,13 +91,15 @@ impl CniEnv {
     }
 
     /// `CNI_CONTAINERID`, required; must match the spec's rule (starts with
-    /// an alphanumeric, then alphanumerics, `_`, `.`, `-`). Code 4.
+    /// an alphanumeric, then alphanumerics, `_`, `.`, `-`), at most 255
+    /// bytes (it names a directory of the state dir). Code 4.
     pub fn container_id(&self) -> Result<&str> {
-        let id = self
+        let raw = self
             .container_id
-            .as_deref()
+            .as_ref()
             .ok_or_else(|| Error::env("CNI_CONTAINERID", "required, not set"))?;
-        let ok = id.len() <= 256
+        let id = utf8("CNI_CONTAINERID", raw)?;
+        let ok = id.len() <= 255
             && id.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
             && id
                 .bytes()
@@ -107,10 +116,11 @@ impl CniEnv {
     /// `CNI_IFNAME`, required; a Linux interface name (1-15 bytes, no `/`,
     /// no whitespace, not `.` or `..`). Code 4.
     pub fn ifname(&self) -> Result<&str> {
-        let n = self
+        let raw = self
             .ifname
-            .as_deref()
+            .as_ref()
             .ok_or_else(|| Error::env("CNI_IFNAME", "required, not set"))?;
+        let n = utf8("CNI_IFNAME", raw)?;
         let ok = n.len() <= 15
             && n != "."
             && n != ".."
@@ -136,9 +146,10 @@ impl CniEnv {
     /// without `=` is error code 4.
     pub fn k8s_args(&self) -> Result<K8sArgs> {
         let mut out = K8sArgs::default();
-        let Some(args) = &self.args else {
+        let Some(raw) = &self.args else {
             return Ok(out);
         };
+        let args = utf8("CNI_ARGS", raw)?;
         for pair in args.split(';').filter(|p| !p.is_empty()) {
             let (k, v) = pair.split_once('=').ok_or_else(|| {
                 Error::env("CNI_ARGS", format!("{pair:?} is not a KEY=VALUE pair"))

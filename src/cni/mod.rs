@@ -58,18 +58,26 @@ pub fn run(command: &str) -> i32 {
         }
     };
     let mut out = std::io::stdout().lock();
-    match outcome {
-        Ok(Output::Json(v)) => {
-            let _ = writeln!(out, "{v}");
-            0
-        }
-        Ok(Output::Nothing) => 0,
+    let (doc, code) = match outcome {
+        Ok(Output::Json(v)) => (Some(v), 0),
+        Ok(Output::Nothing) => (None, 0),
         Err(e) => {
             init_logging(None, None);
             tracing::error!(code = e.code.as_u32(), "{command}: {e}");
-            let _ = writeln!(out, "{}", error_json(&e, cni_version.as_deref()));
-            1
+            (Some(error_json(&e, cni_version.as_deref())), 1)
         }
+    };
+    match doc {
+        // The runtime must get the whole document or a failure exit code.
+        Some(d) => match writeln!(out, "{d}").and_then(|_| out.flush()) {
+            Ok(()) => code,
+            Err(e) => {
+                init_logging(None, None);
+                tracing::error!("{command}: cannot write the result to stdout: {e}");
+                1
+            }
+        },
+        None => code,
     }
 }
 
@@ -97,6 +105,13 @@ fn init_logging(level: Option<&str>, file: Option<&std::path::Path>) {
             crate::logging::level(level),
             file.filter(|p| p.is_absolute()),
         );
+        if let Some(l) =
+            level.filter(|l| !crate::logging::KNOWN.contains(&l.to_ascii_lowercase().as_str()))
+        {
+            tracing::warn!(
+                "log_level {l:?} is not one of error, warn, info, debug, trace, off: using info"
+            );
+        }
     });
 }
 
@@ -174,6 +189,8 @@ pub fn pod_label(k8s: &K8sArgs) -> String {
 pub struct PodCgroup {
     /// Pod cgroup relative to the cgroup2 mount.
     pub rel: Option<PathBuf>,
+    /// Pod cgroup as an absolute path.
+    pub abs: Option<PathBuf>,
     /// Levels P and C.
     pub levels: Option<Levels>,
     /// Why there are no levels (for the warning).
@@ -223,6 +240,7 @@ pub fn pod_cgroup(settings: &Settings, k8s: &K8sArgs) -> Result<PodCgroup> {
     };
     let levels = cgroup::levels(&mount.root, &rel, settings.init_phase.level_offset)?;
     Ok(PodCgroup {
+        abs: Some(mount.mount_point.join(&rel)),
         rel: Some(rel),
         levels: Some(levels),
         why_not: None,

@@ -90,7 +90,8 @@ pub fn probes(conf: &NetConf) -> Vec<Probe> {
 }
 
 /// STATUS. Success: nothing on stdout. Error: code 1 for a config version
-/// before 1.1.0, code 50 naming every failed check.
+/// before 1.1.0, code 7 for an invalid configuration, code 50 naming every
+/// failed host check.
 pub fn cmd_status(conf: &NetConf) -> Result<Output> {
     if !super::version::at_least(&conf.cni_version, (1, 1, 0)) {
         return Err(Error::new(
@@ -101,6 +102,7 @@ pub fn cmd_status(conf: &NetConf) -> Result<Output> {
             ),
         ));
     }
+    conf.settings()?; // a bad configuration is code 7, as for ADD
     let failed: Vec<String> = probes(conf)
         .into_iter()
         .filter_map(|p| p.outcome.err().map(|e| format!("{}: {e}", p.name)))
