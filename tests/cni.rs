@@ -25,6 +25,19 @@ fn real_prev(node: &Node, pod: &Netns, id: &str) -> (Value, std::path::PathBuf) 
     )
 }
 
+/// The configuration a runtime hands meshnft: the example entry with the
+/// test settings, `version`, the list's name and `prev`.
+fn direct_conf(node: &Node, version: &str, prev: &Value) -> Value {
+    let mut c = meshnft_entry(
+        node,
+        &example_conflist("ptp-meshnft.conflist")["plugins"][1],
+    );
+    c["cniVersion"] = json!(version);
+    c["name"] = json!("meshnet");
+    c["prevResult"] = prev.clone();
+    c
+}
+
 #[test]
 fn version_lists_supported_versions() {
     let out = invoke("VERSION", &[], &json!({"cniVersion": "0.4.0"}));
@@ -270,13 +283,7 @@ fn failed_transaction_is_atomic() {
     let node = Node::new();
     let pod = Netns::new("mtpod");
     let (prev, ptp_only) = real_prev(&node, &pod, "atomic");
-    let mut c = meshnft_entry(
-        &node,
-        &example_conflist("ptp-meshnft.conflist")["plugins"][1],
-    );
-    c["cniVersion"] = json!("1.0.0");
-    c["name"] = json!("meshnet");
-    c["prevResult"] = prev;
+    let c = direct_conf(&node, "1.0.0", &prev);
     let env = cni_env("atomic", pod.path(), "IgnoreUnknown=1");
 
     // 1. Real nft, with one line appended at the end of the transaction
@@ -328,13 +335,7 @@ fn check_reports_differences() {
     let pod = Netns::new("mtpod");
     let cg = PodCgroups::new(Layout::Cgroupfs, Qos::Burstable);
     let (prev, ptp_only) = real_prev(&node, &pod, "chk");
-    let mut c = meshnft_entry(
-        &node,
-        &example_conflist("ptp-meshnft.conflist")["plugins"][1],
-    );
-    c["cniVersion"] = json!("1.1.0");
-    c["name"] = json!("meshnet");
-    c["prevResult"] = prev;
+    let c = direct_conf(&node, "1.1.0", &prev);
     let args = format!("IgnoreUnknown=1;K8S_POD_UID={}", cg.pod_uid());
     let env = cni_env("chk", pod.path(), &args);
     let out = invoke("ADD", &env, &c);
@@ -488,13 +489,7 @@ fn shared_netns_and_lenient_del() {
     let node = Node::new();
     let pod = Netns::new("mtpod");
     let (prev, ptp_only) = real_prev(&node, &pod, "multi");
-    let mut c = meshnft_entry(
-        &node,
-        &example_conflist("ptp-meshnft.conflist")["plugins"][1],
-    );
-    c["cniVersion"] = json!("1.0.0");
-    c["name"] = json!("meshnet");
-    c["prevResult"] = prev;
+    let c = direct_conf(&node, "1.0.0", &prev);
     let eth0 = cni_env("multi", pod.path(), "");
     let mut net1 = eth0.clone();
     net1[2] = ("CNI_IFNAME", "net1");
@@ -527,13 +522,7 @@ fn check_sees_tampering_behind_a_kept_comment() {
     let node = Node::new();
     let pod = Netns::new("mtpod");
     let (prev, ptp_only) = real_prev(&node, &pod, "tamper");
-    let mut c = meshnft_entry(
-        &node,
-        &example_conflist("ptp-meshnft.conflist")["plugins"][1],
-    );
-    c["cniVersion"] = json!("1.0.0");
-    c["name"] = json!("meshnet");
-    c["prevResult"] = prev;
+    let mut c = direct_conf(&node, "1.0.0", &prev);
     c["linkerd"]["subnets-to-ignore"] = json!(["2001:db8::/32", "198.18.64.0/18", "198.19.5.5"]);
     let env = cni_env("tamper", pod.path(), "");
     assert_eq!(invoke("ADD", &env, &c).code, 0);

@@ -112,6 +112,18 @@ impl Fixture {
         }
     }
 
+    /// The common case: cniVersion 1.0.0, cgroupfs, Burstable, ptp.
+    fn ptp(proxy: bool, extra: impl Fn(&mut Value)) -> Fixture {
+        Fixture::new(
+            proxy,
+            "1.0.0",
+            Layout::Cgroupfs,
+            Qos::Burstable,
+            "ptp-meshnft.conflist",
+            extra,
+        )
+    }
+
     /// Runs `cmd` through libcni for sandbox `id`, with or without K8S_* args.
     fn cni(&self, cmd: &str, id: &str, k8s: bool) -> Result<Value, String> {
         let args = if k8s { k8s_args(&self.cg, id) } else { vec![] };
@@ -325,57 +337,46 @@ fn seed_scenario(version: &str, layout: Layout, qos: Qos, example: &str) {
     );
 }
 
-#[test]
-fn seed_ptp_v1_0_0_cgroupfs_burstable() {
-    if !support::root_or_skip("seed_ptp_v1_0_0_cgroupfs_burstable") {
-        return;
-    }
-    seed_scenario(
-        "1.0.0",
-        Layout::Cgroupfs,
-        Qos::Burstable,
-        "ptp-meshnft.conflist",
-    );
+/// One test per (spec version, cgroup driver and QoS class, interface plugin).
+macro_rules! seed_test {
+    ($name:ident, $version:literal, $layout:expr, $qos:expr, $example:literal) => {
+        #[test]
+        fn $name() {
+            if support::root_or_skip(stringify!($name)) {
+                seed_scenario($version, $layout, $qos, $example);
+            }
+        }
+    };
 }
 
-#[test]
-fn seed_ptp_v0_4_0_systemd_guaranteed() {
-    if !support::root_or_skip("seed_ptp_v0_4_0_systemd_guaranteed") {
-        return;
-    }
-    seed_scenario(
-        "0.4.0",
-        Layout::Systemd,
-        Qos::Guaranteed,
-        "ptp-meshnft.conflist",
-    );
-}
-
-#[test]
-fn seed_ptp_v0_3_1_cgroupfs_besteffort() {
-    if !support::root_or_skip("seed_ptp_v0_3_1_cgroupfs_besteffort") {
-        return;
-    }
-    seed_scenario(
-        "0.3.1",
-        Layout::Cgroupfs,
-        Qos::BestEffort,
-        "ptp-meshnft.conflist",
-    );
-}
-
-#[test]
-fn seed_bridge_v1_0_0_systemd_burstable() {
-    if !support::root_or_skip("seed_bridge_v1_0_0_systemd_burstable") {
-        return;
-    }
-    seed_scenario(
-        "1.0.0",
-        Layout::Systemd,
-        Qos::Burstable,
-        "bridge-meshnft.conflist",
-    );
-}
+seed_test!(
+    seed_ptp_v1_0_0_cgroupfs_burstable,
+    "1.0.0",
+    Layout::Cgroupfs,
+    Qos::Burstable,
+    "ptp-meshnft.conflist"
+);
+seed_test!(
+    seed_ptp_v0_4_0_systemd_guaranteed,
+    "0.4.0",
+    Layout::Systemd,
+    Qos::Guaranteed,
+    "ptp-meshnft.conflist"
+);
+seed_test!(
+    seed_ptp_v0_3_1_cgroupfs_besteffort,
+    "0.3.1",
+    Layout::Cgroupfs,
+    Qos::BestEffort,
+    "ptp-meshnft.conflist"
+);
+seed_test!(
+    seed_bridge_v1_0_0_systemd_burstable,
+    "1.0.0",
+    Layout::Systemd,
+    Qos::Burstable,
+    "bridge-meshnft.conflist"
+);
 
 /// The proxy's first packet of any protocol ends the init phase: here a DNS
 /// query over UDP, before any TCP.
@@ -384,14 +385,7 @@ fn proxy_udp_packet_ends_init_phase() {
     if !support::root_or_skip("proxy_udp_packet_ends_init_phase") {
         return;
     }
-    let f = Fixture::new(
-        true,
-        "1.0.0",
-        Layout::Cgroupfs,
-        Qos::Burstable,
-        "ptp-meshnft.conflist",
-        |_| {},
-    );
+    let f = Fixture::ptp(true, |_| {});
     let (cg, pod) = (&f.cg, &f.pod);
     f.cni("add", "udp-sandbox", true).expect("ADD");
     let (app, proxy) = (cg.container("app"), cg.container("proxy"));
@@ -460,14 +454,7 @@ fn without_pod_uid_the_table_has_no_init_phase() {
     if !support::root_or_skip("without_pod_uid_the_table_has_no_init_phase") {
         return;
     }
-    let f = Fixture::new(
-        true,
-        "1.0.0",
-        Layout::Cgroupfs,
-        Qos::Burstable,
-        "ptp-meshnft.conflist",
-        |_| {},
-    );
+    let f = Fixture::ptp(true, |_| {});
     let (cg, pod) = (&f.cg, &f.pod);
     f.cni("add", "nouid-sandbox", false).expect("ADD");
     let t = list_table(pod).unwrap();
@@ -626,14 +613,7 @@ fn re_add_never_opens_the_init_phase_of_a_running_pod() {
     if !support::root_or_skip("re_add_never_opens_the_init_phase_of_a_running_pod") {
         return;
     }
-    let f = Fixture::new(
-        true,
-        "1.0.0",
-        Layout::Cgroupfs,
-        Qos::Burstable,
-        "ptp-meshnft.conflist",
-        |_| {},
-    );
+    let f = Fixture::ptp(true, |_| {});
     let result = f.cni("add", "readd", false).expect("ADD without pod UID");
     let args = cni_args_text(&k8s_args(&f.cg, "readd"));
     let again = invoke(
