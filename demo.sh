@@ -45,12 +45,12 @@ as_builder() {
 cargo_bin=$(PATH="$build_path" command -v cargo || true)
 if [ -z "$cargo_bin" ]; then
     cat >&2 <<'EOF'
-demo.sh: cargo not found. meshnft needs Rust 1.85 or later (edition 2024). Install it with rustup
+demo.sh: cargo not found. meshnft needs Rust 1.89 or later (edition 2024). Install it with rustup
 (as your normal user, then run  sudo ./demo.sh  again):
 
     curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh
 
-or, if your distribution's cargo is 1.85 or later:  sudo apt-get install cargo
+or, if your distribution's cargo is 1.89 or later:  sudo apt-get install cargo
 EOF
     exit 1
 fi
@@ -61,8 +61,8 @@ if [ -z "$cargo_version" ] && [ "$build_user" != root ]; then
     cargo_version=$(as_builder "$cargo_bin" --version 2>/dev/null | awk '{print $2}' || true)
 fi
 IFS=. read -r cv_major cv_minor _ <<<"${cargo_version:-0.0.0}"
-if [ "${cv_major:-0}" -lt 1 ] || { [ "${cv_major:-0}" -eq 1 ] && [ "${cv_minor:-0}" -lt 85 ]; }; then
-    die "cargo ${cargo_version:-?} ($cargo_bin) is too old: meshnft needs Rust 1.85 or later; install it with rustup: https://rustup.rs"
+if [ "${cv_major:-0}" -lt 1 ] || { [ "${cv_major:-0}" -eq 1 ] && [ "${cv_minor:-0}" -lt 89 ]; }; then
+    die "cargo ${cargo_version:-?} ($cargo_bin) is too old: meshnft needs Rust 1.89 or later; install it with rustup: https://rustup.rs"
 fi
 
 # ---- 3. build -----------------------------------------------------------------

@@ -16,7 +16,7 @@ if ! command -v cargo >/dev/null 2>&1; then
   done
 fi
 command -v cargo >/dev/null 2>&1 || {
-  echo "test.sh: cargo not found: meshnft needs Rust 1.85 or newer (edition 2024); install it with rustup" >&2
+  echo "test.sh: cargo not found: meshnft needs Rust 1.89 or newer (edition 2024); install it with rustup" >&2
   exit 1
 }
 

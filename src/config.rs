@@ -72,6 +72,11 @@ pub struct NetConf {
     /// section "Chained plugins").
     #[serde(rename = "prevResult", default)]
     pub prev_result: Option<Value>,
+    /// Runtime-provided values for declared capabilities (CNI spec 1.1,
+    /// section "Deriving runtimeConfig"); meshnft reads
+    /// `io.kubernetes.cri.pod-annotations`.
+    #[serde(rename = "runtimeConfig", default)]
+    pub runtime_config: Option<Value>,
 }
 
 /// Linkerd's `linkerd` block (linkerd2-proxy-init `cni-plugin`, `ProxyInit`).
@@ -134,10 +139,53 @@ pub struct KubernetesConf {
     /// Linkerd's API root override; kept for compatibility.
     #[serde(default)]
     pub k8s_api_root: Option<String>,
+    /// meshnft: timeout of one API request in seconds (default 5, max 60).
+    #[serde(rename = "timeoutSeconds", default)]
+    pub timeout_seconds: Option<f64>,
+    /// meshnft: attempts for transient API failures (default 3, 1-10).
+    #[serde(default)]
+    pub attempts: Option<u32>,
+}
+
+impl KubernetesConf {
+    /// The API client settings, when a kubeconfig is configured.
+    /// Errors: code 7 for an out-of-range timeout or attempt count.
+    pub fn api(&self) -> Result<Option<crate::k8s::api::ApiConfig>> {
+        let Some(kubeconfig) = self.kubeconfig.clone() else {
+            return Ok(None);
+        };
+        let timeout = match self.timeout_seconds {
+            None => crate::k8s::api::DEFAULT_TIMEOUT,
+            Some(t) if t > 0.0 && t <= 60.0 => std::time::Duration::from_secs_f64(t),
+            Some(t) => {
+                return Err(Error::config(
+                    "kubernetes.timeoutSeconds",
+                    &t.to_string(),
+                    "must be in (0, 60]",
+                ));
+            }
+        };
+        let attempts = match self.attempts {
+            None => crate::k8s::api::DEFAULT_ATTEMPTS,
+            Some(a) if (1..=10).contains(&a) => a,
+            Some(a) => {
+                return Err(Error::config(
+                    "kubernetes.attempts",
+                    &a.to_string(),
+                    "must be 1-10",
+                ));
+            }
+        };
+        Ok(Some(crate::k8s::api::ApiConfig {
+            kubeconfig,
+            timeout,
+            attempts,
+        }))
+    }
 }
 
 /// Destinations redirected during the init phase, by match kind.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct InitRedirect {
     /// Ports redirected for any address (merged ranges).
     pub ports: Vec<PortRange>,
@@ -148,7 +196,7 @@ pub struct InitRedirect {
 }
 
 /// Validated init-phase settings.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct InitPhase {
     /// Whether the init phase is written at all.
     pub enabled: bool,
@@ -161,7 +209,7 @@ pub struct InitPhase {
 }
 
 /// Validated redirect settings: everything the table is rendered from.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Settings {
     /// Proxy inbound port (`redirect to :PORT` in `inbound_redirect`).
     pub inbound_port: u16,

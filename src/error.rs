@@ -42,6 +42,9 @@ pub enum Code {
     CheckMismatch = 104,
     /// 105: internal error (a bug): please report it.
     Internal = 105,
+    /// 106: the pod could not be read from the Kubernetes API (credentials,
+    /// RBAC, not found, unusable kubeconfig); transient failures are 11.
+    KubernetesApi = 106,
 }
 
 impl Code {

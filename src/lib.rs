@@ -19,6 +19,7 @@ pub mod cli;
 pub mod cni;
 pub mod config;
 pub mod error;
+pub mod k8s;
 pub mod logging;
 pub mod netns;
 pub mod nft;

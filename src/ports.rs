@@ -12,7 +12,9 @@ use crate::error::{Error, Result};
 use std::fmt;
 
 /// An inclusive TCP/UDP port range `lo..=hi`, `1 <= lo <= hi <= 65535`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub struct PortRange {
     /// First port of the range.
     pub lo: u16,

@@ -38,6 +38,17 @@ pub struct Record {
     pub levels: Option<Levels>,
     /// Seconds since the Unix epoch when ADD wrote the table.
     pub created: u64,
+    /// False when ADD decided the pod is not meshed and wrote no table.
+    #[serde(default = "yes")]
+    pub meshed: bool,
+    /// The effective settings (conflist + pod annotations) the table was
+    /// written with, so CHECK can verify it without calling the API.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settings: Option<crate::config::Settings>,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// Path of the record for (`container_id`, `ifname`). Both were validated
@@ -144,6 +155,8 @@ mod tests {
                 container: 4,
             }),
             created: 1,
+            meshed: true,
+            settings: Some(crate::config::Settings::default()),
         };
         write(&dir, &rec).unwrap();
         assert_eq!(read(&dir, "abc", "eth0"), Some(rec.clone()));

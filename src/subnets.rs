@@ -10,7 +10,7 @@ use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use std::net::IpAddr;
 
 /// Subnets split by family, each sorted and aggregated.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Subnets {
     /// IPv4 networks (for `type ipv4_addr; flags interval` sets).
     pub v4: Vec<Ipv4Net>,

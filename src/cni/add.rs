@@ -1,9 +1,11 @@
 //! ADD (CNI spec 1.1, section "ADD"): write `table inet meshnft` into
 //! `CNI_NETNS` in one transaction and pass `prevResult` through.
 
-use super::{Output, env::CniEnv, pod_cgroup, pod_label, pod_netns, version};
+use super::env::{CniEnv, K8sArgs};
+use super::{Output, pod_cgroup, pod_label, pod_netns, version};
 use crate::config::NetConf;
 use crate::error::{Code, Error, Result};
+use crate::k8s::{self, Meshing, PodInfo};
 use crate::nft::{self, Nft};
 use crate::{ruleset, state};
 
@@ -30,6 +32,19 @@ pub fn cmd_add(env: &CniEnv, conf: &NetConf) -> Result<Output> {
 
     let ns = pod_netns(netns_path)?;
 
+    // Pod awareness: is the pod meshed, and what do its annotations say?
+    let mut settings = settings;
+    if let Some(info) = pod_info(conf, &k8s)? {
+        match info.meshing() {
+            Meshing::NotMeshed(why) => {
+                tracing::info!(pod = ?pod_label(&k8s), container_id, "pod not meshed ({why}): no table");
+                let rec = record(env, container_id, ifname, &k8s, &ns, None, false, None);
+                write_record(conf, &rec);
+                return Ok(Output::Json(result));
+            }
+            Meshing::Meshed => settings = info.apply(&settings)?,
+        }
+    }
     let pod = pod_cgroup(&settings, &k8s)?;
     let label = pod_label(&k8s);
     if let (true, Some(why)) = (settings.init_phase.enabled, &pod.why_not) {
@@ -50,7 +65,6 @@ pub fn cmd_add(env: &CniEnv, conf: &NetConf) -> Result<Output> {
     );
     let nft = Nft::locate()?;
     let target = nft::target_of(&ns);
-    let mut settings = settings;
     let mut extra = String::new();
     if settings.init_phase.enabled && pod.levels.is_some() {
         match existing_phase(&nft, target)? {
@@ -87,24 +101,17 @@ pub fn cmd_add(env: &CniEnv, conf: &NetConf) -> Result<Output> {
         "wrote table inet meshnft"
     );
 
-    let rec = state::Record {
-        container_id: container_id.to_string(),
-        ifname: ifname.to_string(),
-        netns: netns_path.to_path_buf(),
-        netns_id: ns.id,
-        pod: (label != "-").then_some(label),
-        pod_uid: k8s.pod_uid.clone(),
-        pod_cgroup: pod.rel.clone(),
-        levels: pod.levels,
-        created: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0),
-    };
-    if let Err(e) = state::write(&conf.state_dir(), &rec) {
-        // The record only serves GC and inspection; the table is in place.
-        tracing::warn!(dir = %conf.state_dir().display(), "cannot write state record: {e}");
-    }
+    let rec = record(
+        env,
+        container_id,
+        ifname,
+        &k8s,
+        &ns,
+        Some(&pod),
+        true,
+        Some(settings),
+    );
+    write_record(conf, &rec);
     Ok(Output::Json(result))
 }
 
@@ -161,4 +168,65 @@ fn nft_cgroup_path(abs: &std::path::Path) -> Option<String> {
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"._-/:@".contains(&b));
     ok.then(|| rel.to_string())
+}
+
+/// The pod's data, when meshnft can learn it: `runtimeConfig` annotations
+/// if the runtime passed them, else the Kubernetes API if
+/// `kubernetes.kubeconfig` is set and the runtime named the pod. `None`
+/// means the conflist settings apply to every pod (no pod awareness).
+fn pod_info(conf: &NetConf, k8s: &K8sArgs) -> Result<Option<PodInfo>> {
+    if let Some(ann) = k8s::runtime_annotations(conf.runtime_config.as_ref())? {
+        return Ok(Some(PodInfo::from_annotations(ann)));
+    }
+    let api = match &conf.kubernetes {
+        Some(k) => k.api()?,
+        None => None,
+    };
+    match (api, &k8s.pod_namespace, &k8s.pod_name) {
+        (Some(api), Some(ns), Some(name)) => k8s::api::read_pod(&api, ns, name).map(Some),
+        (Some(_), _, _) => {
+            tracing::debug!("no K8S_POD_NAMESPACE/K8S_POD_NAME: conflist settings apply");
+            Ok(None)
+        }
+        (None, _, _) => Ok(None),
+    }
+}
+
+/// The state record of this ADD.
+#[allow(clippy::too_many_arguments)]
+fn record(
+    env: &CniEnv,
+    container_id: &str,
+    ifname: &str,
+    k8s: &K8sArgs,
+    ns: &crate::netns::Netns,
+    pod: Option<&super::PodCgroup>,
+    meshed: bool,
+    settings: Option<crate::config::Settings>,
+) -> state::Record {
+    let label = pod_label(k8s);
+    state::Record {
+        container_id: container_id.to_string(),
+        ifname: ifname.to_string(),
+        netns: env.netns.clone().unwrap_or_default(),
+        netns_id: ns.id,
+        pod: (label != "-").then_some(label),
+        pod_uid: k8s.pod_uid.clone(),
+        pod_cgroup: pod.and_then(|p| p.rel.clone()),
+        levels: pod.and_then(|p| p.levels),
+        created: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0),
+        meshed,
+        settings,
+    }
+}
+
+/// Writes the record; a failure is only logged (the record serves GC,
+/// CHECK and inspection; the datapath does not depend on it).
+fn write_record(conf: &NetConf, rec: &state::Record) {
+    if let Err(e) = state::write(&conf.state_dir(), rec) {
+        tracing::warn!(dir = %conf.state_dir().display(), "cannot write state record: {e}");
+    }
 }

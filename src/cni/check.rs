@@ -42,10 +42,26 @@ pub fn cmd_check(env: &CniEnv, conf: &NetConf) -> Result<Output> {
         ));
     }
     let ns = pod_netns(netns_path)?;
-    // Levels as ADD wrote them (state record), else found again.
-    let levels = match state::read(&conf.state_dir(), container_id, ifname) {
-        Some(rec) if rec.netns_id == ns.id => rec.levels,
-        _ => pod_cgroup(&settings, &k8s)?.levels,
+    // What ADD decided and wrote (state record): unmeshed pods have no
+    // table; meshed ones have the effective settings (conflist + pod
+    // annotations) and levels, so no API call is needed. Without a record,
+    // the conflist settings and a fresh cgroup search are the expectation.
+    let (settings, levels) = match state::read(&conf.state_dir(), container_id, ifname) {
+        Some(rec) if rec.netns_id == ns.id && !rec.meshed => {
+            tracing::debug!(
+                container_id,
+                "CHECK of a pod ADD found not meshed: nothing to check"
+            );
+            return Ok(Output::Nothing);
+        }
+        Some(rec) if rec.netns_id == ns.id => {
+            let levels = rec.levels;
+            (rec.settings.unwrap_or(settings), levels)
+        }
+        _ => {
+            let levels = pod_cgroup(&settings, &k8s)?.levels;
+            (settings, levels)
+        }
     };
     let nft = Nft::locate()?;
     let actual = match nft.run(

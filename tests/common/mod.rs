@@ -3,12 +3,14 @@
 //! table back from a pod netns.
 #![allow(dead_code)]
 
-use crate::support::{self, Netns, Node, PodCgroups};
+use crate::support::{self, Layout, Listener, Netns, Node, PodCgroups, Qos};
 use serde_json::{Value, json};
 use std::io::Write;
+use std::net::{IpAddr, SocketAddr};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use support::{SRV4_A, SRV4_B, SRV6_A, SRV6_B};
 
 /// The plugin binary under test.
 pub const MESHNFT: &str = env!("CARGO_BIN_EXE_meshnft");
@@ -226,3 +228,122 @@ pub fn cni_args_text(args: &[(String, String)]) -> String {
     }
     s
 }
+
+pub const INIT_UID: u32 = 1000;
+pub const PROXY_UID: u32 = 2102;
+pub const APP_UID: u32 = 1001;
+
+pub fn sa(ip: impl Into<IpAddr>, port: u16) -> SocketAddr {
+    SocketAddr::new(ip.into(), port)
+}
+
+/// The server side "outside the pod": listeners on the node's addresses.
+pub fn node_listener(node: &Node) -> Listener {
+    let mut addrs = Vec::new();
+    for ip in [
+        IpAddr::from(SRV4_A),
+        SRV4_B.into(),
+        SRV6_A.into(),
+        SRV6_B.into(),
+    ] {
+        for port in [80, 9100, 20001] {
+            addrs.push(sa(ip, port));
+        }
+    }
+    Listener::start(node.netns.path(), "server", &addrs)
+}
+
+/// The proxy stand-in inside the pod: outbound 4140 and inbound 4143.
+pub fn proxy_listeners(pod: &Netns) -> (Listener, Listener, Listener) {
+    let any4 = IpAddr::from([0, 0, 0, 0]);
+    let any6 = IpAddr::from([0u16; 8]);
+    (
+        Listener::start(pod.path(), "proxy-out", &[sa(any4, 4140), sa(any6, 4140)]),
+        Listener::start(pod.path(), "proxy-in", &[sa(any4, 4143), sa(any6, 4143)]),
+        Listener::start(
+            pod.path(),
+            "app",
+            &[
+                sa(any4, 4191),
+                sa(any6, 4191),
+                sa(any4, 8080),
+                sa(any6, 8080),
+            ],
+        ),
+    )
+}
+
+pub fn expect_reply(r: Result<String, String>, tag: &str, orig: Option<&str>) {
+    let line = r.unwrap_or_else(|e| panic!("expected a reply from {tag}, got error: {e}"));
+    assert!(
+        line.starts_with(&format!("{tag} ")),
+        "expected {tag}, got {line:?}"
+    );
+    if let Some(o) = orig {
+        assert!(
+            line.contains(&format!("orig={o}")),
+            "expected orig={o} in {line:?}"
+        );
+    }
+}
+
+/// One node with meshnft installed and a server outside the pod, one pod
+/// netns with the proxy stand-in, its kubelet-like cgroup tree and the
+/// conflist. Fields drop in declaration order: listeners before the
+/// namespaces they live in.
+pub struct Fixture {
+    /// Proxy stand-in (outbound, inbound) and app listeners, when started.
+    pub listeners: Option<(Listener, Listener, Listener)>,
+    pub server: Listener,
+    pub pod: Netns,
+    pub cg: PodCgroups,
+    pub cl: std::path::PathBuf,
+    pub node: Node,
+}
+
+impl Fixture {
+    pub fn new(
+        proxy: bool,
+        version: &str,
+        layout: Layout,
+        qos: Qos,
+        example: &str,
+        extra: impl Fn(&mut Value),
+    ) -> Fixture {
+        let node = Node::new();
+        node.install_plugin("meshnft", std::path::Path::new(MESHNFT));
+        let server = node_listener(&node);
+        let cg = PodCgroups::new(layout, qos);
+        let pod = Netns::new("mtpod");
+        let listeners = proxy.then(|| proxy_listeners(&pod));
+        let cl = conflist(&node, example, version, extra);
+        Fixture {
+            listeners,
+            server,
+            pod,
+            cg,
+            cl,
+            node,
+        }
+    }
+
+    /// The common case: cniVersion 1.0.0, cgroupfs, Burstable, ptp.
+    pub fn ptp(proxy: bool, extra: impl Fn(&mut Value)) -> Fixture {
+        Fixture::new(
+            proxy,
+            "1.0.0",
+            Layout::Cgroupfs,
+            Qos::Burstable,
+            "ptp-meshnft.conflist",
+            extra,
+        )
+    }
+
+    /// Runs `cmd` through libcni for sandbox `id`, with or without K8S_* args.
+    pub fn cni(&self, cmd: &str, id: &str, k8s: bool) -> Result<Value, String> {
+        let args = if k8s { k8s_args(&self.cg, id) } else { vec![] };
+        self.node
+            .cni(cmd, &self.cl, self.pod.path(), id, &args_ref(&args))
+    }
+}
+pub mod apiserver;

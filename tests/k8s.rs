@@ -1,0 +1,459 @@
+//! Pod awareness: pod data from the Kubernetes API (a local stand-in
+//! serving real k8s-openapi objects) or from `runtimeConfig` annotations;
+//! meshed-pod detection; Linkerd annotations; the init phase with classic
+//! and native-sidecar container layouts, asserted with real connections.
+//!
+//! Root only (network namespaces, cgroups, nft); skipped with a message otherwise.
+
+mod common;
+mod support;
+
+use common::apiserver::{self, FakeApi, Mode};
+use common::*;
+use serde_json::{Value, json};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+use support::SRV4_A;
+
+/// A pod wired by the real ptp chain, whose meshnft ADD is run directly
+/// (so the plugin reaches the stand-in API server on the host's loopback).
+struct K8sPod {
+    f: Fixture,
+    prev: Value,
+    ptp_only: PathBuf,
+    conf: Value,
+    args: String,
+    id: String,
+}
+
+impl K8sPod {
+    fn new(name: &str, extra: impl Fn(&mut Value)) -> K8sPod {
+        let f = Fixture::ptp(true, |_| {});
+        let id = format!("k8s-{name}");
+        let ptp_only = f.node.write_conflist("meshnet", "1.0.0", vec![]);
+        let prev = f
+            .node
+            .cni("add", &ptp_only, f.pod.path(), &id, &[])
+            .expect("ptp ADD");
+        let mut conf = plugin_conf(&f.cl, 1, Some(&prev));
+        extra(&mut conf);
+        let args = format!(
+            "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={name};K8S_POD_UID={}",
+            f.cg.pod_uid()
+        );
+        K8sPod {
+            f,
+            prev,
+            ptp_only,
+            conf,
+            args,
+            id,
+        }
+    }
+
+    fn run(&self, verb: &str) -> Invocation {
+        invoke(
+            verb,
+            &cni_env(&self.id, self.f.pod.path(), &self.args),
+            &self.conf,
+        )
+    }
+
+    fn probe(&self, container: &str, uid: u32, port: u16) -> Result<String, String> {
+        let cg = self.f.cg.container(container);
+        support::tcp_probe(self.f.pod.path(), Some(&cg), uid, uid, SRV4_A.into(), port)
+    }
+}
+
+impl Drop for K8sPod {
+    fn drop(&mut self) {
+        let _ = self.run("DEL");
+        let _ = self
+            .f
+            .node
+            .cni("del", &self.ptp_only, self.f.pod.path(), &self.id, &[]);
+    }
+}
+
+fn with_api(api: &FakeApi, dir: &std::path::Path) -> impl Fn(&mut Value) {
+    let kc = api.kubeconfig(dir);
+    move |c: &mut Value| {
+        c["kubernetes"] = json!({"kubeconfig": kc, "timeoutSeconds": 1, "attempts": 2});
+    }
+}
+
+fn tmpdir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("meshnft-node-k8s-{tag}-{}", support::unique("")));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+const PROXY_VERSION: (&str, &str) = ("linkerd.io/proxy-version", "edge-25.11.1");
+
+/// The API cannot be read: ADD fails, says why, and writes nothing.
+#[test]
+fn api_failures_fail_closed() {
+    if !support::root_or_skip("api_failures_fail_closed") {
+        return;
+    }
+    let dir = tmpdir("fail");
+    for (mode, code, words) in [
+        (Mode::Fail(403), 106, "RBAC"),
+        (Mode::Fail(401), 106, "credentials"),
+        (Mode::Fail(500), 11, "500"),
+        (Mode::Hang, 11, "did not answer in time"),
+    ] {
+        let api = FakeApi::start(&[], &[], None, mode);
+        let p = K8sPod::new("web", with_api(&api, &dir));
+        let started = Instant::now();
+        let e = p.run("ADD").error(code);
+        assert!(e["msg"].as_str().unwrap().contains(words), "{mode:?}: {e}");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{mode:?} took {:?}",
+            started.elapsed()
+        );
+        assert!(
+            !has_table(&p.f.pod),
+            "{mode:?}: a table was written although the pod could not be read"
+        );
+        if mode == Mode::Fail(500) || mode == Mode::Hang {
+            // transient: retried (attempts = 2)
+            assert!(
+                api.requests().len() >= 2 || mode == Mode::Hang,
+                "{mode:?}: {:?}",
+                api.requests()
+            );
+        }
+    }
+    // Nothing listening at all, and a kubeconfig that does not exist.
+    let gone = FakeApi::start(&[], &[], None, Mode::Serve);
+    let kc = gone.kubeconfig(&dir);
+    drop(gone);
+    let p = K8sPod::new("web", |c| {
+        c["kubernetes"] = json!({"kubeconfig": kc, "timeoutSeconds": 1, "attempts": 1})
+    });
+    let e = p.run("ADD").error(11);
+    assert!(e["msg"].as_str().unwrap().contains("unreachable"), "{e}");
+    let p = K8sPod::new("web", |c| {
+        c["kubernetes"] = json!({"kubeconfig": "/nonexistent/kubeconfig"})
+    });
+    let e = p.run("ADD").error(106);
+    assert!(
+        e["msg"]
+            .as_str()
+            .unwrap()
+            .contains("/nonexistent/kubeconfig"),
+        "{e}"
+    );
+    // Pod not found: 106.
+    let api = FakeApi::start(
+        &[],
+        &[apiserver::namespace("default", &[])],
+        None,
+        Mode::Serve,
+    );
+    let p = K8sPod::new("ghost", with_api(&api, &dir));
+    let e = p.run("ADD").error(106);
+    assert!(e["msg"].as_str().unwrap().contains("not found"), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// runtimeConfig annotations (containerd/CRI-O capability): no API call,
+/// even with an unusable kubeconfig configured.
+#[test]
+fn runtime_config_annotations_need_no_api_server() {
+    if !support::root_or_skip("runtime_config_annotations_need_no_api_server") {
+        return;
+    }
+    let p = K8sPod::new("rc", |c| {
+        c["kubernetes"] = json!({"kubeconfig": "/nonexistent/kubeconfig"});
+        c["capabilities"] = json!({"io.kubernetes.cri.pod-annotations": true});
+        c["runtimeConfig"] = json!({"io.kubernetes.cri.pod-annotations": {
+            "linkerd.io/proxy-version": "edge-25.11.1",
+            "config.linkerd.io/skip-outbound-ports": "9100, 20001"
+        }});
+    });
+    let out = p.run("ADD");
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(out.json(), p.prev);
+    let t = list_table(&p.f.pod).unwrap();
+    assert!(t.contains("elements = { 9100, 20001 }"), "{t}");
+    p.run("CHECK").quiet_ok();
+    // Not injected: no table, prevResult passed through, CHECK and DEL succeed.
+    let q = K8sPod::new("rc2", |c| {
+        c["runtimeConfig"] = json!({"io.kubernetes.cri.pod-annotations": {"app": "x"}});
+    });
+    let out = q.run("ADD");
+    assert_eq!((out.code, out.json()), (0, q.prev.clone()), "{out:?}");
+    assert!(!has_table(&q.f.pod));
+    q.run("CHECK").quiet_ok();
+    q.run("DEL").quiet_ok();
+}
+
+/// Classic sidecar layout: user init containers, then the validator, then
+/// the proxy as a regular container.
+#[test]
+fn classic_sidecar_timeline() {
+    if !support::root_or_skip("classic_sidecar_timeline") {
+        return;
+    }
+    let dir = tmpdir("classic");
+    let spec = apiserver::pod(
+        "default",
+        "classic",
+        &[("fetch-config", None), ("linkerd-network-validator", None)],
+        &["linkerd-proxy", "app"],
+        &[PROXY_VERSION],
+        &[],
+    );
+    let api = FakeApi::start(
+        &[spec],
+        &[apiserver::namespace("default", &[])],
+        None,
+        Mode::Serve,
+    );
+    let p = K8sPod::new("classic", with_api(&api, &dir));
+    let out = p.run("ADD");
+    assert_eq!(out.code, 0, "{out:?}");
+    // 1. user init container: direct.
+    expect_reply(p.probe("fetch-config", INIT_UID, 80), "server", Some("-"));
+    // 2. the validator (runs as the proxy would not: UID 65534): redirected.
+    expect_reply(
+        p.probe("linkerd-network-validator", 65534, 20001),
+        "proxy-out",
+        Some("198.19.0.1:20001"),
+    );
+    // 3. the proxy starts: direct, and the init phase ends.
+    expect_reply(p.probe("linkerd-proxy", PROXY_UID, 80), "server", Some("-"));
+    assert_eq!(set_elements(&p.f.pod, "proxy_started").len(), 1);
+    // 4. the app: redirected.
+    expect_reply(
+        p.probe("app", APP_UID, 80),
+        "proxy-out",
+        Some("198.19.0.1:80"),
+    );
+    p.run("CHECK").quiet_ok();
+    assert!(
+        api.requests()
+            .contains(&"/api/v1/namespaces/default/pods/classic".to_string())
+    );
+    drop(p);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Native sidecar layout: validator, proxy (init container with
+/// restartPolicy Always), then user init containers, which are redirected.
+#[test]
+fn native_sidecar_timeline() {
+    if !support::root_or_skip("native_sidecar_timeline") {
+        return;
+    }
+    let dir = tmpdir("native");
+    let spec = apiserver::pod(
+        "default",
+        "native",
+        &[
+            ("linkerd-network-validator", None),
+            ("linkerd-proxy", Some("Always")),
+            ("fetch-config", None),
+        ],
+        &["app"],
+        &[PROXY_VERSION],
+        &[],
+    );
+    let api = FakeApi::start(
+        &[spec],
+        &[apiserver::namespace("default", &[])],
+        None,
+        Mode::Serve,
+    );
+    let p = K8sPod::new("native", with_api(&api, &dir));
+    assert_eq!(p.run("ADD").code, 0);
+    expect_reply(
+        p.probe("linkerd-network-validator", 65534, 20001),
+        "proxy-out",
+        Some("198.19.0.1:20001"),
+    );
+    expect_reply(p.probe("linkerd-proxy", PROXY_UID, 80), "server", Some("-"));
+    // The user's init container runs after the proxy started: redirected.
+    expect_reply(
+        p.probe("fetch-config", INIT_UID, 80),
+        "proxy-out",
+        Some("198.19.0.1:80"),
+    );
+    expect_reply(
+        p.probe("app", APP_UID, 80),
+        "proxy-out",
+        Some("198.19.0.1:80"),
+    );
+    drop(p);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// No init containers: the proxy's first packet precedes the app's.
+#[test]
+fn pod_without_init_containers() {
+    if !support::root_or_skip("pod_without_init_containers") {
+        return;
+    }
+    let dir = tmpdir("noinit");
+    let spec = apiserver::pod(
+        "default",
+        "noinit",
+        &[],
+        &["linkerd-proxy", "app"],
+        &[PROXY_VERSION],
+        &[],
+    );
+    let api = FakeApi::start(
+        &[spec],
+        &[apiserver::namespace("default", &[])],
+        None,
+        Mode::Serve,
+    );
+    let p = K8sPod::new("noinit", with_api(&api, &dir));
+    assert_eq!(p.run("ADD").code, 0);
+    expect_reply(p.probe("linkerd-proxy", PROXY_UID, 80), "server", Some("-"));
+    expect_reply(
+        p.probe("app", APP_UID, 80),
+        "proxy-out",
+        Some("198.19.0.1:80"),
+    );
+    drop(p);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Unmeshed and opted-out pods: prevResult through, no table, traffic untouched.
+#[test]
+fn unmeshed_and_opted_out_pods_get_no_table() {
+    if !support::root_or_skip("unmeshed_and_opted_out_pods_get_no_table") {
+        return;
+    }
+    let dir = tmpdir("unmeshed");
+    let plain = apiserver::pod("default", "plain", &[], &["app"], &[], &[]);
+    let optout = apiserver::pod(
+        "default",
+        "optout",
+        &[],
+        &["linkerd-proxy", "app"],
+        &[PROXY_VERSION, ("linkerd.io/inject", "disabled")],
+        &[],
+    );
+    let proxyinit = apiserver::pod(
+        "default",
+        "proxyinit",
+        &[("linkerd-init", None)],
+        &["linkerd-proxy", "app"],
+        &[PROXY_VERSION],
+        &[],
+    );
+    let api = FakeApi::start(
+        &[plain, optout, proxyinit],
+        &[apiserver::namespace("default", &[])],
+        None,
+        Mode::Serve,
+    );
+    for name in ["plain", "optout", "proxyinit"] {
+        let p = K8sPod::new(name, with_api(&api, &dir));
+        let out = p.run("ADD");
+        assert_eq!(
+            (out.code, out.json()),
+            (0, p.prev.clone()),
+            "{name}: {out:?}"
+        );
+        assert!(
+            !has_table(&p.f.pod),
+            "{name}: table written for an unmeshed pod"
+        );
+        expect_reply(p.probe("app", APP_UID, 80), "server", Some("-"));
+        p.run("CHECK").quiet_ok();
+        p.run("DEL").quiet_ok();
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Annotations, pod first then namespace; control-plane pods skip the API
+/// server's ports; bad values fail ADD naming the annotation.
+#[test]
+fn annotations_and_control_plane() {
+    if !support::root_or_skip("annotations_and_control_plane") {
+        return;
+    }
+    let dir = tmpdir("ann");
+    let web = apiserver::pod(
+        "default",
+        "web",
+        &[],
+        &["linkerd-proxy", "app"],
+        &[
+            PROXY_VERSION,
+            ("config.linkerd.io/skip-outbound-ports", "9100"),
+            ("meshnft.io/init-phase", "disabled"),
+        ],
+        &[],
+    );
+    let dest = apiserver::pod(
+        "default",
+        "dest",
+        &[],
+        &["linkerd-proxy", "destination"],
+        &[PROXY_VERSION],
+        &[("linkerd.io/control-plane-component", "destination")],
+    );
+    let bad = apiserver::pod(
+        "default",
+        "bad",
+        &[],
+        &["linkerd-proxy", "app"],
+        &[
+            PROXY_VERSION,
+            ("config.linkerd.io/skip-inbound-ports", "2000-1000"),
+        ],
+        &[],
+    );
+    let ns = apiserver::namespace(
+        "default",
+        &[
+            ("config.linkerd.io/skip-inbound-ports", "8081"),
+            ("config.linkerd.io/skip-outbound-ports", "1"),
+        ],
+    );
+    let svc = apiserver::kubernetes_service(443, 6443);
+    let api = FakeApi::start(&[web, dest, bad], &[ns], Some(&svc), Mode::Serve);
+
+    let p = K8sPod::new("web", with_api(&api, &dir));
+    assert_eq!(p.run("ADD").code, 0);
+    let t = list_table(&p.f.pod).unwrap();
+    // outbound: the pod's annotation replaces (not the namespace's "1");
+    // inbound: the namespace's 8081 adds to 4190-4191.
+    assert!(t.contains("elements = { 9100 }"), "{t}");
+    assert!(t.contains("elements = { 4190-4191, 8081 }"), "{t}");
+    // meshnft.io/init-phase: disabled: the init container is redirected.
+    assert!(!t.contains("jump init_phase_bypass"), "{t}");
+    expect_reply(p.probe("init", INIT_UID, 80), "proxy-out", None);
+    expect_reply(p.probe("app", APP_UID, 9100), "server", Some("-"));
+    p.run("CHECK").quiet_ok();
+    drop(p);
+
+    let p = K8sPod::new("dest", with_api(&api, &dir));
+    assert_eq!(p.run("ADD").code, 0);
+    let t = list_table(&p.f.pod).unwrap();
+    assert!(t.contains("elements = { 1, 443, 6443 }"), "{t}");
+    assert!(
+        api.requests()
+            .contains(&"/api/v1/namespaces/default/services/kubernetes".to_string())
+    );
+    drop(p);
+
+    let p = K8sPod::new("bad", with_api(&api, &dir));
+    let e = p.run("ADD").error(7);
+    let msg = e["msg"].as_str().unwrap();
+    assert!(
+        msg.contains("config.linkerd.io/skip-inbound-ports") && msg.contains("2000-1000"),
+        "{e}"
+    );
+    assert!(!has_table(&p.f.pod));
+    drop(p);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
