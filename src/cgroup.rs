@@ -147,19 +147,30 @@ pub fn find_pod(mount: &Path, search_root: &Path, uid: &str) -> Option<PathBuf> 
     None
 }
 
+/// Depth of a path: +1 per name, -1 per `..` (mountinfo shows a mount made
+/// outside this cgroup namespace as `/../..`, relative to the namespace root).
+pub fn signed_depth(p: &Path) -> i64 {
+    p.components()
+        .map(|c| match c {
+            Component::Normal(_) => 1,
+            Component::ParentDir => -1,
+            _ => 0,
+        })
+        .sum()
+}
+
 /// Levels for a pod cgroup at `rel` (relative to a mount whose root is
-/// `mount_root`), plus `offset`.
+/// `mount_root`, as mountinfo shows it), plus `offset`.
 ///
 /// The level of a cgroup is its depth in the hierarchy: the root is level 0,
-/// `kubepods` level 1, `kubepods/burstable/pod<uid>` level 3. Error: code 7
+/// `kubepods` level 1, `kubepods/burstable/pod<uid>` level 3. Counted from
+/// this process's cgroup-namespace root, which is what kernels with
+/// "nft_socket: make cgroupsv2 matching work with namespaces" (6.11, and
+/// stable backports) compare; older kernels compare absolute levels, and
+/// `offset` (see [`crate::levelprobe`]) makes up the difference. Error: code 7
 /// when the result is outside 1..=254 (C = P + 1 must fit nft's 0-255).
 pub fn levels(mount_root: &Path, rel: &Path, offset: i32) -> Result<Levels> {
-    let depth = |p: &Path| {
-        p.components()
-            .filter(|c| matches!(c, Component::Normal(_)))
-            .count() as i64
-    };
-    let p = depth(mount_root) + depth(rel) + i64::from(offset);
+    let p = signed_depth(mount_root) + signed_depth(rel) + i64::from(offset);
     if !(1..=254).contains(&p) {
         return Err(Error::config(
             "initPhase.levelOffset",
@@ -213,6 +224,16 @@ mod tests {
         assert_eq!(l.pod, 2);
         let l = levels(Path::new("/a/b"), Path::new("kubepods/podx"), 1).unwrap();
         assert_eq!(l.pod, 5);
+        // A mount inherited from the parent cgroup namespace: /../.. (the
+        // hierarchy root is two levels above this namespace's root).
+        let l = levels(
+            Path::new("/../.."),
+            Path::new("node/x/kubepods/burstable/podx"),
+            0,
+        )
+        .unwrap();
+        assert_eq!((l.pod, l.container), (3, 4));
+        assert!(levels(Path::new("/../../.."), Path::new("a/b"), 0).is_err());
         assert!(levels(Path::new("/"), Path::new("p"), -1).is_err());
         assert!(levels(Path::new("/"), Path::new("p"), 254).is_err());
     }

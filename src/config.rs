@@ -122,9 +122,11 @@ pub struct InitPhaseConf {
     /// `"[IPv6]:PORT"` or a port/range for any address (default Linkerd's
     /// network validator, [`DEFAULT_INIT_REDIRECT`]).
     pub redirect_destinations: Option<Vec<Value>>,
-    /// Added to the computed cgroup levels (nested cgroup namespaces on
-    /// kernels that compare absolute levels). Default 0.
-    pub level_offset: Option<i64>,
+    /// Added to the computed cgroup levels: a number, or `"auto"` (the
+    /// default: measured once per boot by [`crate::levelprobe`]). Only
+    /// differs from 0 in a nested cgroup namespace on a kernel that
+    /// compares absolute levels.
+    pub level_offset: Option<Value>,
     /// Where to search for the pod cgroup, relative to the cgroup2 mount
     /// (default: the whole mount).
     pub cgroup_root: Option<PathBuf>,
@@ -202,8 +204,9 @@ pub struct InitPhase {
     pub enabled: bool,
     /// Destinations redirected even during the init phase.
     pub redirect: InitRedirect,
-    /// Added to computed cgroup levels (-255..=255).
-    pub level_offset: i32,
+    /// Added to computed cgroup levels (-255..=255); `None` = measure
+    /// ([`crate::levelprobe`]).
+    pub level_offset: Option<i32>,
     /// Search root for the pod cgroup, relative to the cgroup2 mount.
     pub cgroup_root: PathBuf,
 }
@@ -501,16 +504,19 @@ impl LinkerdConf {
                 "must differ from incoming-proxy-port",
             ));
         }
-        let level_offset = match init.level_offset {
-            None => 0,
-            Some(o) if (-255..=255).contains(&o) => o as i32,
-            Some(o) => {
-                return Err(Error::config(
-                    "initPhase.levelOffset",
-                    &o.to_string(),
-                    "out of range (-255..255)",
-                ));
-            }
+        let level_offset = match &init.level_offset {
+            None => None,
+            Some(Value::String(a)) if a == "auto" => None,
+            Some(v) => match v.as_i64() {
+                Some(o) if (-255..=255).contains(&o) => Some(o as i32),
+                _ => {
+                    return Err(Error::config(
+                        "initPhase.levelOffset",
+                        &tok(v),
+                        "expected \"auto\" or a number in -255..255",
+                    ));
+                }
+            },
         };
         let given = init.cgroup_root.clone().unwrap_or_default();
         if given
@@ -744,7 +750,7 @@ mod tests {
         });
         let s = settings(v).unwrap();
         assert!(!s.init_phase.enabled);
-        assert_eq!(s.init_phase.level_offset, 2);
+        assert_eq!(s.init_phase.level_offset, Some(2));
         assert_eq!(
             s.init_phase.redirect.v4,
             vec![(Ipv4Addr::new(198, 18, 9, 9), 80)]

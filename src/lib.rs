@@ -20,6 +20,7 @@ pub mod cni;
 pub mod config;
 pub mod error;
 pub mod k8s;
+pub mod levelprobe;
 pub mod logging;
 pub mod netns;
 pub mod nft;

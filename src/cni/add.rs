@@ -45,7 +45,7 @@ pub fn cmd_add(env: &CniEnv, conf: &NetConf) -> Result<Output> {
             Meshing::Meshed => settings = info.apply(&settings)?,
         }
     }
-    let pod = pod_cgroup(&settings, &k8s)?;
+    let pod = pod_cgroup(&settings, &k8s, &conf.state_dir())?;
     let label = pod_label(&k8s);
     if let (true, Some(why)) = (settings.init_phase.enabled, &pod.why_not) {
         tracing::warn!(

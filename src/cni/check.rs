@@ -59,7 +59,7 @@ pub fn cmd_check(env: &CniEnv, conf: &NetConf) -> Result<Output> {
             (rec.settings.unwrap_or(settings), levels)
         }
         _ => {
-            let levels = pod_cgroup(&settings, &k8s)?.levels;
+            let levels = pod_cgroup(&settings, &k8s, &conf.state_dir())?.levels;
             (settings, levels)
         }
     };

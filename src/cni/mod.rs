@@ -200,7 +200,11 @@ pub struct PodCgroup {
 /// Finds the pod cgroup from `K8S_POD_UID` (DESIGN.md 5). Never fails:
 /// without it the table is written without the init phase (DESIGN.md 4.7);
 /// `why_not` says why. A bad `levelOffset` is the only error (code 7).
-pub fn pod_cgroup(settings: &Settings, k8s: &K8sArgs) -> Result<PodCgroup> {
+pub fn pod_cgroup(
+    settings: &Settings,
+    k8s: &K8sArgs,
+    state_dir: &std::path::Path,
+) -> Result<PodCgroup> {
     let Some(uid) = &k8s.pod_uid else {
         return Ok(PodCgroup {
             why_not: Some("the runtime gave no K8S_POD_UID in CNI_ARGS".into()),
@@ -238,7 +242,21 @@ pub fn pod_cgroup(settings: &Settings, k8s: &K8sArgs) -> Result<PodCgroup> {
             ..Default::default()
         });
     };
-    let levels = cgroup::levels(&mount.root, &rel, settings.init_phase.level_offset)?;
+    let offset = match settings.init_phase.level_offset {
+        Some(o) => o,
+        None => match crate::nft::Nft::locate()
+            .and_then(|nft| crate::levelprobe::offset(state_dir, &mount, root, &nft))
+        {
+            Ok(o) => o,
+            Err(e) => {
+                tracing::warn!(
+                    "{e}; assuming cgroup levels need no offset (set initPhase.levelOffset to override)"
+                );
+                0
+            }
+        },
+    };
+    let levels = cgroup::levels(&mount.root, &rel, offset)?;
     Ok(PodCgroup {
         abs: Some(mount.mount_point.join(&rel)),
         rel: Some(rel),
