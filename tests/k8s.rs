@@ -82,10 +82,26 @@ fn with_api(api: &FakeApi, dir: &std::path::Path) -> impl Fn(&mut Value) {
     }
 }
 
-fn tmpdir(tag: &str) -> PathBuf {
+/// A temp dir removed on drop (also when the test fails).
+struct TempDir(PathBuf);
+
+impl std::ops::Deref for TempDir {
+    type Target = std::path::Path;
+    fn deref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn tmpdir(tag: &str) -> TempDir {
     let d = std::env::temp_dir().join(format!("meshnft-node-k8s-{tag}-{}", support::unique("")));
     std::fs::create_dir_all(&d).unwrap();
-    d
+    TempDir(d)
 }
 
 const PROXY_VERSION: (&str, &str) = ("linkerd.io/proxy-version", "edge-25.11.1");
@@ -156,7 +172,6 @@ fn api_failures_fail_closed() {
     let p = K8sPod::new("ghost", with_api(&api, &dir));
     let e = p.run("ADD").error(106);
     assert!(e["msg"].as_str().unwrap().contains("not found"), "{e}");
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// runtimeConfig annotations (containerd/CRI-O capability): no API call,
@@ -239,7 +254,6 @@ fn classic_sidecar_timeline() {
             .contains(&"/api/v1/namespaces/default/pods/classic".to_string())
     );
     drop(p);
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// Native sidecar layout: validator, proxy (init container with
@@ -288,7 +302,6 @@ fn native_sidecar_timeline() {
         Some("198.19.0.1:80"),
     );
     drop(p);
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// No init containers: the proxy's first packet precedes the app's.
@@ -321,7 +334,6 @@ fn pod_without_init_containers() {
         Some("198.19.0.1:80"),
     );
     drop(p);
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// Unmeshed and opted-out pods: prevResult through, no table, traffic untouched.
@@ -370,7 +382,6 @@ fn unmeshed_and_opted_out_pods_get_no_table() {
         p.run("CHECK").quiet_ok();
         p.run("DEL").quiet_ok();
     }
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// Annotations, pod first then namespace; control-plane pods skip the API
@@ -455,5 +466,4 @@ fn annotations_and_control_plane() {
     );
     assert!(!has_table(&p.f.pod));
     drop(p);
-    std::fs::remove_dir_all(&dir).unwrap();
 }
