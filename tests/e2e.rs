@@ -527,3 +527,56 @@ fn re_add_never_opens_the_init_phase_of_a_running_pod() {
     );
     f.cni("del", "readd", false).expect("DEL");
 }
+
+/// With `proxy-gid` set, a container that merely runs as the proxy's UID is
+/// neither exempt from redirection nor able to end the init phase; the
+/// proxy (UID and GID) is both.
+#[test]
+fn proxy_gid_requires_uid_and_gid() {
+    if !support::root_or_skip("proxy_gid_requires_uid_and_gid") {
+        return;
+    }
+    let f = Fixture::ptp(true, |e| e["linkerd"]["proxy-gid"] = json!(2102));
+    f.cni("add", "gid", true).expect("ADD");
+    let (impostor, proxy, app) = (
+        f.cg.container("impostor"),
+        f.cg.container("proxy"),
+        f.cg.container("app"),
+    );
+    let p = f.pod.path();
+    // UID 2102 with another GID, during the init phase: an ordinary init
+    // container (direct), and the phase stays open.
+    expect_reply(
+        support::tcp_probe(p, Some(&impostor), PROXY_UID, 1000, SRV4_A.into(), 80),
+        "server",
+        Some("-"),
+    );
+    assert!(
+        set_elements(&f.pod, "proxy_started").is_empty(),
+        "UID alone ended the init phase"
+    );
+    // The real proxy (UID and GID) ends it.
+    expect_reply(
+        support::tcp_probe(p, Some(&proxy), PROXY_UID, PROXY_UID, SRV4_A.into(), 80),
+        "server",
+        Some("-"),
+    );
+    assert_eq!(set_elements(&f.pod, "proxy_started").len(), 1);
+    // Now the impostor is redirected like any container, the proxy is not.
+    expect_reply(
+        support::tcp_probe(p, Some(&impostor), PROXY_UID, 1000, SRV4_A.into(), 80),
+        "proxy-out",
+        None,
+    );
+    expect_reply(
+        support::tcp_probe(p, Some(&proxy), PROXY_UID, PROXY_UID, SRV4_A.into(), 80),
+        "server",
+        Some("-"),
+    );
+    expect_reply(
+        support::tcp_probe(p, Some(&app), APP_UID, APP_UID, SRV4_A.into(), 80),
+        "proxy-out",
+        None,
+    );
+    f.cni("del", "gid", true).expect("DEL");
+}
