@@ -40,6 +40,9 @@ pub enum Cmd {
         #[arg(long)]
         config: Option<PathBuf>,
     },
+    /// Install meshnft on this node and keep it chained into the primary
+    /// CNI's network configuration until SIGTERM (the DaemonSet's command).
+    Install(Box<crate::install::Args>),
 }
 
 /// Reads a plugin configuration: either meshnft's conflist entry, or a
@@ -154,5 +157,6 @@ pub fn run() -> i32 {
             }
             if ok { 0 } else { 1 }
         }
+        Cmd::Install(args) => crate::install::run(*args),
     }
 }

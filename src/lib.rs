@@ -12,6 +12,7 @@
 //! - [`nft`]: running nft transactions inside a network namespace;
 //! - [`netns`], [`cgroup`]: finding the pod's namespace and cgroup;
 //! - [`state`]: per-attachment records for GC;
+//! - [`install`]: `meshnft install`, the DaemonSet's installer;
 //! - [`cli`], [`logging`].
 
 pub mod cgroup;
@@ -19,6 +20,7 @@ pub mod cli;
 pub mod cni;
 pub mod config;
 pub mod error;
+pub mod install;
 pub mod k8s;
 pub mod levelprobe;
 pub mod logging;

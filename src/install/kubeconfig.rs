@@ -1,0 +1,160 @@
+//! The kubeconfig the plugin reads pods with (`kubernetes.kubeconfig` in
+//! its entry), written from the installer pod's service account.
+//!
+//! Sources: the token and `ca.crt` in the service-account directory
+//! (`/var/run/secrets/kubernetes.io/serviceaccount`, a projected volume
+//! whose files are symlinks through `..data`, swapped atomically by kubelet
+//! when the token is rotated, about hourly), and the API server from
+//! `KUBERNETES_SERVICE_HOST` / `KUBERNETES_SERVICE_PORT`. The token is
+//! embedded (the plugin runs on the host, where the projected volume is not
+//! at a stable path), so the file is rewritten whenever the token or the CA
+//! changes; it is mode 0600.
+
+use super::error::InstallError;
+use base64::Engine;
+use std::path::Path;
+
+/// What the kubeconfig is made of.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Material {
+    /// `https://HOST:PORT` (IPv6 hosts in brackets).
+    pub server: String,
+    /// The bearer token, trimmed.
+    pub token: String,
+    /// The CA bundle (PEM bytes, trimmed).
+    pub ca: Vec<u8>,
+}
+
+/// Reads the token and CA from `sa_dir` and builds the server URL from
+/// `host`/`port` (the `KUBERNETES_SERVICE_*` values).
+///
+/// Errors: [`InstallError::Kubeconfig`] naming the missing piece.
+pub fn material(
+    sa_dir: &Path,
+    host: Option<&str>,
+    port: Option<&str>,
+) -> Result<Material, InstallError> {
+    let e = |m: String| InstallError::Kubeconfig(m);
+    let host = host
+        .map(str::trim)
+        .filter(|h| !h.is_empty())
+        .ok_or_else(|| e("KUBERNETES_SERVICE_HOST is not set (the API server address)".into()))?;
+    let port = port
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .unwrap_or("443");
+    let port: u16 = port
+        .parse()
+        .map_err(|_| e(format!("KUBERNETES_SERVICE_PORT is not a port: {port:?}")))?;
+    if host.contains(['/', ' ', '@', '?', '#']) {
+        return Err(e(format!(
+            "KUBERNETES_SERVICE_HOST is not a host: {host:?}"
+        )));
+    }
+    let server = if host.contains(':') && !host.starts_with('[') {
+        format!("https://[{host}]:{port}")
+    } else {
+        format!("https://{host}:{port}")
+    };
+    let read = |name: &str| {
+        let p = sa_dir.join(name);
+        std::fs::read(&p).map_err(|err| {
+            e(format!(
+                "cannot read {}: {err} (is the service account token mounted?)",
+                p.display()
+            ))
+        })
+    };
+    let token = String::from_utf8(read("token")?)
+        .map_err(|_| e("the service account token is not UTF-8".into()))?
+        .trim()
+        .to_string();
+    if token.is_empty() || token.contains(char::is_whitespace) {
+        return Err(e("the service account token is empty or malformed".into()));
+    }
+    let ca = read("ca.crt")?.trim_ascii().to_vec();
+    if ca.is_empty() {
+        return Err(e("the service account ca.crt is empty".into()));
+    }
+    Ok(Material { server, token, ca })
+}
+
+/// The kubeconfig text (YAML; strings are JSON-quoted, which YAML reads
+/// as double-quoted scalars).
+pub fn render(m: &Material) -> String {
+    let q = |s: &str| serde_json::Value::from(s).to_string();
+    let ca = base64::engine::general_purpose::STANDARD.encode(&m.ca);
+    format!(
+        "# Written by `meshnft install` from its service account; rewritten when the token rotates.\n\
+         apiVersion: v1\n\
+         kind: Config\n\
+         clusters:\n\
+         - name: local\n  \
+           cluster:\n    \
+             server: {server}\n    \
+             certificate-authority-data: {ca}\n\
+         users:\n\
+         - name: meshnft\n  \
+           user:\n    \
+             token: {token}\n\
+         contexts:\n\
+         - name: meshnft\n  \
+           context:\n    \
+             cluster: local\n    \
+             user: meshnft\n\
+         current-context: meshnft\n",
+        server = q(&m.server),
+        ca = q(&ca),
+        token = q(&m.token),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kube_reads_what_we_write() {
+        let d = std::env::temp_dir().join(format!("meshnft-unit-kc-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("token"), b"tok.en-1\n").unwrap();
+        std::fs::write(
+            d.join("ca.crt"),
+            b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n",
+        )
+        .unwrap();
+        let m = material(&d, Some("fd00::1"), Some("6443")).unwrap();
+        assert_eq!(m.server, "https://[fd00::1]:6443");
+        assert_eq!(m.token, "tok.en-1");
+        let text = render(&m);
+        let kc = kube::config::Kubeconfig::from_yaml(&text).unwrap();
+        assert_eq!(kc.current_context.as_deref(), Some("meshnft"));
+        let cluster = kc.clusters[0].cluster.as_ref().unwrap();
+        assert_eq!(cluster.server.as_deref(), Some("https://[fd00::1]:6443"));
+        let ca = base64::engine::general_purpose::STANDARD
+            .decode(cluster.certificate_authority_data.as_ref().unwrap())
+            .unwrap();
+        assert_eq!(ca, m.ca);
+        let user = kc.auth_infos[0].auth_info.as_ref().unwrap();
+        assert!(format!("{:?}", user.token).contains("tok.en-1") || user.token.is_some());
+        assert!(
+            material(&d, None, None)
+                .unwrap_err()
+                .to_string()
+                .contains("KUBERNETES_SERVICE_HOST")
+        );
+        assert!(material(&d, Some("h"), Some("x")).is_err());
+        assert_eq!(
+            material(&d, Some("10.96.0.1"), None).unwrap().server,
+            "https://10.96.0.1:443"
+        );
+        std::fs::remove_file(d.join("token")).unwrap();
+        assert!(
+            material(&d, Some("h"), None)
+                .unwrap_err()
+                .to_string()
+                .contains("token")
+        );
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}

@@ -1,0 +1,537 @@
+//! The installer's life: reconcile, wait for an event or a timer, repeat;
+//! on SIGTERM uninstall in order (entry, kubeconfig, binary).
+//!
+//! A reconcile pass is idempotent and does, in this order, stopping at the
+//! first problem (which is logged; the pass is retried after
+//! `--retry-seconds`, never by exiting):
+//! 1. the host directories exist and are directories;
+//! 2. the binary is in the bin dir, byte for byte (atomic copy otherwise);
+//! 3. the kubeconfig matches the current token and CA (atomic rewrite);
+//! 4. the entry is loaded (ConfigMap file or default);
+//! 5. the primary network configuration is found (none yet: wait);
+//! 6. if it does not already end with exactly this entry: the STATUS
+//!    checks run, and only if they pass is the new conflist written
+//!    (atomically; a `.conf`/`.json` becomes `<stem>.conflist`, its
+//!    original moved to `meshnft.d/orig/`, so no file sorting before it
+//!    lacks the entry).
+
+use super::error::InstallError;
+use super::watch::{Wake, Watches};
+use super::{Args, Layout, checks, conflist, discover, entry, fsutil, kubeconfig};
+use serde_json::Value;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// What a successful pass found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// No network configuration yet: waiting for the primary CNI.
+    Waiting,
+    /// meshnft is chained into this file; `changed` when this pass wrote it.
+    Chained {
+        /// The file runtimes now use.
+        path: PathBuf,
+        /// This pass wrote it.
+        changed: bool,
+    },
+}
+
+/// The installer's state across passes.
+pub struct Installer {
+    args: Args,
+    layout: Layout,
+    /// Files this process inserted the entry into (removed from at exit).
+    touched: BTreeSet<PathBuf>,
+    /// Fingerprint (len, mtime, inode) of the binary after the last copy or
+    /// comparison, to avoid re-reading megabytes every pass.
+    binary_seen: Option<(u64, std::time::SystemTime, u64)>,
+    /// Last kubeconfig text written or found.
+    kubeconfig_text: Option<String>,
+}
+
+impl Installer {
+    /// An installer for `args`.
+    pub fn new(args: Args) -> Installer {
+        let layout = Layout::new(&args);
+        Installer {
+            args,
+            layout,
+            touched: BTreeSet::new(),
+            binary_seen: None,
+            kubeconfig_text: None,
+        }
+    }
+
+    /// The resolved paths.
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    fn fingerprint(p: &Path) -> Option<(u64, std::time::SystemTime, u64)> {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(p).ok()?;
+        Some((m.len(), m.modified().ok()?, m.ino()))
+    }
+
+    /// Step 2: the binary. Errors: the copy failed (read-only bin dir...).
+    fn ensure_binary(&mut self) -> Result<(), InstallError> {
+        let dst = &self.layout.binary;
+        let fp = Self::fingerprint(dst);
+        if fp.is_some() && fp == self.binary_seen {
+            return Ok(());
+        }
+        if fsutil::same_content(&self.layout.source_binary, dst) {
+            self.binary_seen = fp;
+            return Ok(());
+        }
+        fsutil::copy_atomic(&self.layout.source_binary, dst)?;
+        tracing::info!("installed the plugin binary {}", dst.display());
+        self.binary_seen = Self::fingerprint(dst);
+        Ok(())
+    }
+
+    /// Step 3: the kubeconfig. Errors: service account material missing,
+    /// or the write failed.
+    fn ensure_kubeconfig(&mut self) -> Result<(), InstallError> {
+        let Some((_, here)) = self.layout.kubeconfig.clone() else {
+            return Ok(());
+        };
+        let m = kubeconfig::material(
+            &self.args.service_account_dir,
+            self.args.api_host.as_deref(),
+            self.args.api_port.as_deref(),
+        )?;
+        let text = kubeconfig::render(&m);
+        let on_disk = std::fs::read_to_string(&here).ok();
+        if on_disk.as_deref() == Some(text.as_str()) {
+            self.kubeconfig_text = Some(text);
+            return Ok(());
+        }
+        if let Some(parent) = here.parent()
+            && parent == self.layout.state_dir
+        {
+            fsutil::ensure_subdir(parent)?;
+        }
+        fsutil::write_atomic(&here, text.as_bytes(), 0o600)?;
+        if on_disk.is_some() {
+            tracing::info!(
+                "rewrote the plugin's kubeconfig {} (service account token or CA changed)",
+                here.display()
+            );
+        } else {
+            tracing::info!("wrote the plugin's kubeconfig {}", here.display());
+        }
+        self.kubeconfig_text = Some(text);
+        Ok(())
+    }
+
+    /// The entry to insert.
+    fn entry(&self) -> Result<Value, InstallError> {
+        entry::load(
+            self.args.entry_file.as_deref(),
+            self.layout
+                .kubeconfig
+                .as_ref()
+                .map(|(host, _)| host.as_path()),
+        )
+    }
+
+    /// One reconcile pass (see the module docs).
+    ///
+    /// Errors: the first problem met; nothing after it was attempted, and
+    /// the network configuration is only ever changed by the last step.
+    pub fn reconcile(&mut self) -> Result<Outcome, InstallError> {
+        let l = self.layout.clone();
+        fsutil::require_dir(&l.bin_dir)?;
+        fsutil::require_dir(&l.net_dir)?;
+        self.ensure_binary()?;
+        self.ensure_kubeconfig()?;
+        let entry = self.entry()?;
+        let scan = discover::scan(&l.net_dir)?;
+        for (p, why) in &scan.skipped {
+            tracing::debug!("skipping {}: {why} (runtimes skip it too)", p.display());
+        }
+        let Some(primary) = scan.primary else {
+            return Ok(Outcome::Waiting);
+        };
+        let bad = |reason: String| InstallError::Conflist {
+            path: primary.path.clone(),
+            reason,
+        };
+        let (target, new_list, original) = match primary.kind {
+            discover::Kind::List => {
+                if conflist::has_exactly(&primary.json, &entry) {
+                    self.touched.insert(primary.path.clone());
+                    return Ok(Outcome::Chained {
+                        path: primary.path,
+                        changed: false,
+                    });
+                }
+                let new = conflist::with_entry(&primary.json, &entry).map_err(bad)?;
+                (primary.path.clone(), new, None)
+            }
+            discover::Kind::Single => {
+                if conflist::is_meshnft(&primary.json) {
+                    return Err(bad(
+                        "its only plugin is meshnft: meshnft must be chained after an interface plugin"
+                            .into(),
+                    ));
+                }
+                let target = primary.path.with_extension("conflist");
+                let name = primary.path.file_name().unwrap_or_default();
+                let ours = l.orig_dir.join(name).exists();
+                if target.exists() && !ours {
+                    // Only overwrite a list we generated from this file before.
+                    let theirs = discover::load(&target)
+                        .map(|c| conflist::count(&c.json) == 0)
+                        .unwrap_or(true);
+                    if theirs {
+                        return Err(bad(format!(
+                            "it would become {}, which already exists and is not meshnft's: \
+                             remove one of the two files",
+                            target.display()
+                        )));
+                    }
+                }
+                let new = conflist::from_single(&primary.json, &entry);
+                (target, new, Some(primary.path.clone()))
+            }
+        };
+        let failures = checks::failures(
+            &l.host_root,
+            &entry,
+            new_list.get("cniVersion").and_then(Value::as_str),
+        );
+        if !failures.is_empty() {
+            return Err(InstallError::Checks {
+                primary: primary.path,
+                failures,
+            });
+        }
+        let mode = file_mode(&primary.path);
+        fsutil::write_atomic(&target, &conflist::render(&new_list), mode)?;
+        if let Some(orig) = &original {
+            fsutil::ensure_subdir(&l.state_dir)?;
+            fsutil::ensure_subdir(&l.orig_dir)?;
+            let name = orig.file_name().unwrap_or_default();
+            fsutil::rename(orig, &l.orig_dir.join(name))?;
+            tracing::info!(
+                "converted {} into {} (original kept as {})",
+                orig.display(),
+                target.display(),
+                l.orig_dir.join(name).display()
+            );
+        }
+        let types = new_list["plugins"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|p| p["type"].as_str().unwrap_or("?"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            })
+            .unwrap_or_default();
+        tracing::info!(
+            "chained meshnft into {} (plugins: {types})",
+            target.display()
+        );
+        self.touched.insert(target.clone());
+        Ok(Outcome::Chained {
+            path: target,
+            changed: true,
+        })
+    }
+
+    /// Removes the entry (restoring converted files), then the kubeconfig,
+    /// then the binary; a file still referred to by a remaining meshnft
+    /// entry in any configuration file is kept (and said so).
+    ///
+    /// Errors: every step that failed (later steps still run, except that
+    /// nothing is removed while an entry could not be taken out).
+    pub fn uninstall(&mut self) -> Result<(), Vec<InstallError>> {
+        let l = self.layout.clone();
+        let mut errs = Vec::new();
+        // 1a. Converted files come back first (they sort before the list
+        // made from them, so they take over at once), then the list goes.
+        if let Ok(rd) = std::fs::read_dir(&l.orig_dir) {
+            let mut names: Vec<_> = rd.flatten().map(|e| e.file_name()).collect();
+            names.sort();
+            for name in names {
+                let back = l.net_dir.join(&name);
+                let generated = back.with_extension("conflist");
+                match fsutil::rename(&l.orig_dir.join(&name), &back) {
+                    Ok(()) => {
+                        tracing::info!("uninstall: restored {}", back.display());
+                        if generated != back
+                            && let Ok(c) = discover::load(&generated)
+                            && conflist::count(&c.json) > 0
+                        {
+                            match fsutil::remove(&generated) {
+                                Ok(()) => tracing::info!(
+                                    "uninstall: removed {} (made from {})",
+                                    generated.display(),
+                                    back.display()
+                                ),
+                                Err(e) => errs.push(e),
+                            }
+                        }
+                        self.touched.remove(&generated);
+                    }
+                    Err(e) => errs.push(e),
+                }
+            }
+        }
+        // 1b. The entry out of every list this process wrote, and out of
+        // the current primary.
+        let mut files = self.touched.clone();
+        if let Ok(scan) = discover::scan(&l.net_dir)
+            && let Some(p) = scan.primary
+            && p.kind == discover::Kind::List
+        {
+            files.insert(p.path);
+        }
+        for f in files {
+            let Ok(c) = discover::load(&f) else { continue };
+            if let Some(without) = conflist::without_entry(&c.json) {
+                match fsutil::write_atomic(&f, &conflist::render(&without), file_mode(&f)) {
+                    Ok(()) => {
+                        tracing::info!("uninstall: removed the meshnft entry from {}", f.display())
+                    }
+                    Err(e) => errs.push(e),
+                }
+            }
+        }
+        if !errs.is_empty() {
+            tracing::warn!("uninstall: keeping the kubeconfig and the binary: an entry may remain");
+            return Err(errs);
+        }
+        // What still refers to meshnft after that (a conflist of someone
+        // else's, an older primary of ours...)?
+        let remaining = remaining_entries(&l.net_dir);
+        // 2. The kubeconfig.
+        if let Some((host, here)) = &l.kubeconfig {
+            let users: Vec<_> = remaining
+                .iter()
+                .filter(|(_, e)| {
+                    e.pointer("/kubernetes/kubeconfig").and_then(Value::as_str)
+                        == Some(&*host.to_string_lossy())
+                })
+                .map(|(p, _)| p.display().to_string())
+                .collect();
+            if users.is_empty() {
+                match fsutil::remove(here) {
+                    Ok(()) => {
+                        tracing::info!("uninstall: removed the kubeconfig {}", here.display())
+                    }
+                    Err(e) => errs.push(e),
+                }
+            } else {
+                tracing::warn!(
+                    "uninstall: keeping the kubeconfig {}: still used by {}",
+                    here.display(),
+                    users.join(", ")
+                );
+            }
+        }
+        // 3. The binary.
+        let users: BTreeSet<_> = remaining
+            .iter()
+            .map(|(p, _)| p.display().to_string())
+            .collect();
+        if users.is_empty() {
+            match fsutil::remove(&l.binary) {
+                Ok(()) => tracing::info!("uninstall: removed the binary {}", l.binary.display()),
+                Err(e) => errs.push(e),
+            }
+        } else {
+            tracing::warn!(
+                "uninstall: keeping the binary {}: still referred to by {}",
+                l.binary.display(),
+                users.into_iter().collect::<Vec<_>>().join(", ")
+            );
+        }
+        // Our directory, if nothing is left in it.
+        let _ = std::fs::remove_dir(&l.orig_dir);
+        let _ = std::fs::remove_dir(&l.state_dir);
+        if errs.is_empty() { Ok(()) } else { Err(errs) }
+    }
+}
+
+/// Mode for a rewritten configuration file: the original's permission
+/// bits, else 0644.
+fn file_mode(p: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p)
+        .map(|m| m.permissions().mode() & 0o7777)
+        .unwrap_or(0o644)
+}
+
+/// Every meshnft entry left in a candidate file of `dir` (loadable or
+/// not: a file that does not parse but names `"meshnft"` counts, to err on
+/// the side of keeping the binary).
+pub fn remaining_entries(dir: &Path) -> Vec<(PathBuf, Value)> {
+    let mut out = Vec::new();
+    for p in discover::candidates(dir).unwrap_or_default() {
+        let Ok(bytes) = std::fs::read(&p) else {
+            continue;
+        };
+        match serde_json::from_slice::<Value>(&bytes) {
+            Ok(v) => {
+                let plugins: Vec<Value> = match v.get("plugins").and_then(Value::as_array) {
+                    Some(a) => a.clone(),
+                    None => vec![v.clone()],
+                };
+                for e in plugins.into_iter().filter(conflist::is_meshnft) {
+                    out.push((p.clone(), e));
+                }
+            }
+            Err(_) => {
+                if bytes.windows(9).any(|w| w == b"\"meshnft\"") {
+                    out.push((p.clone(), Value::Null));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Logs a pass's result, once per change (a problem that persists is
+/// logged again only at debug level).
+struct Reporter {
+    last: Option<String>,
+}
+
+impl Reporter {
+    fn report(&mut self, net_dir: &Path, r: &Result<Outcome, InstallError>) {
+        let (msg, problem) = match r {
+            Ok(Outcome::Waiting) => (
+                format!(
+                    "waiting for the primary CNI: no network configuration (*.conf, *.conflist, *.json) loads in {}",
+                    net_dir.display()
+                ),
+                false,
+            ),
+            Ok(Outcome::Chained { path, .. }) => {
+                (format!("meshnft is chained into {}", path.display()), false)
+            }
+            Err(e) => (format!("{e}; retrying"), true),
+        };
+        if self.last.as_deref() == Some(msg.as_str()) {
+            tracing::debug!("{msg}");
+        } else if problem {
+            tracing::warn!("{msg}");
+        } else {
+            tracing::info!("{msg}");
+        }
+        self.last = Some(msg);
+    }
+}
+
+/// The main loop (see [`super::run`]).
+pub fn run(args: Args) -> i32 {
+    let (tx, rx) = mpsc::channel::<Wake>();
+    if let Err(e) = super::watch::signals(tx.clone()) {
+        tracing::error!("cannot set up signal handling: {e}");
+        return 1;
+    }
+    let mut inst = Installer::new(args.clone());
+    let l = inst.layout().clone();
+    let mut watches = match Watches::new(tx) {
+        Ok(w) => Some(w),
+        Err(e) => {
+            tracing::warn!(
+                "cannot watch files ({e}); falling back to checking every {:?}",
+                l.retry
+            );
+            None
+        }
+    };
+    let mut dirs = vec![l.net_dir.clone()];
+    if l.kubeconfig.is_some() {
+        dirs.push(args.service_account_dir.clone());
+    }
+    if let Some(parent) = args.entry_file.as_deref().and_then(Path::parent) {
+        dirs.push(parent.to_path_buf());
+    }
+    tracing::info!(
+        "meshnft {} installer: bin dir {}, config dir {}, kubeconfig {}",
+        env!("CARGO_PKG_VERSION"),
+        l.bin_dir.display(),
+        l.net_dir.display(),
+        l.kubeconfig
+            .as_ref()
+            .map(|(_, here)| here.display().to_string())
+            .unwrap_or_else(|| "(none)".into())
+    );
+    let mut reporter = Reporter { last: None };
+    let signal = 'run: loop {
+        let mut all_watched = true;
+        if let Some(w) = watches.as_mut() {
+            for d in &dirs {
+                if let Err(e) = w.ensure(d) {
+                    tracing::debug!("{e}");
+                    all_watched = false;
+                }
+            }
+        }
+        let r = inst.reconcile();
+        reporter.report(&l.net_dir, &r);
+        let wait = if r.is_err() || !all_watched || watches.is_none() {
+            l.retry
+        } else {
+            l.resync
+        };
+        // Wait for an event, a signal or the timer; then let a burst of
+        // events settle (up to 1 s) before the next pass.
+        match rx.recv_timeout(wait) {
+            Ok(Wake::Signal(s)) => break 'run s,
+            Ok(Wake::Fs { path, removed }) => {
+                forget_lost(&mut watches, &path, removed);
+                let settle = Instant::now() + Duration::from_secs(1);
+                loop {
+                    match rx.recv_timeout(Duration::from_millis(50)) {
+                        Ok(Wake::Signal(s)) => break 'run s,
+                        Ok(Wake::Fs { path, removed }) => {
+                            forget_lost(&mut watches, &path, removed);
+                            if Instant::now() >= settle {
+                                break;
+                            }
+                        }
+                        Err(_) => break,
+                    }
+                }
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => std::thread::sleep(wait),
+        }
+    };
+    tracing::info!("received {signal}");
+    drop(watches);
+    if args.keep_on_exit {
+        tracing::info!("--keep-on-exit: leaving the entry, the kubeconfig and the binary in place");
+        return 0;
+    }
+    match inst.uninstall() {
+        Ok(()) => {
+            tracing::info!("uninstall complete");
+            0
+        }
+        Err(errs) => {
+            for e in errs {
+                tracing::error!("uninstall: {e}");
+            }
+            1
+        }
+    }
+}
+
+fn forget_lost(watches: &mut Option<Watches>, path: &Path, removed: bool) {
+    if removed
+        && let Some(w) = watches.as_mut()
+        && w.is_watched(path)
+    {
+        w.forget(path);
+    }
+}

@@ -1,0 +1,166 @@
+//! `meshnft install`: the DaemonSet's container command. It puts the plugin
+//! on the node and keeps it chained into the node's primary network
+//! configuration, and takes it out again on SIGTERM.
+//!
+//! One concern per module:
+//! - [`discover`]: which file runtimes use (libcni's rules);
+//! - [`conflist`]: appending / removing the entry, `.conf` → `.conflist`;
+//! - [`entry`]: the entry to insert (ConfigMap file or built-in default);
+//! - [`kubeconfig`]: the plugin's kubeconfig from the service account;
+//! - [`checks`]: STATUS checks before inserting;
+//! - [`watch`]: file events and signals;
+//! - [`lifecycle`]: the reconcile loop, install and uninstall;
+//! - [`fsutil`], [`error`]: atomic writes and error messages.
+//!
+//! Paths given on the command line are *host* paths (as they go into the
+//! conflist entry); the installer reaches them under `--host-root`.
+
+pub mod checks;
+pub mod conflist;
+pub mod discover;
+pub mod entry;
+pub mod error;
+pub mod fsutil;
+pub mod kubeconfig;
+pub mod lifecycle;
+pub mod watch;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Name of the installer's own directory inside the CNI configuration
+/// directory (runtimes never read subdirectories): the kubeconfig and the
+/// originals of converted `.conf` files live there.
+pub const STATE_SUBDIR: &str = "meshnft.d";
+
+/// Options of `meshnft install`; each also reads an environment variable.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Args {
+    /// Where the host's file system is mounted in this container; the host
+    /// paths below are reached under it (`/` when run on the host itself).
+    #[arg(long, env = "MESHNFT_HOST_ROOT", default_value = "/host")]
+    pub host_root: PathBuf,
+    /// The host's CNI binary directory (k3s: `/var/lib/rancher/k3s/data/current/bin`,
+    /// GKE: `/home/kubernetes/bin`).
+    #[arg(long, env = "MESHNFT_CNI_BIN_DIR", default_value = "/opt/cni/bin")]
+    pub cni_bin_dir: PathBuf,
+    /// The host's CNI configuration directory (k3s:
+    /// `/var/lib/rancher/k3s/agent/etc/cni/net.d`).
+    #[arg(long, env = "MESHNFT_CNI_NET_DIR", default_value = "/etc/cni/net.d")]
+    pub cni_net_dir: PathBuf,
+    /// Host path of the kubeconfig written for the plugin
+    /// [default: <cni-net-dir>/meshnft.d/kubeconfig].
+    #[arg(long, env = "MESHNFT_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Write no kubeconfig and leave `kubernetes.kubeconfig` out of the
+    /// entry (pods' annotations then come only from the runtime).
+    #[arg(long, env = "MESHNFT_NO_KUBECONFIG")]
+    pub no_kubeconfig: bool,
+    /// JSON file holding the meshnft entry to insert (the ConfigMap's
+    /// `entry.json`); default: Linkerd's defaults.
+    #[arg(long, env = "MESHNFT_ENTRY_FILE")]
+    pub entry_file: Option<PathBuf>,
+    /// The pod's service account directory (token, ca.crt).
+    #[arg(
+        long,
+        env = "MESHNFT_SERVICE_ACCOUNT_DIR",
+        default_value = "/var/run/secrets/kubernetes.io/serviceaccount"
+    )]
+    pub service_account_dir: PathBuf,
+    /// API server host for the kubeconfig.
+    #[arg(long, env = "KUBERNETES_SERVICE_HOST")]
+    pub api_host: Option<String>,
+    /// API server port for the kubeconfig [default: 443].
+    #[arg(long, env = "KUBERNETES_SERVICE_PORT")]
+    pub api_port: Option<String>,
+    /// On SIGTERM leave the entry, kubeconfig and binary in place.
+    #[arg(long, env = "MESHNFT_KEEP_ON_EXIT")]
+    pub keep_on_exit: bool,
+    /// The binary to copy to the host [default: this executable, /proc/self/exe].
+    #[arg(long, env = "MESHNFT_SOURCE_BINARY")]
+    pub source_binary: Option<PathBuf>,
+    /// Seconds between attempts while something is missing or failing.
+    #[arg(long, env = "MESHNFT_RETRY_SECONDS", default_value = "5", value_parser = positive_secs)]
+    pub retry_seconds: f64,
+    /// Seconds between full re-checks when nothing happens (file events
+    /// trigger one at once).
+    #[arg(long, env = "MESHNFT_RESYNC_SECONDS", default_value = "60", value_parser = positive_secs)]
+    pub resync_seconds: f64,
+}
+
+fn positive_secs(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v > 0.0 && v <= 86400.0 => Ok(v),
+        _ => Err(format!("{s:?} is not a number of seconds in (0, 86400]")),
+    }
+}
+
+/// The installer's paths, resolved.
+#[derive(Debug, Clone)]
+pub struct Layout {
+    /// Host root as mounted here.
+    pub host_root: PathBuf,
+    /// Binary directory, as seen here.
+    pub bin_dir: PathBuf,
+    /// Configuration directory, as seen here.
+    pub net_dir: PathBuf,
+    /// `<net_dir>/meshnft.d`, as seen here.
+    pub state_dir: PathBuf,
+    /// `<state_dir>/orig`: originals of converted `.conf`/`.json` files.
+    pub orig_dir: PathBuf,
+    /// The plugin binary, as seen here.
+    pub binary: PathBuf,
+    /// The kubeconfig: (host path for the entry, path as seen here); `None`
+    /// with `--no-kubeconfig`.
+    pub kubeconfig: Option<(PathBuf, PathBuf)>,
+    /// Where the binary comes from.
+    pub source_binary: PathBuf,
+    /// Retry interval.
+    pub retry: Duration,
+    /// Resync interval.
+    pub resync: Duration,
+}
+
+/// `host_path` as seen under `root`.
+pub fn under(root: &Path, host_path: &Path) -> PathBuf {
+    root.join(host_path.strip_prefix("/").unwrap_or(host_path))
+}
+
+impl Layout {
+    /// Resolves `args`.
+    pub fn new(args: &Args) -> Layout {
+        let root = &args.host_root;
+        let net_dir = under(root, &args.cni_net_dir);
+        let state_dir = net_dir.join(STATE_SUBDIR);
+        let kubeconfig = (!args.no_kubeconfig).then(|| {
+            let host = args
+                .kubeconfig
+                .clone()
+                .unwrap_or_else(|| args.cni_net_dir.join(STATE_SUBDIR).join("kubeconfig"));
+            let here = under(root, &host);
+            (host, here)
+        });
+        Layout {
+            host_root: root.clone(),
+            bin_dir: under(root, &args.cni_bin_dir),
+            binary: under(root, &args.cni_bin_dir).join(entry::TYPE),
+            orig_dir: state_dir.join("orig"),
+            state_dir,
+            net_dir,
+            kubeconfig,
+            source_binary: args
+                .source_binary
+                .clone()
+                .unwrap_or_else(|| PathBuf::from("/proc/self/exe")),
+            retry: Duration::from_secs_f64(args.retry_seconds),
+            resync: Duration::from_secs_f64(args.resync_seconds),
+        }
+    }
+}
+
+/// Runs the installer until SIGTERM (then cleans up unless
+/// `--keep-on-exit`). Returns the process exit code: 0 after a clean exit,
+/// 1 when cleanup failed or the watcher could not start.
+pub fn run(args: Args) -> i32 {
+    lifecycle::run(args)
+}
