@@ -1,0 +1,785 @@
+//! `meshnft install` as the DaemonSet runs it: the built binary as a child
+//! process, pointed (`--host-root`) at a real temporary host tree
+//! (`opt/cni/bin`, `etc/cni/net.d`, `usr/sbin/nft`), a kubelet-like
+//! projected service-account directory, real file events, real signals.
+//!
+//! Root only (the STATUS checks commit a table in a scratch netns; the
+//! read-only test bind-mounts inside `unshare -m`); skipped otherwise.
+
+mod support;
+
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use support::wait_until;
+
+const MESHNFT: &str = env!("CARGO_BIN_EXE_meshnft");
+const T: Duration = Duration::from_secs(20);
+
+/// A fake host: `<dir>/host/{opt/cni/bin,etc/cni/net.d,usr/sbin/nft}` and a
+/// service-account dir laid out as kubelet's projected volume
+/// (`token -> ..data/token`, `..data -> ..<timestamp>`). Removed on drop.
+struct Tree {
+    dir: PathBuf,
+    generation: u32,
+}
+
+impl Tree {
+    fn new() -> Tree {
+        let dir = std::env::temp_dir().join(format!("meshnft-inst-{}", support::unique("")));
+        let mut t = Tree { dir, generation: 0 };
+        for d in [
+            "host/opt/cni/bin",
+            "host/etc/cni/net.d",
+            "host/usr/sbin",
+            "sa",
+        ] {
+            std::fs::create_dir_all(t.dir.join(d)).unwrap();
+        }
+        std::os::unix::fs::symlink("/usr/sbin/nft", t.host().join("usr/sbin/nft")).unwrap();
+        t.rotate_token("token-one");
+        std::os::unix::fs::symlink("..data/token", t.sa().join("token")).unwrap();
+        std::os::unix::fs::symlink("..data/ca.crt", t.sa().join("ca.crt")).unwrap();
+        t
+    }
+    fn host(&self) -> PathBuf {
+        self.dir.join("host")
+    }
+    fn net(&self) -> PathBuf {
+        self.dir.join("host/etc/cni/net.d")
+    }
+    fn bin(&self) -> PathBuf {
+        self.dir.join("host/opt/cni/bin")
+    }
+    fn sa(&self) -> PathBuf {
+        self.dir.join("sa")
+    }
+    fn kubeconfig(&self) -> PathBuf {
+        self.net().join("meshnft.d/kubeconfig")
+    }
+    fn binary(&self) -> PathBuf {
+        self.bin().join("meshnft")
+    }
+    /// Kubelet's atomic update of a projected volume: a new timestamped
+    /// dir, a `..data_tmp` symlink to it, renamed over `..data`.
+    fn rotate_token(&mut self, token: &str) {
+        self.generation += 1;
+        let gen_dir = format!(
+            "..2026_11_29_00_00_{:02}.{}",
+            self.generation,
+            std::process::id()
+        );
+        let g = self.sa().join(&gen_dir);
+        std::fs::create_dir(&g).unwrap();
+        std::fs::write(g.join("token"), token).unwrap();
+        std::fs::write(
+            g.join("ca.crt"),
+            "-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n",
+        )
+        .unwrap();
+        let tmp = self.sa().join("..data_tmp");
+        std::os::unix::fs::symlink(&gen_dir, &tmp).unwrap();
+        std::fs::rename(&tmp, self.sa().join("..data")).unwrap();
+    }
+    /// Writes a network configuration file the way a primary CNI does
+    /// (plain write, truncating).
+    fn write_conf(&self, name: &str, v: &Value) -> PathBuf {
+        let p = self.net().join(name);
+        std::fs::write(&p, serde_json::to_vec_pretty(v).unwrap()).unwrap();
+        p
+    }
+    fn entries(&self, name: &str) -> usize {
+        read_json(&self.net().join(name))
+            .and_then(|v| v["plugins"].as_array().cloned())
+            .map(|a| a.iter().filter(|p| p["type"] == "meshnft").count())
+            .unwrap_or(0)
+    }
+    fn files(&self) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(self.net())
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+}
+
+impl Drop for Tree {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::remove_dir_all(&self.dir) {
+            eprintln!("warning: rm -r {}: {e}", self.dir.display());
+        }
+    }
+}
+
+fn read_json(p: &Path) -> Option<Value> {
+    serde_json::from_slice(&std::fs::read(p).ok()?).ok()
+}
+
+/// The base command: `meshnft install` on `tree`, 0.3 s retries, long
+/// resync (so what happens within a test is driven by file events).
+fn install_cmd(tree: &Tree, extra: &[&str]) -> Command {
+    let mut c = Command::new(MESHNFT);
+    c.env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .env("MESHNFT_LOG", "debug")
+        .env("KUBERNETES_SERVICE_HOST", "198.18.0.1")
+        .env("KUBERNETES_SERVICE_PORT", "6443")
+        .arg("install")
+        .arg("--host-root")
+        .arg(tree.host())
+        .arg("--service-account-dir")
+        .arg(tree.sa())
+        .args(["--retry-seconds", "0.3", "--resync-seconds", "3600"])
+        .args(extra);
+    c
+}
+
+/// A running installer; its stderr is collected. Killed on drop.
+struct Installer {
+    child: Child,
+    log: Arc<Mutex<String>>,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Installer {
+    fn start(tree: &Tree, extra: &[&str]) -> Installer {
+        Installer::spawn(install_cmd(tree, extra))
+    }
+    fn spawn(mut c: Command) -> Installer {
+        let mut child = c
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn meshnft install");
+        let log = Arc::new(Mutex::new(String::new()));
+        let err = child.stderr.take().unwrap();
+        let l2 = log.clone();
+        let reader = std::thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                let mut g = l2.lock().unwrap();
+                g.push_str(&line);
+                g.push('\n');
+            }
+        });
+        Installer {
+            child,
+            log,
+            reader: Some(reader),
+        }
+    }
+    fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+    fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+    fn wait_log(&self, needle: &str) -> bool {
+        wait_until(T, || self.log().contains(needle))
+    }
+    fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+    fn wait_exit(&mut self) -> ExitStatus {
+        let deadline = Instant::now() + T;
+        loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                if let Some(r) = self.reader.take() {
+                    let _ = r.join();
+                }
+                return s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "installer did not exit:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    /// SIGTERM, as kubelet sends at pod deletion; waits for the exit.
+    fn term(&mut self) -> ExitStatus {
+        unsafe { libc::kill(self.pid(), libc::SIGTERM) };
+        self.wait_exit()
+    }
+    /// SIGKILL: a crash or a power loss (no cleanup).
+    fn crash(&mut self) {
+        unsafe { libc::kill(self.pid(), libc::SIGKILL) };
+        self.wait_exit();
+    }
+}
+
+impl Drop for Installer {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        if let Some(r) = self.reader.take() {
+            let _ = r.join();
+        }
+    }
+}
+
+/// kindnet's conflist (cniVersion 0.3.1, ptp + portmap), as kindnetd writes it.
+fn kindnet() -> Value {
+    json!({
+        "cniVersion": "0.3.1",
+        "name": "kindnet",
+        "plugins": [
+            {"type": "ptp", "ipMasq": false,
+             "ipam": {"type": "host-local", "dataDir": "/run/cni-ipam-state",
+                      "routes": [{"dst": "0.0.0.0/0"}], "ranges": [[{"subnet": "198.18.0.0/24"}]]},
+             "mtu": 1500},
+            {"type": "portmap", "capabilities": {"portMappings": true}}
+        ]
+    })
+}
+
+/// A single-plugin `.conf` (what flannel's predecessors and many simple
+/// setups write).
+fn single_conf() -> Value {
+    json!({"cniVersion": "0.4.0", "name": "cbr0", "type": "bridge", "bridge": "cni0",
+           "isGateway": true, "ipam": {"type": "host-local", "subnet": "198.18.1.0/24"}})
+}
+
+fn last_plugin(p: &Path) -> Value {
+    read_json(p).unwrap()["plugins"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone()
+}
+
+#[test]
+fn empty_net_d_then_a_primary_appears() {
+    if !support::root_or_skip("empty_net_d_then_a_primary_appears") {
+        return;
+    }
+    let tree = Tree::new();
+    let mut inst = Installer::start(&tree, &[]);
+    assert!(
+        inst.wait_log("waiting for the primary CNI"),
+        "{}",
+        inst.log()
+    );
+    // Binary and kubeconfig are in place while it waits; net.d has no config.
+    assert!(wait_until(T, || tree.binary().exists()));
+    assert_eq!(
+        std::fs::read(tree.binary()).unwrap(),
+        std::fs::read(MESHNFT).unwrap()
+    );
+    assert_eq!(
+        std::fs::metadata(tree.binary())
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777,
+        0o755
+    );
+    assert!(tree.kubeconfig().exists());
+    assert_eq!(tree.files(), ["meshnft.d"]);
+    std::thread::sleep(Duration::from_millis(700)); // several retries: still alive
+    assert!(inst.running());
+
+    let primary = tree.write_conf("10-kindnet.conflist", &kindnet());
+    assert!(
+        wait_until(T, || tree.entries("10-kindnet.conflist") == 1),
+        "{}",
+        inst.log()
+    );
+    let v = read_json(&primary).unwrap();
+    // Everything else kept, in order; cniVersion kept; the entry is last.
+    assert_eq!(v["cniVersion"], "0.3.1");
+    let keys: Vec<_> = v.as_object().unwrap().keys().cloned().collect();
+    assert_eq!(keys, ["cniVersion", "name", "plugins"]);
+    let plugins = v["plugins"].as_array().unwrap();
+    assert_eq!(plugins.len(), 3);
+    assert_eq!(plugins[..2], kindnet()["plugins"].as_array().unwrap()[..]);
+    let ptp_keys: Vec<_> = plugins[0].as_object().unwrap().keys().cloned().collect();
+    assert_eq!(ptp_keys, ["type", "ipMasq", "ipam", "mtu"]);
+    let e = &plugins[2];
+    assert_eq!(e["type"], "meshnft");
+    assert_eq!(
+        e["kubernetes"]["kubeconfig"],
+        "/etc/cni/net.d/meshnft.d/kubeconfig"
+    );
+    assert_eq!(e["capabilities"]["io.kubernetes.cri.pod-annotations"], true);
+    assert_eq!(inst.term().code(), Some(0), "{}", inst.log());
+    assert_eq!(read_json(&primary).unwrap(), kindnet());
+    assert_eq!(tree.files(), ["10-kindnet.conflist"]);
+    assert!(!tree.binary().exists());
+}
+
+#[test]
+fn primary_rewritten_or_replaced_gets_the_entry_back() {
+    if !support::root_or_skip("primary_rewritten_or_replaced_gets_the_entry_back") {
+        return;
+    }
+    let tree = Tree::new();
+    let primary = tree.write_conf("10-kindnet.conflist", &kindnet());
+    let mut inst = Installer::start(&tree, &[]);
+    assert!(
+        wait_until(T, || tree.entries("10-kindnet.conflist") == 1),
+        "{}",
+        inst.log()
+    );
+
+    // Rewritten in place (truncate + write) without the entry.
+    let mut changed = kindnet();
+    changed["plugins"][0]["mtu"] = json!(1400);
+    tree.write_conf("10-kindnet.conflist", &changed);
+    assert!(
+        wait_until(T, || tree.entries("10-kindnet.conflist") == 1
+            && read_json(&primary).unwrap()["plugins"][0]["mtu"] == 1400),
+        "{}",
+        inst.log()
+    );
+
+    // Replaced by rename (write elsewhere, rename over).
+    changed["plugins"][0]["mtu"] = json!(1380);
+    let tmp = tree.net().join(".tmp-kindnet");
+    std::fs::write(&tmp, serde_json::to_vec(&changed).unwrap()).unwrap();
+    std::fs::rename(&tmp, &primary).unwrap();
+    assert!(
+        wait_until(T, || tree.entries("10-kindnet.conflist") == 1
+            && read_json(&primary).unwrap()["plugins"][0]["mtu"] == 1380),
+        "{}",
+        inst.log()
+    );
+
+    // Removed and written again.
+    std::fs::remove_file(&primary).unwrap();
+    tree.write_conf("10-kindnet.conflist", &kindnet());
+    assert!(
+        wait_until(T, || tree.entries("10-kindnet.conflist") == 1),
+        "{}",
+        inst.log()
+    );
+
+    // A new file sorting first takes over: it gets the entry (no higher-
+    // priority file without it), the older one keeps its own.
+    tree.write_conf("05-other.conflist", &kindnet());
+    assert!(
+        wait_until(T, || tree.entries("05-other.conflist") == 1),
+        "{}",
+        inst.log()
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(tree.entries("05-other.conflist"), 1);
+    assert_eq!(tree.entries("10-kindnet.conflist"), 1);
+
+    // SIGTERM takes it out of both files this installer wrote.
+    assert_eq!(inst.term().code(), Some(0), "{}", inst.log());
+    assert_eq!(tree.entries("05-other.conflist"), 0);
+    assert_eq!(tree.entries("10-kindnet.conflist"), 0);
+    assert!(!tree.binary().exists());
+}
+
+#[test]
+fn conf_is_converted_and_restored_on_uninstall() {
+    if !support::root_or_skip("conf_is_converted_and_restored_on_uninstall") {
+        return;
+    }
+    let tree = Tree::new();
+    let conf = tree.write_conf("10-bridge.conf", &single_conf());
+    let original = std::fs::read(&conf).unwrap();
+    let mut inst = Installer::start(&tree, &[]);
+    let list = tree.net().join("10-bridge.conflist");
+    assert!(
+        wait_until(T, || tree.entries("10-bridge.conflist") == 1),
+        "{}",
+        inst.log()
+    );
+    assert!(
+        !conf.exists(),
+        "the .conf would take priority over the .conflist"
+    );
+    assert_eq!(tree.files(), ["10-bridge.conflist", "meshnft.d"]);
+    let v = read_json(&list).unwrap();
+    assert_eq!(v["cniVersion"], "0.4.0");
+    assert_eq!(v["name"], "cbr0");
+    assert_eq!(v["plugins"][0], single_conf());
+    assert_eq!(v["plugins"][1]["type"], "meshnft");
+    assert_eq!(
+        std::fs::read(tree.net().join("meshnft.d/orig/10-bridge.conf")).unwrap(),
+        original
+    );
+    assert_eq!(inst.term().code(), Some(0), "{}", inst.log());
+    assert_eq!(tree.files(), ["10-bridge.conf"]);
+    assert_eq!(
+        std::fs::read(&conf).unwrap(),
+        original,
+        "restored byte for byte"
+    );
+}
+
+#[test]
+fn two_installs_and_a_reboot_leave_one_entry() {
+    if !support::root_or_skip("two_installs_and_a_reboot_leave_one_entry") {
+        return;
+    }
+    let tree = Tree::new();
+    let conf = tree.write_conf("10-bridge.conf", &single_conf());
+    let original = std::fs::read(&conf).unwrap();
+    let one = || tree.entries("10-bridge.conflist") == 1;
+
+    let mut a = Installer::start(&tree, &[]);
+    assert!(wait_until(T, one), "{}", a.log());
+    a.crash(); // no cleanup
+    // A second install (the restarted pod) and, overlapping, a third (a
+    // rolling update): still one entry.
+    let mut b = Installer::start(&tree, &[]);
+    let mut c = Installer::start(&tree, &[]);
+    assert!(b.wait_log("meshnft is chained into"), "{}", b.log());
+    assert!(c.wait_log("meshnft is chained into"), "{}", c.log());
+    assert!(one());
+    assert_eq!(tree.files(), ["10-bridge.conflist", "meshnft.d"]);
+    b.crash();
+    c.crash();
+
+    // Reboot: the node comes up, the primary CNI writes its .conf again
+    // (which sorts before our .conflist), then the DaemonSet pod starts.
+    tree.write_conf("10-bridge.conf", &single_conf());
+    let mut d = Installer::start(&tree, &[]);
+    assert!(wait_until(T, || !conf.exists() && one()), "{}", d.log());
+    assert!(d.wait_log("meshnft is chained into"));
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(one());
+    assert_eq!(tree.files(), ["10-bridge.conflist", "meshnft.d"]);
+    assert_eq!(d.term().code(), Some(0), "{}", d.log());
+    assert_eq!(tree.files(), ["10-bridge.conf"]);
+    assert_eq!(std::fs::read(&conf).unwrap(), original);
+}
+
+#[test]
+fn token_rotation_rewrites_the_kubeconfig() {
+    if !support::root_or_skip("token_rotation_rewrites_the_kubeconfig") {
+        return;
+    }
+    let mut tree = Tree::new();
+    tree.write_conf("10-kindnet.conflist", &kindnet());
+    let mut inst = Installer::start(&tree, &[]);
+    let kubeconfig = tree.kubeconfig();
+    let has = |tok: &str| {
+        std::fs::read_to_string(&kubeconfig).is_ok_and(|s| s.contains(&format!("\"{tok}\"")))
+    };
+    assert!(wait_until(T, || has("token-one")), "{}", inst.log());
+    let kc = std::fs::read_to_string(tree.kubeconfig()).unwrap();
+    assert!(kc.contains("server: \"https://198.18.0.1:6443\""), "{kc}");
+    assert_eq!(
+        std::fs::metadata(tree.kubeconfig())
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777,
+        0o600
+    );
+    // Resync is an hour: only the ..data swap can trigger the rewrite.
+    tree.rotate_token("token-two");
+    assert!(wait_until(T, || has("token-two")), "{}", inst.log());
+    assert!(inst.log().contains("token or CA changed"));
+    tree.rotate_token("token-three");
+    assert!(wait_until(T, || has("token-three")), "{}", inst.log());
+    assert_eq!(inst.term().code(), Some(0));
+    assert!(!tree.kubeconfig().exists());
+}
+
+#[test]
+fn read_only_bin_dir_is_reported_and_retried() {
+    if !support::root_or_skip("read_only_bin_dir_is_reported_and_retried") {
+        return;
+    }
+    let tree = Tree::new();
+    let primary = tree.write_conf("10-kindnet.conflist", &kindnet());
+    let before = std::fs::read(&primary).unwrap();
+    // The installer in its own mount namespace, with the bin dir bind-
+    // mounted read-only there (gone with the namespace).
+    let inner = install_cmd(&tree, &[]);
+    let mut c = Command::new("unshare");
+    c.args(["-m", "--propagation", "private", "sh", "-c"])
+        .arg(r#"mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" && shift && exec "$@""#)
+        .arg("sh")
+        .arg(tree.bin())
+        .arg(inner.get_program())
+        .args(inner.get_args());
+    c.env_clear();
+    for (k, v) in inner.get_envs() {
+        if let Some(v) = v {
+            c.env(k, v);
+        }
+    }
+    let mut inst = Installer::spawn(c);
+    assert!(inst.wait_log("Read-only file system"), "{}", inst.log());
+    assert!(
+        inst.log()
+            .contains("read-only file system: mount the host directory read-write")
+    );
+    std::thread::sleep(Duration::from_millis(1000));
+    assert!(inst.running(), "must retry, not exit:\n{}", inst.log());
+    // Nothing was chained without the binary.
+    assert_eq!(std::fs::read(&primary).unwrap(), before);
+    // Make it writable again inside the installer's namespace: it recovers.
+    let pid = inst.pid().to_string();
+    let bin = tree.bin();
+    support::run_ok(&[
+        "nsenter",
+        "-t",
+        &pid,
+        "-m",
+        "mount",
+        "-o",
+        "remount,bind,rw",
+        bin.to_str().unwrap(),
+    ]);
+    assert!(
+        wait_until(T, || tree.entries("10-kindnet.conflist") == 1),
+        "{}",
+        inst.log()
+    );
+    assert!(tree.binary().exists());
+    assert_eq!(inst.term().code(), Some(0), "{}", inst.log());
+}
+
+#[test]
+fn sigterm_cleans_up_entry_then_kubeconfig_then_binary() {
+    if !support::root_or_skip("sigterm_cleans_up_entry_then_kubeconfig_then_binary") {
+        return;
+    }
+    use notify::{EventKind, RecursiveMode, Watcher};
+    let tree = Tree::new();
+    let primary = tree.write_conf("10-kindnet.conflist", &kindnet());
+    let mut inst = Installer::start(&tree, &[]);
+    assert!(
+        wait_until(T, || tree.entries("10-kindnet.conflist") == 1),
+        "{}",
+        inst.log()
+    );
+    // Record the real file events of the three places, in order.
+    let events = Arc::new(Mutex::new(Vec::<(EventKind, PathBuf)>::new()));
+    let ev2 = events.clone();
+    let mut w = notify::recommended_watcher(move |r: notify::Result<notify::Event>| {
+        if let Ok(e) = r {
+            for p in e.paths {
+                ev2.lock().unwrap().push((e.kind, p));
+            }
+        }
+    })
+    .unwrap();
+    for d in [tree.net(), tree.net().join("meshnft.d"), tree.bin()] {
+        w.watch(&d, RecursiveMode::NonRecursive).unwrap();
+    }
+    assert_eq!(inst.term().code(), Some(0), "{}", inst.log());
+    std::thread::sleep(Duration::from_millis(300));
+    drop(w);
+    let ev = events.lock().unwrap().clone();
+    let pos = |pred: &dyn Fn(&(EventKind, PathBuf)) -> bool, what: &str| {
+        ev.iter()
+            .position(pred)
+            .unwrap_or_else(|| panic!("no event for {what} in {ev:#?}"))
+    };
+    let entry = pos(
+        &|(k, p)| !matches!(k, EventKind::Access(_)) && p == &primary,
+        "the conflist",
+    );
+    let kc = pos(
+        &|(k, p)| matches!(k, EventKind::Remove(_)) && p == &tree.kubeconfig(),
+        "the kubeconfig",
+    );
+    let bin = pos(
+        &|(k, p)| matches!(k, EventKind::Remove(_)) && p == &tree.binary(),
+        "the binary",
+    );
+    assert!(
+        entry < kc && kc < bin,
+        "order entry {entry}, kubeconfig {kc}, binary {bin}: {ev:#?}"
+    );
+    let log = inst.log();
+    let at = |s: &str| log.find(s).unwrap_or_else(|| panic!("{s:?} not in\n{log}"));
+    assert!(at("removed the meshnft entry") < at("removed the kubeconfig"));
+    assert!(at("removed the kubeconfig") < at("removed the binary"));
+    assert_eq!(read_json(&primary).unwrap(), kindnet());
+    assert_eq!(tree.files(), ["10-kindnet.conflist"]);
+}
+
+#[test]
+fn keep_on_exit_leaves_everything_and_a_used_binary_is_never_removed() {
+    if !support::root_or_skip("keep_on_exit_leaves_everything_and_a_used_binary_is_never_removed") {
+        return;
+    }
+    let tree = Tree::new();
+    tree.write_conf("10-kindnet.conflist", &kindnet());
+    let mut inst = Installer::start(&tree, &["--keep-on-exit"]);
+    assert!(
+        wait_until(T, || tree.entries("10-kindnet.conflist") == 1),
+        "{}",
+        inst.log()
+    );
+    assert_eq!(inst.term().code(), Some(0));
+    assert_eq!(tree.entries("10-kindnet.conflist"), 1);
+    assert!(tree.kubeconfig().exists() && tree.binary().exists());
+
+    // Environment variable form, and a conflist of the user's own that
+    // chains meshnft: the entry goes, the binary (still used) stays.
+    let mut own = kindnet();
+    own["name"] = json!("secondary");
+    own["plugins"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"type": "meshnft"}));
+    tree.write_conf("99-secondary.conflist", &own);
+    let mut c = install_cmd(&tree, &[]);
+    c.env("MESHNFT_KEEP_ON_EXIT", "false");
+    let mut inst = Installer::spawn(c);
+    assert!(inst.wait_log("meshnft is chained into"), "{}", inst.log());
+    assert_eq!(inst.term().code(), Some(0), "{}", inst.log());
+    assert_eq!(tree.entries("10-kindnet.conflist"), 0);
+    assert_eq!(tree.entries("99-secondary.conflist"), 1);
+    assert!(tree.binary().exists(), "{}", inst.log());
+    assert!(inst.log().contains("keeping the binary"), "{}", inst.log());
+    assert!(!tree.kubeconfig().exists());
+}
+
+#[test]
+fn refuses_when_the_node_cannot_run_meshnft() {
+    if !support::root_or_skip("refuses_when_the_node_cannot_run_meshnft") {
+        return;
+    }
+    let tree = Tree::new();
+    std::fs::remove_file(tree.host().join("usr/sbin/nft")).unwrap();
+    let conf = tree.write_conf("10-bridge.conf", &single_conf());
+    let before = std::fs::read(&conf).unwrap();
+    let mut c = install_cmd(&tree, &[]);
+    c.env("MESHNFT_NFT", "/nonexistent/nft");
+    let mut inst = Installer::spawn(c);
+    assert!(inst.wait_log("refusing to chain meshnft"), "{}", inst.log());
+    let log = inst.log();
+    assert!(log.contains("nft on the host: not found"), "{log}");
+    assert!(log.contains("install the nftables package"), "{log}");
+    assert!(
+        log.contains("nft binary: nft not found at MESHNFT_NFT=/nonexistent/nft"),
+        "{log}"
+    );
+    assert!(
+        log.contains("the network configuration was left untouched"),
+        "{log}"
+    );
+    std::thread::sleep(Duration::from_millis(1000));
+    assert!(inst.running(), "must keep retrying:\n{}", inst.log());
+    assert_eq!(std::fs::read(&conf).unwrap(), before);
+    assert_eq!(tree.files(), ["10-bridge.conf", "meshnft.d"]);
+    assert_eq!(inst.term().code(), Some(0));
+    assert_eq!(tree.files(), ["10-bridge.conf"]);
+    assert_eq!(std::fs::read(&conf).unwrap(), before);
+
+    // An entry the plugin would refuse is refused here too.
+    std::fs::write(
+        tree.dir.join("entry.json"),
+        br#"{"linkerd": {"proxy-uid": 0}}"#,
+    )
+    .unwrap();
+    std::os::unix::fs::symlink("/usr/sbin/nft", tree.host().join("usr/sbin/nft")).unwrap();
+    let entry = tree.dir.join("entry.json");
+    let mut inst = Installer::start(&tree, &["--entry-file", entry.to_str().unwrap()]);
+    assert!(inst.wait_log("refusing to chain meshnft"), "{}", inst.log());
+    assert!(inst.log().contains("proxy-uid"), "{}", inst.log());
+    // Fixing the ConfigMap (the file) is picked up without a restart.
+    std::fs::write(&entry, br#"{"linkerd": {"proxy-uid": 2103}}"#).unwrap();
+    assert!(
+        wait_until(T, || tree.entries("10-bridge.conflist") == 1),
+        "{}",
+        inst.log()
+    );
+    assert_eq!(
+        last_plugin(&tree.net().join("10-bridge.conflist"))["linkerd"]["proxy-uid"],
+        2103
+    );
+    assert_eq!(inst.term().code(), Some(0));
+    assert_eq!(std::fs::read(&conf).unwrap(), before);
+}
+
+#[test]
+fn missing_directories_are_reported_and_waited_for() {
+    if !support::root_or_skip("missing_directories_are_reported_and_waited_for") {
+        return;
+    }
+    let tree = Tree::new();
+    std::fs::remove_dir(tree.net()).unwrap();
+    let mut inst = Installer::start(&tree, &[]);
+    assert!(
+        inst.wait_log("does not exist: check the hostPath mounts"),
+        "{}",
+        inst.log()
+    );
+    std::thread::sleep(Duration::from_millis(700));
+    assert!(inst.running());
+    std::fs::create_dir(tree.net()).unwrap();
+    tree.write_conf("10-kindnet.conflist", &kindnet());
+    assert!(
+        wait_until(T, || tree.entries("10-kindnet.conflist") == 1),
+        "{}",
+        inst.log()
+    );
+    assert_eq!(inst.term().code(), Some(0));
+}
+
+/// The conflist the installer produced runs through libcni with the binary
+/// it copied: ADD, CHECK, DEL in a throwaway node and pod netns.
+#[test]
+fn the_installed_chain_runs_through_libcni() {
+    if !support::root_or_skip("the_installed_chain_runs_through_libcni") {
+        return;
+    }
+    let node = support::Node::new();
+    let pod = support::Netns::new("mtpod");
+    let tree = Tree::new();
+    let mut primary = json!({"cniVersion": "1.0.0", "name": "meshnet",
+                             "plugins": [node.ptp_plugin()]});
+    primary["plugins"][0]["mtu"] = json!(1400);
+    tree.write_conf("10-ptp.conflist", &primary);
+    // The ConfigMap's entry, with state kept in the node's temp dir.
+    let mut entry: Value = serde_json::from_str(meshnft::install::entry::DEFAULT_ENTRY).unwrap();
+    entry["stateDir"] = json!(node.dir().join("state"));
+    let ef = tree.dir.join("entry.json");
+    std::fs::write(&ef, entry.to_string()).unwrap();
+    let mut inst = Installer::start(&tree, &["--entry-file", ef.to_str().unwrap()]);
+    assert!(
+        wait_until(T, || tree.entries("10-ptp.conflist") == 1),
+        "{}",
+        inst.log()
+    );
+    let cl = tree.net().join("10-ptp.conflist");
+    let bins = [tree.bin(), PathBuf::from(support::CNI_PLUGIN_DIR)];
+    let drv = support::CniDriver::get();
+    let run = |cmd: &str| {
+        drv.run(
+            &node.netns,
+            cmd,
+            &cl,
+            pod.path(),
+            "inst-sandbox",
+            &[],
+            &node.cache_dir(),
+            &bins,
+        )
+    };
+    let res = run("add").expect("ADD");
+    assert_eq!(res["cniVersion"], "1.0.0");
+    let t = pod.exec_ok(&["nft", "list", "table", "inet", "meshnft"]);
+    assert!(t.contains("redirect to :4140"), "{t}");
+    run("check").expect("CHECK");
+    run("del").expect("DEL");
+    assert!(
+        !pod.exec(&["nft", "list", "table", "inet", "meshnft"])
+            .status
+            .success()
+    );
+    assert_eq!(inst.term().code(), Some(0));
+}
