@@ -11,6 +11,7 @@
 //	cnidriver add|del|check --conflist FILE --netns PATH --id CONTAINERID
 //	    [--ifname eth0] [--arg K=V]... --cache-dir DIR --bin-dir DIR [--bin-dir DIR]...
 //	    [--typed]
+//	cnidriver load --conflist FILE
 //
 // Runtime args always start with IgnoreUnknown=1 (as kubelet passes), then the
 // --arg pairs in order.
@@ -18,7 +19,9 @@
 // add prints the chain's final result on stdout: by default the exact bytes the
 // last plugin of the chain wrote (captured by a wrapping invoke.Exec); with
 // --typed, libcni's parsed result converted to the conflist's cniVersion.
-// del and check print nothing on success.
+// del and check print nothing on success. load only parses the file with
+// libcni (ConfListFromFile, as runtimes load a .conflist) and prints
+// {"name":..,"cniVersion":..,"plugins":["<type>",...]}.
 //
 // On failure the exit code is 1 and the LAST line of stderr is one JSON object
 // {"code":N,"msg":"...","details":"...","error":"<full wrapped error text>"};
@@ -90,7 +93,7 @@ func fail(err error) {
 }
 
 func usage(msg string) {
-	fmt.Fprintf(os.Stderr, "cnidriver: %s\nusage: cnidriver add|del|check --conflist FILE --netns PATH --id ID [--ifname eth0] [--arg K=V]... --cache-dir DIR --bin-dir DIR [--bin-dir DIR]... [--typed]\n", msg)
+	fmt.Fprintf(os.Stderr, "cnidriver: %s\nusage: cnidriver load --conflist FILE | cnidriver add|del|check --conflist FILE --netns PATH --id ID [--ifname eth0] [--arg K=V]... --cache-dir DIR --bin-dir DIR [--bin-dir DIR]... [--typed]\n", msg)
 	os.Exit(2)
 }
 
@@ -99,6 +102,22 @@ func main() {
 		usage("missing command")
 	}
 	cmd := os.Args[1]
+	if cmd == "load" {
+		if len(os.Args) != 4 || os.Args[2] != "--conflist" {
+			usage("load needs exactly --conflist FILE")
+		}
+		list, err := libcni.ConfListFromFile(os.Args[3])
+		if err != nil {
+			fail(err)
+		}
+		types := []string{}
+		for _, p := range list.Plugins {
+			types = append(types, p.Network.Type)
+		}
+		b, _ := json.Marshal(map[string]interface{}{"name": list.Name, "cniVersion": list.CNIVersion, "plugins": types})
+		fmt.Printf("%s\n", b)
+		return
+	}
 	if cmd != "add" && cmd != "del" && cmd != "check" {
 		usage(fmt.Sprintf("unknown command %q", cmd))
 	}
