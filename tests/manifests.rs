@@ -1,0 +1,306 @@
+//! `deploy/meshnft.yaml` validated offline against the Kubernetes API
+//! schemas, as the `k8s-openapi` crate encodes them (its types are
+//! generated from the Kubernetes OpenAPI spec; the crate is already one of
+//! meshnft's dependencies, so this needs no network, cluster or extra tool).
+//!
+//! Each YAML document is deserialized into the typed object for its
+//! `kind` (k8s-openapi checks `apiVersion` and `kind`, required fields and
+//! every field's type) through `serde_ignored`, which reports every key the
+//! schema does not have: an unknown or misspelt field fails the test with
+//! its path, as `kubectl apply --validate=strict` would. A test feeds it
+//! typos to show they are caught. Not covered by the types: string formats
+//! and enums (e.g. a bad `imagePullPolicy` value); the semantic checks below
+//! pin the values that matter.
+
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use serde::Deserialize;
+use std::path::Path;
+
+const MANIFEST: &str = "deploy/meshnft.yaml";
+
+/// One document, typed.
+#[derive(Debug)]
+enum Object {
+    Namespace(Box<Namespace>),
+    ServiceAccount(Box<ServiceAccount>),
+    ClusterRole(Box<ClusterRole>),
+    ClusterRoleBinding(Box<ClusterRoleBinding>),
+    Role(Box<Role>),
+    RoleBinding(Box<RoleBinding>),
+    ConfigMap(Box<ConfigMap>),
+    DaemonSet(Box<DaemonSet>),
+}
+
+/// Deserializes `doc` as `T`; Err lists every unknown field (by path) or
+/// the schema error.
+fn strict<T: serde::de::DeserializeOwned>(doc: serde_yaml::Value) -> Result<T, String> {
+    let mut unknown = Vec::new();
+    let v: T = serde_ignored::deserialize(doc, |path| {
+        // serde_ignored writes `?` for each Option level: leave those out.
+        unknown.push(path.to_string().replace(".?", "").replace("?.", ""))
+    })
+    .map_err(|e| e.to_string())?;
+    if unknown.is_empty() {
+        Ok(v)
+    } else {
+        Err(format!("unknown fields: {}", unknown.join(", ")))
+    }
+}
+
+/// Parses every document of `text` into its typed object.
+fn parse_all(text: &str) -> Result<Vec<Object>, String> {
+    let mut out = Vec::new();
+    for (i, de) in serde_yaml::Deserializer::from_str(text).enumerate() {
+        let doc = serde_yaml::Value::deserialize(de).map_err(|e| format!("document {i}: {e}"))?;
+        if doc.is_null() {
+            continue;
+        }
+        let kind = doc["kind"].as_str().unwrap_or("").to_string();
+        let ctx = |e: String| format!("document {i} ({kind}): {e}");
+        let o = match kind.as_str() {
+            "Namespace" => Object::Namespace(strict(doc).map_err(ctx)?),
+            "ServiceAccount" => Object::ServiceAccount(strict(doc).map_err(ctx)?),
+            "ClusterRole" => Object::ClusterRole(strict(doc).map_err(ctx)?),
+            "ClusterRoleBinding" => Object::ClusterRoleBinding(strict(doc).map_err(ctx)?),
+            "Role" => Object::Role(strict(doc).map_err(ctx)?),
+            "RoleBinding" => Object::RoleBinding(strict(doc).map_err(ctx)?),
+            "ConfigMap" => Object::ConfigMap(strict(doc).map_err(ctx)?),
+            "DaemonSet" => Object::DaemonSet(strict(doc).map_err(ctx)?),
+            other => return Err(ctx(format!("unexpected kind {other:?}"))),
+        };
+        out.push(o);
+    }
+    Ok(out)
+}
+
+fn manifest() -> String {
+    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(MANIFEST)).unwrap()
+}
+
+#[test]
+fn every_document_matches_the_schema() {
+    let objs = parse_all(&manifest()).unwrap_or_else(|e| panic!("{MANIFEST}: {e}"));
+    let kinds: Vec<String> = objs
+        .iter()
+        .map(|o| format!("{o:?}").split('(').next().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "Namespace",
+            "ServiceAccount",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "Role",
+            "RoleBinding",
+            "ConfigMap",
+            "DaemonSet"
+        ]
+    );
+}
+
+#[test]
+fn unknown_fields_and_wrong_types_are_caught() {
+    let good = manifest();
+    for (from, to, expect) in [
+        (
+            "      hostNetwork: true",
+            "      hostNetwrok: true",
+            "spec.template.spec.hostNetwrok",
+        ),
+        (
+            "          imagePullPolicy: IfNotPresent",
+            "          imagePullPolicyy: IfNotPresent",
+            "imagePullPolicyy",
+        ),
+        ("    verbs: [\"get\"]", "    verb: [\"get\"]", "verb"),
+        (
+            "      terminationGracePeriodSeconds: 30",
+            "      terminationGracePeriodSeconds: soon",
+            "invalid",
+        ),
+        ("kind: DaemonSet", "kind: DeamonSet", "unexpected kind"),
+        ("apiVersion: apps/v1", "apiVersion: apps/v2", "apps/v2"),
+    ] {
+        assert!(good.contains(from), "{from:?} not in the manifest");
+        let bad = good.replacen(from, to, 1);
+        let err = parse_all(&bad).expect_err(to);
+        assert!(err.contains(expect), "{to:?}: {err}");
+    }
+}
+
+fn objects() -> Vec<Object> {
+    parse_all(&manifest()).unwrap()
+}
+
+fn daemonset() -> DaemonSet {
+    objects()
+        .into_iter()
+        .find_map(|o| match o {
+            Object::DaemonSet(d) => Some(*d),
+            _ => None,
+        })
+        .unwrap()
+}
+
+#[test]
+fn daemonset_runs_everywhere_on_the_host_network_and_has_time_to_clean_up() {
+    let ds = daemonset();
+    let spec = ds.spec.template.spec.unwrap();
+    assert_eq!(spec.host_network, Some(true));
+    assert_eq!(
+        spec.priority_class_name.as_deref(),
+        Some("system-node-critical")
+    );
+    assert_eq!(spec.service_account_name.as_deref(), Some("meshnft"));
+    let tol = spec.tolerations.unwrap();
+    assert!(
+        tol.iter().any(|t| t.operator.as_deref() == Some("Exists")
+            && t.key.is_none()
+            && t.effect.is_none()),
+        "a toleration of every taint: {tol:?}"
+    );
+    assert!(spec.termination_grace_period_seconds.unwrap() >= 10);
+    let c = &spec.containers[0];
+    assert_eq!(
+        c.command.as_deref().unwrap(),
+        ["/usr/local/bin/meshnft", "install"]
+    );
+    let req = c.resources.as_ref().unwrap().requests.as_ref().unwrap();
+    assert!(req.contains_key("cpu") && req.contains_key("memory"));
+    // The mounts the installer's defaults expect.
+    let mounts: Vec<(&str, bool)> = c
+        .volume_mounts
+        .as_ref()
+        .unwrap()
+        .iter()
+        .map(|m| (m.mount_path.as_str(), m.read_only.unwrap_or(false)))
+        .collect();
+    for (path, ro) in [
+        ("/host/opt/cni/bin", false),
+        ("/host/etc/cni/net.d", false),
+        ("/host/usr", true),
+        ("/etc/meshnft", true),
+    ] {
+        assert!(
+            mounts.contains(&(path, ro)),
+            "{path} (ro {ro}) in {mounts:?}"
+        );
+    }
+    let env: Vec<(String, String)> = c
+        .env
+        .as_ref()
+        .unwrap()
+        .iter()
+        .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()))
+        .collect();
+    assert!(env.contains(&(
+        "MESHNFT_ENTRY_FILE".into(),
+        "/etc/meshnft/entry.json".into()
+    )));
+    // The env the DaemonSet sets parses with `meshnft install`'s options.
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_meshnft"));
+    cmd.args(["install", "--help"]).envs(env.iter().cloned());
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for (k, _) in &env {
+        if k.starts_with("MESHNFT_") && k != "MESHNFT_LOG" {
+            assert!(
+                String::from_utf8_lossy(&out.stdout).contains(k.as_str()),
+                "{k} is not an option of meshnft install"
+            );
+        }
+    }
+    let sc = c.security_context.as_ref().unwrap();
+    assert_eq!(sc.run_as_user, Some(0));
+    let caps = sc.capabilities.as_ref().unwrap();
+    assert_eq!(caps.add.as_deref().unwrap(), ["NET_ADMIN", "SYS_ADMIN"]);
+}
+
+#[test]
+fn rbac_is_get_on_pods_namespaces_and_the_kubernetes_service_only() {
+    let mut rules = Vec::new();
+    for o in objects() {
+        match o {
+            Object::ClusterRole(r) => {
+                for rule in r.rules.unwrap() {
+                    rules.push(("cluster".to_string(), rule));
+                }
+            }
+            Object::Role(r) => {
+                let ns = r.metadata.namespace.clone().unwrap();
+                for rule in r.rules.unwrap() {
+                    rules.push((ns.clone(), rule));
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut seen = Vec::new();
+    for (scope, r) in &rules {
+        assert_eq!(r.verbs, ["get"], "{r:?}");
+        assert_eq!(r.api_groups.as_deref().unwrap(), [""], "{r:?}");
+        for res in r.resources.as_deref().unwrap() {
+            seen.push((
+                scope.clone(),
+                res.clone(),
+                r.resource_names.clone().unwrap_or_default(),
+            ));
+        }
+    }
+    seen.sort();
+    assert_eq!(
+        seen,
+        [
+            ("cluster".to_string(), "namespaces".to_string(), vec![]),
+            ("cluster".to_string(), "pods".to_string(), vec![]),
+            (
+                "default".to_string(),
+                "services".to_string(),
+                vec!["kubernetes".to_string()]
+            ),
+        ]
+    );
+    // Both bound to the DaemonSet's service account.
+    let mut bound = 0;
+    for o in objects() {
+        let (subjects, role) = match o {
+            Object::ClusterRoleBinding(b) => (b.subjects.unwrap(), b.role_ref),
+            Object::RoleBinding(b) => (b.subjects.unwrap(), b.role_ref),
+            _ => continue,
+        };
+        assert_eq!(role.name, "meshnft");
+        assert_eq!(subjects[0].name, "meshnft");
+        assert_eq!(subjects[0].namespace.as_deref(), Some("meshnft"));
+        bound += 1;
+    }
+    assert_eq!(bound, 2);
+}
+
+#[test]
+fn configmap_entry_is_the_installers_default() {
+    let cm = objects()
+        .into_iter()
+        .find_map(|o| match o {
+            Object::ConfigMap(c) => Some(c),
+            _ => None,
+        })
+        .unwrap();
+    let text = &cm.data.unwrap()["entry.json"];
+    let dir = std::env::temp_dir().join(format!("meshnft-manifest-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = dir.join("entry.json");
+    std::fs::write(&f, text).unwrap();
+    let kc = Path::new("/etc/cni/net.d/meshnft.d/kubeconfig");
+    let from_cm = meshnft::install::entry::load(Some(&f), Some(kc));
+    std::fs::remove_dir_all(&dir).unwrap();
+    let from_cm = from_cm.unwrap();
+    let default = meshnft::install::entry::load(None, Some(kc)).unwrap();
+    assert_eq!(from_cm, default);
+}
