@@ -12,7 +12,7 @@ use std::path::Path;
 /// `NS_GET_NSTYPE` ioctl (linux/nsfs.h): returns the namespace's CLONE_NEW* type.
 const NS_GET_NSTYPE: libc::c_ulong = 0xb703;
 /// `NSFS_MAGIC` (linux/magic.h): the filesystem type of namespace files.
-const NSFS_MAGIC: i64 = 0x6e736673;
+const NSFS_MAGIC: nix::sys::statfs::FsType = nix::sys::statfs::FsType(0x6e736673);
 
 /// An open network namespace file (bind mount or `/proc/PID/ns/net`).
 #[derive(Debug)]
@@ -40,7 +40,7 @@ impl Netns {
         // Look before opening: only nsfs files are opened at all, so a FIFO
         // cannot block us and a device file is never opened.
         match nix::sys::statfs::statfs(path) {
-            Ok(fs) if fs.filesystem_type().0 == NSFS_MAGIC => {}
+            Ok(fs) if fs.filesystem_type() == NSFS_MAGIC => {}
             Ok(fs) => {
                 return Err(not_netns(format!(
                     "filesystem type {:#x}, not nsfs",

@@ -304,3 +304,28 @@ fn configmap_entry_is_the_installers_default() {
     let default = meshnft::install::entry::load(None, Some(kc)).unwrap();
     assert_eq!(from_cm, default);
 }
+
+#[test]
+fn namespace_allows_privileged_pods_and_the_service_account_lives_there() {
+    let mut found = 0;
+    for o in objects() {
+        match o {
+            Object::Namespace(n) => {
+                assert_eq!(n.metadata.name.as_deref(), Some("meshnft"));
+                let labels = n.metadata.labels.unwrap();
+                assert_eq!(
+                    labels["pod-security.kubernetes.io/enforce"], "privileged",
+                    "hostPath/hostNetwork need the privileged Pod Security level"
+                );
+                found += 1;
+            }
+            Object::ServiceAccount(s) => {
+                assert_eq!(s.metadata.name.as_deref(), Some("meshnft"));
+                assert_eq!(s.metadata.namespace.as_deref(), Some("meshnft"));
+                found += 1;
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(found, 2);
+}
