@@ -3,14 +3,16 @@
 # (only those missing). Used by demo.sh and test.sh.
 #   nftables                      nft, the userspace meshnft drives
 #   iproute2, util-linux          ip netns / nsenter / unshare for the throwaway namespaces
-#   containernetworking-plugins   the reference CNI plugins (ptp, bridge, host-local) in /usr/lib/cni
+#   containernetworking-plugins   the reference CNI plugins (ptp, bridge, host-local, portmap, bandwidth,
+#                                 tuning) in /usr/lib/cni
+#   iptables                      used by the portmap plugin of the example conflists (tests/conflists.rs)
 #   golang-go, golang-github-appc-cni-dev
 #                                 the CNI project's libcni, built offline into the test driver
 set -euo pipefail
 
 need=()
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
-for p in nftables iproute2 util-linux containernetworking-plugins golang-go golang-github-appc-cni-dev; do
+for p in nftables iproute2 util-linux iptables containernetworking-plugins golang-go golang-github-appc-cni-dev; do
   have_pkg "$p" || need+=("$p")
 done
 if ((${#need[@]})); then
