@@ -33,6 +33,23 @@ fn tmp_path(path: &Path) -> PathBuf {
 /// Errors: [`InstallError::Io`] naming the path and the step (a read-only
 /// or missing directory shows up here, with a hint).
 pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<(), InstallError> {
+    write_atomic_if(path, bytes, mode, || true).map(|_| ())
+}
+
+/// Like [`write_atomic`], but checks `still_valid` after the temp file is
+/// written and synced, right before the `rename`: when it returns false
+/// (e.g. another writer changed the file this content was derived from),
+/// nothing is renamed, the temp file is removed, and the result is
+/// `Ok(false)`. This narrows a read-modify-write race with another writer
+/// (the primary CNI) to the `rename` itself.
+///
+/// Errors: as [`write_atomic`].
+pub fn write_atomic_if(
+    path: &Path,
+    bytes: &[u8],
+    mode: u32,
+    still_valid: impl FnOnce() -> bool,
+) -> Result<bool, InstallError> {
     let tmp = tmp_path(path);
     let res = (|| {
         let mut f = OpenOptions::new()
@@ -51,11 +68,14 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<(), InstallE
         f.sync_all()
             .map_err(|e| InstallError::io(Op::Sync, &tmp, e))?;
         drop(f);
+        if !still_valid() {
+            return Ok(false);
+        }
         fs::rename(&tmp, path).map_err(|e| InstallError::io(Op::Rename, path, e))?;
         sync_dir(path);
-        Ok(())
+        Ok(true)
     })();
-    if res.is_err() {
+    if !matches!(res, Ok(true)) {
         let _ = fs::remove_file(&tmp);
     }
     res
@@ -223,6 +243,19 @@ mod tests {
         let names: Vec<_> = fs::read_dir(&d).unwrap().flatten().collect();
         assert_eq!(names.len(), 1);
         assert!(same_content(&p, &p));
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn write_atomic_if_keeps_a_file_changed_meanwhile() {
+        let d = tmpdir("wif");
+        let p = d.join("10-x.conflist");
+        write_atomic(&p, b"theirs, newer", 0o644).unwrap();
+        assert!(!write_atomic_if(&p, b"ours, stale", 0o644, || false).unwrap());
+        assert_eq!(fs::read(&p).unwrap(), b"theirs, newer");
+        assert_eq!(fs::read_dir(&d).unwrap().count(), 1, "temp file left");
+        assert!(write_atomic_if(&p, b"ours", 0o644, || true).unwrap());
+        assert_eq!(fs::read(&p).unwrap(), b"ours");
         fs::remove_dir_all(&d).unwrap();
     }
 

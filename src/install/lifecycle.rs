@@ -138,11 +138,29 @@ impl Installer {
         )
     }
 
-    /// One reconcile pass (see the module docs).
+    /// One reconcile pass (see the module docs). When the primary file
+    /// changes between reading it and replacing it (the primary CNI wrote
+    /// it meanwhile), the pass starts over (up to 5 times) instead of
+    /// overwriting the newer content.
     ///
     /// Errors: the first problem met; nothing after it was attempted, and
     /// the network configuration is only ever changed by the last step.
     pub fn reconcile(&mut self) -> Result<Outcome, InstallError> {
+        for _ in 0..5 {
+            if let Some(outcome) = self.reconcile_once()? {
+                return Ok(outcome);
+            }
+            tracing::debug!("the primary configuration changed while it was edited; starting over");
+        }
+        self.reconcile_once()?
+            .ok_or_else(|| InstallError::Conflist {
+                path: self.layout.net_dir.clone(),
+                reason: "it keeps changing while meshnft edits it; retrying".into(),
+            })
+    }
+
+    /// One attempt; `Ok(None)` when the primary changed under it.
+    fn reconcile_once(&mut self) -> Result<Option<Outcome>, InstallError> {
         let l = self.layout.clone();
         fsutil::require_dir(&l.bin_dir)?;
         fsutil::require_dir(&l.net_dir)?;
@@ -154,7 +172,7 @@ impl Installer {
             tracing::debug!("skipping {}: {why} (runtimes skip it too)", p.display());
         }
         let Some(primary) = scan.primary else {
-            return Ok(Outcome::Waiting);
+            return Ok(Some(Outcome::Waiting));
         };
         let bad = |reason: String| InstallError::Conflist {
             path: primary.path.clone(),
@@ -164,10 +182,10 @@ impl Installer {
             discover::Kind::List => {
                 if conflist::has_exactly(&primary.json, &entry) {
                     self.touched.insert(primary.path.clone());
-                    return Ok(Outcome::Chained {
+                    return Ok(Some(Outcome::Chained {
                         path: primary.path,
                         changed: false,
-                    });
+                    }));
                 }
                 let new = conflist::with_entry(&primary.json, &entry).map_err(bad)?;
                 (primary.path.clone(), new, None)
@@ -211,12 +229,24 @@ impl Installer {
             });
         }
         let mode = file_mode(&primary.path);
-        fsutil::write_atomic(&target, &conflist::render(&new_list), mode)?;
+        let unchanged = || std::fs::read(&primary.path).is_ok_and(|b| b == primary.bytes);
+        if !fsutil::write_atomic_if(&target, &conflist::render(&new_list), mode, unchanged)? {
+            return Ok(None);
+        }
         if let Some(orig) = &original {
             fsutil::ensure_subdir(&l.state_dir)?;
             fsutil::ensure_subdir(&l.orig_dir)?;
             let name = orig.file_name().unwrap_or_default();
-            fsutil::rename(orig, &l.orig_dir.join(name))?;
+            let kept = l.orig_dir.join(name);
+            fsutil::rename(orig, &kept)?;
+            if std::fs::read(&kept).map_or(true, |b| b != primary.bytes) {
+                // Rewritten between our read and the move: put it back and
+                // derive the list again from what it says now.
+                if !orig.exists() {
+                    fsutil::rename(&kept, orig)?;
+                }
+                return Ok(None);
+            }
             tracing::info!(
                 "converted {} into {} (original kept as {})",
                 orig.display(),
@@ -238,10 +268,10 @@ impl Installer {
             target.display()
         );
         self.touched.insert(target.clone());
-        Ok(Outcome::Chained {
+        Ok(Some(Outcome::Chained {
             path: target,
             changed: true,
-        })
+        }))
     }
 
     /// Removes the entry (restoring converted files), then the kubeconfig,
