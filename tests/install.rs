@@ -393,14 +393,13 @@ fn conf_is_converted_and_restored_on_uninstall() {
     let original = std::fs::read(&conf).unwrap();
     let mut inst = Installer::start(&tree, &[]);
     let list = tree.net().join("10-bridge.conflist");
+    // The list is written first, then the .conf (which would take priority
+    // over it) is moved away.
     assert!(
-        wait_until(T, || tree.entries("10-bridge.conflist") == 1),
+        wait_until(T, || tree.entries("10-bridge.conflist") == 1
+            && !conf.exists()),
         "{}",
         inst.log()
-    );
-    assert!(
-        !conf.exists(),
-        "the .conf would take priority over the .conflist"
     );
     assert_eq!(tree.files(), ["10-bridge.conflist", "meshnft.d"]);
     let v = read_json(&list).unwrap();
