@@ -49,7 +49,7 @@ pub struct Args {
     #[arg(long, env = "MESHNFT_CNI_NET_DIR", default_value = "/etc/cni/net.d")]
     pub cni_net_dir: PathBuf,
     /// Host path of the kubeconfig written for the plugin
-    /// [default: `<cni-net-dir>/meshnft.d/kubeconfig`].
+    /// (default: `<cni-net-dir>/meshnft.d/kubeconfig`).
     #[arg(long, env = "MESHNFT_KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
     /// Write no kubeconfig and leave `kubernetes.kubeconfig` out of the
