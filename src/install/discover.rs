@@ -218,16 +218,10 @@ mod tests {
     use super::*;
     use std::fs;
 
-    fn tmpdir(tag: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("meshnft-unit-{tag}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&d);
-        fs::create_dir_all(&d).unwrap();
-        d
-    }
-
     #[test]
     fn first_loadable_file_in_byte_order_wins() {
-        let d = tmpdir("disc");
+        let td = crate::install::fsutil::TestDir::new("disc");
+        let d = td.0.clone();
         fs::write(d.join("00-broken.conflist"), b"{not json").unwrap();
         fs::write(
             d.join("05-nolist.conflist"),
@@ -269,7 +263,6 @@ mod tests {
         assert_eq!(s.loaded.len(), 3);
         // Bytewise order: '1' (0x31) sorts before 'Z' (0x5a).
         assert_eq!(s.loaded[2].path, d.join("Z-upper.json"));
-        fs::remove_dir_all(&d).unwrap();
     }
 
     #[test]

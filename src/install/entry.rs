@@ -150,8 +150,8 @@ mod tests {
 
     #[test]
     fn wrong_type_is_refused() {
-        let dir = std::env::temp_dir().join(format!("meshnft-unit-entry-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let td = crate::install::fsutil::TestDir::new("entry");
+        let dir = td.0.clone();
         let f = dir.join("entry.json");
         std::fs::write(&f, br#"{"type":"linkerd-cni"}"#).unwrap();
         let e = load(Some(&f), None).unwrap_err().to_string();
@@ -164,6 +164,5 @@ mod tests {
             e,
             serde_json::json!({"log_level":"debug","type":"meshnft","kubernetes":{"kubeconfig":"/k"}})
         );
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

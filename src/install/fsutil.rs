@@ -214,24 +214,41 @@ fn sync_dir(path: &Path) {
     }
 }
 
+/// A temporary directory for unit tests, removed on drop (also when the
+/// test fails).
 #[cfg(test)]
-mod tests {
-    use super::*;
+pub(crate) struct TestDir(pub PathBuf);
 
-    fn tmpdir(tag: &str) -> PathBuf {
+#[cfg(test)]
+impl TestDir {
+    /// `<tmp>/meshnft-unit-<tag>-<pid>-<thread>`, fresh.
+    pub(crate) fn new(tag: &str) -> TestDir {
         let d = std::env::temp_dir().join(format!(
             "meshnft-unit-{tag}-{}-{:?}",
             std::process::id(),
             std::thread::current().id()
         ));
         let _ = fs::remove_dir_all(&d);
-        fs::create_dir_all(&d).unwrap();
-        d
+        fs::create_dir_all(&d).expect("create test dir");
+        TestDir(d)
     }
+}
+
+#[cfg(test)]
+impl Drop for TestDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
 
     #[test]
     fn write_atomic_replaces_and_leaves_no_temp() {
-        let d = tmpdir("wa");
+        let td = TestDir::new("wa");
+        let d = td.0.clone();
         let p = d.join("a.conflist");
         write_atomic(&p, b"one", 0o644).unwrap();
         write_atomic(&p, b"two", 0o600).unwrap();
@@ -243,12 +260,12 @@ mod tests {
         let names: Vec<_> = fs::read_dir(&d).unwrap().flatten().collect();
         assert_eq!(names.len(), 1);
         assert!(same_content(&p, &p));
-        fs::remove_dir_all(&d).unwrap();
     }
 
     #[test]
     fn write_atomic_if_keeps_a_file_changed_meanwhile() {
-        let d = tmpdir("wif");
+        let td = TestDir::new("wif");
+        let d = td.0.clone();
         let p = d.join("10-x.conflist");
         write_atomic(&p, b"theirs, newer", 0o644).unwrap();
         assert!(!write_atomic_if(&p, b"ours, stale", 0o644, || false).unwrap());
@@ -256,22 +273,22 @@ mod tests {
         assert_eq!(fs::read_dir(&d).unwrap().count(), 1, "temp file left");
         assert!(write_atomic_if(&p, b"ours", 0o644, || true).unwrap());
         assert_eq!(fs::read(&p).unwrap(), b"ours");
-        fs::remove_dir_all(&d).unwrap();
     }
 
     #[test]
     fn write_atomic_into_missing_dir_names_the_path() {
-        let d = tmpdir("wm");
+        let td = TestDir::new("wm");
+        let d = td.0.clone();
         let p = d.join("nope").join("x.conf");
         let e = write_atomic(&p, b"x", 0o644).unwrap_err().to_string();
         assert!(e.contains("nope"), "{e}");
         assert!(e.contains("does not exist"), "{e}");
-        fs::remove_dir_all(&d).unwrap();
     }
 
     #[test]
     fn remove_missing_is_ok_and_require_dir_rejects_files() {
-        let d = tmpdir("rm");
+        let td = TestDir::new("rm");
+        let d = td.0.clone();
         remove(&d.join("gone")).unwrap();
         fs::write(d.join("f"), b"").unwrap();
         assert!(require_dir(&d.join("f")).is_err());
@@ -282,6 +299,5 @@ mod tests {
                 .to_string()
                 .contains("does not exist")
         );
-        fs::remove_dir_all(&d).unwrap();
     }
 }

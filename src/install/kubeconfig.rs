@@ -115,8 +115,8 @@ mod tests {
 
     #[test]
     fn kube_reads_what_we_write() {
-        let d = std::env::temp_dir().join(format!("meshnft-unit-kc-{}", std::process::id()));
-        std::fs::create_dir_all(&d).unwrap();
+        let td = crate::install::fsutil::TestDir::new("kc");
+        let d = td.0.clone();
         std::fs::write(d.join("token"), b"tok.en-1\n").unwrap();
         std::fs::write(
             d.join("ca.crt"),
@@ -136,7 +136,9 @@ mod tests {
             .unwrap();
         assert_eq!(ca, m.ca);
         let user = kc.auth_infos[0].auth_info.as_ref().unwrap();
-        assert!(format!("{:?}", user.token).contains("tok.en-1") || user.token.is_some());
+        assert!(user.token.is_some());
+        let raw: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+        assert_eq!(raw["users"][0]["user"]["token"].as_str(), Some("tok.en-1"));
         assert!(
             material(&d, None, None)
                 .unwrap_err()
@@ -155,6 +157,5 @@ mod tests {
                 .to_string()
                 .contains("token")
         );
-        std::fs::remove_dir_all(&d).unwrap();
     }
 }
