@@ -782,3 +782,45 @@ fn the_installed_chain_runs_through_libcni() {
     );
     assert_eq!(inst.term().code(), Some(0));
 }
+
+/// In its container the installer is PID 1, for which the kernel drops
+/// signals that have the default disposition: SIGTERM must still trigger
+/// the cleanup (`unshare --pid --fork` makes it PID 1 of a new namespace).
+#[test]
+fn sigterm_works_when_the_installer_is_pid_1() {
+    if !support::root_or_skip("sigterm_works_when_the_installer_is_pid_1") {
+        return;
+    }
+    let tree = Tree::new();
+    tree.write_conf("10-kindnet.conflist", &kindnet());
+    let inner = install_cmd(&tree, &[]);
+    let mut c = Command::new("unshare");
+    c.args(["--pid", "--fork", "--kill-child", "--"])
+        .arg(inner.get_program())
+        .args(inner.get_args())
+        .env_clear();
+    for (k, v) in inner.get_envs() {
+        if let Some(v) = v {
+            c.env(k, v);
+        }
+    }
+    let mut inst = Installer::spawn(c);
+    assert!(
+        wait_until(T, || tree.entries("10-kindnet.conflist") == 1),
+        "{}",
+        inst.log()
+    );
+    // The installer: unshare's child, PID 1 in its namespace.
+    let children =
+        std::fs::read_to_string(format!("/proc/{}/task/{}/children", inst.pid(), inst.pid()))
+            .unwrap();
+    let pid: i32 = children.split_whitespace().next().unwrap().parse().unwrap();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let nspid = status.lines().find(|l| l.starts_with("NSpid:")).unwrap();
+    assert!(nspid.trim_end().ends_with("\t1"), "{nspid}");
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    assert_eq!(inst.wait_exit().code(), Some(0), "{}", inst.log());
+    assert!(inst.log().contains("uninstall complete"), "{}", inst.log());
+    assert_eq!(tree.entries("10-kindnet.conflist"), 0);
+    assert!(!tree.binary().exists());
+}
