@@ -45,10 +45,10 @@ if ip netns list | grep -E '^mt' ; then echo "leftover network namespaces (above
 cg2=$(awk '{for (i = 7; i <= NF; i++) if ($i == "-") { if ($(i + 1) == "cgroup2") { print $5; exit } break }}' /proc/self/mountinfo)
 if [[ -n "$cg2" ]] && ls -d "$cg2"/meshnft-test-* 2>/dev/null; then echo "leftover cgroups (above)"; leaks=1; fi
 if ls -d /tmp/meshnft-node-* 2>/dev/null; then echo "leftover temp dirs (above)"; leaks=1; fi
-if ((leaks)); then exit 1; fi
-echo "no leftovers"
+((leaks)) || echo "no leftovers"
 
 # One closing line for the whole run (every cargo test binary summed).
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($i ~ /^passed/) p += $(i-1); if ($i ~ /^failed/) f += $(i-1) } }
      END { printf "%d passed, %d failed\n", p, f }' "$log"
+if ((leaks)); then exit 1; fi
 exit "$status"
