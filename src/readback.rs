@@ -368,13 +368,29 @@ fn elem_of(ty: &str, e: JElem) -> Elem {
             other(&e)
         }
         ("cgroupsv2", JElem::Num(n)) => Elem::Cgroup(CgroupKey::Id(n)),
-        ("cgroupsv2", JElem::Str(s)) => Elem::Cgroup(CgroupKey::Path(s)),
+        ("cgroupsv2", JElem::Str(s)) => Elem::Cgroup(cgroup_key(s)),
         ("cgroupsv2", JElem::Mapping(k, v)) => match *k {
             JElem::Num(n) => Elem::Verdict(CgroupKey::Id(n), v.into()),
-            JElem::Str(s) => Elem::Verdict(CgroupKey::Path(s), v.into()),
+            JElem::Str(s) => Elem::Verdict(cgroup_key(s), v.into()),
             k => other(&k),
         },
         (_, e) => other(&e),
+    }
+}
+
+/// A listed cgroupsv2 element: nft 1.0.6's JSON gives a cgroup it cannot
+/// name as the id in a *string* (`"74296"`), so digits that do not name a
+/// directory below `/sys/fs/cgroup` are an id.
+fn cgroup_key(s: String) -> CgroupKey {
+    match s.parse::<u64>() {
+        Ok(id)
+            if !std::path::Path::new(crate::cgroupid::NFT_CGROUP_BASE)
+                .join(&s)
+                .is_dir() =>
+        {
+            CgroupKey::Id(id)
+        }
+        _ => CgroupKey::Path(s),
     }
 }
 
@@ -700,7 +716,7 @@ mod tests {
 
     const JSON: &str = r#"{"nftables": [{"metainfo": {"version": "1.0.6", "release_name": "Lester Gooch #5", "json_schema_version": 1}},
  {"table": {"family": "inet", "name": "meshnft", "handle": 1}},
- {"set": {"family": "inet", "name": "init_containers", "table": "meshnft", "type": "cgroupsv2", "handle": 7, "size": 65535, "elem": ["unified/k/pod1/init", 4242]}},
+ {"set": {"family": "inet", "name": "init_containers", "table": "meshnft", "type": "cgroupsv2", "handle": 7, "size": 65535, "elem": ["unified/k/pod1/init", 4242, "4243"]}},
  {"map": {"family": "inet", "name": "init_phase", "table": "meshnft", "type": "cgroupsv2", "handle": 8, "map": "verdict",
    "elem": [["unified/k/pod1/init", {"goto": {"target": "outbound_redirect"}}], [77, {"accept": null}]]}},
  {"set": {"family": "inet", "name": "skip_outbound_ports", "table": "meshnft", "type": "inet_service", "handle": 13, "flags": ["interval"],
@@ -746,7 +762,8 @@ mod tests {
             v.cgroups("init_containers"),
             vec![
                 CgroupKey::Path("unified/k/pod1/init".into()),
-                CgroupKey::Id(4242)
+                CgroupKey::Id(4242),
+                CgroupKey::Id(4243)
             ]
         );
         assert_eq!(
