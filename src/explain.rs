@@ -132,7 +132,9 @@ pub struct Step {
 pub struct Decision {
     /// What happens to the connection.
     pub outcome: Outcome,
-    /// The rule that decided it (the last step), if any rule matched.
+    /// The rule that chose the outcome, if any rule matched: the last step,
+    /// or for a redirect through `outbound_redirect` the rule that sent the
+    /// packet there.
     pub decided_by: Option<Step>,
     /// Every rule that matched, in evaluation order.
     pub path: Vec<Step>,
@@ -488,6 +490,25 @@ impl Walk<'_> {
     }
 }
 
+/// The rule that chose the outcome: the last rule that matched, except
+/// that a redirect reached through `goto`/`jump outbound_redirect` (a
+/// pin, an init-phase redirect destination, the final catch-all) is
+/// decided by the rule that sent the packet there.
+fn decider(path: &[Step]) -> Option<Step> {
+    let last = path.last()?;
+    if last.chain == "outbound_redirect"
+        && let Some(by) = path[..path.len() - 1].iter().rev().find(|s| {
+            matches!(
+                s.action.as_str(),
+                "goto outbound_redirect" | "jump outbound_redirect"
+            )
+        })
+    {
+        return Some(by.clone());
+    }
+    Some(last.clone())
+}
+
 /// Decides `flow` against `table` (as read back, or built from the model).
 ///
 /// `proxy_started` and the pins (`init_phase` map) are given as cgroup ids
@@ -522,7 +543,7 @@ pub fn decide(
     w.notes.dedup();
     Decision {
         outcome,
-        decided_by: w.path.last().cloned(),
+        decided_by: decider(&w.path),
         path: w.path,
         effects: w.effects,
         notes: w.notes,
@@ -652,19 +673,19 @@ mod tests {
                 out("198.19.0.1", 20001, 1000, INIT),
                 open,
                 R4140,
-                "to the proxy's outbound port 4140",
+                "IPv4 destination redirected even in the init phase",
             ),
             (
                 out("2001:db8:2::1", 20001, 1000, INIT),
                 open,
                 R4140,
-                "to the proxy's outbound port 4140",
+                "IPv6 destination redirected even in the init phase",
             ),
             (
                 out("198.19.0.9", 7001, 1000, INIT),
                 open,
                 R4140,
-                "to the proxy's outbound port 4140",
+                "port redirected even in the init phase",
             ),
             (
                 out("198.19.0.1", 80, 2102, INIT),
@@ -676,13 +697,13 @@ mod tests {
                 out("198.19.0.1", 80, 1001, APP),
                 closed,
                 R4140,
-                "to the proxy's outbound port 4140",
+                "outbound TCP to the proxy",
             ),
             (
                 out("2001:db8:2::1", 80, 1001, APP),
                 closed,
                 R4140,
-                "to the proxy's outbound port 4140",
+                "outbound TCP to the proxy",
             ),
             (
                 out("198.19.0.1", 9100, 1001, APP),
@@ -732,7 +753,7 @@ mod tests {
         host.cgroup = None;
         assert_eq!(
             verdict(&t, &host, &[], &[]),
-            (R4140, "to the proxy's outbound port 4140".into())
+            (R4140, "outbound TCP to the proxy".into())
         );
     }
 
@@ -750,6 +771,10 @@ mod tests {
         let d = decide(&t, &out("198.19.0.1", 80, 1000, INIT), &[], &redirect);
         assert_eq!(d.outcome, R4140);
         assert_eq!(d.path[0].action, "goto outbound_redirect");
+        assert_eq!(
+            d.decided_by.as_ref().unwrap().comment,
+            "explicit per-container verdict (container cgroup level 4)"
+        );
         assert!(
             d.effects.is_empty(),
             "a pinned container is not recorded: {d:?}"

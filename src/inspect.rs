@@ -361,23 +361,17 @@ pub fn render(r: &Report) -> String {
     }
     let phase = match r.init_phase.state {
         PhaseState::Open => {
-            "open: the proxy has not sent a packet yet; the pod's containers go out directly".into()
+            "open: the proxy has not sent a packet yet; the pod's containers go out directly"
         }
-        PhaseState::Closed => format!(
-            "closed: the proxy has started ({}); all outbound TCP is redirected",
-            r.init_phase
-                .proxy_started
-                .iter()
-                .map(cgroup_text)
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
+        PhaseState::Closed => "closed: the proxy has started; all outbound TCP is redirected",
         PhaseState::Off => {
             "off: no init-phase gate in this table (initPhase disabled, or no pod cgroup at ADD)"
-                .into()
         }
     };
-    kv(&mut o, "init phase", &phase);
+    kv(&mut o, "init phase", phase);
+    for c in &r.init_phase.proxy_started {
+        kv(&mut o, "proxy started in", &cgroup_text(c));
+    }
     kv(
         &mut o,
         "cgroup levels",

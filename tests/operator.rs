@@ -166,6 +166,14 @@ impl Pod {
     }
 }
 
+/// With `MESHNFT_SHOW=1` (and `--nocapture`), prints a command and its
+/// output: the real runs quoted in the README's Debugging section.
+fn show(cmd: &str, out: &str) {
+    if std::env::var_os("MESHNFT_SHOW").is_some() {
+        eprintln!("$ {cmd}\n{out}");
+    }
+}
+
 /// `text` with runs of spaces collapsed to one (alignment-independent checks).
 fn squeeze(text: &str) -> String {
     text.lines()
@@ -276,294 +284,38 @@ fn explain_agrees_with_real_connections() {
         p.cg.container("app"),
     );
     let (pod4, pod6) = support::result_v4_v6(&p.result);
-    let to_proxy = "to the proxy's outbound port 4140";
-    let out = |what, dst: IpAddr, dport, uid, cgroup, lands, decided_by| Flow {
-        what,
-        inbound: false,
-        dst,
-        dport,
-        uid,
-        cgroup: Some(cgroup),
-        lands,
-        decided_by,
-    };
-    let bypass = "init container goes out directly";
-    // The init phase is open.
-    let d = agree(
-        &p,
-        &out(
-            "init container",
-            SRV4_A.into(),
-            80,
-            INIT_UID,
-            &init,
-            "server",
-            bypass,
-        ),
+    let (v4, v6, skip4, skip6) = (
+        IpAddr::from(SRV4_A),
+        IpAddr::from(SRV6_A),
+        IpAddr::from(SRV4_B),
+        IpAddr::from(SRV6_B),
     );
-    assert!(
-        d["effects"][0]
-            .as_str()
-            .unwrap()
-            .contains("init_containers"),
-        "{d}"
-    );
-    agree(
-        &p,
-        &out(
-            "init container, IPv6",
-            SRV6_A.into(),
-            80,
-            INIT_UID,
-            &init,
-            "server",
-            bypass,
-        ),
-    );
-    agree(
-        &p,
-        &out(
-            "validator destination",
-            SRV4_A.into(),
-            20001,
-            INIT_UID,
-            &init,
-            "proxy-out",
-            to_proxy,
-        ),
-    );
-    agree(
-        &p,
-        &out(
-            "validator destination, IPv6",
-            SRV6_A.into(),
-            20001,
-            INIT_UID,
-            &init,
-            "proxy-out",
-            to_proxy,
-        ),
-    );
-    // A pinned redirect applies even during the init phase.
-    cli_ok(&[
-        "pin",
-        "--netns",
-        p.netns(),
-        "--cgroup",
-        s(&init2),
-        "--redirect",
-    ]);
-    let d = agree(
-        &p,
-        &out(
-            "pinned redirect",
-            SRV4_A.into(),
-            80,
-            INIT_UID,
-            &init2,
-            "proxy-out",
-            to_proxy,
-        ),
-    );
-    assert_eq!(d["path"][0]["action"], "goto outbound_redirect", "{d}");
-    // The proxy goes out directly, and its packet ends the init phase.
-    let d = agree(
-        &p,
-        &out(
-            "proxy uid",
-            SRV4_A.into(),
-            80,
-            PROXY_UID,
-            &proxy,
-            "server",
-            "the proxy's own traffic (uid 2102)",
-        ),
-    );
-    assert!(
-        d["effects"][0]
-            .as_str()
-            .unwrap()
-            .contains("ends the init phase"),
-        "{d}"
-    );
-    assert_eq!(d["init_phase"], "open");
-    let d = agree(
-        &p,
-        &out(
-            "app after the phase",
-            SRV4_A.into(),
-            80,
-            APP_UID,
-            &app,
-            "proxy-out",
-            to_proxy,
-        ),
-    );
-    assert_eq!(d["init_phase"], "closed");
-    agree(
-        &p,
-        &out(
-            "app after the phase, IPv6",
-            SRV6_A.into(),
-            80,
-            APP_UID,
-            &app,
-            "proxy-out",
-            to_proxy,
-        ),
-    );
-    agree(
-        &p,
-        &out(
-            "init container after the phase",
-            SRV4_A.into(),
-            80,
-            INIT_UID,
-            &init,
-            "proxy-out",
-            to_proxy,
-        ),
-    );
-    agree(
-        &p,
-        &out(
-            "proxy after the phase",
-            SRV6_A.into(),
-            80,
-            PROXY_UID,
-            &proxy,
-            "server",
-            "the proxy's own traffic (uid 2102)",
-        ),
-    );
-    agree(
-        &p,
-        &out(
-            "skipped port",
-            SRV4_A.into(),
-            9100,
-            APP_UID,
-            &app,
-            "server",
-            "outbound port ignored",
-        ),
-    );
-    agree(
-        &p,
-        &out(
-            "skipped subnet",
-            SRV4_B.into(),
-            80,
-            APP_UID,
-            &app,
-            "server",
-            "outbound IPv4 destination ignored",
-        ),
-    );
-    agree(
-        &p,
-        &out(
-            "skipped subnet, IPv6",
-            SRV6_B.into(),
-            80,
-            APP_UID,
-            &app,
-            "server",
-            "outbound IPv6 destination ignored",
-        ),
-    );
-    // A pinned bypass lets the app out directly after the phase; unpinned, it is redirected again.
-    cli_ok(&["pin", "--netns", p.netns(), "--cgroup", s(&app), "--bypass"]);
     let pin_rule = format!(
         "explicit per-container verdict (container cgroup level {})",
         p.cg.level(&app)
     );
-    agree(
-        &p,
-        &out(
-            "pinned bypass",
-            SRV4_A.into(),
-            80,
-            APP_UID,
-            &app,
-            "server",
-            &pin_rule,
-        ),
-    );
-    agree(
-        &p,
-        &out(
-            "pinned bypass, IPv6",
-            SRV6_A.into(),
-            80,
-            APP_UID,
-            &app,
-            "server",
-            &pin_rule,
-        ),
-    );
-    cli_ok(&["unpin", "--netns", p.netns(), "--cgroup", s(&app)]);
-    agree(
-        &p,
-        &out(
-            "unpinned",
-            SRV4_A.into(),
-            80,
-            APP_UID,
-            &app,
-            "proxy-out",
-            to_proxy,
-        ),
-    );
-    // Inbound: to the proxy's inbound port, except ignored ports.
-    let inbound = |what, dst: IpAddr, dport, lands, decided_by| Flow {
-        what,
-        inbound: true,
-        dst,
-        dport,
-        uid: 0,
-        cgroup: None,
-        lands,
-        decided_by,
+    let own = "the proxy's own traffic (uid 2102)";
+    let bypass = "init container goes out directly";
+    let to_proxy = "outbound TCP to the proxy";
+    let run = |flows: &[(&str, IpAddr, u16, u32, &Path, &str, &str)]| -> Vec<Value> {
+        flows
+            .iter()
+            .map(|&(what, dst, dport, uid, cgroup, lands, decided_by)| {
+                let f = Flow {
+                    what,
+                    inbound: false,
+                    dst,
+                    dport,
+                    uid,
+                    cgroup: Some(cgroup),
+                    lands,
+                    decided_by,
+                };
+                agree(&p, &f)
+            })
+            .collect()
     };
-    let to_inbound = "to the proxy's inbound port 4143";
-    agree(
-        &p,
-        &inbound("inbound 8080", pod4.into(), 8080, "proxy-in", to_inbound),
-    );
-    agree(
-        &p,
-        &inbound(
-            "inbound 4191",
-            pod4.into(),
-            4191,
-            "app",
-            "inbound port ignored",
-        ),
-    );
-    agree(
-        &p,
-        &inbound(
-            "inbound 8080, IPv6",
-            pod6.into(),
-            8080,
-            "proxy-in",
-            to_inbound,
-        ),
-    );
-    agree(
-        &p,
-        &inbound(
-            "inbound 4191, IPv6",
-            pod6.into(),
-            4191,
-            "app",
-            "inbound port ignored",
-        ),
-    );
-
-    // Human output names the outcome and the rule.
-    let text = cli_ok(&[
+    let init_args = [
         "explain",
         "--netns",
         p.netns(),
@@ -579,14 +331,110 @@ fn explain_agrees_with_real_connections() {
         "1000",
         "--cgroup",
         s(&init),
+    ];
+    show(
+        &format!("meshnft {}", init_args.join(" ")),
+        &cli_ok(&init_args),
+    );
+
+    // The init phase is open. A pinned redirect applies even then.
+    cli_ok(&[
+        "pin",
+        "--netns",
+        p.netns(),
+        "--cgroup",
+        s(&init2),
+        "--redirect",
     ]);
+    #[rustfmt::skip]
+    let d = run(&[
+        ("init container", v4, 80, INIT_UID, &init, "server", bypass),
+        ("init container, IPv6", v6, 80, INIT_UID, &init, "server", bypass),
+        ("validator destination", v4, 20001, INIT_UID, &init, "proxy-out", "IPv4 destination redirected even in the init phase"),
+        ("validator destination, IPv6", v6, 20001, INIT_UID, &init, "proxy-out", "IPv6 destination redirected even in the init phase"),
+        ("pinned redirect", v4, 80, INIT_UID, &init2, "proxy-out", &pin_rule),
+        // The proxy goes out directly, and its packet ends the init phase.
+        ("proxy uid", v4, 80, PROXY_UID, &proxy, "server", own),
+    ]);
+    assert!(
+        d[0]["effects"][0]
+            .as_str()
+            .unwrap()
+            .contains("init_containers"),
+        "{}",
+        d[0]
+    );
+    assert_eq!(
+        d[4]["path"][0]["action"], "goto outbound_redirect",
+        "{}",
+        d[4]
+    );
+    assert!(
+        d[5]["effects"][0]
+            .as_str()
+            .unwrap()
+            .contains("ends the init phase"),
+        "{}",
+        d[5]
+    );
+    assert!(d.iter().all(|d| d["init_phase"] == "open"));
+
+    // After the init phase: everything redirected but the proxy and the skips.
+    #[rustfmt::skip]
+    let d = run(&[
+        ("app after the phase", v4, 80, APP_UID, &app, "proxy-out", to_proxy),
+        ("app after the phase, IPv6", v6, 80, APP_UID, &app, "proxy-out", to_proxy),
+        ("init container after the phase", v4, 80, INIT_UID, &init, "proxy-out", to_proxy),
+        ("proxy after the phase", v6, 80, PROXY_UID, &proxy, "server", own),
+        ("skipped port", v4, 9100, APP_UID, &app, "server", "outbound port ignored"),
+        ("skipped subnet", skip4, 80, APP_UID, &app, "server", "outbound IPv4 destination ignored"),
+        ("skipped subnet, IPv6", skip6, 80, APP_UID, &app, "server", "outbound IPv6 destination ignored"),
+    ]);
+    assert!(d.iter().all(|d| d["init_phase"] == "closed"));
+
+    // A pinned bypass lets the app out directly; unpinned, it is redirected again.
+    cli_ok(&["pin", "--netns", p.netns(), "--cgroup", s(&app), "--bypass"]);
+    #[rustfmt::skip]
+    run(&[
+        ("pinned bypass", v4, 80, APP_UID, &app, "server", &pin_rule),
+        ("pinned bypass, IPv6", v6, 80, APP_UID, &app, "server", &pin_rule),
+        ("pinned bypass, skipped port", v4, 9100, APP_UID, &app, "server", "outbound port ignored"),
+    ]);
+    cli_ok(&["unpin", "--netns", p.netns(), "--cgroup", s(&app)]);
+    run(&[("unpinned", v4, 80, APP_UID, &app, "proxy-out", to_proxy)]);
+
+    // Inbound: to the proxy's inbound port, except ignored ports.
+    let to_inbound = "to the proxy's inbound port 4143";
+    #[rustfmt::skip]
+    let inbound = [
+        ("inbound 8080", IpAddr::from(pod4), 8080, "proxy-in", to_inbound),
+        ("inbound 4191", pod4.into(), 4191, "app", "inbound port ignored"),
+        ("inbound 8080, IPv6", pod6.into(), 8080, "proxy-in", to_inbound),
+        ("inbound 4191, IPv6", pod6.into(), 4191, "app", "inbound port ignored"),
+    ];
+    for (what, dst, dport, lands, decided_by) in inbound {
+        let f = Flow {
+            what,
+            inbound: true,
+            dst,
+            dport,
+            uid: 0,
+            cgroup: None,
+            lands,
+            decided_by,
+        };
+        agree(&p, &f);
+    }
+
+    // Human output names the outcome and the rule.
+    let text = cli_ok(&init_args);
     assert!(text.contains("outcome     redirected to :4140"), "{text}");
     assert!(
-        text.contains("decided by  outbound_redirect: \"to the proxy's outbound port 4140\""),
+        text.contains("decided by  output: \"outbound TCP to the proxy\" (goto outbound_redirect)"),
         "{text}"
     );
     // Loopback and UDP.
-    let lo = cli_ok(&[
+    let lo: Value = serde_json::from_str(&cli_ok(&[
         "explain",
         "--netns",
         p.netns(),
@@ -599,15 +447,10 @@ fn explain_agrees_with_real_connections() {
         "--cgroup",
         s(&app),
         "--json",
-    ]);
-    let lo: Value = serde_json::from_str(&lo).unwrap();
-    assert_eq!(
-        (
-            lo["outcome"]["kind"].as_str(),
-            lo["decided_by"]["comment"].as_str()
-        ),
-        (Some("direct"), Some("loopback"))
-    );
+    ]))
+    .unwrap();
+    assert_eq!(lo["outcome"]["kind"], "direct");
+    assert_eq!(lo["decided_by"]["comment"], "loopback");
     let udp: Value = serde_json::from_str(&cli_ok(&[
         "explain",
         "--netns",
@@ -627,12 +470,34 @@ fn explain_agrees_with_real_connections() {
     .unwrap();
     assert_eq!(udp["decided_by"]["comment"], "only TCP is redirected");
 
-    if std::env::var_os("MESHNFT_SHOW").is_some() {
-        // For the README's Debugging section (run with --nocapture).
-        eprintln!("{}", cli_ok(&["inspect", "--netns", p.netns()]));
-        eprintln!("{text}");
-        eprintln!("{}", list_table(&p.pod).unwrap());
+    show(
+        &format!("meshnft inspect --netns {}", p.netns()),
+        &cli_ok(&["inspect", "--netns", p.netns()]),
+    );
+    for c in [&app, &init2] {
+        let args = [
+            "explain",
+            "--netns",
+            p.netns(),
+            "--direction",
+            "out",
+            "--dst",
+            "198.19.0.1",
+            "--dport",
+            "80",
+            "--uid",
+            "1001",
+            "--gid",
+            "1001",
+            "--cgroup",
+            s(c),
+        ];
+        show(&format!("meshnft {}", args.join(" ")), &cli_ok(&args));
     }
+    show(
+        &format!("nsenter --net={} nft list table inet meshnft", p.netns()),
+        &list_table(&p.pod).unwrap(),
+    );
     p.del(true);
 }
 
