@@ -822,6 +822,14 @@ fn pin_and_unpin_touch_nothing_else() {
         &["pin", "--netns", p.netns(), "--cgroup", s(&a), "--bypass"],
         &[(&a, accept)],
     );
+    show(
+        &format!(
+            "meshnft pin --netns {} --cgroup {} --bypass",
+            p.netns(),
+            s(&a)
+        ),
+        &l,
+    );
     assert!(l.starts_with(&format!("pinned {}", a.display())), "{l}");
     step(
         &["pin", "--netns", p.netns(), "--cgroup", s(&b), "--redirect"],
@@ -832,6 +840,14 @@ fn pin_and_unpin_touch_nothing_else() {
         &[(&a, goto), (&b, goto)],
     );
     assert!(l.contains("(was bypass (accept))"), "{l}");
+    show(
+        &format!(
+            "meshnft pin --netns {} --cgroup {} --redirect",
+            p.netns(),
+            s(&a)
+        ),
+        &l,
+    );
     let l = step(
         &["pin", "--netns", p.netns(), "--cgroup", s(&a), "--redirect"],
         &[(&a, goto), (&b, goto)],
@@ -1175,6 +1191,7 @@ fn inspect_all_lists_every_pod_netns() {
     assert_eq!(inos.len(), n, "{doc:#}");
     // Text: a header and one line per namespace.
     let text = cli_ok(&["inspect", "--all", "--state-dir", s(&p.state_dir())]);
+    show("meshnft inspect --all", &text);
     assert!(text.starts_with("NETNS"), "{text}");
     let line = text
         .lines()
