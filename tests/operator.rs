@@ -680,6 +680,17 @@ fn inspect_follows_the_init_phase() {
         (Some("redirect"), Some("goto outbound_redirect"))
     );
 
+    show(
+        &format!("meshnft inspect --netns {} --json", p.netns()),
+        &cli_ok(&[
+            "inspect",
+            "--netns",
+            p.netns(),
+            "--state-dir",
+            s(&p.state_dir()),
+            "--json",
+        ]),
+    );
     // Human output: short, aligned, names the phase, the container, the pins.
     let text = cli_ok(&["inspect", "--netns", p.netns()]);
     let flat = squeeze(&text);
