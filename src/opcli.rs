@@ -74,11 +74,12 @@ fn to_json<T: Serialize>(v: &T) -> OpResult<String> {
 
 /// `meshnft inspect`.
 pub fn inspect(p: &PodArgs, all: bool, json: bool) -> OpResult<String> {
-    let mount = cgroupid::mount().ok();
     if all {
         return inspect_all(&p.state_dir, json);
     }
     let (_, pod, t) = pod_table(p)?;
+    // Without a cgroup2 mount, elements are shown as nft lists them.
+    let mount = cgroupid::mount().ok();
     let r = inspect::report(&pod, &t, mount.as_ref());
     if json {
         to_json(&r)
