@@ -25,6 +25,13 @@ if [[ $EUID -ne 0 ]]; then
   exit 1
 fi
 
+echo "==> static checks: bash -n and shellcheck on every script, ruby -c on the Vagrantfile"
+mapfile -t scripts < <(git ls-files '*.sh' .ci/run)
+for f in "${scripts[@]}"; do bash -n "$f"; done
+shellcheck "${scripts[@]}"
+ruby -c vagrant/Vagrantfile >/dev/null
+python3 -c "import ast, sys; ast.parse(open(sys.argv[1]).read())" vagrant/standin/standin.py
+
 echo "==> cargo fmt --check"
 cargo fmt --all -- --check
 echo "==> cargo clippy --all-targets -- -D warnings"
