@@ -17,7 +17,7 @@ MESHNFT_NS=${MESHNFT_NS:-meshnft}
 MESHNFT_DS=${MESHNFT_DS:-meshnft}
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 MANIFESTS="$REPO/vagrant/manifests"
-DEPLOY="$REPO/deploy"
+DEPLOY="$REPO/deploy/meshnft.yaml"
 passed=0
 failed=0
 

@@ -63,15 +63,17 @@ if ! kubectl version --client 2>/dev/null | grep -q "$KUBECTL_VERSION"; then
         "https://dl.k8s.io/release/$KUBECTL_VERSION/bin/linux/$ARCH/kubectl.sha256" /usr/local/bin/kubectl
 fi
 
-log "images: meshnft:dev (deploy/Dockerfile) and meshnft-standin:dev (vagrant/standin)"
-docker build -q -t meshnft:dev -f "$REPO/deploy/Dockerfile" "$REPO" >/dev/null
+# deploy/meshnft.yaml names the image meshnft:<crate version>.
+VERSION=$(sed -n 's/^version = "\(.*\)"/\1/p' "$REPO/Cargo.toml" | head -n1)
+log "images: meshnft:$VERSION (deploy/Dockerfile) and meshnft-standin:dev (vagrant/standin)"
+docker build -q -t "meshnft:$VERSION" -f "$REPO/deploy/Dockerfile" "$REPO" >/dev/null
 docker build -q -t meshnft-standin:dev "$REPO/vagrant/standin" >/dev/null
 
 if ! kind get clusters | grep -qx "$CLUSTER"; then
     log "kind cluster $CLUSTER ($NODE_IMAGE)"
     kind create cluster --name "$CLUSTER" --image "$NODE_IMAGE" --config "$REPO/vagrant/kind-config.yaml" --wait 180s
 fi
-kind load docker-image --name "$CLUSTER" meshnft:dev meshnft-standin:dev
+kind load docker-image --name "$CLUSTER" "meshnft:$VERSION" meshnft-standin:dev
 
 # meshnft's plugin runs on the node (the kind node container) and needs nft there.
 for node in $(kind get nodes --name "$CLUSTER"); do
