@@ -25,6 +25,13 @@ if [[ $EUID -ne 0 ]]; then
   exit 1
 fi
 
+echo "==> static checks: bash -n and shellcheck on every script, ruby -c on the Vagrantfile"
+mapfile -t scripts < <(git ls-files '*.sh' .ci/run)
+for f in "${scripts[@]}"; do bash -n "$f"; done
+shellcheck "${scripts[@]}"
+ruby -c vagrant/Vagrantfile >/dev/null
+python3 -c "import ast, sys; ast.parse(open(sys.argv[1]).read())" vagrant/standin/standin.py
+
 echo "==> cargo fmt --check"
 cargo fmt --all -- --check
 echo "==> cargo clippy --all-targets -- -D warnings"
@@ -45,10 +52,10 @@ if ip netns list | grep -E '^mt' ; then echo "leftover network namespaces (above
 cg2=$(awk '{for (i = 7; i <= NF; i++) if ($i == "-") { if ($(i + 1) == "cgroup2") { print $5; exit } break }}' /proc/self/mountinfo)
 if [[ -n "$cg2" ]] && ls -d "$cg2"/meshnft-test-* 2>/dev/null; then echo "leftover cgroups (above)"; leaks=1; fi
 if ls -d /tmp/meshnft-node-* 2>/dev/null; then echo "leftover temp dirs (above)"; leaks=1; fi
-if ((leaks)); then exit 1; fi
-echo "no leftovers"
+((leaks)) || echo "no leftovers"
 
 # One closing line for the whole run (every cargo test binary summed).
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($i ~ /^passed/) p += $(i-1); if ($i ~ /^failed/) f += $(i-1) } }
      END { printf "%d passed, %d failed\n", p, f }' "$log"
+if ((leaks)); then exit 1; fi
 exit "$status"

@@ -8,11 +8,12 @@
 #   iptables                      used by the portmap plugin of the example conflists (tests/conflists.rs)
 #   golang-go, golang-github-appc-cni-dev
 #                                 the CNI project's libcni, built offline into the test driver
+#   shellcheck, ruby              static checks of the scripts and the Vagrantfile (vagrant/)
 set -euo pipefail
 
 need=()
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
-for p in nftables iproute2 util-linux iptables containernetworking-plugins golang-go golang-github-appc-cni-dev; do
+for p in nftables iproute2 util-linux iptables containernetworking-plugins golang-go golang-github-appc-cni-dev shellcheck ruby; do
   have_pkg "$p" || need+=("$p")
 done
 if ((${#need[@]})); then

@@ -1,8 +1,9 @@
 //! The command-line interface (when `CNI_COMMAND` is not set).
 
 use crate::config::{self, NetConf};
+use crate::opcli;
 use crate::ruleset::{self, Levels};
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde_json::Value;
 use std::io::Read;
 use std::path::PathBuf;
@@ -40,9 +41,134 @@ pub enum Cmd {
         #[arg(long)]
         config: Option<PathBuf>,
     },
+    /// Show a pod's redirect state: configuration, init phase, containers
+    /// that bypassed the proxy, pins and rule counters (read from its table).
+    Inspect {
+        /// The pod (one of --netns, --pid, --container-id).
+        #[command(flatten)]
+        pod: PodArgs,
+        /// List every network namespace of the node that has a meshnft table, one line each.
+        #[arg(long, conflicts_with_all = ["netns", "pid", "container_id"])]
+        all: bool,
+        /// Print a JSON document (documented in the README) instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Say which rule of a pod's table decides a connection, and why.
+    Explain(ExplainArgs),
+    /// Pin a container's verdict: bypass the proxy, or always redirect.
+    #[command(group(clap::ArgGroup::new("verdict").required(true).args(["bypass", "redirect"])))]
+    Pin {
+        /// The pod (one of --netns, --pid, --container-id).
+        #[command(flatten)]
+        pod: PodArgs,
+        /// The container's cgroup: an absolute path under the cgroup2 mount,
+        /// or the path /proc/PID/cgroup shows.
+        #[arg(long, value_name = "PATH")]
+        cgroup: PathBuf,
+        /// Let the container's outbound TCP go out directly (`accept`).
+        #[arg(
+            long,
+            conflicts_with = "redirect",
+            required_unless_present = "redirect"
+        )]
+        bypass: bool,
+        /// Always redirect the container's outbound TCP to the proxy
+        /// (`goto outbound_redirect`), even during the init phase.
+        #[arg(long)]
+        redirect: bool,
+        /// Do not check that the cgroup is at the table's container level.
+        #[arg(long)]
+        any_level: bool,
+    },
+    /// Remove a container's pin.
+    Unpin {
+        /// The pod (one of --netns, --pid, --container-id).
+        #[command(flatten)]
+        pod: PodArgs,
+        /// The container's cgroup (as for `pin`).
+        #[arg(long, value_name = "PATH")]
+        cgroup: PathBuf,
+    },
     /// Install meshnft on this node and keep it chained into the primary
     /// CNI's network configuration until SIGTERM (the DaemonSet's command).
     Install(Box<crate::install::Args>),
+}
+
+/// Which pod network namespace an operator command works on.
+#[derive(Debug, Args)]
+pub struct PodArgs {
+    /// The pod's network namespace file (`CNI_NETNS`, e.g. /var/run/netns/NAME or /proc/PID/ns/net).
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["pid", "container_id"])]
+    pub netns: Option<PathBuf>,
+    /// Any process of the pod (its /proc/PID/ns/net is used).
+    #[arg(long, value_name = "PID", conflicts_with = "container_id")]
+    pub pid: Option<u32>,
+    /// The pod sandbox id (`CNI_CONTAINERID`), looked up in the state records.
+    #[arg(long, value_name = "ID")]
+    pub container_id: Option<String>,
+    /// meshnft's state directory (the conflist's `stateDir`).
+    #[arg(long, value_name = "DIR", default_value = config::DEFAULT_STATE_DIR)]
+    pub state_dir: PathBuf,
+}
+
+/// Direction of a flow, seen from the pod.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DirectionArg {
+    /// Into the pod.
+    In,
+    /// Out of the pod.
+    Out,
+}
+
+/// Transport protocol of a flow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ProtoArg {
+    /// TCP.
+    Tcp,
+    /// UDP.
+    Udp,
+}
+
+/// Arguments of `meshnft explain`: the pod and the first packet of a connection.
+#[derive(Debug, Args)]
+pub struct ExplainArgs {
+    /// The pod whose table decides (one of --netns, --pid, --container-id).
+    #[command(flatten)]
+    pub pod: PodArgs,
+    /// `out` (from a container) or `in` (to the pod).
+    #[arg(long, value_enum)]
+    pub direction: DirectionArg,
+    /// Transport protocol.
+    #[arg(long, value_enum, default_value = "tcp")]
+    pub proto: ProtoArg,
+    /// Destination address (inbound: one of the pod's addresses).
+    #[arg(long, value_name = "ADDR")]
+    pub dst: std::net::IpAddr,
+    /// Destination port.
+    #[arg(long, value_name = "PORT")]
+    pub dport: u16,
+    /// Source address (inbound: the peer; checked against ignored source subnets).
+    #[arg(long, value_name = "ADDR")]
+    pub src: Option<std::net::IpAddr>,
+    /// UID owning the socket (outbound).
+    #[arg(long, default_value_t = 0)]
+    pub uid: u32,
+    /// GID owning the socket (outbound).
+    #[arg(long, default_value_t = 0)]
+    pub gid: u32,
+    /// The container's cgroup (outbound): an absolute path under the cgroup2
+    /// mount, or the path /proc/PID/cgroup shows. Without it the socket is
+    /// taken to be in the root cgroup.
+    #[arg(long, value_name = "PATH")]
+    pub cgroup: Option<PathBuf>,
+    /// The packet leaves through `lo` (the pod's own addresses); implied for
+    /// 127.0.0.0/8 and ::1.
+    #[arg(long)]
+    pub lo: bool,
+    /// Print a JSON document instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Reads a plugin configuration: either meshnft's conflist entry, or a
@@ -156,6 +282,27 @@ pub fn run() -> i32 {
                 }
             }
             if ok { 0 } else { 1 }
+        }
+        Cmd::Inspect { pod, all, json } => {
+            opcli::finish("inspect", opcli::inspect(&pod, all, json))
+        }
+        Cmd::Explain(args) => opcli::finish("explain", opcli::explain(&args)),
+        Cmd::Pin {
+            pod,
+            cgroup,
+            bypass,
+            redirect: _,
+            any_level,
+        } => {
+            let v = if bypass {
+                crate::pin::PinVerdict::Bypass
+            } else {
+                crate::pin::PinVerdict::Redirect
+            };
+            opcli::finish("pin", opcli::pin(&pod, &cgroup, Some(v), any_level))
+        }
+        Cmd::Unpin { pod, cgroup } => {
+            opcli::finish("unpin", opcli::pin(&pod, &cgroup, None, false))
         }
         Cmd::Install(args) => crate::install::run(*args),
     }

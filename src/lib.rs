@@ -12,21 +12,32 @@
 //! - [`nft`]: running nft transactions inside a network namespace;
 //! - [`netns`], [`cgroup`]: finding the pod's namespace and cgroup;
 //! - [`state`]: per-attachment records for GC;
+//! - operator commands: [`podns`] (choosing a pod netns), [`readback`]
+//!   (reading the table back), [`cgroupid`] (cgroup ids and paths),
+//!   [`inspect`], [`explain`], [`pin`], [`opcli`], [`operror`];
 //! - [`install`]: `meshnft install`, the DaemonSet's installer;
 //! - [`cli`], [`logging`].
 
 pub mod cgroup;
+pub mod cgroupid;
 pub mod cli;
 pub mod cni;
 pub mod config;
 pub mod error;
+pub mod explain;
+pub mod inspect;
 pub mod install;
 pub mod k8s;
 pub mod levelprobe;
 pub mod logging;
 pub mod netns;
 pub mod nft;
+pub mod opcli;
+pub mod operror;
+pub mod pin;
+pub mod podns;
 pub mod ports;
+pub mod readback;
 pub mod ruleset;
 pub mod state;
 pub mod subnets;

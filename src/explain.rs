@@ -1,0 +1,890 @@
+//! Which rule of `table inet meshnft` decides a flow, and why.
+//!
+//! A tiny interpreter of the table's NAT chains for the first packet of a
+//! connection (NAT rules see only that packet). It walks the rules of the
+//! pod's actual table in their actual order, starting at `prerouting`
+//! (inbound) or `output` (outbound), following `jump`, `goto` and `return`
+//! as nftables does. Each rule is recognised by its comment (unique per
+//! chain; [`crate::ruleset::build`] writes them) and evaluated with the
+//! parameters the table itself carries: set elements, `meta skuid/skgid`,
+//! `redirect to :PORT`, and the level of `socket cgroupv2 level N`.
+//!
+//! A rule whose comment is unknown stops the walk with
+//! [`Outcome::Unknown`]: explain never guesses. The unit tests run every
+//! rule `ruleset::build` writes through [`classify`] and evaluate flows
+//! against built tables; the integration tests compare the verdicts with
+//! where real connections land.
+
+use crate::readback::{RuleView, TableView, Verdict};
+use serde::Serialize;
+use std::net::IpAddr;
+
+/// Direction of a flow, seen from the pod.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Direction {
+    /// Into the pod (nat `prerouting`).
+    In,
+    /// Out of the pod, from a local socket (nat `output`).
+    Out,
+}
+
+/// Transport protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Proto {
+    /// TCP.
+    Tcp,
+    /// UDP.
+    Udp,
+}
+
+/// A socket's cgroup as `socket cgroupv2 level N` sees it: the id of its
+/// ancestor at each level (index = level; the cgroup itself is the last).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SocketCgroup {
+    /// `ids[n]` is the cgroup id of the ancestor at level `n`; `None` where
+    /// it is not visible. Shorter than `n + 1` when the cgroup is shallower
+    /// than level `n` (the kernel then does not match the rule).
+    pub ids: Vec<Option<u64>>,
+}
+
+impl SocketCgroup {
+    /// Id of the ancestor at `level`, if the cgroup is that deep.
+    pub fn at(&self, level: u8) -> Option<u64> {
+        self.ids.get(usize::from(level)).copied().flatten()
+    }
+}
+
+/// The first packet of a connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Flow {
+    /// In or out.
+    pub direction: Direction,
+    /// TCP or UDP.
+    pub proto: Proto,
+    /// Source address (inbound: the peer), when known.
+    pub src: Option<IpAddr>,
+    /// Destination address.
+    pub dst: IpAddr,
+    /// Destination port.
+    pub dport: u16,
+    /// Socket owner UID (outbound).
+    pub uid: u32,
+    /// Socket owner GID (outbound).
+    pub gid: u32,
+    /// The socket's cgroup (outbound); `None` is the root cgroup.
+    pub cgroup: Option<SocketCgroup>,
+    /// Leaves through `lo` (loopback destinations; also the pod's own
+    /// addresses, which explain cannot know by itself).
+    pub loopback: bool,
+}
+
+/// What happens to the connection.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Outcome {
+    /// Redirected to the proxy's port `port` (on the pod's loopback).
+    Redirect {
+        /// The proxy port.
+        port: u16,
+    },
+    /// Outbound, not redirected: goes out to its destination directly.
+    Direct,
+    /// Inbound, not redirected: reaches its destination port in the pod.
+    Untouched,
+    /// Dropped (meshnft never writes such a verdict; a hand-made pin can).
+    Drop,
+    /// A rule explain does not know decides it (the table was changed by
+    /// hand, or by a newer meshnft).
+    Unknown {
+        /// Which rule, and why it is not understood.
+        why: String,
+    },
+}
+
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Outcome::Redirect { port } => write!(f, "redirected to :{port} (the proxy)"),
+            Outcome::Direct => write!(f, "goes out directly (not redirected)"),
+            Outcome::Untouched => write!(f, "not touched (reaches its destination port)"),
+            Outcome::Drop => write!(f, "dropped"),
+            Outcome::Unknown { why } => write!(f, "unknown: {why}"),
+        }
+    }
+}
+
+/// One rule that matched on the way, with what it did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Step {
+    /// Chain of the rule.
+    pub chain: String,
+    /// The rule's comment.
+    pub comment: String,
+    /// What it did: `return`, `accept`, `jump CHAIN`, `goto CHAIN`,
+    /// `redirect to :PORT`, `vmap: VERDICT`, or a side effect.
+    pub action: String,
+}
+
+/// The answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Decision {
+    /// What happens to the connection.
+    pub outcome: Outcome,
+    /// The rule that chose the outcome, if any rule matched: the last step,
+    /// or for a redirect through `outbound_redirect` the rule that sent the
+    /// packet there.
+    pub decided_by: Option<Step>,
+    /// Every rule that matched, in evaluation order.
+    pub path: Vec<Step>,
+    /// Side effects on the table's dynamic sets.
+    pub effects: Vec<String>,
+    /// Assumptions explain had to make.
+    pub notes: Vec<String>,
+}
+
+/// The kinds of rule meshnft writes, recognised by comment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// `meta nfproto ipv6 return` (linkerd.ipv6 false).
+    Ipv6Off,
+    /// `meta l4proto != tcp return`.
+    OnlyTcp,
+    /// `tcp dport @skip_inbound_ports return`.
+    SkipInboundPort,
+    /// `ip saddr @skip_inbound_nets4 return`.
+    SkipInboundSrc4,
+    /// `ip6 saddr @skip_inbound_nets6 return`.
+    SkipInboundSrc6,
+    /// `tcp dport != @redirect_inbound_ports return`.
+    NotPortToRedirect,
+    /// `meta l4proto tcp redirect to :INBOUND`.
+    InboundRedirect,
+    /// `prerouting`: `jump inbound_redirect`.
+    InboundJump,
+    /// `meta l4proto tcp redirect to :OUTBOUND`.
+    OutboundRedirect,
+    /// Proxy UID (GID): `add @proxy_started { socket cgroupv2 level P }`.
+    ProxyStarts,
+    /// Proxy UID (GID): `return`.
+    ProxyOwn,
+    /// `oifname "lo" return`.
+    Loopback,
+    /// `tcp dport @skip_outbound_ports return`.
+    SkipOutboundPort,
+    /// `ip daddr @skip_outbound_nets4 return`.
+    SkipOutboundDst4,
+    /// `ip6 daddr @skip_outbound_nets6 return`.
+    SkipOutboundDst6,
+    /// `socket cgroupv2 level C vmap @init_phase`.
+    PinLookup,
+    /// `socket cgroupv2 level P != @proxy_started jump init_phase_bypass`.
+    Gate,
+    /// `ip daddr . tcp dport @init_redirect_dst4 goto outbound_redirect`.
+    InitRedirectDst4,
+    /// `ip6 daddr . tcp dport @init_redirect_dst6 goto outbound_redirect`.
+    InitRedirectDst6,
+    /// `tcp dport @init_redirect_ports goto outbound_redirect`.
+    InitRedirectPort,
+    /// `add @init_containers { socket cgroupv2 level C }`.
+    RecordInit,
+    /// `accept` at the end of `init_phase_bypass`.
+    InitAccept,
+    /// `goto outbound_redirect` at the end of `output`.
+    ToProxy,
+}
+
+/// Recognises a rule by its chain and comment.
+pub fn classify(chain: &str, comment: &str) -> Option<Kind> {
+    use Kind::*;
+    let exact = match (chain, comment) {
+        (_, "IPv6 is not redirected (linkerd.ipv6 is false)") => Some(Ipv6Off),
+        (_, "only TCP is redirected") => Some(OnlyTcp),
+        ("inbound_redirect", "inbound port ignored") => Some(SkipInboundPort),
+        ("inbound_redirect", "inbound IPv4 source ignored") => Some(SkipInboundSrc4),
+        ("inbound_redirect", "inbound IPv6 source ignored") => Some(SkipInboundSrc6),
+        ("inbound_redirect", "inbound port not in ports-to-redirect") => Some(NotPortToRedirect),
+        ("prerouting", "inbound TCP to the proxy") => Some(InboundJump),
+        ("output", "loopback") => Some(Loopback),
+        ("output", "outbound port ignored") => Some(SkipOutboundPort),
+        ("output", "outbound IPv4 destination ignored") => Some(SkipOutboundDst4),
+        ("output", "outbound IPv6 destination ignored") => Some(SkipOutboundDst6),
+        ("output", "outbound TCP to the proxy") => Some(ToProxy),
+        ("init_phase_bypass", "IPv4 destination redirected even in the init phase") => {
+            Some(InitRedirectDst4)
+        }
+        ("init_phase_bypass", "IPv6 destination redirected even in the init phase") => {
+            Some(InitRedirectDst6)
+        }
+        ("init_phase_bypass", "port redirected even in the init phase") => Some(InitRedirectPort),
+        ("init_phase_bypass", "init container goes out directly") => Some(InitAccept),
+        _ => None,
+    };
+    exact.or_else(|| {
+        let prefixed: [(&str, &str, Kind); 6] = [
+            (
+                "inbound_redirect",
+                "to the proxy's inbound port ",
+                InboundRedirect,
+            ),
+            (
+                "outbound_redirect",
+                "to the proxy's outbound port ",
+                OutboundRedirect,
+            ),
+            (
+                "output",
+                "the proxy's first packet ends the init phase (",
+                ProxyStarts,
+            ),
+            ("output", "the proxy's own traffic (", ProxyOwn),
+            ("output", "explicit per-container verdict (", PinLookup),
+            ("output", "init phase: the proxy has not started (", Gate),
+        ];
+        let record = (
+            "init_phase_bypass",
+            "record the container that bypassed the proxy (",
+            RecordInit,
+        );
+        prefixed
+            .into_iter()
+            .chain([record])
+            .find(|(c, p, _)| *c == chain && comment.starts_with(p))
+            .map(|(_, _, k)| k)
+    })
+}
+
+/// What a matching rule does.
+enum Act {
+    Next,
+    Return,
+    Accept,
+    Drop,
+    Jump(String),
+    Goto(String),
+    Redirect(u16),
+    Unknown(String),
+}
+
+/// How a chain ended.
+enum End {
+    /// Fell off the end or returned: the caller continues.
+    Return,
+    /// A terminal verdict.
+    Final(Outcome),
+}
+
+struct Walk<'a> {
+    t: &'a TableView,
+    f: &'a Flow,
+    proxy_started: Vec<u64>,
+    pins: Vec<(u64, Verdict)>,
+    path: Vec<Step>,
+    effects: Vec<String>,
+    notes: Vec<String>,
+}
+
+/// Most chains deep the walk follows (nft's own limit is 16 jumps).
+const MAX_DEPTH: usize = 16;
+
+impl Walk<'_> {
+    fn is_tcp(&self) -> bool {
+        self.f.proto == Proto::Tcp
+    }
+
+    fn is_proxy(&self, r: &RuleView) -> bool {
+        r.skuid == Some(self.f.uid) && r.skgid.is_none_or(|g| g == self.f.gid)
+    }
+
+    fn cgroup_at(&self, level: Option<u8>) -> Option<u64> {
+        self.f.cgroup.as_ref()?.at(level?)
+    }
+
+    /// Does rule `r` of kind `k` match, and what does it do then?
+    fn eval(&mut self, r: &RuleView, k: Kind) -> Option<Act> {
+        use Kind::*;
+        let f = self.f;
+        let t = self.t;
+        let v4 = f.dst.is_ipv4();
+        match k {
+            Ipv6Off => (!v4).then_some(Act::Return),
+            OnlyTcp => (!self.is_tcp()).then_some(Act::Return),
+            SkipInboundPort => {
+                (self.is_tcp() && t.has_port("skip_inbound_ports", f.dport)).then_some(Act::Return)
+            }
+            SkipInboundSrc4 | SkipInboundSrc6 => {
+                let (set, fam) = if k == SkipInboundSrc4 {
+                    ("skip_inbound_nets4", true)
+                } else {
+                    ("skip_inbound_nets6", false)
+                };
+                match f.src {
+                    Some(src) => {
+                        (src.is_ipv4() == fam && t.has_addr(set, src)).then_some(Act::Return)
+                    }
+                    None => {
+                        if v4 == fam && !t.elems(set).is_empty() {
+                            self.notes
+                                .push(format!("no --src: assumed the source is not in {set}"));
+                        }
+                        None
+                    }
+                }
+            }
+            NotPortToRedirect => (self.is_tcp() && !t.has_port("redirect_inbound_ports", f.dport))
+                .then_some(Act::Return),
+            InboundRedirect | OutboundRedirect => match r.redirect_port {
+                Some(p) if self.is_tcp() => Some(Act::Redirect(p)),
+                Some(_) => None,
+                None => Some(Act::Unknown("redirect rule without a port".into())),
+            },
+            InboundJump => Some(Act::Jump("inbound_redirect".into())),
+            ProxyStarts => {
+                if self.is_proxy(r) {
+                    match self.cgroup_at(r.level) {
+                        Some(id) if self.proxy_started.contains(&id) => {
+                            self.effects.push(
+                                "none: the pod cgroup is already in proxy_started".into(),
+                            );
+                        }
+                        Some(_) => self.effects.push(
+                            "adds the pod cgroup to proxy_started: this packet ends the init phase"
+                                .into(),
+                        ),
+                        None => self.effects.push(format!(
+                            "none: the socket's cgroup is not at level {} or deeper, so it cannot end the init phase",
+                            r.level.map_or("?".into(), |l| l.to_string())
+                        )),
+                    }
+                    Some(Act::Next)
+                } else {
+                    None
+                }
+            }
+            ProxyOwn => self.is_proxy(r).then_some(Act::Return),
+            Loopback => f.loopback.then_some(Act::Return),
+            SkipOutboundPort => {
+                (self.is_tcp() && t.has_port("skip_outbound_ports", f.dport)).then_some(Act::Return)
+            }
+            SkipOutboundDst4 => {
+                (v4 && t.has_addr("skip_outbound_nets4", f.dst)).then_some(Act::Return)
+            }
+            SkipOutboundDst6 => {
+                (!v4 && t.has_addr("skip_outbound_nets6", f.dst)).then_some(Act::Return)
+            }
+            PinLookup => {
+                let id = self.cgroup_at(r.level)?;
+                let (_, v) = self.pins.iter().find(|(k, _)| *k == id)?.clone();
+                Some(match v {
+                    Verdict::Accept => Act::Accept,
+                    Verdict::Drop => Act::Drop,
+                    Verdict::Continue => Act::Next,
+                    Verdict::Return => Act::Return,
+                    Verdict::Jump(c) => Act::Jump(c),
+                    Verdict::Goto(c) => Act::Goto(c),
+                })
+            }
+            Gate => {
+                let id = self.cgroup_at(r.level)?;
+                (!self.proxy_started.contains(&id)).then(|| Act::Jump("init_phase_bypass".into()))
+            }
+            InitRedirectDst4 => {
+                (v4 && self.is_tcp() && t.has_pair("init_redirect_dst4", f.dst, f.dport))
+                    .then(|| Act::Goto("outbound_redirect".into()))
+            }
+            InitRedirectDst6 => {
+                (!v4 && self.is_tcp() && t.has_pair("init_redirect_dst6", f.dst, f.dport))
+                    .then(|| Act::Goto("outbound_redirect".into()))
+            }
+            InitRedirectPort => (self.is_tcp() && t.has_port("init_redirect_ports", f.dport))
+                .then(|| Act::Goto("outbound_redirect".into())),
+            RecordInit => {
+                if self.cgroup_at(r.level).is_some() {
+                    self.effects
+                        .push("records the container cgroup in init_containers".into());
+                    Some(Act::Next)
+                } else {
+                    None
+                }
+            }
+            InitAccept => Some(Act::Accept),
+            ToProxy => Some(Act::Goto("outbound_redirect".into())),
+        }
+    }
+
+    fn step(&mut self, r: &RuleView, action: String) {
+        self.path.push(Step {
+            chain: r.chain.clone(),
+            comment: r.comment.clone(),
+            action,
+        });
+    }
+
+    fn chain(&mut self, name: &str, depth: usize) -> End {
+        if depth > MAX_DEPTH {
+            return End::Final(Outcome::Unknown {
+                why: format!("more than {MAX_DEPTH} nested chains"),
+            });
+        }
+        if !self.t.chains.iter().any(|c| c == name) {
+            return End::Final(Outcome::Unknown {
+                why: format!("chain {name} does not exist"),
+            });
+        }
+        let rules: Vec<RuleView> = self.t.rules_of(name).cloned().collect();
+        for r in &rules {
+            let Some(kind) = classify(&r.chain, &r.comment) else {
+                let why = format!(
+                    "rule {:?} in chain {} is not one meshnft writes",
+                    r.comment, r.chain
+                );
+                self.step(r, "?".into());
+                return End::Final(Outcome::Unknown { why });
+            };
+            let Some(act) = self.eval(r, kind) else {
+                continue;
+            };
+            match act {
+                Act::Next => self.step(r, "(continues)".into()),
+                Act::Return => {
+                    self.step(r, "return".into());
+                    return End::Return;
+                }
+                Act::Accept => {
+                    self.step(r, "accept".into());
+                    return End::Final(self.not_redirected());
+                }
+                Act::Drop => {
+                    self.step(r, "drop".into());
+                    return End::Final(Outcome::Drop);
+                }
+                Act::Redirect(port) => {
+                    self.step(r, format!("redirect to :{port}"));
+                    return End::Final(Outcome::Redirect { port });
+                }
+                Act::Jump(c) => {
+                    self.step(r, format!("jump {c}"));
+                    if let End::Final(o) = self.chain(&c, depth + 1) {
+                        return End::Final(o);
+                    }
+                }
+                Act::Goto(c) => {
+                    self.step(r, format!("goto {c}"));
+                    return self.chain(&c, depth + 1);
+                }
+                Act::Unknown(why) => {
+                    self.step(r, "?".into());
+                    return End::Final(Outcome::Unknown { why });
+                }
+            }
+        }
+        End::Return
+    }
+
+    fn not_redirected(&self) -> Outcome {
+        match self.f.direction {
+            Direction::Out => Outcome::Direct,
+            Direction::In => Outcome::Untouched,
+        }
+    }
+}
+
+/// The rule that chose the outcome: the last rule that matched, except
+/// that a redirect reached through `goto`/`jump outbound_redirect` (a
+/// pin, an init-phase redirect destination, the final catch-all) is
+/// decided by the rule that sent the packet there.
+fn decider(path: &[Step]) -> Option<Step> {
+    let last = path.last()?;
+    if last.chain == "outbound_redirect"
+        && let Some(by) = path[..path.len() - 1].iter().rev().find(|s| {
+            matches!(
+                s.action.as_str(),
+                "goto outbound_redirect" | "jump outbound_redirect"
+            )
+        })
+    {
+        return Some(by.clone());
+    }
+    Some(last.clone())
+}
+
+/// Decides `flow` against `table` (as read back, or built from the model).
+///
+/// `proxy_started` and the pins (`init_phase` map) are given as cgroup ids
+/// (the caller resolves the elements nft lists as paths).
+pub fn decide(
+    table: &TableView,
+    flow: &Flow,
+    proxy_started: &[u64],
+    pins: &[(u64, Verdict)],
+) -> Decision {
+    let mut w = Walk {
+        t: table,
+        f: flow,
+        proxy_started: proxy_started.to_vec(),
+        pins: pins.to_vec(),
+        path: Vec::new(),
+        effects: Vec::new(),
+        notes: Vec::new(),
+    };
+    let base = match flow.direction {
+        Direction::In => "prerouting",
+        Direction::Out => "output",
+    };
+    let outcome = match w.chain(base, 0) {
+        End::Final(o) => o,
+        End::Return => w.not_redirected(),
+    };
+    if flow.direction == Direction::Out && flow.cgroup.is_none() {
+        w.notes
+            .push("no --cgroup: the socket was taken to be in the root cgroup".into());
+    }
+    w.notes.dedup();
+    Decision {
+        outcome,
+        decided_by: decider(&w.path),
+        path: w.path,
+        effects: w.effects,
+        notes: w.notes,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{InitPhaseConf, LinkerdConf, Settings};
+    use crate::ruleset::{self, Levels};
+    use serde_json::json;
+
+    const L: Levels = Levels {
+        pod: 3,
+        container: 4,
+    };
+    // Ids of a container cgroup's ancestors: root, kubepods, burstable, pod, container.
+    const POD: u64 = 300;
+    const INIT: u64 = 400;
+    const APP: u64 = 401;
+
+    fn settings(linkerd: serde_json::Value, init: serde_json::Value) -> Settings {
+        let l: LinkerdConf = serde_json::from_value(linkerd).unwrap();
+        let i: InitPhaseConf = serde_json::from_value(init).unwrap();
+        l.settings(&i).unwrap()
+    }
+
+    fn test_settings() -> Settings {
+        settings(
+            json!({"ipv6": true, "outbound-ports-to-ignore": ["9100"],
+                   "outbound-subnets-to-ignore": ["198.19.1.0/24", "2001:db8:3::/64"],
+                   "subnets-to-ignore": ["198.18.9.0/24"]}),
+            json!({"redirectDestinations": ["198.19.0.1:20001", "[2001:db8:2::1]:20001", "7000-7001"]}),
+        )
+    }
+
+    fn view(s: &Settings, levels: Option<Levels>) -> TableView {
+        TableView::from_model(&ruleset::build(s, levels, "test"))
+    }
+
+    fn out(dst: &str, dport: u16, uid: u32, container: u64) -> Flow {
+        Flow {
+            direction: Direction::Out,
+            proto: Proto::Tcp,
+            src: None,
+            dst: dst.parse().unwrap(),
+            dport,
+            uid,
+            gid: uid,
+            cgroup: Some(SocketCgroup {
+                ids: vec![Some(1), Some(100), Some(200), Some(POD), Some(container)],
+            }),
+            loopback: false,
+        }
+    }
+
+    fn inbound(dst: &str, dport: u16, src: Option<&str>) -> Flow {
+        Flow {
+            direction: Direction::In,
+            proto: Proto::Tcp,
+            src: src.map(|s| s.parse().unwrap()),
+            dst: dst.parse().unwrap(),
+            dport,
+            uid: 0,
+            gid: 0,
+            cgroup: None,
+            loopback: false,
+        }
+    }
+
+    fn verdict(
+        t: &TableView,
+        f: &Flow,
+        started: &[u64],
+        pins: &[(u64, Verdict)],
+    ) -> (Outcome, String) {
+        let d = decide(t, f, started, pins);
+        (
+            d.outcome,
+            d.decided_by.map(|s| s.comment).unwrap_or_default(),
+        )
+    }
+
+    const R4140: Outcome = Outcome::Redirect { port: 4140 };
+
+    #[test]
+    fn every_rule_ruleset_writes_is_recognised() {
+        let variants = [
+            (Settings::default(), Some(L)),
+            (Settings::default(), None),
+            (test_settings(), Some(L)),
+            (
+                settings(
+                    json!({"proxy-gid": 2103, "ports-to-redirect": ["8080"]}),
+                    json!({"enabled": false}),
+                ),
+                Some(L),
+            ),
+        ];
+        for (s, l) in variants {
+            let t = ruleset::build(&s, l, "x");
+            for r in &t.rules {
+                assert!(
+                    classify(r.chain, &r.comment).is_some(),
+                    "unknown rule {} / {}",
+                    r.chain,
+                    r.comment
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn outbound_table_of_flows() {
+        let t = view(&test_settings(), Some(L));
+        let open: &[u64] = &[];
+        let closed = &[POD];
+        let cases: Vec<(Flow, &[u64], Outcome, &str)> = vec![
+            (
+                out("198.19.0.1", 80, 1000, INIT),
+                open,
+                Outcome::Direct,
+                "init container goes out directly",
+            ),
+            (
+                out("198.19.0.1", 20001, 1000, INIT),
+                open,
+                R4140,
+                "IPv4 destination redirected even in the init phase",
+            ),
+            (
+                out("2001:db8:2::1", 20001, 1000, INIT),
+                open,
+                R4140,
+                "IPv6 destination redirected even in the init phase",
+            ),
+            (
+                out("198.19.0.9", 7001, 1000, INIT),
+                open,
+                R4140,
+                "port redirected even in the init phase",
+            ),
+            (
+                out("198.19.0.1", 80, 2102, INIT),
+                open,
+                Outcome::Direct,
+                "the proxy's own traffic (uid 2102)",
+            ),
+            (
+                out("198.19.0.1", 80, 1001, APP),
+                closed,
+                R4140,
+                "outbound TCP to the proxy",
+            ),
+            (
+                out("2001:db8:2::1", 80, 1001, APP),
+                closed,
+                R4140,
+                "outbound TCP to the proxy",
+            ),
+            (
+                out("198.19.0.1", 9100, 1001, APP),
+                closed,
+                Outcome::Direct,
+                "outbound port ignored",
+            ),
+            (
+                out("198.19.1.1", 80, 1001, APP),
+                closed,
+                Outcome::Direct,
+                "outbound IPv4 destination ignored",
+            ),
+            (
+                out("2001:db8:3::1", 80, 1001, APP),
+                closed,
+                Outcome::Direct,
+                "outbound IPv6 destination ignored",
+            ),
+        ];
+        for (f, started, want, by) in cases {
+            assert_eq!(
+                verdict(&t, &f, started, &[]),
+                (want, by.to_string()),
+                "{f:?}"
+            );
+        }
+        // UDP is never redirected, but the proxy's UDP ends the init phase.
+        let mut udp = out("198.19.0.1", 53, 2102, APP);
+        udp.proto = Proto::Udp;
+        let d = decide(&t, &udp, &[], &[]);
+        assert_eq!(d.outcome, Outcome::Direct);
+        assert!(d.effects[0].contains("ends the init phase"), "{d:?}");
+        assert_eq!(
+            d.path[0].comment,
+            "the proxy's first packet ends the init phase (uid 2102, pod cgroup level 3)"
+        );
+        let d = decide(&t, &udp, &[POD], &[]);
+        assert!(d.effects[0].contains("already"), "{d:?}");
+        // Loopback.
+        let mut lo = out("127.0.0.1", 80, 1001, APP);
+        lo.loopback = true;
+        assert_eq!(verdict(&t, &lo, &[POD], &[]).1, "loopback");
+        // A socket outside any pod cgroup (root cgroup): the gate and the
+        // pins cannot match, so it is redirected.
+        let mut host = out("198.19.0.1", 80, 1001, APP);
+        host.cgroup = None;
+        assert_eq!(
+            verdict(&t, &host, &[], &[]),
+            (R4140, "outbound TCP to the proxy".into())
+        );
+    }
+
+    #[test]
+    fn pins_come_before_the_gate() {
+        let t = view(&test_settings(), Some(L));
+        let bypass = [(APP, Verdict::Accept)];
+        let redirect = [(INIT, Verdict::Goto("outbound_redirect".into()))];
+        let d = decide(&t, &out("198.19.0.1", 80, 1001, APP), &[POD], &bypass);
+        assert_eq!(d.outcome, Outcome::Direct);
+        assert_eq!(
+            d.decided_by.unwrap().comment,
+            "explicit per-container verdict (container cgroup level 4)"
+        );
+        let d = decide(&t, &out("198.19.0.1", 80, 1000, INIT), &[], &redirect);
+        assert_eq!(d.outcome, R4140);
+        assert_eq!(d.path[0].action, "goto outbound_redirect");
+        assert_eq!(
+            d.decided_by.as_ref().unwrap().comment,
+            "explicit per-container verdict (container cgroup level 4)"
+        );
+        assert!(
+            d.effects.is_empty(),
+            "a pinned container is not recorded: {d:?}"
+        );
+        // A pin of another container does not apply.
+        assert_eq!(
+            verdict(&t, &out("198.19.0.1", 80, 1000, INIT), &[], &bypass).0,
+            Outcome::Direct
+        );
+        // Skips still come first.
+        assert_eq!(
+            verdict(&t, &out("198.19.0.1", 9100, 1000, INIT), &[], &redirect).0,
+            Outcome::Direct
+        );
+    }
+
+    #[test]
+    fn inbound_table_of_flows() {
+        let t = view(&test_settings(), Some(L));
+        let r4143 = Outcome::Redirect { port: 4143 };
+        assert_eq!(
+            verdict(&t, &inbound("198.18.0.2", 8080, None), &[], &[]),
+            (r4143.clone(), "to the proxy's inbound port 4143".into())
+        );
+        assert_eq!(
+            verdict(&t, &inbound("198.18.0.2", 4191, None), &[], &[]),
+            (Outcome::Untouched, "inbound port ignored".into())
+        );
+        assert_eq!(
+            verdict(&t, &inbound("2001:db8:1::2", 8080, None), &[], &[]).0,
+            r4143
+        );
+        assert_eq!(
+            verdict(
+                &t,
+                &inbound("198.18.0.2", 8080, Some("198.18.9.7")),
+                &[],
+                &[]
+            ),
+            (Outcome::Untouched, "inbound IPv4 source ignored".into())
+        );
+        let d = decide(&t, &inbound("198.18.0.2", 8080, None), &[], &[]);
+        assert!(d.notes.iter().any(|n| n.contains("no --src")), "{d:?}");
+        let mut udp = inbound("198.18.0.2", 8080, None);
+        udp.proto = Proto::Udp;
+        assert_eq!(
+            verdict(&t, &udp, &[], &[]),
+            (Outcome::Untouched, "only TCP is redirected".into())
+        );
+        // ports-to-redirect as an allow-list.
+        let s = settings(json!({"ports-to-redirect": ["8080"]}), json!({}));
+        let t = view(&s, Some(L));
+        assert_eq!(
+            verdict(&t, &inbound("198.18.0.2", 8080, None), &[], &[]).0,
+            r4143
+        );
+        assert_eq!(
+            verdict(&t, &inbound("198.18.0.2", 9090, None), &[], &[]),
+            (
+                Outcome::Untouched,
+                "inbound port not in ports-to-redirect".into()
+            )
+        );
+    }
+
+    #[test]
+    fn ipv6_off_gid_and_no_init_phase() {
+        let s = settings(json!({"proxy-gid": 2103}), json!({}));
+        let t = view(&s, Some(L));
+        assert_eq!(
+            verdict(&t, &out("2001:db8:2::1", 80, 1001, APP), &[POD], &[]),
+            (
+                Outcome::Direct,
+                "IPv6 is not redirected (linkerd.ipv6 is false)".into()
+            )
+        );
+        assert_eq!(
+            verdict(&t, &inbound("2001:db8:1::2", 8080, None), &[], &[]).1,
+            "IPv6 is not redirected (linkerd.ipv6 is false)"
+        );
+        // UID alone is not the proxy when a GID is set.
+        let mut f = out("198.19.0.1", 80, 2102, APP);
+        f.gid = 0;
+        assert_eq!(verdict(&t, &f, &[POD], &[]).0, R4140);
+        f.gid = 2103;
+        assert_eq!(verdict(&t, &f, &[POD], &[]).0, Outcome::Direct);
+        // Without a pod cgroup: no gate, no pins; everything redirected.
+        let t = view(&Settings::default(), None);
+        assert_eq!(
+            verdict(
+                &t,
+                &out("198.19.0.1", 80, 1000, INIT),
+                &[],
+                &[(INIT, Verdict::Accept)]
+            )
+            .0,
+            R4140
+        );
+    }
+
+    #[test]
+    fn unknown_rules_are_reported_not_guessed() {
+        let mut t = view(&Settings::default(), Some(L));
+        let i = t
+            .rules
+            .iter()
+            .position(|r| r.comment == "loopback")
+            .unwrap();
+        t.rules[i].comment = "hand-made".into();
+        let d = decide(&t, &out("198.19.0.1", 80, 1001, APP), &[POD], &[]);
+        assert!(matches!(d.outcome, Outcome::Unknown { .. }), "{d:?}");
+    }
+}

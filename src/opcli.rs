@@ -1,0 +1,300 @@
+//! The operator subcommands behind the CLI: `inspect`, `explain`, `pin`,
+//! `unpin`. Each turns parsed arguments into calls of [`crate::podns`],
+//! [`crate::readback`], [`crate::inspect`], [`crate::explain`] and
+//! [`crate::pin`], and returns the text for stdout (errors go to stderr via
+//! [`finish`]).
+
+use crate::cgroupid;
+use crate::cli::{DirectionArg, ExplainArgs, PodArgs, ProtoArg};
+use crate::explain::{self, Direction, Flow, Proto, SocketCgroup};
+use crate::inspect::{self, AllReport, JSON_VERSION};
+use crate::netns::Netns;
+use crate::nft::{self, Nft};
+use crate::operror::{OpError, OpResult};
+use crate::pin::{self, PinVerdict};
+use crate::podns::{self, PodNetns, Selector};
+use crate::readback::{self, TableView};
+use serde::Serialize;
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::Path;
+
+/// Prints `result` (stdout) or its error (stderr, prefixed by `meshnft
+/// CMD:`); returns the exit code: 0 ok, 1 failure, 2 usage.
+pub fn finish(cmd: &str, result: OpResult<String>) -> i32 {
+    match result {
+        Ok(out) => {
+            let mut so = std::io::stdout().lock();
+            match so.write_all(out.as_bytes()).and_then(|_| so.flush()) {
+                Ok(()) => 0,
+                Err(e) => {
+                    eprintln!("meshnft {cmd}: cannot write to stdout: {e}");
+                    1
+                }
+            }
+        }
+        Err(OpError::Usage(m)) => {
+            eprintln!("error: {m}\n\nFor more information, try 'meshnft {cmd} --help'.");
+            2
+        }
+        Err(e) => {
+            eprintln!("meshnft {cmd}: {e}");
+            1
+        }
+    }
+}
+
+/// The selector the arguments give, or a usage error.
+fn selector(p: &PodArgs) -> OpResult<Selector> {
+    match (&p.netns, p.pid, &p.container_id) {
+        (Some(n), None, None) => Ok(Selector::Path(n.clone())),
+        (None, Some(pid), None) => Ok(Selector::Pid(pid)),
+        (None, None, Some(id)) => Ok(Selector::ContainerId(id.clone(), p.state_dir.clone())),
+        _ => Err(OpError::Usage(
+            "one of --netns PATH, --pid PID or --container-id ID is required".into(),
+        )),
+    }
+}
+
+/// Opens the pod's namespace and reads its table (which must exist).
+fn pod_table(p: &PodArgs) -> OpResult<(Nft, PodNetns, TableView)> {
+    let sel = selector(p)?;
+    let pod = podns::open(&sel, &p.state_dir)?;
+    let nft = Nft::locate()?;
+    let t = readback::read(&nft, nft::target_of(&pod.ns))?
+        .ok_or_else(|| OpError::NoTable(pod.path.display().to_string()))?;
+    Ok((nft, pod, t))
+}
+
+fn to_json<T: Serialize>(v: &T) -> OpResult<String> {
+    serde_json::to_string_pretty(v)
+        .map(|s| s + "\n")
+        .map_err(|e| OpError::Listing(e.to_string()))
+}
+
+/// `meshnft inspect`.
+pub fn inspect(p: &PodArgs, all: bool, json: bool) -> OpResult<String> {
+    if all {
+        return inspect_all(&p.state_dir, json);
+    }
+    let (_, pod, t) = pod_table(p)?;
+    // Without a cgroup2 mount, elements are shown as nft lists them.
+    let mount = cgroupid::mount().ok();
+    let r = inspect::report(&pod, &t, mount.as_ref());
+    if json {
+        to_json(&r)
+    } else {
+        Ok(inspect::render(&r))
+    }
+}
+
+fn inspect_all(state_dir: &Path, json: bool) -> OpResult<String> {
+    let nft = Nft::locate()?;
+    let mut namespaces = Vec::new();
+    for found in podns::discover(state_dir) {
+        // Open by the first path that still names the same namespace.
+        let ns = found
+            .paths
+            .iter()
+            .find_map(|p| Netns::open(p).ok().flatten().filter(|ns| ns.id == found.id));
+        let Some(ns) = ns else { continue };
+        match readback::read(&nft, nft::target_of(&ns)) {
+            Ok(Some(t)) => namespaces.push(inspect::summary(&found, &t)),
+            Ok(None) => {}
+            Err(e) => tracing::warn!(netns = ?found.paths.first(), "cannot read its table: {e}"),
+        }
+    }
+    let all = AllReport {
+        version: JSON_VERSION,
+        namespaces,
+    };
+    if json {
+        to_json(&all)
+    } else {
+        Ok(inspect::render_all(&all))
+    }
+}
+
+/// The flow as `explain --json` prints it.
+#[derive(Serialize)]
+struct FlowDoc<'a> {
+    direction: Direction,
+    proto: Proto,
+    src: Option<std::net::IpAddr>,
+    dst: std::net::IpAddr,
+    dport: u16,
+    uid: u32,
+    gid: u32,
+    cgroup: Option<&'a Path>,
+    loopback: bool,
+}
+
+/// JSON document of `explain --json`.
+#[derive(Serialize)]
+struct ExplainDoc<'a> {
+    version: u32,
+    netns: &'a Path,
+    init_phase: inspect::PhaseState,
+    flow: FlowDoc<'a>,
+    #[serde(flatten)]
+    decision: &'a explain::Decision,
+}
+
+/// `meshnft explain`.
+pub fn explain(a: &ExplainArgs) -> OpResult<String> {
+    let (_, pod, t) = pod_table(&a.pod)?;
+    let (cgroup, cg_path) = match &a.cgroup {
+        Some(given) => {
+            let mount = cgroupid::mount()?;
+            let loc = cgroupid::locate(&mount, given)?;
+            let ids = (0..=loc.level)
+                .map(|l| cgroupid::ancestor(&mount, &loc, l).map(|(id, _)| id))
+                .collect();
+            (Some(SocketCgroup { ids }), Some(loc.abs))
+        }
+        None => (None, None),
+    };
+    let flow = Flow {
+        direction: match a.direction {
+            DirectionArg::In => Direction::In,
+            DirectionArg::Out => Direction::Out,
+        },
+        proto: match a.proto {
+            ProtoArg::Tcp => Proto::Tcp,
+            ProtoArg::Udp => Proto::Udp,
+        },
+        src: a.src,
+        dst: a.dst,
+        dport: a.dport,
+        uid: a.uid,
+        gid: a.gid,
+        cgroup,
+        loopback: a.lo || a.dst.is_loopback(),
+    };
+    let started: Vec<u64> = t
+        .cgroups("proxy_started")
+        .iter()
+        .filter_map(|k| k.id())
+        .collect();
+    let pins: Vec<(u64, readback::Verdict)> = t
+        .verdicts("init_phase")
+        .into_iter()
+        .filter_map(|(k, v)| Some((k.id()?, v)))
+        .collect();
+    let d = explain::decide(&t, &flow, &started, &pins);
+    let phase = inspect::phase(&t);
+    if a.json {
+        return to_json(&ExplainDoc {
+            version: JSON_VERSION,
+            netns: &pod.path,
+            init_phase: phase,
+            flow: FlowDoc {
+                direction: flow.direction,
+                proto: flow.proto,
+                src: flow.src,
+                dst: flow.dst,
+                dport: flow.dport,
+                uid: flow.uid,
+                gid: flow.gid,
+                cgroup: cg_path.as_deref(),
+                loopback: flow.loopback,
+            },
+            decision: &d,
+        });
+    }
+    Ok(render_explain(
+        &pod.path,
+        phase,
+        &flow,
+        cg_path.as_deref(),
+        &d,
+    ))
+}
+
+fn render_explain(
+    netns: &Path,
+    phase: inspect::PhaseState,
+    f: &Flow,
+    cgroup: Option<&Path>,
+    d: &explain::Decision,
+) -> String {
+    let mut o = String::new();
+    let dst = match f.dst {
+        std::net::IpAddr::V6(a) => format!("[{a}]:{}", f.dport),
+        a => format!("{a}:{}", f.dport),
+    };
+    let proto = match f.proto {
+        Proto::Tcp => "tcp",
+        Proto::Udp => "udp",
+    };
+    let mut flow = match f.direction {
+        Direction::Out => format!("out {proto} to {dst}, uid {} gid {}", f.uid, f.gid),
+        Direction::In => match f.src {
+            Some(s) => format!("in {proto} from {s} to {dst}"),
+            None => format!("in {proto} to {dst}"),
+        },
+    };
+    if let Some(c) = cgroup {
+        let _ = write!(flow, ", cgroup {}", c.display());
+    }
+    let kv = |o: &mut String, k: &str, v: &str| {
+        let _ = writeln!(o, "{k:<11} {v}");
+    };
+    kv(&mut o, "flow", &flow);
+    kv(
+        &mut o,
+        "netns",
+        &format!("{} (init phase {})", netns.display(), phase.as_str()),
+    );
+    kv(&mut o, "outcome", &d.outcome.to_string());
+    match &d.decided_by {
+        Some(s) => kv(
+            &mut o,
+            "decided by",
+            &format!("{}: \"{}\" ({})", s.chain, s.comment, s.action),
+        ),
+        None => kv(
+            &mut o,
+            "decided by",
+            "no rule matched (chain policy accept)",
+        ),
+    }
+    if !d.path.is_empty() {
+        let _ = writeln!(o, "rules that matched, in order:");
+        let w = d.path.iter().map(|s| s.chain.len()).max().unwrap_or(0);
+        let cw = d.path.iter().map(|s| s.comment.len()).max().unwrap_or(0);
+        for s in &d.path {
+            let _ = writeln!(o, "  {:<w$}  {:<cw$}  {}", s.chain, s.comment, s.action);
+        }
+    }
+    for e in &d.effects {
+        kv(&mut o, "effect", e);
+    }
+    for n in &d.notes {
+        kv(&mut o, "note", n);
+    }
+    o
+}
+
+/// `meshnft pin` (`Some`) and `meshnft unpin` (`None`).
+pub fn pin(
+    p: &PodArgs,
+    cgroup: &Path,
+    verdict: Option<PinVerdict>,
+    any_level: bool,
+) -> OpResult<String> {
+    let sel = selector(p)?;
+    let pod = podns::open(&sel, &p.state_dir)?;
+    let mount = cgroupid::mount()?;
+    let nft = Nft::locate()?;
+    let c = pin::set(
+        &nft,
+        nft::target_of(&pod.ns),
+        &pod.path.display().to_string(),
+        &mount,
+        cgroup,
+        verdict,
+        any_level,
+    )?;
+    Ok(pin::describe(&c) + "\n")
+}

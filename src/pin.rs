@@ -1,0 +1,146 @@
+//! `meshnft pin` / `meshnft unpin`: an explicit verdict for one container.
+//!
+//! A pin is one element of the `init_phase` verdict map, keyed by the
+//! container's cgroup: `accept` (bypass the proxy) or `goto
+//! outbound_redirect` (always redirect, even during the init phase). The
+//! `output` chain consults the map before the init-phase gate (DESIGN.md
+//! 4.5). Each command is one nft transaction that names only that element:
+//! `add element`, or `delete element` + `add element` to change a verdict
+//! (the kernel refuses to overwrite a map element's data), or `delete
+//! element`. Nothing else in the table is touched.
+//!
+//! nft 1.0.6 names cgroupsv2 elements only by path relative to
+//! `/sys/fs/cgroup`, so the cgroup must exist and the cgroup2 mount must be
+//! below `/sys/fs/cgroup`; a pin whose cgroup was removed stays until the
+//! table goes (it can never match again: cgroup ids are not reused).
+
+use crate::cgroup::Cgroup2Mount;
+use crate::cgroupid::{self, Located};
+use crate::nft::{Nft, Target};
+use crate::operror::{OpError, OpResult};
+use crate::readback::{self, Verdict};
+use crate::ruleset::TABLE;
+use std::path::Path;
+
+/// The verdict a pin sets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PinVerdict {
+    /// `accept`: the container's outbound TCP goes out directly.
+    Bypass,
+    /// `goto outbound_redirect`: always redirected to the proxy.
+    Redirect,
+}
+
+impl PinVerdict {
+    /// The map verdict.
+    pub fn verdict(self) -> Verdict {
+        match self {
+            PinVerdict::Bypass => Verdict::Accept,
+            PinVerdict::Redirect => Verdict::Goto("outbound_redirect".into()),
+        }
+    }
+}
+
+/// What a pin or unpin did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    /// The container cgroup.
+    pub cgroup: Located,
+    /// Its element as given to nft (relative to `/sys/fs/cgroup`).
+    pub element: String,
+    /// The verdict before.
+    pub before: Option<Verdict>,
+    /// The verdict after.
+    pub after: Option<Verdict>,
+    /// The nft transaction applied (empty when nothing had to change).
+    pub transaction: String,
+}
+
+/// Sets (`Some`) or removes (`None`) the pin of cgroup `cgroup` in the table
+/// in `target` (named `what` in messages).
+///
+/// `any_level` skips the check that the cgroup is at the table's container
+/// level (needed only when levels are offset, `initPhase.levelOffset`).
+///
+/// Errors: [`OpError::NoTable`]; [`OpError::CannotPin`] when the table has
+/// no `init_phase` map or no rule consulting it (written without a pod
+/// cgroup), or the cgroup is at another level; [`OpError::NoCgroup`],
+/// [`OpError::MountNotUnderSysFsCgroup`], [`OpError::UnsafeCgroupPath`];
+/// [`OpError::Nft`] when nft refuses the transaction (nothing is applied).
+pub fn set(
+    nft: &Nft,
+    target: Target,
+    what: &str,
+    mount: &Cgroup2Mount,
+    cgroup: &Path,
+    pin: Option<PinVerdict>,
+    any_level: bool,
+) -> OpResult<Change> {
+    let t = readback::read(nft, target)?.ok_or_else(|| OpError::NoTable(what.to_string()))?;
+    if !t.sets.contains_key("init_phase") {
+        return Err(OpError::CannotPin(format!(
+            "table inet meshnft in {what} has no init_phase map"
+        )));
+    }
+    let loc = cgroupid::locate(mount, cgroup)?;
+    if pin.is_some() {
+        let Some(level) = t
+            .rule("output", "explicit per-container verdict")
+            .and_then(|r| r.level)
+        else {
+            return Err(OpError::CannotPin(format!(
+                "table inet meshnft in {what} has no rule that consults init_phase: it was written without a pod cgroup (no K8S_POD_UID at ADD, or the pod cgroup was not found), so a pin would never apply"
+            )));
+        };
+        if loc.level != usize::from(level) && !any_level {
+            return Err(OpError::CannotPin(format!(
+                "cgroup {} is at level {}, but this table keys verdicts on container cgroups at level {level} (children of the pod cgroup); pass --any-level if the table's levels are offset (initPhase.levelOffset)",
+                loc.abs.display(),
+                loc.level
+            )));
+        }
+    }
+    let element = cgroupid::nft_element(mount, &loc.abs)?;
+    let before = t
+        .verdicts("init_phase")
+        .into_iter()
+        .find(|(k, _)| k.id() == Some(loc.id))
+        .map(|(_, v)| v);
+    let after = pin.map(PinVerdict::verdict);
+    let del = format!("delete element {TABLE} init_phase {{ \"{element}\" }}\n");
+    let transaction = match (&before, &after) {
+        (b, a) if b == a => String::new(),
+        (None, Some(v)) => format!("add element {TABLE} init_phase {{ \"{element}\" : {v} }}\n"),
+        (Some(_), Some(v)) => {
+            format!("{del}add element {TABLE} init_phase {{ \"{element}\" : {v} }}\n")
+        }
+        (Some(_), None) => del,
+        (None, None) => String::new(),
+    };
+    if !transaction.is_empty() {
+        nft.apply(target, &transaction)?;
+    }
+    Ok(Change {
+        cgroup: loc,
+        element,
+        before,
+        after,
+        transaction,
+    })
+}
+
+/// One line for stdout describing `c`.
+pub fn describe(c: &Change) -> String {
+    let name = format!("{} (id {})", c.cgroup.abs.display(), c.cgroup.id);
+    let kind = |v: &Verdict| format!("{} ({v})", crate::inspect::pin_kind(v));
+    match (&c.before, &c.after) {
+        (b, a) if b == a => match a {
+            Some(v) => format!("already pinned: {name}: {}", kind(v)),
+            None => format!("not pinned: {name} (nothing to do)"),
+        },
+        (None, Some(a)) => format!("pinned {name}: {}", kind(a)),
+        (Some(b), Some(a)) => format!("pinned {name}: {} (was {})", kind(a), kind(b)),
+        (Some(b), None) => format!("unpinned {name} (was {})", kind(b)),
+        (None, None) => format!("not pinned: {name} (nothing to do)"),
+    }
+}

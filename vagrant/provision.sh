@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Provisions the meshnft end-to-end VM (or any Ubuntu/Debian host with
+# root): Docker, kind and kubectl at pinned versions, the meshnft and
+# stand-in images built from this repository, a kind cluster, and meshnft
+# installed from deploy/. Idempotent: run it again after changing the code.
+#
+#   sudo vagrant/provision.sh            (the Vagrantfile runs it for you)
+set -euo pipefail
+
+KIND_VERSION=${KIND_VERSION:-v0.29.0}
+KUBECTL_VERSION=${KUBECTL_VERSION:-v1.33.1}
+NODE_IMAGE=${NODE_IMAGE:-kindest/node:v1.33.1}
+# Docker Engine from Docker's apt repository, pinned (apt-cache madison docker-ce lists others).
+DOCKER_VERSION=${DOCKER_VERSION:-5:28.2.2-1~ubuntu.24.04~noble}
+CLUSTER=${CLUSTER:-meshnft}
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+ARCH=$(dpkg --print-architecture)
+
+log() { printf '==> %s\n' "$*"; }
+[[ $EUID -eq 0 ]] || { echo "provision.sh: run as root" >&2; exit 1; }
+
+# Downloads URL to DEST and checks it against the SHA-256 published at SUMURL.
+fetch_checked() {
+    local url=$1 sumurl=$2 dest=$3 tmp sum
+    tmp=$(mktemp)
+    curl -fsSL --retry 3 -o "$tmp" "$url"
+    sum=$(curl -fsSL --retry 3 "$sumurl" | awk '{print $1}')
+    echo "$sum  $tmp" | sha256sum -c - >/dev/null || { echo "checksum mismatch for $url" >&2; rm -f "$tmp"; exit 1; }
+    install -m 0755 "$tmp" "$dest"
+    rm -f "$tmp"
+}
+
+log "packages"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq ca-certificates curl gnupg >/dev/null
+
+if ! docker version --format '{{.Server.Version}}' >/dev/null 2>&1; then
+    log "Docker Engine $DOCKER_VERSION"
+    install -m 0755 -d /etc/apt/keyrings
+    curl -fsSL https://download.docker.com/linux/ubuntu/gpg -o /etc/apt/keyrings/docker.asc
+    # shellcheck disable=SC1091
+    codename=$(. /etc/os-release && echo "$VERSION_CODENAME")
+    echo "deb [arch=$ARCH signed-by=/etc/apt/keyrings/docker.asc] https://download.docker.com/linux/ubuntu $codename stable" \
+        >/etc/apt/sources.list.d/docker.list
+    apt-get update -qq
+    if ! apt-get install -y -qq "docker-ce=$DOCKER_VERSION" "docker-ce-cli=$DOCKER_VERSION" containerd.io >/dev/null; then
+        echo "docker-ce $DOCKER_VERSION is not available here; pick one of:" >&2
+        apt-cache madison docker-ce | head -n 5 >&2
+        exit 1
+    fi
+    if id vagrant >/dev/null 2>&1; then usermod -aG docker vagrant; fi
+fi
+
+if [[ "$(kind version 2>/dev/null | awk '{print $2}')" != "$KIND_VERSION" ]]; then
+    log "kind $KIND_VERSION"
+    fetch_checked "https://kind.sigs.k8s.io/dl/$KIND_VERSION/kind-linux-$ARCH" \
+        "https://kind.sigs.k8s.io/dl/$KIND_VERSION/kind-linux-$ARCH.sha256sum" /usr/local/bin/kind
+fi
+if ! kubectl version --client 2>/dev/null | grep -q "$KUBECTL_VERSION"; then
+    log "kubectl $KUBECTL_VERSION"
+    fetch_checked "https://dl.k8s.io/release/$KUBECTL_VERSION/bin/linux/$ARCH/kubectl" \
+        "https://dl.k8s.io/release/$KUBECTL_VERSION/bin/linux/$ARCH/kubectl.sha256" /usr/local/bin/kubectl
+fi
+
+# deploy/meshnft.yaml names the image meshnft:<crate version>.
+VERSION=$(sed -n 's/^version = "\(.*\)"/\1/p' "$REPO/Cargo.toml" | head -n1)
+log "images: meshnft:$VERSION (deploy/Dockerfile) and meshnft-standin:dev (vagrant/standin)"
+docker build -q -t "meshnft:$VERSION" -f "$REPO/deploy/Dockerfile" "$REPO" >/dev/null
+docker build -q -t meshnft-standin:dev "$REPO/vagrant/standin" >/dev/null
+
+if ! kind get clusters | grep -qx "$CLUSTER"; then
+    log "kind cluster $CLUSTER ($NODE_IMAGE)"
+    kind create cluster --name "$CLUSTER" --image "$NODE_IMAGE" --config "$REPO/vagrant/kind-config.yaml" --wait 180s
+fi
+kind load docker-image --name "$CLUSTER" "meshnft:$VERSION" meshnft-standin:dev
+
+# meshnft's plugin runs on the node (the kind node container) and needs nft there.
+for node in $(kind get nodes --name "$CLUSTER"); do
+    if ! docker exec "$node" sh -c 'command -v nft' >/dev/null; then
+        log "nftables on $node"
+        docker exec "$node" sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nftables >/dev/null'
+    fi
+done
+
+log "meshnft from deploy/"
+"$REPO/vagrant/install-meshnft.sh"
+
+if id vagrant >/dev/null 2>&1; then
+    install -d -o vagrant -g vagrant /home/vagrant/.kube
+    kind get kubeconfig --name "$CLUSTER" >/home/vagrant/.kube/config
+    chown vagrant:vagrant /home/vagrant/.kube/config
+fi
+log "done: run  vagrant ssh -c 'sudo /vagrant/vagrant/e2e.sh'"
