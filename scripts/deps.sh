@@ -8,7 +8,7 @@
 #   iptables                      used by the portmap plugin of the example conflists (tests/conflists.rs)
 #   golang-go, golang-github-appc-cni-dev
 #                                 the CNI project's libcni, built offline into the test driver
-#   shellcheck, ruby              static checks of the scripts and the Vagrantfile (vagrant/)
+#   ruby, shellcheck              static checks of the scripts and the Vagrantfile (vagrant/)
 set -euo pipefail
 
 need=()
