@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # Installs the system packages meshnft's demo and tests need on Debian/Ubuntu
-# (only those missing). Used by demo.sh and test.sh.
+# (only those missing). Used by demo.sh, test.sh and bench.sh.
 #   nftables                      nft, the userspace meshnft drives
 #   iproute2, util-linux          ip netns / nsenter / unshare for the throwaway namespaces
 #   containernetworking-plugins   the reference CNI plugins (ptp, bridge, host-local) in /usr/lib/cni
 #   golang-go, golang-github-appc-cni-dev
 #                                 the CNI project's libcni, built offline into the test driver
+#   iptables                      iptables-{legacy,nft}-restore and ip6tables-*: the peers bench.sh compares with
 set -euo pipefail
 
 need=()
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
-for p in nftables iproute2 util-linux containernetworking-plugins golang-go golang-github-appc-cni-dev; do
+for p in nftables iproute2 util-linux containernetworking-plugins golang-go golang-github-appc-cni-dev iptables; do
   have_pkg "$p" || need+=("$p")
 done
 if ((${#need[@]})); then
