@@ -7,11 +7,12 @@
 #   golang-go, golang-github-appc-cni-dev
 #                                 the CNI project's libcni, built offline into the test driver
 #   iptables                      iptables-{legacy,nft}-restore and ip6tables-*: the peers bench.sh compares with
+#   time                          GNU time, bench.sh's peak-RSS probe
 set -euo pipefail
 
 need=()
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
-for p in nftables iproute2 util-linux containernetworking-plugins golang-go golang-github-appc-cni-dev iptables; do
+for p in nftables iproute2 util-linux containernetworking-plugins golang-go golang-github-appc-cni-dev iptables time; do
   have_pkg "$p" || need+=("$p")
 done
 if ((${#need[@]})); then

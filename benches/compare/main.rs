@@ -18,6 +18,7 @@
 //! connections are not redirected as the rules say.
 
 mod datapath;
+mod footprint;
 mod rules;
 mod stats;
 mod sys;
@@ -157,13 +158,27 @@ impl Ctx {
         conf: &[u8],
         nft_stub: Option<&Path>,
     ) -> Result<Run> {
+        let mut c = Command::new(&self.bin);
+        self.cni_env(&mut c, verb, ns, id, pod, nft_stub);
+        run_timed(&mut c, conf)?.check(&format!("meshnft {verb}"))
+    }
+
+    /// The environment a runtime gives the plugin.
+    fn cni_env(
+        &self,
+        c: &mut Command,
+        verb: &str,
+        ns: &Ns,
+        id: &str,
+        pod: Option<&PodCg>,
+        nft_stub: Option<&Path>,
+    ) {
         let mut args = format!(
             "IgnoreUnknown=1;K8S_POD_NAMESPACE=bench;K8S_POD_NAME={id};K8S_POD_INFRA_CONTAINER_ID={id}"
         );
         if let Some(p) = pod {
             args.push_str(&format!(";K8S_POD_UID={}", p.uid));
         }
-        let mut c = Command::new(&self.bin);
         c.env_clear()
             .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
             .env("CNI_COMMAND", verb)
@@ -175,7 +190,6 @@ impl Ctx {
         if let Some(s) = nft_stub {
             c.env("MESHNFT_NFT", s);
         }
-        run_timed(&mut c, conf)?.check(&format!("meshnft {verb}"))
     }
 
     fn nft(&self, ns: &Ns, text: &str) -> Result<Run> {
@@ -314,18 +328,16 @@ impl V {
     }
 }
 
-/// One apply (or remove) of a contender: wall time over all its processes
-/// and the highest peak RSS among them.
+/// One apply (or remove) of a contender: wall time over all its processes.
 #[derive(Debug, Clone, Copy)]
 struct Sample {
     ms: f64,
-    rss_kib: u64,
 }
 
 fn sample_of(runs: &[Run], t0: Instant) -> Sample {
+    debug_assert!(runs.iter().all(Run::ok));
     Sample {
         ms: t0.elapsed().as_secs_f64() * 1e3,
-        rss_kib: runs.iter().map(|r| r.maxrss_kib).max().unwrap_or(0),
     }
 }
 
@@ -654,16 +666,21 @@ impl DV {
 
 struct DpResult {
     rates: Vec<datapath::Rate>,
-    setup_ms: f64,
-    setup_rss_kib: u64,
-    del_ms: f64,
+    /// Time to write the rules (one per round).
+    setup_ms: Vec<f64>,
+    /// meshnft DEL of that table (one per round).
+    del_ms: Vec<f64>,
     rules: usize,
 }
 
 impl DpResult {
+    /// Mean connects/s over the rounds.
     fn per_sec(&self) -> f64 {
         let v: Vec<f64> = self.rates.iter().map(|r| r.per_sec()).collect();
         v.iter().sum::<f64>() / v.len().max(1) as f64
+    }
+    fn setup(&self) -> f64 {
+        Stats::of(&self.setup_ms).median
     }
 }
 
@@ -672,7 +689,7 @@ fn dp_once(
     plan: &Plan,
     v: DV,
     size: usize,
-) -> Result<(datapath::Rate, f64, u64, f64, usize)> {
+) -> Result<(datapath::Rate, f64, f64, usize)> {
     let server = ctx.ns("s")?;
     let client = ctx.ns("k")?;
     datapath::wire(&client, &server)?;
@@ -724,10 +741,8 @@ fn dp_once(
             rate.failures
         ));
     }
-    let (ms, rss) = setup
-        .map(|r| (r.ms(), r.maxrss_kib))
-        .unwrap_or((f64::NAN, 0));
-    Ok((rate, ms, rss, del_ms, rules_n))
+    let ms = setup.map(|r| r.ms()).unwrap_or(f64::NAN);
+    Ok((rate, ms, del_ms, rules_n))
 }
 
 fn bench_datapath(ctx: &Ctx, plan: &Plan) -> Result<BTreeMap<(usize, DV), DpResult>> {
@@ -749,15 +764,16 @@ fn bench_datapath(ctx: &Ctx, plan: &Plan) -> Result<BTreeMap<(usize, DV), DpResu
                     size,
                     v.id()
                 );
-                let (rate, ms, rss, del_ms, n) = dp_once(ctx, plan, v, size)?;
+                let (rate, ms, del_ms, n) = dp_once(ctx, plan, v, size)?;
                 let e = out.entry((size, v)).or_insert(DpResult {
                     rates: vec![],
-                    setup_ms: ms,
-                    setup_rss_kib: rss,
-                    del_ms,
+                    setup_ms: vec![],
+                    del_ms: vec![],
                     rules: n,
                 });
                 e.rates.push(rate);
+                e.setup_ms.push(ms);
+                e.del_ms.push(del_ms);
             }
         }
     }
@@ -1004,47 +1020,139 @@ fn measure(ctx: &Ctx, plan: &Plan, opts: &Opts, started: Instant) -> Result<()> 
     let conc = bench_concurrency(ctx, plan)?;
     eprintln!("3. datapath ({:?} ignored ports + subnets)", plan.sizes);
     let dp = bench_datapath(ctx, plan)?;
-    // Footprint: the plugin alone, its nft child replaced by a stub.
-    let stub = ctx.work.dir.join("nft-stub");
-    std::fs::write(
-        &stub,
-        "#!/bin/sh\ncase \"$*\" in *list*) echo 'Error: No such file or directory' >&2; exit 1;; esac\nwhile read -r _; do :; done\n",
-    )
-    .map_err(|e| e.to_string())?;
-    let exec = <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o755);
-    std::fs::set_permissions(&stub, exec).map_err(|e| e.to_string())?;
-    let mut own_rss = vec![];
-    for _ in 0..3 {
-        let ns = ctx.ns("f")?;
-        let id = ctx.name("f");
-        own_rss.push(
-            ctx.meshnft("ADD", &ns, &id, Some(&ctx.pod), &ctx.conf_v4, Some(&stub))?
-                .maxrss_kib,
-        );
-        ctx.meshnft("DEL", &ns, &id, Some(&ctx.pod), &ctx.conf_v4, Some(&stub))?;
-    }
+    eprintln!("4. peak RSS");
+    let fp = bench_footprint(ctx, plan)?;
     let bin_bytes = std::fs::metadata(&opts.bin).map(|m| m.len()).unwrap_or(0);
     let elapsed = started.elapsed().as_secs_f64();
     machine["loadavg_at_end"] = json!(read_trim("/proc/loadavg"));
 
     report(
-        ctx,
-        plan,
-        opts,
-        machine,
-        &ar,
-        &conc,
-        &dp,
-        own_rss.into_iter().max().unwrap_or(0),
-        bin_bytes,
-        elapsed,
+        ctx, plan, opts, machine, &ar, &conc, &dp, &fp, bin_bytes, elapsed,
     )
 }
 
-fn med_rss(s: &[Sample]) -> u64 {
-    let mut v: Vec<u64> = s.iter().map(|x| x.rss_kib).collect();
-    v.sort_unstable();
-    v.get(v.len() / 2).copied().unwrap_or(0)
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FK {
+    Mesh,
+    MeshAlone,
+    NftTable,
+    Legacy,
+    NftRestore,
+    Floor,
+}
+
+impl FK {
+    const ALL: [FK; 6] = [
+        FK::Mesh,
+        FK::MeshAlone,
+        FK::NftTable,
+        FK::Legacy,
+        FK::NftRestore,
+        FK::Floor,
+    ];
+    fn id(self) -> &'static str {
+        match self {
+            FK::Mesh => "meshnft-add-v4",
+            FK::MeshAlone => "meshnft-add-v4-plugin-process-alone",
+            FK::NftTable => "nft-f-meshnft-table",
+            FK::Legacy => "iptables-legacy-restore-v4",
+            FK::NftRestore => "iptables-nft-restore-v4",
+            FK::Floor => "floor-bin-true",
+        }
+    }
+    fn label(self) -> &'static str {
+        match self {
+            FK::Mesh => "meshnft ADD (plugin + its nft runs)",
+            FK::MeshAlone => "  the plugin process alone (nft stubbed)",
+            FK::NftTable => "  nft -f of its transaction alone",
+            FK::Legacy => "iptables-legacy-restore (v4)",
+            FK::NftRestore => "iptables-nft-restore (v4)",
+            FK::Floor => "measurement floor (/bin/true, same wrapper)",
+        }
+    }
+}
+
+/// Median (ms, KiB) per contender, for Linkerd's defaults and for the
+/// largest skip lists.
+struct FpRow {
+    kind: FK,
+    small: (f64, u64),
+    big: Option<(f64, u64)>,
+}
+
+fn median_pair(v: &[(f64, u64)]) -> (f64, u64) {
+    let ms = Stats::of(&v.iter().map(|x| x.0).collect::<Vec<_>>()).median;
+    let mut k: Vec<u64> = v.iter().map(|x| x.1).collect();
+    k.sort_unstable();
+    (ms, k.get(k.len() / 2).copied().unwrap_or(0))
+}
+
+fn bench_footprint(ctx: &Ctx, plan: &Plan) -> Result<(Vec<FpRow>, usize)> {
+    let time = footprint::time_bin()?;
+    let out = ctx.work.dir.join("rss");
+    let stub = footprint::write_nft_stub(&ctx.work.dir)?;
+    let big = plan.sizes.iter().copied().max().unwrap_or(0);
+    let big_skips = Skips::sized(big);
+    let conf_big_v = ctx.conf(false, &big_skips);
+    let conf_big = serde_json::to_vec(&conf_big_v).map_err(|e| e.to_string())?;
+    let rendered_big = render(&ctx.bin, &ctx.work, &conf_big_v)?;
+    let restore_small = rules::restore_add(&Skips::default(), false);
+    let restore_big = rules::restore_add(&big_skips, false);
+    let (runs, big_runs) = if plan.mode == "quick" { (2, 1) } else { (5, 3) };
+    let one = |k: FK, is_big: bool| -> Result<(f64, u64)> {
+        let ns = ctx.ns("f")?;
+        let n = &ctx.tools.nsenter;
+        match k {
+            FK::Mesh | FK::MeshAlone => {
+                let conf = if is_big { &conf_big } else { &ctx.conf_v4 };
+                let id = ctx.name("f");
+                let mut c = footprint::wrapped(&time, &out, &ctx.bin, &[]);
+                let s = (k == FK::MeshAlone).then_some(stub.as_path());
+                ctx.cni_env(&mut c, "ADD", &ns, &id, Some(&ctx.pod), s);
+                let r = footprint::measure(c, conf, &out, "meshnft ADD under time")?;
+                ctx.meshnft("DEL", &ns, &id, Some(&ctx.pod), conf, None)?;
+                Ok(r)
+            }
+            FK::NftTable => {
+                let text = if is_big { &rendered_big } else { &ctx.rendered };
+                let c = footprint::wrapped_in(&time, &out, n, &ns, &ctx.tools.nft, &["-f", "-"]);
+                footprint::measure(c, text.as_bytes(), &out, "nft -f under time")
+            }
+            FK::Legacy | FK::NftRestore => {
+                let b = if k == FK::Legacy { "legacy" } else { "nft" };
+                let text = if is_big { &restore_big } else { &restore_small };
+                let c = footprint::wrapped_in(
+                    &time,
+                    &out,
+                    n,
+                    &ns,
+                    ctx.tools.restore(b, false),
+                    &["-w"],
+                );
+                footprint::measure(c, text.as_bytes(), &out, "iptables-restore under time")
+            }
+            FK::Floor => {
+                let c = footprint::wrapped_in(&time, &out, n, &ns, Path::new("/bin/true"), &[]);
+                footprint::measure(c, b"", &out, "/bin/true under time")
+            }
+        }
+    };
+    let mut rows = vec![];
+    for k in FK::ALL {
+        let small: Vec<(f64, u64)> = (0..runs).map(|_| one(k, false)).collect::<Result<_>>()?;
+        let big_v = if matches!(k, FK::Floor) {
+            None
+        } else {
+            let v: Vec<(f64, u64)> = (0..big_runs).map(|_| one(k, true)).collect::<Result<_>>()?;
+            Some(median_pair(&v))
+        };
+        rows.push(FpRow {
+            kind: k,
+            small: median_pair(&small),
+            big: big_v,
+        });
+    }
+    Ok((rows, big))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -1056,7 +1164,7 @@ fn report(
     ar: &BTreeMap<V, Series>,
     conc: &BTreeMap<(CV, bool), ConcSeries>,
     dp: &BTreeMap<(usize, DV), DpResult>,
-    own_rss: u64,
+    fp: &(Vec<FpRow>, usize),
     bin_bytes: u64,
     elapsed: f64,
 ) -> Result<()> {
@@ -1092,28 +1200,28 @@ fn report(
         plan.apply_iters
     );
     out += &format!(
-        "{:<44} {:>5} {:>8} {:>8} {:>8} {:>10} {:>10}\n",
-        "contender", "runs", "min", "median", "p99", "vs meshnft", "peak RSS"
+        "{:<44} {:>5} {:>8} {:>8} {:>8} {:>10}\n",
+        "contender", "runs", "min", "median", "p99", "vs meshnft"
     );
     for v in V::ALL {
-        let Some(series) = ar.get(&v) else { continue };
+        if !ar.contains_key(&v) {
+            continue;
+        }
         let s = get(&add_stats, v);
         let b = get(&add_stats, v.baseline());
         let r = ratio(s.median, b.median);
         out += &format!(
-            "{:<44} {:>5} {:>8} {:>8} {:>8} {:>10} {:>10}\n",
+            "{:<44} {:>5} {:>8} {:>8} {:>8} {:>10}\n",
             v.label(),
             s.n,
             fmt_ms(s.min),
             fmt_ms(s.median),
             fmt_ms(s.p99),
             fmt_ratio(r),
-            mib(med_rss(&series.add))
         );
         apply_json.push(json!({
             "id": v.id(), "label": v.label(), "ms": s.json(), "compared_with": v.baseline().id(),
             "ratio_median": round3(r), "ratio_p99": round3(ratio(s.p99, b.p99)), "ratio_min": round3(ratio(s.min, b.min)),
-            "peak_rss_kib_median": med_rss(&series.add),
         }));
     }
     out += "(v4+v6 rows are compared with meshnft ADD v4+v6, the others with meshnft ADD v4)\n";
@@ -1180,7 +1288,7 @@ fn report(
     let mut dp_json = vec![];
     for &size in &plan.sizes {
         let rate = |v: DV| dp.get(&(size, v)).map(|d| d.per_sec()).unwrap_or(f64::NAN);
-        let setup = |v: DV| dp.get(&(size, v)).map(|d| d.setup_ms).unwrap_or(f64::NAN);
+        let setup = |v: DV| dp.get(&(size, v)).map(|d| d.setup()).unwrap_or(f64::NAN);
         let fmt_rate = |x: f64| {
             if x.is_finite() {
                 format!("{x:.0}")
@@ -1208,7 +1316,7 @@ fn report(
                     "size": size, "impl": v.id(), "connects_per_s": round3(d.per_sec()),
                     "ratio_to_meshnft": round3(ratio(d.per_sec(), mesh)),
                     "rounds": d.rates.iter().map(|r| json!({"connects": r.connects, "failures": r.failures, "secs": round3(r.secs), "per_s": round3(r.per_sec()), "max_connect_ms": round3(r.max_connect_ms), "accepted": r.accepted})).collect::<Vec<_>>(),
-                    "setup_ms": round3(d.setup_ms), "setup_peak_rss_kib": d.setup_rss_kib, "del_ms": round3(d.del_ms),
+                    "setup_ms": d.setup_ms.iter().map(|x| round3(*x)).collect::<Vec<_>>(), "meshnft_del_ms": d.del_ms.iter().map(|x| round3(*x)).collect::<Vec<_>>(),
                     "iptables_rules_in_redirect_chain": d.rules,
                 }));
             }
@@ -1220,30 +1328,43 @@ fn report(
         "\n4. Footprint\nplugin binary: {bin_bytes} bytes ({})\n",
         opts.bin.display()
     );
-    let add_rss = ar.get(&V::MeshAdd).map(|s| med_rss(&s.add)).unwrap_or(0);
-    let nft_rss = ar.get(&V::NftTable).map(|s| med_rss(&s.add)).unwrap_or(0);
+    let (rows, big) = (&fp.0, fp.1);
     out += &format!(
-        "peak RSS of an ADD: {} (max of the plugin and its nft child); the plugin process alone: {}; nft -f of its table alone: {}\n",
-        mib(add_rss),
-        mib(own_rss),
-        mib(nft_rss)
+        "peak RSS (/usr/bin/time -f %M around nsenter or the plugin, median of runs; a child's own ru_maxrss would include\n\
+         the benchmark's pages up to exec) and wall time of that run (with the wrapper, ms):\n{:<44} {:>12} {:>9} {:>16} {:>9}\n",
+        "contender",
+        "defaults",
+        "ms",
+        format!("N={big}"),
+        "ms"
     );
-    let big = plan.sizes.iter().copied().max().unwrap_or(0);
-    if let Some(d) = dp.get(&(big, DV::Mesh)) {
+    let mut fp_json = vec![];
+    for r in rows {
+        let (bms, bk) = r.big.unwrap_or((f64::NAN, 0));
         out += &format!(
-            "peak RSS of an ADD with {big} ignored ports + {big} subnets: {}",
-            mib(d.setup_rss_kib)
+            "{:<44} {:>12} {:>9} {:>16} {:>9}\n",
+            r.kind.label(),
+            mib(r.small.1),
+            fmt_ms(r.small.0),
+            if r.big.is_some() { mib(bk) } else { "-".into() },
+            fmt_ms(bms)
         );
-        for (v, n) in [
-            (DV::Legacy, "iptables-legacy-restore"),
-            (DV::Nft, "iptables-nft-restore"),
-        ] {
-            if let Some(x) = dp.get(&(big, v)) {
-                out += &format!("; {n}: {}", mib(x.setup_rss_kib));
-            }
-        }
-        out += "\n";
+        fp_json.push(json!({
+            "id": r.kind.id(), "label": r.kind.label().trim(),
+            "defaults": {"peak_rss_kib": r.small.1, "ms": round3(r.small.0)},
+            "big": r.big.map(|(ms, k)| json!({"size": big, "peak_rss_kib": k, "ms": round3(ms)})),
+        }));
     }
+    out += &format!(
+        "   (N={big}: {big} ignored inbound ports + {big} ignored source subnets, as in the datapath rows)\n"
+    );
+    let fp_of = |k: FK| {
+        rows.iter()
+            .find(|r| r.kind == k)
+            .map(|r| r.small.1)
+            .unwrap_or(0)
+    };
+    let add_rss = fp_of(FK::Mesh);
     out += &format!(
         "ADD and DEL with {} pods at once vs one after the other ({} rounds; per-op latency in ms, throughput in ops/s):\n",
         plan.pods, plan.conc_rounds
@@ -1387,9 +1508,7 @@ fn report(
         "datapath": {"window_s": plan.window.as_secs_f64(), "rounds": plan.dp_rounds, "rows": dp_json},
         "footprint": {
             "binary_bytes": bin_bytes,
-            "add_peak_rss_kib": add_rss,
-            "plugin_alone_peak_rss_kib": own_rss,
-            "nft_alone_peak_rss_kib": nft_rss,
+            "peak_rss": fp_json,
             "concurrency": conc_json,
         },
         "targets": targets.iter().map(|t| json!({"what": t.what, "goal": t.goal, "value": t.value, "met": t.met})).collect::<Vec<_>>(),

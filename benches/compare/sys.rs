@@ -354,16 +354,15 @@ pub fn in_ns(cmd: &mut Command, ns: &Ns) {
     }
 }
 
-/// One finished child: wall time from spawn to reaped, exit status, output
-/// and peak RSS (`ru_maxrss` from wait4: the child or any child it reaped,
-/// whichever peaked higher).
+/// One finished child: wall time from spawn to reaped, exit status, output.
+/// (No peak RSS: a child's `ru_maxrss` includes this process's pages up to
+/// the child's exec; `footprint` measures RSS through GNU time instead.)
 #[derive(Debug, Clone)]
 pub struct Run {
     pub elapsed: Duration,
     pub code: Option<i32>,
     pub stdout: String,
     pub stderr: String,
-    pub maxrss_kib: u64,
 }
 
 impl Run {
@@ -395,7 +394,7 @@ impl Run {
 }
 
 /// Spawns `cmd`, feeds it `stdin`, collects its output and reaps it with
-/// wait4(2). The clock runs from just before spawn to the reap.
+/// waitpid(2). The clock runs from just before spawn to the reap.
 pub fn run_timed(cmd: &mut Command, stdin: &[u8]) -> Result<Run> {
     check_stop()?;
     cmd.stdin(Stdio::piped())
@@ -423,11 +422,9 @@ pub fn run_timed(cmd: &mut Command, stdin: &[u8]) -> Result<Run> {
         let _ = p.read_to_end(&mut out);
     }
     let mut status: libc::c_int = 0;
-    // SAFETY: zeroed rusage is a valid out-parameter.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     let r = loop {
         // SAFETY: reaps our own child; std's Child is never waited after this.
-        let r = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
+        let r = unsafe { libc::waitpid(pid, &mut status, 0) };
         if r < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
             continue;
         }
@@ -436,7 +433,7 @@ pub fn run_timed(cmd: &mut Command, stdin: &[u8]) -> Result<Run> {
     let elapsed = t0.elapsed();
     let err = stderr_reader.join().unwrap_or_default();
     if r != pid {
-        return Err(errno("wait4"));
+        return Err(errno("waitpid"));
     }
     let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
     Ok(Run {
@@ -444,7 +441,6 @@ pub fn run_timed(cmd: &mut Command, stdin: &[u8]) -> Result<Run> {
         code,
         stdout: String::from_utf8_lossy(&out).into_owned(),
         stderr: String::from_utf8_lossy(&err).into_owned(),
-        maxrss_kib: ru.ru_maxrss.max(0) as u64,
     })
 }
 
