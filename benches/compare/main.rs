@@ -841,6 +841,42 @@ fn machine(ctx: &Ctx) -> Value {
     })
 }
 
+/// (busy, steal) seconds of all CPUs so far, from /proc/stat.
+fn cpu_times() -> (f64, f64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let f: Vec<f64> = stat
+        .lines()
+        .find(|l| l.starts_with("cpu "))
+        .map(|l| {
+            l.split_whitespace()
+                .skip(1)
+                .filter_map(|x| x.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    let g = |i: usize| f.get(i).copied().unwrap_or(0.0);
+    // user nice system idle iowait irq softirq steal
+    ((g(0) + g(1) + g(2) + g(5) + g(6)) / hz, g(7) / hz)
+}
+
+/// CPU seconds used by this process and every child it reaped.
+fn own_cpu() -> f64 {
+    let mut t = 0.0;
+    for who in [libc::RUSAGE_SELF, libc::RUSAGE_CHILDREN] {
+        // SAFETY: zeroed rusage is a valid out-parameter.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: valid pointer.
+        if unsafe { libc::getrusage(who, &mut ru) } == 0 {
+            for tv in [ru.ru_utime, ru.ru_stime] {
+                t += tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
+            }
+        }
+    }
+    t
+}
+
 fn mib(kib: u64) -> String {
     format!("{:.1} MiB", kib as f64 / 1024.0)
 }
@@ -1008,6 +1044,8 @@ fn run() -> Result<()> {
 
 fn measure(ctx: &Ctx, plan: &Plan, opts: &Opts, started: Instant) -> Result<()> {
     let mut machine = machine(ctx);
+    let (busy0, steal0) = cpu_times();
+    let own0 = own_cpu();
     eprintln!(
         "1+2. apply and remove latency ({} iterations)",
         plan.apply_iters
@@ -1025,6 +1063,16 @@ fn measure(ctx: &Ctx, plan: &Plan, opts: &Opts, started: Instant) -> Result<()> 
     let bin_bytes = std::fs::metadata(&opts.bin).map(|m| m.len()).unwrap_or(0);
     let elapsed = started.elapsed().as_secs_f64();
     machine["loadavg_at_end"] = json!(read_trim("/proc/loadavg"));
+    // How busy the machine was besides this run (kernel workers that tear
+    // down its namespaces count as "other" too): a noisy neighbour shows here.
+    let (busy1, steal1) = cpu_times();
+    let nproc = machine["nproc"].as_f64().unwrap_or(1.0);
+    machine["cpu_during_run"] = json!({
+        "available_cpu_s": round3(elapsed * nproc),
+        "busy_cpu_s": round3(busy1 - busy0),
+        "this_run_cpu_s": round3(own_cpu() - own0),
+        "steal_cpu_s": round3(steal1 - steal0),
+    });
 
     report(
         ctx, plan, opts, machine, &ar, &conc, &dp, &fp, bin_bytes, elapsed,
@@ -1191,6 +1239,16 @@ fn report(
         m["meshnft_version"].as_str().unwrap_or(""),
         m["build_profile"].as_str().unwrap_or(""),
         bin_bytes as f64 / 1e6,
+    );
+    let c = &m["cpu_during_run"];
+    let f = |k: &str| c[k].as_f64().unwrap_or(f64::NAN);
+    out += &format!(
+        "CPU during the run: {:.0} s busy of {:.0} s available; this run's processes {:.0} s, the rest {:.0} s (kernel workers, other load), steal {:.0} s\n",
+        f("busy_cpu_s"),
+        f("available_cpu_s"),
+        f("this_run_cpu_s"),
+        f("busy_cpu_s") - f("this_run_cpu_s"),
+        f("steal_cpu_s")
     );
     out += "Settings: Linkerd's defaults (ports 4143/4140, proxy uid 2102, inbound ports 4190,4191 ignored); times in ms.\n";
 
