@@ -376,6 +376,8 @@ impl Run {
 
     /// Err naming `what` with the child's stderr unless it exited 0.
     pub fn check(self, what: &str) -> Result<Run> {
+        // A child killed by the same Ctrl-C is not a failure to report.
+        check_stop()?;
         if self.ok() {
             Ok(self)
         } else {
