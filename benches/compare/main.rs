@@ -1242,14 +1242,18 @@ fn report(
     );
     let c = &m["cpu_during_run"];
     let f = |k: &str| c[k].as_f64().unwrap_or(f64::NAN);
+    let rest = f("busy_cpu_s") - f("this_run_cpu_s");
     out += &format!(
         "CPU during the run: {:.0} s busy of {:.0} s available; this run's processes {:.0} s, the rest {:.0} s (kernel workers, other load), steal {:.0} s\n",
         f("busy_cpu_s"),
         f("available_cpu_s"),
         f("this_run_cpu_s"),
-        f("busy_cpu_s") - f("this_run_cpu_s"),
+        rest,
         f("steal_cpu_s")
     );
+    if rest > 0.25 * f("available_cpu_s") {
+        out += "WARNING: other work kept the CPUs busy during this run; latencies are noisier than on an idle machine\n";
+    }
     out += "Settings: Linkerd's defaults (ports 4143/4140, proxy uid 2102, inbound ports 4190,4191 ignored); times in ms.\n";
 
     let mut apply_json = vec![];
