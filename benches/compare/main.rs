@@ -1075,7 +1075,7 @@ fn measure(ctx: &Ctx, plan: &Plan, opts: &Opts, started: Instant) -> Result<()> 
     });
 
     report(
-        ctx, plan, opts, machine, &ar, &conc, &dp, &fp, bin_bytes, elapsed,
+        plan, opts, machine, &ar, &conc, &dp, &fp, bin_bytes, elapsed,
     )
 }
 
@@ -1205,7 +1205,6 @@ fn bench_footprint(ctx: &Ctx, plan: &Plan) -> Result<(Vec<FpRow>, usize)> {
 
 #[allow(clippy::too_many_arguments)]
 fn report(
-    ctx: &Ctx,
     plan: &Plan,
     opts: &Opts,
     machine: Value,
@@ -1590,6 +1589,5 @@ fn report(
     let text = serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?;
     std::fs::write(&path, text + "\n").map_err(|e| format!("write {}: {e}", path.display()))?;
     println!("\nJSON: {}", path.display());
-    let _ = ctx;
     Ok(())
 }
