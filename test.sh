@@ -2,7 +2,8 @@
 # Runs every check and test of meshnft as CI does: formatting, clippy, unit
 # and golden tests, and the root-only end-to-end tests (real nft in real
 # network namespaces, real cgroup v2 directories, the reference CNI plugins
-# driven by libcni). Needs root; installs missing packages first.
+# driven by libcni), the demo, and the benchmark's quick mode. Needs root;
+# installs missing packages first.
 #
 #   sudo ./test.sh            everything
 #   sudo ./test.sh e2e        extra arguments go to `cargo test`
@@ -45,13 +46,22 @@ status=${PIPESTATUS[0]}
 echo "==> demo (the README's first command, without the install steps)"
 cargo run --quiet --example demo
 
-# Nothing may be left behind by the tests or the demo.
+# The benchmark's quick mode, so that it cannot rot: it fails when a
+# contender's command fails, the rules it wrote are not what they should be,
+# or connections are not redirected. Its speed targets are printed, never
+# asserted. JSON in target/bench/results-quick.json.
+echo "==> benchmark, quick mode (./bench.sh --quick)"
+./bench.sh --quick
+
+# Nothing may be left behind by the tests, the demo or the benchmark.
 echo "==> leak check"
 leaks=0
 if ip netns list | grep -E '^mt' ; then echo "leftover network namespaces (above)"; leaks=1; fi
 cg2=$(awk '{for (i = 7; i <= NF; i++) if ($i == "-") { if ($(i + 1) == "cgroup2") { print $5; exit } break }}' /proc/self/mountinfo)
 if [[ -n "$cg2" ]] && ls -d "$cg2"/meshnft-test-* 2>/dev/null; then echo "leftover cgroups (above)"; leaks=1; fi
 if ls -d /tmp/meshnft-node-* 2>/dev/null; then echo "leftover temp dirs (above)"; leaks=1; fi
+if ls -d /run/meshnft-bench-* 2>/dev/null; then echo "leftover benchmark dirs (above)"; leaks=1; fi
+if [[ -n "$cg2" ]] && ls -d "$cg2"/meshnft-bench-* 2>/dev/null; then echo "leftover benchmark cgroups (above)"; leaks=1; fi
 ((leaks)) || echo "no leftovers"
 
 # One closing line for the whole run (every cargo test binary summed).

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the system packages meshnft's demo and tests need on Debian/Ubuntu
-# (only those missing). Used by demo.sh and test.sh.
+# (only those missing). Used by demo.sh, test.sh and bench.sh.
 #   nftables                      nft, the userspace meshnft drives
 #   iproute2, util-linux          ip netns / nsenter / unshare for the throwaway namespaces
 #   containernetworking-plugins   the reference CNI plugins (ptp, bridge, host-local, portmap, bandwidth,
@@ -9,11 +9,13 @@
 #   golang-go, golang-github-appc-cni-dev
 #                                 the CNI project's libcni, built offline into the test driver
 #   ruby, shellcheck              static checks of the scripts and the Vagrantfile (vagrant/)
+#   iptables                      iptables-{legacy,nft}-restore and ip6tables-*: the peers bench.sh compares with
+#   time                          GNU time, bench.sh's peak-RSS probe
 set -euo pipefail
 
 need=()
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
-for p in nftables iproute2 util-linux iptables containernetworking-plugins golang-go golang-github-appc-cni-dev shellcheck ruby; do
+for p in nftables iproute2 util-linux iptables time containernetworking-plugins golang-go golang-github-appc-cni-dev shellcheck ruby; do
   have_pkg "$p" || need+=("$p")
 done
 if ((${#need[@]})); then

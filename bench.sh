@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# meshnft against the iptables peers, side by side in one run (issue #6):
+# apply and remove latency in fresh pod network namespaces, new-connection
+# rate through the nat hook with 0..10000 ignored ports and subnets, binary
+# size, peak RSS, and ADD with 1 and 20 pods at once. Needs root; installs
+# missing packages first; everything runs in throwaway network namespaces
+# and cgroups that are removed at the end, also on failure or Ctrl-C.
+#
+#   sudo ./bench.sh                  full run (a few minutes on 2 cores)
+#   sudo ./bench.sh --quick          few iterations, small sizes (test.sh runs this)
+#   sudo ./bench.sh --json FILE      where the JSON goes (default target/bench/results-{full,quick}.json)
+#
+# Prints the table on stdout; progress goes to stderr.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+args=()
+while (($#)); do
+  case "$1" in
+    --quick) args+=(--quick) ;;
+    --json)
+      [[ $# -ge 2 ]] || { echo "bench.sh: --json needs a file" >&2; exit 2; }
+      args+=(--json "$(realpath -m "$2")"); shift ;;
+    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    *) echo "bench.sh: unknown argument $1 (try --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+scripts/deps.sh
+
+if ! command -v cargo >/dev/null 2>&1; then
+  for d in "${HOME:-/root}/.cargo/bin" /root/.cargo/bin; do
+    if [[ -x "$d/cargo" ]]; then export PATH="$d:$PATH"; break; fi
+  done
+fi
+command -v cargo >/dev/null 2>&1 || {
+  echo "bench.sh: cargo not found: meshnft needs Rust 1.85 or newer (edition 2024); install it with rustup" >&2
+  exit 1
+}
+if [[ $EUID -ne 0 ]]; then
+  echo "bench.sh: needs root (network namespaces, cgroups, nft, iptables): run it with sudo" >&2
+  exit 1
+fi
+
+# Everything the run creates is named after this tag: /run/$tag (netns
+# mounts, state, conf files) and <cgroup2 mount>/$tag (pod cgroups).
+tag="meshnft-bench-$$"
+export MESHNFT_BENCH_TAG="$tag"
+MESHNFT_BENCH_GIT="$(git rev-parse --short HEAD 2>/dev/null || true)"
+if [[ -n "$MESHNFT_BENCH_GIT" ]] && ! git diff --quiet HEAD 2>/dev/null; then
+  MESHNFT_BENCH_GIT+="-dirty"
+fi
+export MESHNFT_BENCH_GIT
+
+cleanup() {
+  local rc=$? f cg2
+  # The benchmark removes all of it itself; this is for a run that was killed.
+  if [[ -d "/run/$tag" ]]; then
+    for f in "/run/$tag"/netns/*; do
+      [[ -e "$f" ]] || continue
+      umount -l "$f" 2>/dev/null || true
+      rm -f "$f"
+    done
+    rm -rf "/run/${tag:?}"
+  fi
+  cg2=$(awk '{for (i = 7; i <= NF; i++) if ($i == "-") { if ($(i + 1) == "cgroup2") { print $5; exit } break }}' /proc/self/mountinfo)
+  if [[ -n "$cg2" && -d "$cg2/$tag" ]]; then
+    find "$cg2/$tag" -depth -type d -exec rmdir {} + 2>/dev/null || true
+  fi
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# The bench profile is the release profile: the plugin measured is the
+# release binary (target/release/meshnft), built by the same command.
+cargo bench --quiet --bench compare -- "${args[@]}"

@@ -1,0 +1,78 @@
+//! Peak RSS of each contender's processes, measured through GNU time.
+//!
+//! A child's `ru_maxrss` (what wait4 reports) also counts its parent's
+//! pages up to the child's exec: the kernel saves the high-water mark of the
+//! mm being replaced at exec. Read directly, every child of this (large)
+//! benchmark process would weigh at least as much as the benchmark. So the
+//! command runs under `/usr/bin/time -f %M` (a small process that forks and
+//! execs it and reports its wait4 result), and under `nsenter --net=` for
+//! the namespace (which execs in place). What is left of the parent's
+//! weight is the floor measured with `/bin/true` the same way, reported
+//! next to the numbers. For the plugin, the figure is the highest of the
+//! plugin and the nft processes it runs; "the plugin alone" replaces nft by
+//! a shell stub to leave the plugin's own peak.
+
+use crate::sys::{self, Ns, Result, run_timed};
+use std::path::Path;
+use std::process::Command;
+
+/// Wraps `program args` in `/usr/bin/time -f %M -o OUT`.
+pub fn wrapped(time: &Path, out: &Path, program: &Path, args: &[&str]) -> Command {
+    let mut c = Command::new(time);
+    c.args(["-f", "%M", "-o"]).arg(out).arg(program).args(args);
+    c
+}
+
+/// `nsenter --net=NS -- program args` under time.
+pub fn wrapped_in(
+    time: &Path,
+    out: &Path,
+    nsenter: &Path,
+    ns: &Ns,
+    program: &Path,
+    args: &[&str],
+) -> Command {
+    let mut c = Command::new(time);
+    c.args(["-f", "%M", "-o"])
+        .arg(out)
+        .arg(nsenter)
+        .arg(format!("--net={}", ns.path().display()))
+        .arg("--")
+        .arg(program)
+        .args(args);
+    c
+}
+
+/// Runs a wrapped command; returns (wall ms, peak RSS KiB).
+pub fn measure(mut cmd: Command, stdin: &[u8], out: &Path, what: &str) -> Result<(f64, u64)> {
+    let _ = std::fs::remove_file(out);
+    let r = run_timed(&mut cmd, stdin)?.check(what)?;
+    let text =
+        std::fs::read_to_string(out).map_err(|e| format!("{what}: read {}: {e}", out.display()))?;
+    let kib = text
+        .lines()
+        .rev()
+        .find_map(|l| l.trim().parse::<u64>().ok())
+        .ok_or_else(|| format!("{what}: no peak RSS in {text:?}"))?;
+    Ok((r.ms(), kib))
+}
+
+/// A shell stand-in for nft that answers "no table" to listings and
+/// swallows transactions, so that the plugin's own peak can be read.
+pub fn write_nft_stub(dir: &Path) -> Result<std::path::PathBuf> {
+    let stub = dir.join("nft-stub");
+    std::fs::write(
+        &stub,
+        "#!/bin/sh\ncase \"$*\" in *list*) echo 'Error: No such file or directory' >&2; exit 1;; esac\n\
+         exec cat >/dev/null\n",
+    )
+    .map_err(|e| format!("write {}: {e}", stub.display()))?;
+    let exec = <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o755);
+    std::fs::set_permissions(&stub, exec).map_err(|e| e.to_string())?;
+    Ok(stub)
+}
+
+/// The GNU time binary.
+pub fn time_bin() -> Result<std::path::PathBuf> {
+    sys::which("time").map_err(|_| "/usr/bin/time not found (apt-get install time)".to_string())
+}
