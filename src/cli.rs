@@ -34,6 +34,11 @@ pub enum Cmd {
         /// cgroup is unknown).
         #[arg(long, value_parser = clap::value_parser!(u8).range(1..=254))]
         pod_level: Option<u8>,
+        /// Print the transaction of a repeated ADD (for a netns that already
+        /// has the table: declarations, flushes, refill) instead of the first
+        /// ADD's (`create table`, no flushes).
+        #[arg(long)]
+        re_add: bool,
     },
     /// Check that this host can run meshnft (nft, kernel features, cgroup v2).
     Status {
@@ -222,7 +227,11 @@ pub fn run() -> i32 {
         None,
     );
     match cli.command {
-        Cmd::Render { config, pod_level } => {
+        Cmd::Render {
+            config,
+            pod_level,
+            re_add,
+        } => {
             let conf = match read_config(&config) {
                 Ok(c) => c,
                 Err(e) => {
@@ -241,9 +250,14 @@ pub fn run() -> i32 {
                 pod: p,
                 container: p + 1,
             });
+            let table = ruleset::build(&settings, levels, "meshnft render");
             print!(
                 "{}",
-                ruleset::build(&settings, levels, "meshnft render").render()
+                if re_add {
+                    table.render()
+                } else {
+                    table.render_fresh()
+                }
             );
             0
         }

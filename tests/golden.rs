@@ -29,6 +29,16 @@ fn render(conf: serde_json::Value, levels: Option<Levels>) -> String {
     .render()
 }
 
+fn render_fresh(conf: serde_json::Value, levels: Option<Levels>) -> String {
+    let conf: NetConf = config::decode(conf.to_string().as_bytes()).expect("config");
+    ruleset::build(
+        &conf.settings().expect("settings"),
+        levels,
+        "meshnft golden",
+    )
+    .render_fresh()
+}
+
 fn cases() -> Vec<(&'static str, String)> {
     let base = json!({"cniVersion": "1.0.0", "name": "k8s-pod-network", "type": "meshnft"});
     let mut full = base.clone();
@@ -43,6 +53,16 @@ fn cases() -> Vec<(&'static str, String)> {
     });
     full["initPhase"] = json!({"redirectDestinations": ["198.18.9.9:20001", "[2001:db8:9::9]:20001", "15000-15001"]});
     vec![
+        (
+            "linkerd-defaults-level3.fresh.nft",
+            render_fresh(
+                base.clone(),
+                Some(Levels {
+                    pod: 3,
+                    container: 4,
+                }),
+            ),
+        ),
         (
             "linkerd-defaults-level3.nft",
             render(
@@ -93,6 +113,24 @@ fn golden_files_are_accepted_by_nft_and_the_kernel() {
     }
     for (name, text) in cases() {
         let ns = support::Netns::new("mtgold");
+        if name.ends_with(".fresh.nft") {
+            // The first ADD's transaction: applies once; a second time it
+            // fails as a whole (`create table`) and changes nothing.
+            ns.nft(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let first = ns.exec_ok(&["nft", "list", "table", "inet", "meshnft"]);
+            let e = ns
+                .nft(&text)
+                .expect_err("create table on an existing table must fail");
+            assert!(e.contains("File exists"), "{name}: {e}");
+            assert_eq!(
+                ns.exec_ok(&["nft", "list", "table", "inet", "meshnft"]),
+                first,
+                "{name}"
+            );
+            // And the idempotent transaction of the same table on top of it
+            // lists the same.
+            continue;
+        }
         // Twice: the transaction must be idempotent.
         ns.nft(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
         let first = ns.exec_ok(&["nft", "list", "table", "inet", "meshnft"]);

@@ -65,31 +65,41 @@ pub fn cmd_add(env: &CniEnv, conf: &NetConf) -> Result<Output> {
     );
     let nft = Nft::locate()?;
     let target = nft::target_of(&ns);
-    let mut extra = String::new();
-    if settings.init_phase.enabled && pod.levels.is_some() {
-        match existing_phase(&nft, target)? {
-            None | Some(Phase::Open) => {}
-            Some(phase) => {
-                // A re-ADD must never open or reopen the init phase of a
-                // running pod (DESIGN.md 4.4): mark this pod's cgroup as
-                // started, in the same transaction.
-                match pod.abs.as_deref().and_then(nft_cgroup_path) {
-                    Some(p) => {
-                        extra = format!(
-                            "add element {} proxy_started {{ \"{p}\" }}\n",
-                            ruleset::TABLE
-                        )
+    let started = std::time::Instant::now();
+    // First ADD (the common case): `create table` fails the transaction
+    // atomically if the table exists; otherwise this is the whole job, with
+    // no flushes (see `Table::render_fresh`).
+    let table = ruleset::build(&settings, pod.levels, &comment);
+    let re_add = match nft.apply(target, &table.render_fresh()) {
+        Ok(()) => false,
+        Err(e) if e.details.contains("File exists") => true,
+        Err(e) => return Err(e),
+    };
+    if re_add {
+        let mut extra = String::new();
+        if settings.init_phase.enabled && pod.levels.is_some() {
+            match existing_phase(&nft, target)? {
+                None | Some(Phase::Open) => {}
+                Some(phase) => {
+                    // A re-ADD must never open or reopen the init phase of a
+                    // running pod (DESIGN.md 4.4): mark this pod's cgroup as
+                    // started, in the same transaction.
+                    match pod.abs.as_deref().and_then(nft_cgroup_path) {
+                        Some(p) => {
+                            extra = format!(
+                                "add element {} proxy_started {{ \"{p}\" }}\n",
+                                ruleset::TABLE
+                            )
+                        }
+                        None => settings.init_phase.enabled = false,
                     }
-                    None => settings.init_phase.enabled = false,
+                    tracing::info!(pod = ?label, ?phase, "re-ADD of a table whose init phase is not open: it stays closed");
                 }
-                tracing::info!(pod = ?label, ?phase, "re-ADD of a table whose init phase is not open: it stays closed");
             }
         }
+        let table = ruleset::build(&settings, pod.levels, &comment);
+        nft.apply(target, &(table.render() + &extra))?;
     }
-    let table = ruleset::build(&settings, pod.levels, &comment);
-    let text = table.render() + &extra;
-    let started = std::time::Instant::now();
-    nft.apply(target, &text)?;
     tracing::info!(
         pod = ?label,
         container_id,
@@ -97,6 +107,7 @@ pub fn cmd_add(env: &CniEnv, conf: &NetConf) -> Result<Output> {
         init_phase = settings.init_phase.enabled && pod.levels.is_some(),
         pod_level = pod.levels.map(|l| l.pod),
         container_level = pod.levels.map(|l| l.container),
+        re_add,
         elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
         "wrote table inet meshnft"
     );

@@ -100,7 +100,7 @@ pub fn cmd_check(env: &CniEnv, conf: &NetConf) -> Result<Output> {
 pub fn expected_listing(nft: &Nft, table: &Table) -> Result<String> {
     let scratch = nft::scratch_netns()?;
     let target = Target::Netns(scratch.as_raw_fd());
-    nft.apply(target, &table.render())?;
+    nft.apply(target, &table.render_fresh())?;
     nft.run(target, &["list", "table", "inet", "meshnft"], "")
 }
 

@@ -66,7 +66,7 @@ pub fn probes(conf: &NetConf) -> Vec<Probe> {
             out.push(Probe {
                 name: "kernel accepts the table (dry run in a scratch netns)",
                 outcome: nft
-                    .apply(Target::Scratch, &table.render())
+                    .apply(Target::Scratch, &table.render_fresh())
                     .map(|_| "ok".into())
                     .map_err(|e| e.to_string()),
             });
