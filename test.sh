@@ -37,6 +37,9 @@ echo "==> cargo fmt --check"
 cargo fmt --all -- --check
 echo "==> cargo clippy --all-targets -- -D warnings"
 cargo clippy --quiet --all-targets -- -D warnings
+echo "==> deploy/Dockerfile's build stage, outside Docker (scripts/image-build-stage.sh)"
+scripts/image-build-stage.sh
+
 echo "==> cargo test (root tests required)"
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT

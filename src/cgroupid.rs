@@ -19,7 +19,7 @@ use std::os::unix::fs::{DirEntryExt, MetadataExt};
 use std::path::{Component, Path, PathBuf};
 
 /// `CGROUP2_SUPER_MAGIC` (linux/magic.h): the filesystem type of cgroup2.
-const CGROUP2_MAGIC: i64 = 0x6367_7270;
+const CGROUP2_MAGIC: nix::sys::statfs::FsType = nix::sys::statfs::CGROUP2_SUPER_MAGIC;
 /// Where nft 1.0.6 resolves cgroupsv2 paths (hard-coded in nft).
 pub const NFT_CGROUP_BASE: &str = "/sys/fs/cgroup";
 /// Most directories [`find_ids`] reads before it gives up.
@@ -79,7 +79,7 @@ pub fn id_of(dir: &Path) -> Option<u64> {
 
 /// True when `dir` is a directory of a cgroup2 filesystem.
 pub fn is_cgroup2_dir(dir: &Path) -> bool {
-    nix::sys::statfs::statfs(dir).is_ok_and(|fs| fs.filesystem_type().0 == CGROUP2_MAGIC)
+    nix::sys::statfs::statfs(dir).is_ok_and(|fs| fs.filesystem_type() == CGROUP2_MAGIC)
         && dir.is_dir()
 }
 

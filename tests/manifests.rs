@@ -15,7 +15,10 @@
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
-use serde::Deserialize;
+#[path = "common/k8syaml.rs"]
+mod k8syaml;
+
+use k8syaml::strict;
 use std::path::Path;
 
 const MANIFEST: &str = "deploy/meshnft.yaml";
@@ -33,30 +36,10 @@ enum Object {
     DaemonSet(Box<DaemonSet>),
 }
 
-/// Deserializes `doc` as `T`; Err lists every unknown field (by path) or
-/// the schema error.
-fn strict<T: serde::de::DeserializeOwned>(doc: serde_yaml::Value) -> Result<T, String> {
-    let mut unknown = Vec::new();
-    let v: T = serde_ignored::deserialize(doc, |path| {
-        // serde_ignored writes `?` for each Option level: leave those out.
-        unknown.push(path.to_string().replace(".?", "").replace("?.", ""))
-    })
-    .map_err(|e| e.to_string())?;
-    if unknown.is_empty() {
-        Ok(v)
-    } else {
-        Err(format!("unknown fields: {}", unknown.join(", ")))
-    }
-}
-
 /// Parses every document of `text` into its typed object.
 fn parse_all(text: &str) -> Result<Vec<Object>, String> {
     let mut out = Vec::new();
-    for (i, de) in serde_yaml::Deserializer::from_str(text).enumerate() {
-        let doc = serde_yaml::Value::deserialize(de).map_err(|e| format!("document {i}: {e}"))?;
-        if doc.is_null() {
-            continue;
-        }
+    for (i, doc) in k8syaml::documents(text)?.into_iter().enumerate() {
         let kind = doc["kind"].as_str().unwrap_or("").to_string();
         let ctx = |e: String| format!("document {i} ({kind}): {e}");
         let o = match kind.as_str() {

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Runs deploy/Dockerfile's build stage outside Docker (no Docker engine on
+# the build machines): the same `cargo build` arguments, with the toolchain
+# the tests use, then checks the binary runs. Keeps the image definition
+# from rotting; see vagrant/ for building the image itself.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+args=$(sed -n 's/^RUN cargo build \(.*[^ \\]\) *\\$/\1/p; s/^RUN cargo build \([^\\]*\)$/\1/p' deploy/Dockerfile | head -n1)
+[[ -n $args ]] || { echo "image-build-stage: no 'RUN cargo build' in deploy/Dockerfile" >&2; exit 1; }
+target=$(sed -n 's/.*--target \([^ ]*\).*/\1/p' <<<"$args")
+read -r -a argv <<<"$args"
+if [[ -n $target ]] && ! rustup target list --installed 2>/dev/null | grep -qx "$target"; then
+    if ! rustup target add "$target" >/dev/null 2>&1; then
+        echo "image-build-stage: the $target target cannot be installed here; building for the host target instead"
+        filtered=()
+        skip=0
+        for a in "${argv[@]}"; do
+            if ((skip)); then skip=0; continue; fi
+            if [[ $a == --target ]]; then skip=1; continue; fi
+            filtered+=("$a")
+        done
+        argv=("${filtered[@]}")
+        target=""
+    fi
+fi
+echo "cargo build ${argv[*]}"
+cargo build --quiet "${argv[@]}"
+bin=target/${target:+$target/}release/meshnft
+"$bin" --version
+if [[ -n $target ]] && command -v file >/dev/null; then file "$bin" | grep -Eq 'static(-pie)? linked|statically linked' && echo "static binary: ok"; fi
