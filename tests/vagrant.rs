@@ -5,6 +5,9 @@
 //! against kind's v1alpha4 schema (the fields it uses), and the facts the
 //! e2e script relies on (names, images, layouts, annotations).
 
+mod common;
+mod support;
+
 #[path = "common/k8syaml.rs"]
 mod k8syaml;
 
@@ -234,4 +237,93 @@ fn base_objects_serve_what_the_e2e_expects() {
         }
     }
     assert_eq!(seen, (true, true, true, true));
+}
+
+/// The stand-in image's program (vagrant/standin/standin.py) against the
+/// real plugin, here: its replies are what e2e.sh greps for.
+#[test]
+fn standin_answers_what_e2e_greps_for() {
+    if !support::root_or_skip("standin_answers_what_e2e_greps_for") {
+        return;
+    }
+    let script = repo("vagrant/standin/standin.py");
+    let script = script.to_str().unwrap();
+    let f = common::Fixture::ptp(false, |_| {});
+    let result = f.cni("add", "standin", true).expect("ADD");
+    let (pod4, _) = support::result_v4_v6(&result);
+    // The web server "outside" (node netns), the proxy stand-in in the pod
+    // as UID 2102 in its container cgroup.
+    let _web = support::spawn_guarded(
+        f.node.netns.path(),
+        None,
+        0,
+        0,
+        &["python3", "-u", script, "web"],
+    );
+    let node = f.node.netns.path();
+    assert!(support::wait_until(
+        std::time::Duration::from_secs(10),
+        || {
+            support::run_in(
+                node,
+                None,
+                0,
+                0,
+                &["bash", "-c", "exec 3<>/dev/tcp/198.19.0.1/8080"],
+            )
+            .status
+            .success()
+        }
+    ));
+    let proxy_cg = f.cg.container("linkerd-proxy");
+    let mut proxy = support::spawn_guarded(
+        f.pod.path(),
+        Some(&proxy_cg),
+        2102,
+        2102,
+        &["python3", "-u", script, "proxy", "http://198.19.0.1:8080/"],
+    );
+    let pod = f.pod.path();
+    assert!(
+        support::wait_until(std::time::Duration::from_secs(10), || {
+            support::run_in(
+                pod,
+                None,
+                0,
+                0,
+                &["bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/4191"],
+            )
+            .status
+            .success()
+        }),
+        "the proxy stand-in did not start"
+    );
+    // Its first request went out directly and ended the init phase.
+    assert_eq!(common::set_elements(&f.pod, "proxy_started").len(), 1);
+    let get = |ns: &std::path::Path,
+               cg: Option<&std::path::Path>,
+               uid: u32,
+               host: &str,
+               port: u16| {
+        let script = format!(
+            "exec 3<>/dev/tcp/{host}/{port} && printf 'GET / HTTP/1.0\\r\\n\\r\\n' >&3 && cat <&3"
+        );
+        let out = support::run_in(ns, cg, uid, uid, &["timeout", "5", "bash", "-c", &script]);
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let app = f.cg.container("app");
+    let out = get(pod, Some(&app), 1001, "198.19.0.1", 8080);
+    assert!(
+        out.contains("standin port=4140 orig=198.19.0.1:8080"),
+        "{out}"
+    );
+    let out = get(node, None, 0, &pod4.to_string(), 8080);
+    assert!(
+        out.contains(&format!("standin port=4143 orig={pod4}:8080")),
+        "{out}"
+    );
+    let out = get(node, None, 0, &pod4.to_string(), 4191);
+    assert!(out.contains("admin port=4191"), "{out}");
+    let _ = proxy.0.kill();
+    f.cni("del", "standin", true).expect("DEL");
 }
