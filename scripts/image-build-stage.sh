@@ -8,6 +8,9 @@ cd "$(dirname "$0")/.."
 
 args=$(sed -n 's/^RUN cargo build \(.*[^ \\]\) *\\$/\1/p; s/^RUN cargo build \([^\\]*\)$/\1/p' deploy/Dockerfile | head -n1)
 [[ -n $args ]] || { echo "image-build-stage: no 'RUN cargo build' in deploy/Dockerfile" >&2; exit 1; }
+# The Dockerfile picks the musl target of the platform it builds for; here,
+# that is this machine's.
+args=${args//\"\$(cat \/rust-target)\"/$(uname -m)-unknown-linux-musl}
 target=$(sed -n 's/.*--target \([^ ]*\).*/\1/p' <<<"$args")
 read -r -a argv <<<"$args"
 if [[ -n $target ]] && ! rustup target list --installed 2>/dev/null | grep -qx "$target"; then

@@ -174,20 +174,29 @@ fn api_failures_fail_closed() {
     assert!(e["msg"].as_str().unwrap().contains("not found"), "{e}");
 }
 
-/// runtimeConfig annotations (containerd/CRI-O capability): no API call,
-/// even with an unusable kubeconfig configured.
+/// runtimeConfig annotations (containerd/CRI-O capability): without a
+/// kubeconfig they are all meshnft uses; an unmeshed pod needs no API call
+/// even with a kubeconfig (most pods of a node); a meshed one is read from
+/// the API when a kubeconfig is set (labels, containers, namespace).
 #[test]
-fn runtime_config_annotations_need_no_api_server() {
-    if !support::root_or_skip("runtime_config_annotations_need_no_api_server") {
+fn runtime_config_annotations() {
+    if !support::root_or_skip("runtime_config_annotations") {
         return;
     }
-    let p = K8sPod::new("rc", |c| {
-        c["kubernetes"] = json!({"kubeconfig": "/nonexistent/kubeconfig"});
-        c["capabilities"] = json!({"io.kubernetes.cri.pod-annotations": true});
-        c["runtimeConfig"] = json!({"io.kubernetes.cri.pod-annotations": {
+    let rc = |extra: Value| {
+        let mut a = json!({
             "linkerd.io/proxy-version": "edge-25.11.1",
             "config.linkerd.io/skip-outbound-ports": "9100, 20001"
-        }});
+        });
+        if let (Some(a), Some(e)) = (a.as_object_mut(), extra.as_object()) {
+            a.extend(e.clone());
+        }
+        json!({"io.kubernetes.cri.pod-annotations": a})
+    };
+    // 1. No kubeconfig: annotations only.
+    let p = K8sPod::new("rc", |c| {
+        c["capabilities"] = json!({"io.kubernetes.cri.pod-annotations": true});
+        c["runtimeConfig"] = rc(json!({}));
     });
     let out = p.run("ADD");
     assert_eq!(out.code, 0, "{out:?}");
@@ -195,8 +204,10 @@ fn runtime_config_annotations_need_no_api_server() {
     let t = list_table(&p.f.pod).unwrap();
     assert!(t.contains("elements = { 9100, 20001 }"), "{t}");
     p.run("CHECK").quiet_ok();
-    // Not injected: no table, prevResult passed through, CHECK and DEL succeed.
+    drop(p);
+    // 2. Not injected, with an unusable kubeconfig: decided without the API.
     let q = K8sPod::new("rc2", |c| {
+        c["kubernetes"] = json!({"kubeconfig": "/nonexistent/kubeconfig"});
         c["runtimeConfig"] = json!({"io.kubernetes.cri.pod-annotations": {"app": "x"}});
     });
     let out = q.run("ADD");
@@ -204,6 +215,38 @@ fn runtime_config_annotations_need_no_api_server() {
     assert!(!has_table(&q.f.pod));
     q.run("CHECK").quiet_ok();
     q.run("DEL").quiet_ok();
+    drop(q);
+    // 3. Meshed by its annotations, with a kubeconfig: the API is read, so a
+    //    control-plane pod (a label, not in the annotations) skips the API
+    //    server's ports.
+    let dir = tmpdir("rc3");
+    let dest = apiserver::pod(
+        "default",
+        "rc3",
+        &[],
+        &["linkerd-proxy", "destination"],
+        &[PROXY_VERSION],
+        &[("linkerd.io/control-plane-component", "destination")],
+    );
+    let api = FakeApi::start(
+        &[dest],
+        &[apiserver::namespace("default", &[])],
+        None,
+        Mode::Serve,
+    );
+    let kc = api.kubeconfig(&dir);
+    let r = K8sPod::new("rc3", |c| {
+        c["kubernetes"] = json!({"kubeconfig": kc, "timeoutSeconds": 1});
+        c["runtimeConfig"] =
+            json!({"io.kubernetes.cri.pod-annotations": {"linkerd.io/proxy-version": "x"}});
+    });
+    assert_eq!(r.run("ADD").code, 0);
+    let t = list_table(&r.f.pod).unwrap();
+    assert!(t.contains("elements = { 443, 6443, 9100 }"), "{t}");
+    assert!(
+        api.requests()
+            .contains(&"/api/v1/namespaces/default/pods/rc3".to_string())
+    );
 }
 
 /// Classic sidecar layout: user init containers, then the validator, then

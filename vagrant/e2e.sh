@@ -2,7 +2,7 @@
 # meshnft end to end on a kind cluster: the seed pod on a real Kubernetes
 # node, with a real container runtime calling the plugin through kubelet.
 #
-# Runs inside the Vagrant VM (vagrant ssh -c /vagrant/vagrant/e2e.sh) or on
+# Runs inside the Vagrant VM (vagrant ssh -c 'sudo /vagrant/vagrant/e2e.sh') or on
 # any machine with docker, kind and kubectl where vagrant/provision.sh (or
 # the same steps by hand) created the cluster and installed meshnft.
 #
@@ -64,16 +64,18 @@ pod_nft() {
 }
 
 conflist_has_meshnft() {
-    local n
+    local n text
     for n in $(nodes); do
-        docker exec "$n" sh -c 'cat /etc/cni/net.d/*.conflist' | grep -q '"type": *"meshnft"' || return 1
+        text=$(docker exec "$n" sh -c 'cat /etc/cni/net.d/*.conflist')
+        grep -q '"type": *"meshnft"' <<<"$text" || return 1
     done
 }
 
 conflist_without_meshnft() {
-    local n
+    local n text
     for n in $(nodes); do
-        ! docker exec "$n" sh -c 'cat /etc/cni/net.d/*.conf* 2>/dev/null' | grep -q '"type": *"meshnft"' || return 1
+        text=$(docker exec "$n" sh -c 'cat /etc/cni/net.d/*.conf* 2>/dev/null')
+        if grep -q '"type": *"meshnft"' <<<"$text"; then return 1; fi
         docker exec "$n" sh -c 'ls /etc/cni/net.d/*.conflist >/dev/null' || return 1
     done
 }
@@ -109,8 +111,15 @@ need kind
 need docker
 
 say "1. meshnft is installed and chained into kindnet's conflist"
+# (Re)install: a previous run's step 5 uninstalled it; this is idempotent.
+"$REPO/vagrant/install-meshnft.sh" >/dev/null
 check "DaemonSet $MESHNFT_NS/$MESHNFT_DS ready" kubectl -n "$MESHNFT_NS" rollout status "ds/$MESHNFT_DS" --timeout=300s
 check "every node's conflist carries the meshnft entry" retry 120 conflist_has_meshnft
+if ((failed)); then
+    printf '\ne2e: meshnft is not installed; nothing else can be checked (kubectl -n %s logs ds/%s)\n' "$MESHNFT_NS" "$MESHNFT_DS"
+    printf 'e2e: %d passed, %d failed\n' "$passed" "$failed"
+    exit 1
+fi
 
 say "2. web server, client and the seed pod (classic sidecar)"
 kubectl apply -f "$MANIFESTS/base.yaml" >/dev/null

@@ -4,5 +4,9 @@
 # and waits for the DaemonSet.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
+existed=$(kubectl -n meshnft get ds meshnft -o name 2>/dev/null || true)
 kubectl apply -f "$REPO/deploy/meshnft.yaml"
+# Same image tag after a rebuild: restart the pods so they run the new image
+# (and copy the new plugin binary to the nodes).
+if [[ -n $existed ]]; then kubectl -n meshnft rollout restart ds/meshnft; fi
 kubectl -n meshnft rollout status ds/meshnft --timeout=300s

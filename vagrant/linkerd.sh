@@ -22,10 +22,13 @@ if ! "$BIN" version --client --short 2>/dev/null | grep -q "$LINKERD_VERSION"; t
 fi
 
 if ! kubectl get ns linkerd >/dev/null 2>&1; then
-    "$BIN" install --crds | kubectl apply -f - >/dev/null
-    "$BIN" install --linkerd-cni-enabled | kubectl apply -f - >/dev/null
+    # No Gateway API CRDs on a fresh kind cluster: let Linkerd install its own.
+    "$BIN" install --crds --set installGatewayAPI=true | kubectl apply -f - >/dev/null
+    "$BIN" install --linkerd-cni-enabled --set installGatewayAPI=true | kubectl apply -f - >/dev/null
 fi
-"$BIN" check --wait 5m >/dev/null
+# Not `linkerd check`: its linkerd-cni-plugin checks require linkerd-cni's own
+# DaemonSet, which meshnft replaces.
+kubectl -n linkerd wait --for=condition=Available deploy --all --timeout=5m
 
 kubectl create namespace "$NS" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
 kubectl annotate namespace "$NS" linkerd.io/inject=enabled --overwrite >/dev/null
@@ -48,3 +51,6 @@ kubectl -n "$NS" wait --for=condition=Ready pod/seed-linkerd --timeout=300s >/de
 kubectl -n "$NS" logs seed-linkerd -c fetch | grep -q "web ok"
 kubectl -n "$NS" get pod seed-linkerd -o jsonpath='{.status.initContainerStatuses[*].name}' | grep -q linkerd-network-validator
 kubectl delete namespace "$NS" --wait=true >/dev/null
+# Uninstall Linkerd so that e2e.sh's cleanup checks (no table, no record left)
+# see only its own pods.
+"$BIN" uninstall | kubectl delete --ignore-not-found --wait=true -f - >/dev/null

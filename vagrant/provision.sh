@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Provisions the meshnft end-to-end VM (or any Ubuntu/Debian host with
-# root): Docker, kind and kubectl at pinned versions, the meshnft and
+# Provisions the meshnft end-to-end VM (or another Ubuntu 24.04 host, as
+# root; Docker's apt repository and DOCKER_VERSION below are Ubuntu's): Docker, kind and kubectl at pinned versions, the meshnft and
 # stand-in images built from this repository, a kind cluster, and meshnft
 # installed from deploy/. Idempotent: run it again after changing the code.
 #
@@ -9,7 +9,8 @@ set -euo pipefail
 
 KIND_VERSION=${KIND_VERSION:-v0.29.0}
 KUBECTL_VERSION=${KUBECTL_VERSION:-v1.33.1}
-NODE_IMAGE=${NODE_IMAGE:-kindest/node:v1.33.1}
+# kind v0.29.0's default node image, pinned by digest.
+NODE_IMAGE=${NODE_IMAGE:-kindest/node:v1.33.1@sha256:050072256b9a903bd914c0b2866828150cb229cea0efe5892e2b644d5dd3b34f}
 # Docker Engine from Docker's apt repository, pinned (apt-cache madison docker-ce lists others).
 DOCKER_VERSION=${DOCKER_VERSION:-5:28.2.2-1~ubuntu.24.04~noble}
 CLUSTER=${CLUSTER:-meshnft}
@@ -32,8 +33,10 @@ fetch_checked() {
 
 log "packages"
 export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-apt-get install -y -qq ca-certificates curl gnupg >/dev/null
+# A fresh VM often runs apt-daily/unattended-upgrades right after boot: wait for its lock.
+APT_OPTS=(-o DPkg::Lock::Timeout=600)
+apt-get "${APT_OPTS[@]}" update -qq
+apt-get "${APT_OPTS[@]}" install -y -qq ca-certificates curl gnupg >/dev/null
 
 if ! docker version --format '{{.Server.Version}}' >/dev/null 2>&1; then
     log "Docker Engine $DOCKER_VERSION"
@@ -43,8 +46,8 @@ if ! docker version --format '{{.Server.Version}}' >/dev/null 2>&1; then
     codename=$(. /etc/os-release && echo "$VERSION_CODENAME")
     echo "deb [arch=$ARCH signed-by=/etc/apt/keyrings/docker.asc] https://download.docker.com/linux/ubuntu $codename stable" \
         >/etc/apt/sources.list.d/docker.list
-    apt-get update -qq
-    if ! apt-get install -y -qq "docker-ce=$DOCKER_VERSION" "docker-ce-cli=$DOCKER_VERSION" containerd.io >/dev/null; then
+    apt-get "${APT_OPTS[@]}" update -qq
+    if ! apt-get "${APT_OPTS[@]}" install -y -qq "docker-ce=$DOCKER_VERSION" "docker-ce-cli=$DOCKER_VERSION" containerd.io >/dev/null; then
         echo "docker-ce $DOCKER_VERSION is not available here; pick one of:" >&2
         apt-cache madison docker-ce | head -n 5 >&2
         exit 1

@@ -181,13 +181,24 @@ fn nft_cgroup_path(abs: &std::path::Path) -> Option<String> {
     ok.then(|| rel.to_string())
 }
 
-/// The pod's data, when meshnft can learn it: `runtimeConfig` annotations
-/// if the runtime passed them, else the Kubernetes API if
-/// `kubernetes.kubeconfig` is set and the runtime named the pod. `None`
-/// means the conflist settings apply to every pod (no pod awareness).
+/// The pod's data, when meshnft can learn it.
+///
+/// - `runtimeConfig` annotations (the runtime's pod-annotations capability)
+///   decide cheaply, with no API call, that a pod is *not* meshed: most pods
+///   on a node. Without a kubeconfig they are all meshnft has.
+/// - For a pod they say is meshed, and whenever there are no such
+///   annotations, the Kubernetes API is read when `kubernetes.kubeconfig`
+///   is set: labels (control-plane pods), containers (`linkerd-init`,
+///   native sidecars) and namespace annotations are only there.
+///
+/// `None` means the conflist settings apply to every pod (no pod awareness).
 fn pod_info(conf: &NetConf, k8s: &K8sArgs) -> Result<Option<PodInfo>> {
-    if let Some(ann) = k8s::runtime_annotations(conf.runtime_config.as_ref())? {
-        return Ok(Some(PodInfo::from_annotations(ann)));
+    let from_runtime =
+        k8s::runtime_annotations(conf.runtime_config.as_ref())?.map(PodInfo::from_annotations);
+    if let Some(info) = &from_runtime
+        && matches!(info.meshing(), Meshing::NotMeshed(_))
+    {
+        return Ok(from_runtime);
     }
     let api = match &conf.kubernetes {
         Some(k) => k.api()?,
@@ -196,10 +207,12 @@ fn pod_info(conf: &NetConf, k8s: &K8sArgs) -> Result<Option<PodInfo>> {
     match (api, &k8s.pod_namespace, &k8s.pod_name) {
         (Some(api), Some(ns), Some(name)) => k8s::api::read_pod(&api, ns, name).map(Some),
         (Some(_), _, _) => {
-            tracing::debug!("no K8S_POD_NAMESPACE/K8S_POD_NAME: conflist settings apply");
-            Ok(None)
+            tracing::debug!(
+                "no K8S_POD_NAMESPACE/K8S_POD_NAME: the pod cannot be read from the API"
+            );
+            Ok(from_runtime)
         }
-        (None, _, _) => Ok(None),
+        (None, _, _) => Ok(from_runtime),
     }
 }
 
