@@ -29,15 +29,8 @@ done
 
 scripts/deps.sh
 
-if ! command -v cargo >/dev/null 2>&1; then
-  for d in "${HOME:-/root}/.cargo/bin" /root/.cargo/bin; do
-    if [[ -x "$d/cargo" ]]; then export PATH="$d:$PATH"; break; fi
-  done
-fi
-command -v cargo >/dev/null 2>&1 || {
-  echo "bench.sh: cargo not found: meshnft needs Rust 1.85 or newer (edition 2024); install it with rustup" >&2
-  exit 1
-}
+# shellcheck source=scripts/cargo-env.sh
+source scripts/cargo-env.sh
 if [[ $EUID -ne 0 ]]; then
   echo "bench.sh: needs root (network namespaces, cgroups, nft, iptables): run it with sudo" >&2
   exit 1

@@ -11,15 +11,8 @@ set -euo pipefail
 cd "$(dirname "$0")"
 scripts/deps.sh
 
-if ! command -v cargo >/dev/null 2>&1; then
-  for d in "${HOME:-/root}/.cargo/bin" /root/.cargo/bin; do
-    if [[ -x "$d/cargo" ]]; then export PATH="$d:$PATH"; break; fi
-  done
-fi
-command -v cargo >/dev/null 2>&1 || {
-  echo "test.sh: cargo not found: meshnft needs Rust 1.89 or newer (edition 2024); install it with rustup" >&2
-  exit 1
-}
+# shellcheck source=scripts/cargo-env.sh
+source scripts/cargo-env.sh
 
 if [[ $EUID -ne 0 ]]; then
   echo "test.sh: the end-to-end tests need root (network namespaces, cgroups, nft): run it with sudo" >&2
