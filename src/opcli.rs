@@ -163,13 +163,14 @@ pub fn explain(a: &ExplainArgs) -> OpResult<String> {
             ProtoArg::Tcp => Proto::Tcp,
             ProtoArg::Udp => Proto::Udp,
         },
-        src: a.src,
-        dst: a.dst,
+        // An IPv4-mapped IPv6 address (::ffff:a.b.c.d) goes out as IPv4.
+        src: a.src.map(|s| s.to_canonical()),
+        dst: a.dst.to_canonical(),
         dport: a.dport,
         uid: a.uid,
         gid: a.gid,
         cgroup,
-        loopback: a.lo || a.dst.is_loopback(),
+        loopback: a.lo || a.dst.to_canonical().is_loopback(),
     };
     let started: Vec<u64> = t
         .cgroups("proxy_started")

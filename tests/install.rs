@@ -824,3 +824,99 @@ fn sigterm_works_when_the_installer_is_pid_1() {
     assert_eq!(tree.entries("10-kindnet.conflist"), 0);
     assert!(!tree.binary().exists());
 }
+
+/// Hostile or broken contents of net.d and of the entry: nothing blocks,
+/// nothing unloadable is written, links and other people's files are kept.
+#[test]
+fn dangerous_inputs_are_refused_or_skipped() {
+    if !support::root_or_skip("dangerous_inputs_are_refused_or_skipped") {
+        return;
+    }
+    // A FIFO sorting first never blocks the scan; SIGTERM is still honoured.
+    let tree = Tree::new();
+    let fifo = tree.net().join("00-fifo.conflist");
+    assert!(
+        support::run(&["mkfifo", fifo.to_str().unwrap()])
+            .status
+            .success()
+    );
+    tree.write_conf("10-kindnet.conflist", &kindnet());
+    let mut inst = Installer::start(&tree, &[]);
+    assert!(
+        wait_until(T, || tree.entries("10-kindnet.conflist") == 1),
+        "{}",
+        inst.log()
+    );
+    assert_eq!(inst.term().code(), Some(0), "{}", inst.log());
+    drop(tree);
+
+    // An entry whose capabilities would make the list unloadable: refused,
+    // the primary untouched.
+    let tree = Tree::new();
+    let conf = tree.write_conf("10-kindnet.conflist", &kindnet());
+    let before = std::fs::read(&conf).unwrap();
+    let entry = tree.dir.join("entry.json");
+    for bad in [
+        r#"{"capabilities": {"io.kubernetes.cri.pod-annotations": "yes"}}"#,
+        r#"{"dns": "x"}"#,
+        r#"{"prevResult": {}}"#,
+    ] {
+        std::fs::write(&entry, bad).unwrap();
+        let mut inst = Installer::start(&tree, &["--entry-file", entry.to_str().unwrap()]);
+        assert!(
+            wait_until(T, || inst.log().contains("entry")),
+            "{bad}: {}",
+            inst.log()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+        assert_eq!(
+            std::fs::read(&conf).unwrap(),
+            before,
+            "{bad}: the primary was changed"
+        );
+        inst.term();
+        assert_eq!(std::fs::read(&conf).unwrap(), before);
+    }
+    drop(tree);
+
+    // A symlinked primary: refused, the link and its target kept.
+    let tree = Tree::new();
+    let real = tree.dir.join("real.conflist");
+    std::fs::write(&real, serde_json::to_vec_pretty(&kindnet()).unwrap()).unwrap();
+    let link = tree.net().join("10-kindnet.conflist");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let real_before = std::fs::read(&real).unwrap();
+    let mut inst = Installer::start(&tree, &[]);
+    assert!(
+        wait_until(T, || inst.log().contains("symbolic link")),
+        "{}",
+        inst.log()
+    );
+    inst.term();
+    assert!(
+        std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert_eq!(std::fs::read(&real).unwrap(), real_before);
+    drop(tree);
+
+    // A .conf whose .conflist name is taken by someone else's list (even
+    // one with a meshnft entry): refused, both kept.
+    let tree = Tree::new();
+    tree.write_conf("10-bridge.conf", &single_conf());
+    let theirs = serde_json::json!({"cniVersion": "1.0.0", "name": "other",
+        "plugins": [{"type": "ptp"}, {"type": "meshnft"}]});
+    let other = tree.write_conf("10-bridge.conflist", &theirs);
+    let other_before = std::fs::read(&other).unwrap();
+    let mut inst = Installer::start(&tree, &[]);
+    assert!(
+        wait_until(T, || inst.log().contains("not made by meshnft")),
+        "{}",
+        inst.log()
+    );
+    inst.term();
+    assert_eq!(std::fs::read(&other).unwrap(), other_before);
+    assert!(tree.net().join("10-bridge.conf").exists());
+}

@@ -97,7 +97,7 @@ fn is_opt_string(v: &Value, key: &str) -> Result<(), String> {
 }
 
 /// Checks one plugin object as libcni's `ConfFromBytes` does.
-fn check_plugin(p: &Value) -> Result<(), String> {
+pub fn check_plugin(p: &Value) -> Result<(), String> {
     if !p.is_object() {
         return Err("not a JSON object".into());
     }
@@ -115,6 +115,15 @@ fn check_plugin(p: &Value) -> Result<(), String> {
             .is_some_and(|o| o.values().all(Value::is_boolean))
     {
         return Err("capabilities is not an object of booleans".into());
+    }
+    // libcni decodes these into structs (types.NetConf): anything but an
+    // object (or null) makes the runtime fail to load the whole list.
+    for key in ["ipam", "dns", "runtimeConfig", "args"] {
+        if let Some(v) = p.get(key)
+            && !(v.is_null() || v.is_object())
+        {
+            return Err(format!("{key} is not an object"));
+        }
     }
     Ok(())
 }
@@ -165,10 +174,41 @@ pub fn kind_of(path: &Path) -> Kind {
     }
 }
 
+/// Largest network configuration file read, in bytes.
+pub const MAX_CONF_BYTES: u64 = 64 << 20;
+
+/// Reads a regular file of at most `max` bytes without ever blocking: a
+/// FIFO, device or socket (directly or behind a symlink) is refused, never
+/// opened for a blocking read. Error: why it was not read.
+pub fn read_regular(path: &Path, max: u64) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let md = std::fs::metadata(path).map_err(|e| format!("cannot read: {e}"))?;
+    if !md.is_file() {
+        return Err("not a regular file".into());
+    }
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| format!("cannot read: {e}"))?;
+    if !f.metadata().is_ok_and(|m| m.is_file()) {
+        return Err("not a regular file".into());
+    }
+    let mut bytes = Vec::new();
+    f.take(max + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("cannot read: {e}"))?;
+    if bytes.len() as u64 > max {
+        return Err(format!("larger than {max} bytes"));
+    }
+    Ok(bytes)
+}
+
 /// Loads one candidate file. Errors: why it does not load (unreadable,
 /// not JSON, fails libcni's checks).
 pub fn load(path: &Path) -> Result<ConfFile, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("cannot read: {e}"))?;
+    let bytes = read_regular(path, MAX_CONF_BYTES)?;
     let kind = kind_of(path);
     let json = parse(kind, &bytes)?;
     Ok(ConfFile {

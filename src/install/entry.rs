@@ -50,10 +50,12 @@ pub fn load(file: Option<&Path>, kubeconfig: Option<&Path>) -> Result<Value, Ins
     let (name, text) = match file {
         Some(p) => (
             p.display().to_string(),
-            std::fs::read_to_string(p).map_err(|e| InstallError::Entry {
-                source_name: p.display().to_string(),
-                reason: format!("cannot read: {e}"),
-            })?,
+            crate::install::discover::read_regular(p, 1 << 20)
+                .and_then(|b| String::from_utf8(b).map_err(|e| format!("not UTF-8: {e}")))
+                .map_err(|reason| InstallError::Entry {
+                    source_name: p.display().to_string(),
+                    reason,
+                })?,
         ),
         None => ("(built-in default)".to_string(), DEFAULT_ENTRY.to_string()),
     };
@@ -72,6 +74,14 @@ pub fn load(file: Option<&Path>, kubeconfig: Option<&Path>) -> Result<Value, Ins
         Some(Value::String(t)) if t == TYPE => {}
         Some(other) => return Err(bad(format!("\"type\" must be \"{TYPE}\", not {other}"))),
     }
+    if o.contains_key("prevResult") {
+        return Err(bad(
+            "\"prevResult\" is the runtime's to set, not the entry's".into(),
+        ));
+    }
+    // The fields runtimes decode into typed structs (libcni's NetConf):
+    // a wrong type there would make the node's whole conflist unloadable.
+    crate::install::discover::check_plugin(&Value::Object(o.clone())).map_err(bad)?;
     // A list's name and version are the conflist's, not the entry's.
     o.shift_remove("cniVersion");
     o.shift_remove("name");

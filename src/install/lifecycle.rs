@@ -178,6 +178,13 @@ impl Installer {
             path: primary.path.clone(),
             reason,
         };
+        if std::fs::symlink_metadata(&primary.path).is_ok_and(|m| m.file_type().is_symlink()) {
+            // Replacing the link by a file would cut it from its target for
+            // good (and writing through it would edit a file outside net.d).
+            return Err(bad(
+                "it is a symbolic link: meshnft edits only regular files; make the primary a regular file".into(),
+            ));
+        }
         let (target, new_list, original) = match primary.kind {
             discover::Kind::List => {
                 if conflist::has_exactly(&primary.json, &entry) {
@@ -200,23 +207,24 @@ impl Installer {
                 let target = primary.path.with_extension("conflist");
                 let name = primary.path.file_name().unwrap_or_default();
                 let ours = l.orig_dir.join(name).exists();
-                if target.exists() && !ours {
-                    // Only overwrite a list we generated from this file before.
-                    let theirs = discover::load(&target)
-                        .map(|c| conflist::count(&c.json) == 0)
-                        .unwrap_or(true);
-                    if theirs {
-                        return Err(bad(format!(
-                            "it would become {}, which already exists and is not meshnft's: \
-                             remove one of the two files",
-                            target.display()
-                        )));
-                    }
+                if (target.exists() || std::fs::symlink_metadata(&target).is_ok()) && !ours {
+                    // Only overwrite a list we generated from this very file
+                    // (its original is kept in orig_dir); a list that merely
+                    // contains a meshnft entry may be someone else's.
+                    return Err(bad(format!(
+                        "it would become {}, which already exists and was not made by meshnft from it: \
+                         remove one of the two files",
+                        target.display()
+                    )));
                 }
                 let new = conflist::from_single(&primary.json, &entry);
                 (target, new, Some(primary.path.clone()))
             }
         };
+        // The list must still load as runtimes load it, or the node loses
+        // its network: never write one that does not.
+        discover::parse(discover::Kind::List, &conflist::render(&new_list))
+            .map_err(|e| bad(format!("with the meshnft entry it would not load: {e}")))?;
         let failures = checks::failures(
             &l.host_root,
             &entry,
@@ -229,7 +237,10 @@ impl Installer {
             });
         }
         let mode = file_mode(&primary.path);
-        let unchanged = || std::fs::read(&primary.path).is_ok_and(|b| b == primary.bytes);
+        let unchanged = || {
+            discover::read_regular(&primary.path, discover::MAX_CONF_BYTES)
+                .is_ok_and(|b| b == primary.bytes)
+        };
         if !fsutil::write_atomic_if(&target, &conflist::render(&new_list), mode, unchanged)? {
             return Ok(None);
         }
@@ -239,7 +250,9 @@ impl Installer {
             let name = orig.file_name().unwrap_or_default();
             let kept = l.orig_dir.join(name);
             fsutil::rename(orig, &kept)?;
-            if std::fs::read(&kept).map_or(true, |b| b != primary.bytes) {
+            if discover::read_regular(&kept, discover::MAX_CONF_BYTES)
+                .map_or(true, |b| b != primary.bytes)
+            {
                 // Rewritten between our read and the move: put it back and
                 // derive the list again from what it says now.
                 if !orig.exists() {
@@ -404,7 +417,7 @@ fn file_mode(p: &Path) -> u32 {
 pub fn remaining_entries(dir: &Path) -> Vec<(PathBuf, Value)> {
     let mut out = Vec::new();
     for p in discover::candidates(dir).unwrap_or_default() {
-        let Ok(bytes) = std::fs::read(&p) else {
+        let Ok(bytes) = discover::read_regular(&p, discover::MAX_CONF_BYTES) else {
             continue;
         };
         match serde_json::from_slice::<Value>(&bytes) {
