@@ -47,6 +47,17 @@ impl std::fmt::Display for CgroupKey {
 }
 
 impl CgroupKey {
+    /// A cgroupsv2 element as `nft -j` lists it in a string: a path
+    /// relative to `/sys/fs/cgroup`, or, for a cgroup nft cannot name, the
+    /// id as decimal digits (nft 1.0.6). Digits that do not name a directory
+    /// below `/sys/fs/cgroup` are an id.
+    pub fn from_listed(s: String) -> CgroupKey {
+        match s.parse::<u64>() {
+            Ok(id) if !Path::new(NFT_CGROUP_BASE).join(&s).is_dir() => CgroupKey::Id(id),
+            _ => CgroupKey::Path(s),
+        }
+    }
+
     /// The cgroup id this element stands for: the id itself, or the inode of
     /// `/sys/fs/cgroup/<path>` (`None` when that directory is gone).
     pub fn id(&self) -> Option<u64> {
@@ -183,9 +194,29 @@ pub fn ancestor(mount: &Cgroup2Mount, loc: &Located, level: usize) -> Option<(u6
 /// `/sys/fs/cgroup`; [`OpError::UnsafeCgroupPath`] for characters outside
 /// `[A-Za-z0-9._-/:@]` (never passed inside an nft quoted string).
 pub fn nft_element(mount: &Cgroup2Mount, abs: &Path) -> OpResult<String> {
+    nft_path(abs).map_err(|e| match e {
+        NftPathError::NotUnderBase => OpError::MountNotUnderSysFsCgroup(mount.mount_point.clone()),
+        NftPathError::Unsafe(rel) => OpError::UnsafeCgroupPath(rel),
+    })
+}
+
+/// Why a cgroup directory cannot be named as an nft element.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NftPathError {
+    /// It is not below `/sys/fs/cgroup`, where nft resolves element paths.
+    NotUnderBase,
+    /// Its path (relative to `/sys/fs/cgroup`) has characters outside
+    /// `[A-Za-z0-9._-/:@]`; it is never passed inside an nft quoted string.
+    Unsafe(String),
+}
+
+/// The cgroupsv2 element nft needs for cgroup directory `abs`: its path
+/// relative to `/sys/fs/cgroup`, plain path characters only. Used by ADD
+/// (marking a re-ADDed pod started) and by `pin`/`unpin`.
+pub fn nft_path(abs: &Path) -> Result<String, NftPathError> {
     let rel = abs
         .strip_prefix(NFT_CGROUP_BASE)
-        .map_err(|_| OpError::MountNotUnderSysFsCgroup(mount.mount_point.clone()))?;
+        .map_err(|_| NftPathError::NotUnderBase)?;
     let s = rel.to_str().unwrap_or_default();
     let safe = !s.is_empty()
         && s.bytes()
@@ -193,7 +224,7 @@ pub fn nft_element(mount: &Cgroup2Mount, abs: &Path) -> OpResult<String> {
     if safe {
         Ok(s.to_string())
     } else {
-        Err(OpError::UnsafeCgroupPath(rel.display().to_string()))
+        Err(NftPathError::Unsafe(rel.display().to_string()))
     }
 }
 

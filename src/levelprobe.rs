@@ -20,6 +20,7 @@
 //! The result is cached per boot and cgroup namespace in the state dir.
 
 use crate::cgroup::{self, Cgroup2Mount};
+use crate::cgroupid::CgroupKey;
 use crate::error::{Code, Error, Result};
 use crate::nft::{self, Nft, Target};
 use serde::{Deserialize, Serialize};
@@ -152,11 +153,7 @@ fn measure_in(mount: &Cgroup2Mount, rel: &Path, dir: &Path, nft: &Nft) -> Result
         for e in set["elem"].as_array().into_iter().flatten() {
             let id = match e {
                 serde_json::Value::Number(x) => x.as_u64(),
-                serde_json::Value::String(p) => {
-                    std::fs::metadata(Path::new("/sys/fs/cgroup").join(p))
-                        .ok()
-                        .map(|m| m.ino())
-                }
+                serde_json::Value::String(s) => CgroupKey::from_listed(s.clone()).id(),
                 _ => None,
             };
             if id == Some(want) {

@@ -368,29 +368,13 @@ fn elem_of(ty: &str, e: JElem) -> Elem {
             other(&e)
         }
         ("cgroupsv2", JElem::Num(n)) => Elem::Cgroup(CgroupKey::Id(n)),
-        ("cgroupsv2", JElem::Str(s)) => Elem::Cgroup(cgroup_key(s)),
+        ("cgroupsv2", JElem::Str(s)) => Elem::Cgroup(CgroupKey::from_listed(s)),
         ("cgroupsv2", JElem::Mapping(k, v)) => match *k {
             JElem::Num(n) => Elem::Verdict(CgroupKey::Id(n), v.into()),
-            JElem::Str(s) => Elem::Verdict(cgroup_key(s), v.into()),
+            JElem::Str(s) => Elem::Verdict(CgroupKey::from_listed(s), v.into()),
             k => other(&k),
         },
         (_, e) => other(&e),
-    }
-}
-
-/// A listed cgroupsv2 element: nft 1.0.6's JSON gives a cgroup it cannot
-/// name as the id in a *string* (`"74296"`), so digits that do not name a
-/// directory below `/sys/fs/cgroup` are an id.
-fn cgroup_key(s: String) -> CgroupKey {
-    match s.parse::<u64>() {
-        Ok(id)
-            if !std::path::Path::new(crate::cgroupid::NFT_CGROUP_BASE)
-                .join(&s)
-                .is_dir() =>
-        {
-            CgroupKey::Id(id)
-        }
-        _ => CgroupKey::Path(s),
     }
 }
 

@@ -84,7 +84,11 @@ pub fn cmd_add(env: &CniEnv, conf: &NetConf) -> Result<Output> {
                     // A re-ADD must never open or reopen the init phase of a
                     // running pod (DESIGN.md 4.4): mark this pod's cgroup as
                     // started, in the same transaction.
-                    match pod.abs.as_deref().and_then(nft_cgroup_path) {
+                    match pod
+                        .abs
+                        .as_deref()
+                        .and_then(|a| crate::cgroupid::nft_path(a).ok())
+                    {
                         Some(p) => {
                             extra = format!(
                                 "add element {} proxy_started {{ \"{p}\" }}\n",
@@ -168,17 +172,6 @@ pub fn existing_phase(nft: &Nft, target: nft::Target) -> Result<Option<Phase>> {
         (false, true) => Phase::Open,
         (false, false) => Phase::Never,
     }))
-}
-
-/// The path nft needs for a cgroupsv2 element: relative to `/sys/fs/cgroup`
-/// (where nft resolves them), only for plain path characters.
-fn nft_cgroup_path(abs: &std::path::Path) -> Option<String> {
-    let rel = abs.strip_prefix("/sys/fs/cgroup").ok()?.to_str()?;
-    let ok = !rel.is_empty()
-        && rel
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"._-/:@".contains(&b));
-    ok.then(|| rel.to_string())
 }
 
 /// The pod's data, when meshnft can learn it.
