@@ -12,7 +12,7 @@ mod support;
 
 use common::*;
 use serde_json::Value;
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -59,10 +59,6 @@ fn cli_fails(args: &[&str], code: i32, msg: &str) {
     );
 }
 
-fn sa(ip: impl Into<IpAddr>, port: u16) -> SocketAddr {
-    SocketAddr::new(ip.into(), port)
-}
-
 fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
@@ -85,37 +81,11 @@ impl Pod {
     fn new(id: &str, k8s: bool) -> Pod {
         let node = Node::new();
         node.install_plugin("meshnft", Path::new(MESHNFT));
-        let mut addrs = Vec::new();
-        for ip in [
-            IpAddr::from(SRV4_A),
-            SRV4_B.into(),
-            SRV6_A.into(),
-            SRV6_B.into(),
-        ] {
-            for port in [80, 9100, 20001] {
-                addrs.push(sa(ip, port));
-            }
-        }
-        let server = Listener::start(node.netns.path(), "server", &addrs);
+        let server = node_listener(&node);
         let cg = PodCgroups::new(Layout::Cgroupfs, Qos::Burstable);
         let pod = Netns::new("mtpod");
-        let any4 = IpAddr::from([0, 0, 0, 0]);
-        let any6 = IpAddr::from([0u16; 8]);
-        let listeners = vec![
-            server,
-            Listener::start(pod.path(), "proxy-out", &[sa(any4, 4140), sa(any6, 4140)]),
-            Listener::start(pod.path(), "proxy-in", &[sa(any4, 4143), sa(any6, 4143)]),
-            Listener::start(
-                pod.path(),
-                "app",
-                &[
-                    sa(any4, 4191),
-                    sa(any6, 4191),
-                    sa(any4, 8080),
-                    sa(any6, 8080),
-                ],
-            ),
-        ];
+        let (proxy_out, proxy_in, app) = proxy_listeners(&pod);
+        let listeners = vec![server, proxy_out, proxy_in, app];
         let cl = conflist(&node, "ptp-meshnft.conflist", "1.0.0", |_| {});
         let args = if k8s { k8s_args(&cg, id) } else { vec![] };
         let result = node
