@@ -163,12 +163,7 @@ fn api_failures_fail_closed() {
         "{e}"
     );
     // Pod not found: 106.
-    let api = FakeApi::start(
-        &[],
-        &[apiserver::namespace("default", &[])],
-        None,
-        Mode::Serve,
-    );
+    let api = FakeApi::serving(&[]);
     let p = K8sPod::new("ghost", with_api(&api, &dir));
     let e = p.run("ADD").error(106);
     assert!(e["msg"].as_str().unwrap().contains("not found"), "{e}");
@@ -228,12 +223,7 @@ fn runtime_config_annotations() {
         &[PROXY_VERSION],
         &[("linkerd.io/control-plane-component", "destination")],
     );
-    let api = FakeApi::start(
-        &[dest],
-        &[apiserver::namespace("default", &[])],
-        None,
-        Mode::Serve,
-    );
+    let api = FakeApi::serving(&[dest]);
     let kc = api.kubeconfig(&dir);
     let r = K8sPod::new("rc3", |c| {
         c["kubernetes"] = json!({"kubeconfig": kc, "timeoutSeconds": 1});
@@ -265,12 +255,7 @@ fn classic_sidecar_timeline() {
         &[PROXY_VERSION],
         &[],
     );
-    let api = FakeApi::start(
-        &[spec],
-        &[apiserver::namespace("default", &[])],
-        None,
-        Mode::Serve,
-    );
+    let api = FakeApi::serving(&[spec]);
     let p = K8sPod::new("classic", with_api(&api, &dir));
     let out = p.run("ADD");
     assert_eq!(out.code, 0, "{out:?}");
@@ -319,12 +304,7 @@ fn native_sidecar_timeline() {
         &[PROXY_VERSION],
         &[],
     );
-    let api = FakeApi::start(
-        &[spec],
-        &[apiserver::namespace("default", &[])],
-        None,
-        Mode::Serve,
-    );
+    let api = FakeApi::serving(&[spec]);
     let p = K8sPod::new("native", with_api(&api, &dir));
     assert_eq!(p.run("ADD").code, 0);
     expect_reply(
@@ -362,12 +342,7 @@ fn pod_without_init_containers() {
         &[PROXY_VERSION],
         &[],
     );
-    let api = FakeApi::start(
-        &[spec],
-        &[apiserver::namespace("default", &[])],
-        None,
-        Mode::Serve,
-    );
+    let api = FakeApi::serving(&[spec]);
     let p = K8sPod::new("noinit", with_api(&api, &dir));
     assert_eq!(p.run("ADD").code, 0);
     expect_reply(p.probe("linkerd-proxy", PROXY_UID, 80), "server", Some("-"));
@@ -403,12 +378,7 @@ fn unmeshed_and_opted_out_pods_get_no_table() {
         &[PROXY_VERSION],
         &[],
     );
-    let api = FakeApi::start(
-        &[plain, optout, proxyinit],
-        &[apiserver::namespace("default", &[])],
-        None,
-        Mode::Serve,
-    );
+    let api = FakeApi::serving(&[plain, optout, proxyinit]);
     for name in ["plain", "optout", "proxyinit"] {
         let p = K8sPod::new(name, with_api(&api, &dir));
         let out = p.run("ADD");

@@ -175,6 +175,12 @@ impl FakeApi {
         }
     }
 
+    /// Serves `pods` in the namespace `default` (without annotations): the
+    /// common case of the tests.
+    pub fn serving(pods: &[Pod]) -> FakeApi {
+        FakeApi::start(pods, &[namespace("default", &[])], None, Mode::Serve)
+    }
+
     /// Where it listens.
     pub fn addr(&self) -> SocketAddr {
         self.addr
