@@ -92,43 +92,15 @@ fn nested(nesting: Nesting) {
     let cache = std::fs::read_to_string(f.node.dir().join("state/level-offset.json")).unwrap();
     assert!(cache.contains("\"offset\":0"), "{cache}");
     // The datapath agrees: init direct, proxy closes the phase, app redirected.
-    let (init, proxy, app) = (
-        f.cg.container("init"),
-        f.cg.container("proxy"),
-        f.cg.container("app"),
-    );
-    let p = f.pod.path();
-    expect_reply(
-        support::tcp_probe(
-            p,
-            Some(&init),
-            INIT_UID,
-            INIT_UID,
-            support::SRV4_A.into(),
-            80,
-        ),
-        "server",
-        Some("-"),
-    );
-    expect_reply(
-        support::tcp_probe(
-            p,
-            Some(&proxy),
-            PROXY_UID,
-            PROXY_UID,
-            support::SRV4_A.into(),
-            80,
-        ),
-        "server",
-        Some("-"),
-    );
+    expect_reply(f.probe("init", INIT_UID, 80), "server", Some("-"));
+    expect_reply(f.probe("proxy", PROXY_UID, 80), "server", Some("-"));
     let started = set_elements(&f.pod, "proxy_started");
     assert!(
         started.len() == 1 && elem_is(&started[0], f.cg.pod_dir()),
         "{started:?}"
     );
     expect_reply(
-        support::tcp_probe(p, Some(&app), APP_UID, APP_UID, support::SRV4_A.into(), 80),
+        f.probe("app", APP_UID, 80),
         "proxy-out",
         Some("198.19.0.1:80"),
     );

@@ -13,7 +13,6 @@ use common::*;
 use serde_json::{Value, json};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
-use support::SRV4_A;
 
 /// A pod wired by the real ptp chain, whose meshnft ADD is run directly
 /// (so the plugin reaches the stand-in API server on the host's loopback).
@@ -60,8 +59,7 @@ impl K8sPod {
     }
 
     fn probe(&self, container: &str, uid: u32, port: u16) -> Result<String, String> {
-        let cg = self.f.cg.container(container);
-        support::tcp_probe(self.f.pod.path(), Some(&cg), uid, uid, SRV4_A.into(), port)
+        self.f.probe(container, uid, port)
     }
 }
 

@@ -339,6 +339,13 @@ impl Fixture {
         )
     }
 
+    /// A TCP probe to 198.19.0.1:`port` (the node's server address) from
+    /// container `container` of the pod, as `uid` (and GID `uid`).
+    pub fn probe(&self, container: &str, uid: u32, port: u16) -> Result<String, String> {
+        let cg = self.cg.container(container);
+        support::tcp_probe(self.pod.path(), Some(&cg), uid, uid, SRV4_A.into(), port)
+    }
+
     /// Runs `cmd` through libcni for sandbox `id`, with or without K8S_* args.
     pub fn cni(&self, cmd: &str, id: &str, k8s: bool) -> Result<Value, String> {
         let args = if k8s { k8s_args(&self.cg, id) } else { vec![] };
