@@ -149,24 +149,14 @@ pub fn existing_phase(nft: &Nft, target: nft::Target) -> Result<Option<Phase>> {
         Err(e) if e.details.contains("No such file or directory") => return Ok(None),
         Err(e) => return Err(e),
     };
-    let doc: serde_json::Value = serde_json::from_str(&out).map_err(|e| {
-        Error::with_details(
-            Code::Internal,
-            "cannot parse `nft -j list table`",
-            e.to_string(),
-        )
-    })?;
-    let items = doc["nftables"].as_array().cloned().unwrap_or_default();
-    let started = items.iter().any(|i| {
-        i["set"]["name"] == "proxy_started"
-            && i["set"]["elem"].as_array().is_some_and(|a| !a.is_empty())
-    });
-    let gate = items.iter().any(|i| {
-        i["rule"]["chain"] == "output"
-            && i["rule"]["comment"]
-                .as_str()
-                .is_some_and(|c| c.starts_with("init phase: the proxy has not started"))
-    });
+    // The operator commands' reader of `nft -j` output; the text listing
+    // (levels, table comment) is not needed here.
+    let view = crate::readback::parse(&out, "")
+        .map_err(|e| Error::with_details(Code::Internal, "cannot parse `nft -j list table`", e))?;
+    let started = !view.elems("proxy_started").is_empty();
+    let gate = view
+        .rule("output", "init phase: the proxy has not started")
+        .is_some();
     Ok(Some(match (started, gate) {
         (true, _) => Phase::Closed,
         (false, true) => Phase::Open,
