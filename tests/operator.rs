@@ -260,6 +260,7 @@ fn explain_agrees_with_real_connections() {
         IpAddr::from(SRV4_B),
         IpAddr::from(SRV6_B),
     );
+    let mapped: IpAddr = "::ffff:198.19.1.1".parse().unwrap();
     let pin_rule = format!(
         "explicit per-container verdict (container cgroup level {})",
         p.cg.level(&app)
@@ -359,6 +360,8 @@ fn explain_agrees_with_real_connections() {
         ("skipped port", v4, 9100, APP_UID, &app, "server", "outbound port ignored"),
         ("skipped subnet", skip4, 80, APP_UID, &app, "server", "outbound IPv4 destination ignored"),
         ("skipped subnet, IPv6", skip6, 80, APP_UID, &app, "server", "outbound IPv6 destination ignored"),
+        // An IPv4-mapped IPv6 address leaves as IPv4, through the IPv4 skips.
+        ("skipped subnet, IPv4-mapped", mapped, 80, APP_UID, &app, "server", "outbound IPv4 destination ignored"),
     ]);
     assert!(d.iter().all(|d| d["init_phase"] == "closed"));
 
