@@ -484,7 +484,8 @@ fn token_rotation_rewrites_the_kubeconfig() {
     // Resync is an hour: only the ..data swap can trigger the rewrite.
     tree.rotate_token("token-two");
     assert!(wait_until(T, || has("token-two")), "{}", inst.log());
-    assert!(inst.log().contains("token or CA changed"));
+    // The kubeconfig is rewritten before the line that says so is logged.
+    assert!(inst.wait_log("token or CA changed"), "{}", inst.log());
     tree.rotate_token("token-three");
     assert!(wait_until(T, || has("token-three")), "{}", inst.log());
     assert_eq!(inst.term().code(), Some(0));
