@@ -7,7 +7,7 @@ use crate::config::DEFAULT_STATE_DIR;
 use crate::error::Result;
 use crate::netns::Netns;
 use crate::nft::{self, Nft};
-use crate::{ruleset, state};
+use crate::state;
 use serde_json::Value;
 use std::path::PathBuf;
 
@@ -90,7 +90,10 @@ pub fn cmd_del(env: &CniEnv, conf: &DelConf) -> Result<Output> {
         );
         return Ok(Output::Nothing);
     }
-    Nft::locate()?.apply(nft::target_of(&ns), &ruleset::render_delete())?;
-    tracing::info!(container_id, netns = ?netns_path, "removed table inet meshnft");
+    if Nft::open(&ns.file)?.delete_table(nft::TABLE_NAME)? {
+        tracing::info!(container_id, netns = ?netns_path, "removed table inet meshnft");
+    } else {
+        tracing::debug!(container_id, netns = ?netns_path, "no table inet meshnft to remove");
+    }
     Ok(Output::Nothing)
 }

@@ -11,7 +11,7 @@ use crate::config::NetConf;
 use crate::error::{Code, Error, Result};
 use crate::netns::Netns;
 use crate::nft::{self, Nft};
-use crate::{ruleset, state};
+use crate::state;
 use serde::Deserialize;
 use std::collections::BTreeSet;
 
@@ -59,7 +59,6 @@ pub fn cmd_gc(conf: &NetConf, stdin: &[u8]) -> Result<Output> {
     let (live, stale): (Vec<_>, Vec<_>) = state::list(&dir)
         .into_iter()
         .partition(|(_, r)| valid.contains(&(r.container_id.clone(), r.ifname.clone())));
-    let mut nft = None;
     let mut failures = Vec::new();
     for (path, rec) in stale {
         let who = format!("{}/{}", rec.container_id, rec.ifname);
@@ -71,11 +70,9 @@ pub fn cmd_gc(conf: &NetConf, stdin: &[u8]) -> Result<Output> {
                 {
                     tracing::info!(attachment = %who, "GC: table kept, a valid attachment shares its netns");
                 } else {
-                    let n = match &nft {
-                        Some(n) => n,
-                        None => nft.insert(Nft::locate()?),
-                    };
-                    if let Err(e) = n.apply(nft::target_of(&ns), &ruleset::render_delete()) {
+                    if let Err(e) =
+                        Nft::open(&ns.file).and_then(|mut n| n.delete_table(nft::TABLE_NAME))
+                    {
                         failures.push(format!("{who}: {e}"));
                         continue;
                     }

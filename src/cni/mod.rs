@@ -244,9 +244,7 @@ pub fn pod_cgroup(
     };
     let offset = match settings.init_phase.level_offset {
         Some(o) => o,
-        None => match crate::nft::Nft::locate()
-            .and_then(|nft| crate::levelprobe::offset(state_dir, &mount, root, &nft))
-        {
+        None => match crate::levelprobe::offset(state_dir, &mount, root) {
             Ok(o) => o,
             Err(e) => {
                 tracing::warn!(
