@@ -1,6 +1,6 @@
 //! `meshnft install` as the DaemonSet runs it: the built binary as a child
 //! process, pointed (`--host-root`) at a real temporary host tree
-//! (`opt/cni/bin`, `etc/cni/net.d`, `usr/sbin/nft`), a kubelet-like
+//! (`opt/cni/bin`, `etc/cni/net.d`), a kubelet-like
 //! projected service-account directory, real file events, real signals.
 //!
 //! Root only (the STATUS checks commit a table in a scratch netns; the
@@ -20,7 +20,7 @@ use support::wait_until;
 const MESHNFT: &str = env!("CARGO_BIN_EXE_meshnft");
 const T: Duration = Duration::from_secs(20);
 
-/// A fake host: `<dir>/host/{opt/cni/bin,etc/cni/net.d,usr/sbin/nft}` and a
+/// A fake host: `<dir>/host/{opt/cni/bin,etc/cni/net.d}` (no `nft`: meshnft needs none) and a
 /// service-account dir laid out as kubelet's projected volume
 /// (`token -> ..data/token`, `..data -> ..<timestamp>`). Removed on drop.
 struct Tree {
@@ -32,15 +32,9 @@ impl Tree {
     fn new() -> Tree {
         let dir = std::env::temp_dir().join(format!("meshnft-inst-{}", support::unique("")));
         let mut t = Tree { dir, generation: 0 };
-        for d in [
-            "host/opt/cni/bin",
-            "host/etc/cni/net.d",
-            "host/usr/sbin",
-            "sa",
-        ] {
+        for d in ["host/opt/cni/bin", "host/etc/cni/net.d", "sa"] {
             std::fs::create_dir_all(t.dir.join(d)).unwrap();
         }
-        std::os::unix::fs::symlink("/usr/sbin/nft", t.host().join("usr/sbin/nft")).unwrap();
         t.rotate_token("token-one");
         std::os::unix::fs::symlink("..data/token", t.sa().join("token")).unwrap();
         std::os::unix::fs::symlink("..data/ca.crt", t.sa().join("ca.crt")).unwrap();
@@ -653,20 +647,16 @@ fn refuses_when_the_node_cannot_run_meshnft() {
         return;
     }
     let tree = Tree::new();
-    std::fs::remove_file(tree.host().join("usr/sbin/nft")).unwrap();
     let conf = tree.write_conf("10-bridge.conf", &single_conf());
     let before = std::fs::read(&conf).unwrap();
+    // A node without cgroup v2 (the installer in a mount namespace without
+    // the cgroup2 mount).
     let mut c = install_cmd(&tree, &[]);
-    c.env("MESHNFT_NFT", "/nonexistent/nft");
+    support::without_cgroup2(&mut c);
     let mut inst = Installer::spawn(c);
     assert!(inst.wait_log("refusing to chain meshnft"), "{}", inst.log());
     let log = inst.log();
-    assert!(log.contains("nft on the host: not found"), "{log}");
-    assert!(log.contains("install the nftables package"), "{log}");
-    assert!(
-        log.contains("nft binary: nft not found at MESHNFT_NFT=/nonexistent/nft"),
-        "{log}"
-    );
+    assert!(log.contains("cgroup v2 mount: no cgroup2 mount"), "{log}");
     assert!(
         log.contains("the network configuration was left untouched"),
         "{log}"
@@ -685,7 +675,6 @@ fn refuses_when_the_node_cannot_run_meshnft() {
         br#"{"linkerd": {"proxy-uid": 0}}"#,
     )
     .unwrap();
-    std::os::unix::fs::symlink("/usr/sbin/nft", tree.host().join("usr/sbin/nft")).unwrap();
     let entry = tree.dir.join("entry.json");
     let mut inst = Installer::start(&tree, &["--entry-file", entry.to_str().unwrap()]);
     assert!(inst.wait_log("refusing to chain meshnft"), "{}", inst.log());

@@ -1139,7 +1139,7 @@ fn inspect_all_lists_every_pod_netns() {
     ]);
     let mut nft = Command::new("nsenter")
         .arg(format!("--net={proc_ns}"))
-        .args(["--", "nft", "-f", "-"])
+        .args(["--", &support::nft_bin(), "-f", "-"])
         .stdin(Stdio::piped())
         .spawn()
         .unwrap();

@@ -225,11 +225,7 @@ impl Installer {
         // its network: never write one that does not.
         discover::parse(discover::Kind::List, &conflist::render(&new_list))
             .map_err(|e| bad(format!("with the meshnft entry it would not load: {e}")))?;
-        let failures = checks::failures(
-            &l.host_root,
-            &entry,
-            new_list.get("cniVersion").and_then(Value::as_str),
-        );
+        let failures = checks::failures(&entry, new_list.get("cniVersion").and_then(Value::as_str));
         if !failures.is_empty() {
             return Err(InstallError::Checks {
                 primary: primary.path,

@@ -102,7 +102,16 @@ impl From<NftError> for Error {
             }
             _ => Code::NftTransaction,
         };
-        Error::new(code, e.to_string())
+        match e {
+            NftError::Refused {
+                what, reason, hint, ..
+            } => Error::with_details(
+                code,
+                format!("the kernel refused {what}"),
+                format!("{reason}{hint}"),
+            ),
+            e => Error::new(code, e.to_string()),
+        }
     }
 }
 
