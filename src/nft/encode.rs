@@ -42,7 +42,52 @@ pub struct Batch {
     pub msgs: Vec<Msg>,
 }
 
+/// A batch framed for one `sendmsg`.
+#[derive(Debug)]
+pub struct Framed {
+    /// `BATCH_BEGIN`, the messages (each with `NLM_F_ACK`), `BATCH_END`.
+    pub bytes: Vec<u8>,
+    /// Sequence number of `BATCH_BEGIN` (errors about the whole batch).
+    pub begin_seq: u32,
+    /// Sequence numbers of the messages, in order.
+    pub seqs: Vec<u32>,
+}
+
 impl Batch {
+    /// Frames the batch with sequence numbers from `first_seq` on:
+    /// `NFNL_MSG_BATCH_BEGIN` (`res_id` = `NFNL_SUBSYS_NFTABLES`), every
+    /// message with `NLM_F_ACK` so that each gets exactly one answer, then
+    /// `NFNL_MSG_BATCH_END`.
+    pub fn frame(&self, first_seq: u32) -> Framed {
+        use super::netlink::{
+            NFNL_MSG_BATCH_BEGIN, NFNL_MSG_BATCH_END, NFNL_SUBSYS_NFTABLES, NLM_F_ACK,
+            NLM_F_REQUEST,
+        };
+        let begin_seq = first_seq;
+        let mut bytes =
+            MsgBuilder::new(NFNL_MSG_BATCH_BEGIN, NLM_F_REQUEST, 0, NFNL_SUBSYS_NFTABLES)
+                .finish(begin_seq);
+        let mut seqs = Vec::with_capacity(self.msgs.len());
+        for (i, m) in self.msgs.iter().enumerate() {
+            let seq = begin_seq.wrapping_add(1 + i as u32);
+            seqs.push(seq);
+            let mut b = m.msg.clone().finish(seq);
+            let flags = u16::from_ne_bytes([b[6], b[7]]) | NLM_F_ACK;
+            b[6..8].copy_from_slice(&flags.to_ne_bytes());
+            bytes.extend_from_slice(&b);
+        }
+        let end_seq = begin_seq.wrapping_add(1 + self.msgs.len() as u32);
+        bytes.extend_from_slice(
+            &MsgBuilder::new(NFNL_MSG_BATCH_END, NLM_F_REQUEST, 0, NFNL_SUBSYS_NFTABLES)
+                .finish(end_seq),
+        );
+        Framed {
+            bytes,
+            begin_seq,
+            seqs,
+        }
+    }
+
     fn push(&mut self, msg: MsgBuilder, what: impl Into<String>) {
         self.msgs.push(Msg {
             msg,

@@ -30,9 +30,7 @@ pub mod text;
 
 use crate::error::{Code, Error};
 use encode::Batch;
-use netlink::{
-    MsgBuilder, NFNL_MSG_BATCH_BEGIN, NFNL_MSG_BATCH_END, NFNL_SUBSYS_NFTABLES, NLM_F_ACK,
-};
+use netlink::{MsgBuilder, NLM_F_ACK};
 use sock::{Conn, DumpError, SockError};
 use std::os::fd::AsFd;
 
@@ -176,34 +174,8 @@ impl Nft {
         if batch.msgs.is_empty() {
             return Ok(());
         }
-        let begin_seq = self.conn.next_seq();
-        // nfgenmsg.res_id of BATCH_BEGIN names the subsystem of the batch.
-        let mut buf = MsgBuilder::new(
-            NFNL_MSG_BATCH_BEGIN,
-            netlink::NLM_F_REQUEST,
-            0,
-            NFNL_SUBSYS_NFTABLES,
-        )
-        .finish(begin_seq);
-        let mut seqs = Vec::with_capacity(batch.msgs.len());
-        for m in &batch.msgs {
-            let seq = self.conn.next_seq();
-            seqs.push(seq);
-            let mut b = m.msg.clone().finish(seq);
-            let flags = u16::from_ne_bytes([b[6], b[7]]) | NLM_F_ACK;
-            b[6..8].copy_from_slice(&flags.to_ne_bytes());
-            buf.extend_from_slice(&b);
-        }
-        let end_seq = self.conn.next_seq();
-        buf.extend_from_slice(
-            &MsgBuilder::new(
-                NFNL_MSG_BATCH_END,
-                netlink::NLM_F_REQUEST,
-                0,
-                NFNL_SUBSYS_NFTABLES,
-            )
-            .finish(end_seq),
-        );
+        let framed = batch.frame(self.conn.take_seqs(batch.msgs.len() as u32 + 2));
+        let (buf, seqs, begin_seq) = (framed.bytes, framed.seqs, framed.begin_seq);
         self.conn.send(&buf)?;
         let acks = self.conn.read_acks(&seqs, begin_seq)?;
         // The first refused message (by order in the batch).

@@ -193,6 +193,13 @@ impl Conn {
         self.seq
     }
 
+    /// Reserves `n` consecutive sequence numbers; returns the first.
+    pub fn take_seqs(&mut self, n: u32) -> u32 {
+        let first = self.seq.wrapping_add(1).max(1);
+        self.seq = first.wrapping_add(n);
+        first
+    }
+
     /// Sends `buf` (one or more messages) in one `sendmsg`.
     pub fn send(&self, buf: &[u8]) -> Result<(), SockError> {
         let n = self.sock.send(buf, 0).map_err(SockError::Send)?;
