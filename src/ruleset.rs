@@ -312,8 +312,6 @@ pub fn build(s: &Settings, levels: Option<Levels>, comment: &str) -> Table {
         a.extend(b);
         a
     };
-    // The init phase needs `socket cgroupv2` (Linux >= 5.13): without it,
-    // no rule mentions a cgroup (DESIGN.md 4.7).
     let phase = levels.filter(|_| s.init_phase.enabled);
     if let Some(l) = phase {
         r(
@@ -364,7 +362,7 @@ pub fn build(s: &Settings, levels: Option<Levels>, comment: &str) -> Table {
         vec![in_set(Key::Ip6Daddr, "skip_outbound_nets6"), Counter, ret()],
         "outbound IPv6 destination ignored",
     );
-    if let Some(l) = phase {
+    if let Some(l) = levels {
         r(
             "output",
             vec![Stmt::Vmap {
@@ -376,6 +374,8 @@ pub fn build(s: &Settings, levels: Option<Levels>, comment: &str) -> Table {
                 l.container
             ),
         );
+    }
+    if let Some(l) = phase {
         r(
             "output",
             vec![
