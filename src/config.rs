@@ -132,8 +132,11 @@ pub struct InitPhaseConf {
     pub cgroup_root: Option<PathBuf>,
 }
 
-/// Linkerd's `kubernetes` block.
+/// Linkerd's `kubernetes` block. Unknown keys are refused, as in the
+/// `linkerd` and `initPhase` blocks: a misspelt `kubeconfig` would silently
+/// turn off every API lookup (annotations, opt-outs, proxy UID).
 #[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct KubernetesConf {
     /// Path of the kubeconfig the plugin uses to read pods.
     #[serde(default)]
@@ -261,6 +264,7 @@ pub fn decode(bytes: &[u8]) -> Result<NetConf> {
             "network configuration must be one JSON object",
         ));
     }
+    check_blocks(bytes)?;
     let mut de = serde_json::Deserializer::from_slice(bytes);
     let conf: NetConf = serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
@@ -297,6 +301,27 @@ pub fn decode(bytes: &[u8]) -> Result<NetConf> {
         )
     })?;
     Ok(conf)
+}
+
+/// The blocks meshnft reads as objects: serde's derived structs also take a
+/// JSON array (fields by position), so `"kubernetes": ["/path"]` or
+/// `"linkerd": []` would pass silently. Refuse anything but an object
+/// (`kubernetes` may also be `null`, meaning unset). Bytes that are not
+/// JSON are left to the decoder's own error.
+fn check_blocks(bytes: &[u8]) -> Result<()> {
+    let Ok(Value::Object(top)) = serde_json::from_slice::<Value>(bytes) else {
+        return Ok(());
+    };
+    for key in ["linkerd", "initPhase", "kubernetes"] {
+        match top.get(key) {
+            None | Some(Value::Object(_)) => {}
+            Some(Value::Null) if key == "kubernetes" => {}
+            Some(other) => {
+                return Err(Error::config(key, &tok(other), "expected an object"));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A JSON value as a token in an error message: strings without quotes.
@@ -578,7 +603,12 @@ impl NetConf {
     /// after checking that `stateDir` and `log_file` are absolute paths
     /// (a plugin's working directory is unspecified).
     pub fn settings(&self) -> Result<Settings> {
-        for (field, p) in [("stateDir", &self.state_dir), ("log_file", &self.log_file)] {
+        let kubeconfig = self.kubernetes.as_ref().and_then(|k| k.kubeconfig.clone());
+        for (field, p) in [
+            ("stateDir", &self.state_dir),
+            ("log_file", &self.log_file),
+            ("kubernetes.kubeconfig", &kubeconfig),
+        ] {
             if let Some(p) = p.as_ref().filter(|p| !p.is_absolute()) {
                 return Err(Error::config(
                     field,
