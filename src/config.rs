@@ -156,9 +156,8 @@ impl KubernetesConf {
     /// The API client settings, when a kubeconfig is configured.
     /// Errors: code 7 for an out-of-range timeout or attempt count.
     pub fn api(&self) -> Result<Option<crate::k8s::api::ApiConfig>> {
-        let Some(kubeconfig) = self.kubeconfig.clone() else {
-            return Ok(None);
-        };
+        // Validated whether or not a kubeconfig is set: a bad value is
+        // refused where it is written, not once a kubeconfig is added.
         let timeout = match self.timeout_seconds {
             None => crate::k8s::api::DEFAULT_TIMEOUT,
             Some(t) if t > 0.0 && t <= 60.0 => std::time::Duration::from_secs_f64(t),
@@ -180,6 +179,9 @@ impl KubernetesConf {
                     "must be 1-10",
                 ));
             }
+        };
+        let Some(kubeconfig) = self.kubeconfig.clone() else {
+            return Ok(None);
         };
         Ok(Some(crate::k8s::api::ApiConfig {
             kubeconfig,
@@ -616,6 +618,9 @@ impl NetConf {
                     "must be an absolute path",
                 ));
             }
+        }
+        if let Some(k) = &self.kubernetes {
+            k.api()?;
         }
         if let Some(t) = &self.linkerd.iptables_mode {
             tracing::debug!(iptables_mode = %t, "linkerd.iptables-mode is ignored: meshnft writes nftables directly");

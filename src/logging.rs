@@ -47,6 +47,12 @@ pub fn open_log(p: &Path) -> Result<std::fs::File, crate::safefs::FileError> {
         }
         _ => {}
     }
+    // A kernel interface is refused before it is opened for writing (the
+    // open alone may have effects, or fail with a misleading error).
+    let probe = if p.exists() { Some(p) } else { p.parent() };
+    if let Some(fs) = probe.and_then(crate::safefs::pseudo_fs_at) {
+        return Err(FileError::PseudoFs(fs));
+    }
     let f = OpenOptions::new()
         .create(true)
         .append(true)

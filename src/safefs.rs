@@ -78,6 +78,15 @@ pub fn pseudo_fs(f: &impl AsFd) -> Option<&'static str> {
         .map(|(_, n)| *n)
 }
 
+/// Like [`pseudo_fs`], for a path (`statfs(2)`: nothing is opened).
+pub fn pseudo_fs_at(p: &Path) -> Option<&'static str> {
+    let t: FsType = nix::sys::statfs::statfs(p).ok()?.filesystem_type();
+    PSEUDO_FS
+        .iter()
+        .find(|(m, _)| t.0 as i64 == *m)
+        .map(|(_, n)| *n)
+}
+
 /// What kind of file this is, for messages.
 fn kind(md: &std::fs::Metadata) -> &'static str {
     use std::os::unix::fs::FileTypeExt;

@@ -116,6 +116,9 @@ fn open_dir(dir: &Path, create: bool) -> io::Result<Option<OwnedFd>> {
         Err(Errno::ENOTDIR) => return Err(unsafe_dir(dir, "not a directory".into())),
         Err(e) => return Err(nix_io(e)),
     };
+    if let Some(fs) = safefs::pseudo_fs(&fd) {
+        return Err(unsafe_dir(dir, format!("on {fs}, a kernel interface")));
+    }
     let st = fstat(&fd).map_err(nix_io)?;
     let me = nix::unistd::geteuid().as_raw();
     if st.st_uid != me {

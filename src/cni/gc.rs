@@ -41,6 +41,19 @@ pub fn cmd_gc(conf: &NetConf, stdin: &[u8]) -> Result<Output> {
             ),
         ));
     }
+    // Each attachment must be an object: serde's derived struct would also
+    // take `["id", "eth0"]` by position.
+    let raw: serde_json::Value = serde_json::from_slice(stdin).unwrap_or_default();
+    if let Some(list) = raw
+        .get("cni.dev/valid-attachments")
+        .and_then(serde_json::Value::as_array)
+        && list.iter().any(|a| !a.is_object())
+    {
+        return Err(Error::new(
+            Code::Decode,
+            "cni.dev/valid-attachments: expected [{\"containerID\", \"ifname\"}]: an entry is not an object",
+        ));
+    }
     let input: GcInput = serde_json::from_slice(stdin).map_err(|e| {
         Error::with_details(
             Code::Decode,
