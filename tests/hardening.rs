@@ -225,7 +225,7 @@ fn state_writes_never_follow_links_or_trust_foreign_dirs() {
         .env("CNI_CONTAINERID", "c1")
         .env("CNI_NETNS", p.ns.path())
         .env("CNI_IFNAME", "eth0")
-        .args(["--pid", "--fork", MESHNFT]);
+        .args(["--pid", "--fork", "--kill-child", MESHNFT]);
     let add = run_within(c, conf.to_string().as_bytes(), LIMIT);
     expect_ok(&add, "ADD as PID 1");
     assert_eq!(
@@ -502,19 +502,6 @@ fn log_file_is_never_a_link_or_a_kernel_file() {
     );
 }
 
-/// An nft stand-in that fails every transaction (DEL runs only one: the
-/// removal).
-fn failing_nft(dir: &Path) -> PathBuf {
-    let p = dir.join("nft-failing-delete");
-    std::fs::write(
-        &p,
-        "#!/bin/sh\necho 'Error: injected failure' >&2\nexit 1\n",
-    )
-    .unwrap();
-    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
-    p
-}
-
 /// 8. A DEL whose table removal fails keeps the attachment's record, so a
 ///    retried DEL or a later GC still finds (and removes) the table.
 #[test]
@@ -525,12 +512,19 @@ fn failed_del_keeps_the_record_for_gc() {
     let p = Pod::new("i8");
     let conf = p.conf();
     expect_ok(&p.run("ADD", "c1", "", &conf), "ADD");
-    let nft = failing_nft(&p.files());
-    let mut env = cni_env("c1", p.ns.path(), "");
-    env.push(("MESHNFT_NFT", nft.to_str().unwrap()));
-    let del = invoke_within("DEL", &env, conf.to_string().as_bytes(), LIMIT);
-    expect_error(&del, Some(100), "", "DEL with a failing removal");
-    assert!(has_table(&p.ns), "the stand-in should have kept the table");
+    // A real failure of the removal: the plugin without CAP_NET_ADMIN (the
+    // kernel refuses the delete; everything else DEL does still works).
+    let mut c = Command::new("setpriv");
+    c.env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .env("CNI_COMMAND", "DEL")
+        .env("CNI_CONTAINERID", "c1")
+        .env("CNI_NETNS", p.ns.path())
+        .env("CNI_IFNAME", "eth0")
+        .args(["--bounding-set", "-net_admin", "--", MESHNFT]);
+    let del = run_within(c, conf.to_string().as_bytes(), LIMIT);
+    expect_error(&del, None, "", "DEL without CAP_NET_ADMIN");
+    assert!(has_table(&p.ns), "the kernel should have kept the table");
     assert!(
         p.state().join("c1/eth0.json").is_file(),
         "the record went although the table stayed"
