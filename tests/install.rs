@@ -987,7 +987,7 @@ fn fifo_service_account_files_never_block_sigterm() {
             c.env(k, v);
         }
     }
-    let mut inst = Installer::spawn(c);
+    let inst = Installer::spawn(c);
     assert!(
         wait_until(T, || std::fs::symlink_metadata(tree.kubeconfig())
             .is_ok_and(|m| m.is_file())),
