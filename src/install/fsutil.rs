@@ -204,8 +204,18 @@ pub fn require_dir(dir: &Path) -> Result<(), InstallError> {
 }
 
 /// Creates the directory `dir` (mode 0755) if it does not exist; its
-/// parent must exist. Errors: [`InstallError::Io`] (`mkdir`).
+/// parent must exist. Errors: [`InstallError::Io`] (`mkdir`), also when
+/// `dir` is a symbolic link.
 pub fn ensure_subdir(dir: &Path) -> Result<(), InstallError> {
+    // The installer's own directory: a link (to wherever) is never written
+    // through (the kubeconfig holds a token).
+    if fs::symlink_metadata(dir).is_ok_and(|m| m.file_type().is_symlink()) {
+        return Err(InstallError::io(
+            Op::Mkdir,
+            dir,
+            std::io::Error::other("is a symbolic link: refusing to write through it"),
+        ));
+    }
     match fs::create_dir(dir) {
         Ok(()) => {
             sync_dir(dir);
@@ -295,6 +305,20 @@ mod tests {
         let e = write_atomic(&p, b"x", 0o644).unwrap_err().to_string();
         assert!(e.contains("nope"), "{e}");
         assert!(e.contains("does not exist"), "{e}");
+    }
+
+    #[test]
+    fn ensure_subdir_refuses_a_link_and_temp_names_are_exclusive() {
+        let td = TestDir::new("sub");
+        let d = td.0.clone();
+        fs::create_dir(d.join("elsewhere")).unwrap();
+        std::os::unix::fs::symlink(d.join("elsewhere"), d.join("meshnft.d")).unwrap();
+        let e = ensure_subdir(&d.join("meshnft.d")).unwrap_err().to_string();
+        assert!(e.contains("symbolic link"), "{e}");
+        ensure_subdir(&d.join("real")).unwrap();
+        ensure_subdir(&d.join("real")).unwrap();
+        let p = d.join("real/kubeconfig");
+        assert_ne!(tmp_path(&p), tmp_path(&p));
     }
 
     #[test]
