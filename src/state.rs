@@ -230,11 +230,26 @@ fn container_dir(dir: &Path, container_id: &str) -> io::Result<OwnedFd> {
 
 /// Makes sure ADD can record attachment `container_id` before it writes
 /// anything else: the state directory is safe (created if missing) and
-/// `<dir>/<id>` is a real directory.
+/// `<dir>/<id>`, if it exists, is a real directory.
 ///
 /// Errors: code 7 naming `stateDir` and what is wrong.
 pub fn prepare(dir: &Path, container_id: &str) -> crate::error::Result<()> {
-    container_dir(dir, container_id).map(|_| ()).map_err(|e| {
+    // Nothing is created for the attachment yet (a failed ADD leaves no
+    // trace); an existing `<dir>/<id>` must be a real directory.
+    let check = || -> io::Result<()> {
+        let Some(root) = open_dir(dir, true)? else {
+            return Err(io::Error::from(io::ErrorKind::NotFound));
+        };
+        match open_sub(&root, container_id) {
+            Ok(_) | Err(Errno::ENOENT) => Ok(()),
+            Err(Errno::ELOOP | Errno::ENOTDIR) => Err(unsafe_dir(
+                dir,
+                format!("{container_id} is not a directory (a symbolic link?)"),
+            )),
+            Err(e) => Err(nix_io(e)),
+        }
+    };
+    check().map_err(|e| {
         Error::new(
             Code::InvalidConfig,
             format!(
