@@ -94,8 +94,9 @@ fn unsafe_dir(dir: &Path, why: String) -> io::Error {
 }
 
 /// Opens the state directory (creating it, mode 0700, when `create`) and
-/// checks it is safe: a directory owned by this process's effective user
-/// and writable by neither group nor others. `Ok(None)`: it does not exist.
+/// checks it is safe: a directory owned by this process's effective user,
+/// not writable by others, nor by a group other than root's (or ours).
+/// `Ok(None)`: it does not exist.
 fn open_dir(dir: &Path, create: bool) -> io::Result<Option<OwnedFd>> {
     if create {
         use std::os::unix::fs::DirBuilderExt;
@@ -127,7 +128,10 @@ fn open_dir(dir: &Path, create: bool) -> io::Result<Option<OwnedFd>> {
             format!("owned by uid {}, not by meshnft's uid {me}", st.st_uid),
         ));
     }
-    if st.st_mode & 0o022 != 0 {
+    // Group write is accepted for root's group only (a umask of 002 makes
+    // such directories; root's group is as trusted as root here).
+    let group_ok = st.st_gid == 0 || st.st_gid == nix::unistd::getegid().as_raw();
+    if st.st_mode & 0o002 != 0 || (st.st_mode & 0o020 != 0 && !group_ok) {
         return Err(unsafe_dir(
             dir,
             format!(

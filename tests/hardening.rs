@@ -268,13 +268,14 @@ fn state_writes_never_follow_links_or_trust_foreign_dirs() {
     );
 
     // (c) a state dir owned by another user, or writable by others
-    for (tag, uid, mode, words) in [
-        ("foreign", 65534, 0o700, "owned by uid 65534"),
-        ("open", 0, 0o777, "writable by group or others"),
+    for (tag, uid, gid, mode, words) in [
+        ("foreign", 65534, 65534, 0o700, "owned by uid 65534"),
+        ("open", 0, 0, 0o777, "writable by group or others"),
+        ("group", 0, 65534, 0o770, "writable by group or others"),
     ] {
         let d = p.files().join(tag);
         std::fs::create_dir(&d).unwrap();
-        std::os::unix::fs::chown(&d, Some(uid), Some(uid)).unwrap();
+        std::os::unix::fs::chown(&d, Some(uid), Some(gid)).unwrap();
         std::fs::set_permissions(&d, std::fs::Permissions::from_mode(mode)).unwrap();
         let mut c = conf.clone();
         c["stateDir"] = json!(d);
