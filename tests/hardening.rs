@@ -218,14 +218,11 @@ fn state_writes_never_follow_links_or_trust_foreign_dirs() {
     std::fs::create_dir_all(p.state().join("c1")).unwrap();
     std::fs::set_permissions(p.state(), std::fs::Permissions::from_mode(0o700)).unwrap();
     symlink(&victim, &p.state().join("c1/.eth0.tmp.1"));
-    let mut c = Command::new("unshare");
-    c.env_clear()
-        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
-        .env("CNI_COMMAND", "ADD")
-        .env("CNI_CONTAINERID", "c1")
-        .env("CNI_NETNS", p.ns.path())
-        .env("CNI_IFNAME", "eth0")
-        .args(["--pid", "--fork", "--kill-child", MESHNFT]);
+    let c = plugin_cmd(
+        &["unshare", "--pid", "--fork", "--kill-child"],
+        "ADD",
+        &cni_env("c1", p.ns.path(), ""),
+    );
     let add = run_within(c, conf.to_string().as_bytes(), LIMIT);
     expect_ok(&add, "ADD as PID 1");
     assert_eq!(
@@ -515,14 +512,11 @@ fn failed_del_keeps_the_record_for_gc() {
     expect_ok(&p.run("ADD", "c1", "", &conf), "ADD");
     // A real failure of the removal: the plugin without CAP_NET_ADMIN (the
     // kernel refuses the delete; everything else DEL does still works).
-    let mut c = Command::new("setpriv");
-    c.env_clear()
-        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
-        .env("CNI_COMMAND", "DEL")
-        .env("CNI_CONTAINERID", "c1")
-        .env("CNI_NETNS", p.ns.path())
-        .env("CNI_IFNAME", "eth0")
-        .args(["--bounding-set", "-net_admin", "--", MESHNFT]);
+    let c = plugin_cmd(
+        &["setpriv", "--bounding-set", "-net_admin", "--"],
+        "DEL",
+        &cni_env("c1", p.ns.path(), ""),
+    );
     let del = run_within(c, conf.to_string().as_bytes(), LIMIT);
     expect_error(&del, None, "", "DEL without CAP_NET_ADMIN");
     assert!(has_table(&p.ns), "the kernel should have kept the table");
@@ -1305,13 +1299,8 @@ fn bad_input_corpus() {
                     stdin = Value::Object(o).to_string().into_bytes();
                 }
             }
-            let mut cmd = Command::new(MESHNFT);
-            cmd.env_clear()
-                .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
-                .env("CNI_COMMAND", verb)
-                .env("CNI_CONTAINERID", "corpus")
-                .env("CNI_NETNS", pod.ns.path())
-                .env("CNI_IFNAME", "eth0");
+            let mut cmd = plugin_cmd(&[], verb, &cni_env("corpus", pod.ns.path(), ""));
+            cmd.env_remove("CNI_ARGS");
             for (k, v) in &case.env {
                 match v {
                     Some(v) => cmd.env(k, v),

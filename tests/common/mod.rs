@@ -51,19 +51,34 @@ pub fn invoke(command: &str, env: &[(&str, &str)], stdin: &Value) -> Invocation 
     invoke_raw(command, env, stdin.to_string().as_bytes())
 }
 
-/// Like [`invoke`] with raw stdin bytes.
-pub fn invoke_raw(command: &str, env: &[(&str, &str)], stdin: &[u8]) -> Invocation {
-    let mut cmd = Command::new(MESHNFT);
+/// The plugin as a runtime starts it for `command`: a clean environment
+/// with `CNI_*` from `env`; `wrapper` (e.g. `["setpriv", ...]`) runs it
+/// when not empty. Pipes are set up by the caller.
+pub fn plugin_cmd(wrapper: &[&str], command: &str, env: &[(&str, &str)]) -> Command {
+    let mut cmd = match wrapper.split_first() {
+        Some((prog, args)) => {
+            let mut c = Command::new(prog);
+            c.args(args).arg(MESHNFT);
+            c
+        }
+        None => Command::new(MESHNFT),
+    };
     cmd.env_clear()
         .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
         .env("CNI_COMMAND", command)
-        .env("CNI_PATH", "/usr/lib/cni")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+        .env("CNI_PATH", "/usr/lib/cni");
     for (k, v) in env {
         cmd.env(k, v);
     }
+    cmd
+}
+
+/// Like [`invoke`] with raw stdin bytes.
+pub fn invoke_raw(command: &str, env: &[(&str, &str)], stdin: &[u8]) -> Invocation {
+    let mut cmd = plugin_cmd(&[], command, env);
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     let mut child = cmd.spawn().expect("spawn meshnft");
     child
         .stdin
@@ -92,18 +107,7 @@ pub fn invoke_within(
     stdin: &[u8],
     limit: std::time::Duration,
 ) -> Invocation {
-    let mut cmd = Command::new(MESHNFT);
-    cmd.env_clear()
-        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
-        .env("CNI_COMMAND", command)
-        .env("CNI_PATH", "/usr/lib/cni")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    run_within(cmd, stdin, limit)
+    run_within(plugin_cmd(&[], command, env), stdin, limit)
 }
 
 /// Runs `cmd` (stdin, stdout and stderr are set up here) with the watchdog
