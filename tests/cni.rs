@@ -165,8 +165,13 @@ fn protocol_errors_have_spec_codes() {
         ("CNI_IFNAME", "eth0"),
     ];
     let started = std::time::Instant::now();
-    invoke("ADD", &fifo_env, &c2).error(102);
+    // The FIFO as log_file is refused too (7), before anything else;
+    // DEL, lenient, only skips the file.
+    let e = invoke("ADD", &fifo_env, &c2).error(7);
+    assert!(e["msg"].as_str().unwrap().contains("log_file"), "{e}");
     invoke("DEL", &fifo_env, &c2).quiet_ok();
+    c2.as_object_mut().unwrap().remove("log_file");
+    invoke("ADD", &fifo_env, &c2).error(102);
     assert!(started.elapsed() < std::time::Duration::from_secs(5));
     std::fs::remove_file(&fifo).unwrap();
     // CNI_ARGS that is not UTF-8: 4 naming it, not a silent "no K8S_POD_UID".

@@ -15,9 +15,10 @@ use crate::{ruleset, state};
 /// written before validation ends, and the transaction is atomic, so a
 /// failed ADD leaves no table (and a failed re-ADD leaves the old one).
 ///
-/// Errors: 4 (env), 7 (config, missing prevResult), 102 (netns), 103 (host
-/// netns), 100 (the kernel refused the table), 101 (no nf_tables), 11
-/// (the kernel did not answer in time).
+/// Errors: 4 (env), 7 (config, missing prevResult, unsafe `stateDir`), 102
+/// (netns), 103 (host netns), 100 (the kernel refused the table), 101 (no
+/// nf_tables), 11 (the kernel or the Kubernetes API did not answer in
+/// time), 106 (the pod cannot be read from the Kubernetes API).
 pub fn cmd_add(env: &CniEnv, conf: &NetConf) -> Result<Output> {
     let container_id = env.container_id()?;
     let ifname = env.ifname()?;
@@ -33,6 +34,8 @@ pub fn cmd_add(env: &CniEnv, conf: &NetConf) -> Result<Output> {
     let result = version::convert_result(prev, &conf.cni_version)?;
 
     let ns = pod_netns(netns_path)?;
+    // Records decide what DEL and GC remove: only a safe state directory.
+    state::prepare(&conf.state_dir(), container_id)?;
 
     // Pod awareness: is the pod meshed, and what do its annotations say?
     let mut settings = settings;
