@@ -354,3 +354,4 @@ impl Fixture {
     }
 }
 pub mod apiserver;
+pub mod liveapi;
