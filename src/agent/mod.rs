@@ -59,6 +59,8 @@ pub enum RepairMode {
 /// Options of the node agent (part of `meshnft install`); each also reads
 /// an environment variable.
 #[derive(Debug, Clone, clap::Args)]
+#[group(id = "agent")]
+#[command(next_help_heading = "Node agent")]
 pub struct Args {
     /// This node's name (the DaemonSet passes `spec.nodeName`); turns on
     /// the watch of the node's meshed pods and their repair.
