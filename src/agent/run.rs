@@ -591,14 +591,17 @@ impl Worker {
             }
             Err(e) => return Err(e),
         };
-        let what = match &report.gap {
+        let (what, details) = match &report.gap {
             Gap::None => {
                 tracing::debug!("agent: pod {label}: table inet meshnft is right");
                 self.verified.insert(uid);
                 return Ok(());
             }
-            Gap::Missing => "table inet meshnft was missing".to_string(),
-            Gap::Wrong(d) => format!("table inet meshnft differed ({})", d.join("; ")),
+            Gap::Missing => ("table inet meshnft was missing", String::new()),
+            Gap::Wrong(d) => (
+                "table inet meshnft differed",
+                format!("; differences: {}", d.join("; ")),
+            ),
         };
         m.without_table
             .get_or_create(&[("state", report.gap.label())])
@@ -608,7 +611,7 @@ impl Worker {
                 let written = report.written.map(|w| w.to_string()).unwrap_or_default();
                 let why = close.map(|c| format!(" ({c})")).unwrap_or_default();
                 let note = format!(
-                    "{what} in the pod's network namespace (process {}); rewritten {written}{why}",
+                    "{what} in the pod's network namespace (process {}); rewritten {written}{why}{details}",
                     report.pid
                 );
                 m.repairs.get_or_create(&[("result", "repaired")]).inc();
