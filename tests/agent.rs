@@ -102,7 +102,13 @@ impl Agent {
             .arg(tree.dir.join("host"))
             .arg("--entry-file")
             .arg(tree.dir.join("entry.json"))
-            .args(["--no-kubeconfig", "--retry-seconds", "0.3", "--resync-seconds", "3600"])
+            .args([
+                "--no-kubeconfig",
+                "--retry-seconds",
+                "0.3",
+                "--resync-seconds",
+                "3600",
+            ])
             .args(["--node-name", NODE, "--agent-resync-seconds", "2"])
             .arg("--agent-kubeconfig")
             .arg(api.kubeconfig(&tree.dir))
@@ -226,7 +232,9 @@ impl TestPod {
     }
 
     fn table(&self) -> Option<String> {
-        let out = self.netns.exec(&["nft", "-a", "list", "table", "inet", "meshnft"]);
+        let out = self
+            .netns
+            .exec(&["nft", "-a", "list", "table", "inet", "meshnft"]);
         out.status
             .success()
             .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
@@ -283,7 +291,10 @@ fn running_meshed(name: &str) -> Pod {
         &[],
         &["app", PROXY],
         vec![],
-        vec![cs("app", state(true, None), None), cs(PROXY, state(true, None), None)],
+        vec![
+            cs("app", state(true, None), None),
+            cs(PROXY, state(true, None), None),
+        ],
     )
 }
 
@@ -323,7 +334,13 @@ fn repairs_pods_that_came_up_without_their_table() {
         return;
     };
     tree.write_primary();
-    api.put_node(NODE, &[("meshnft.io/not-ready", "NoSchedule"), ("other", "NoExecute")]);
+    api.put_node(
+        NODE,
+        &[
+            ("meshnft.io/not-ready", "NoSchedule"),
+            ("other", "NoExecute"),
+        ],
+    );
     let (plain, meshed) = nets(&node);
     // Came up before install, proxy running: repaired with the phase closed.
     let running = TestPod::new(&node, "web-running", &plain);
@@ -343,7 +360,13 @@ fn repairs_pods_that_came_up_without_their_table() {
     // Not meshed (no proxy container): ignored.
     let plain_pod = TestPod::new(&node, "plain", &plain);
     api.put_pod(
-        &api_pod("plain", &[], &["app"], vec![], vec![cs("app", state(true, None), None)]),
+        &api_pod(
+            "plain",
+            &[],
+            &["app"],
+            vec![],
+            vec![cs("app", state(true, None), None)],
+        ),
         plain_pod.cg.pod_uid(),
     );
     // Created with meshnft installed: its table is right and stays untouched.
@@ -359,7 +382,11 @@ fn repairs_pods_that_came_up_without_their_table() {
         agent.log()
     );
     // Closed: the app's outbound TCP lands on the proxy.
-    expect_reply(running.probe("app", APP_UID), "proxy-out", Some("198.19.0.1:80"));
+    expect_reply(
+        running.probe("app", APP_UID),
+        "proxy-out",
+        Some("198.19.0.1:80"),
+    );
     let started = set_elements(&running.netns, "proxy_started");
     assert!(
         started.iter().any(|e| elem_is(e, running.cg.pod_dir())),
@@ -373,21 +400,38 @@ fn repairs_pods_that_came_up_without_their_table() {
     // Two more full passes: nothing else is written.
     let passes = agent.metric("meshnft_last_resync_timestamp_seconds");
     assert!(passes > 0.0);
-    assert!(wait_until(T, || agent.metric(
-        "meshnft_last_resync_timestamp_seconds"
-    ) >= passes + 3.0));
-    assert_eq!(ok.table().as_deref(), Some(ok_before.as_str()), "a right table was rewritten");
+    assert!(wait_until(T, || agent
+        .metric("meshnft_last_resync_timestamp_seconds")
+        >= passes + 3.0));
+    assert_eq!(
+        ok.table().as_deref(),
+        Some(ok_before.as_str()),
+        "a right table was rewritten"
+    );
     assert!(plain_pod.table().is_none());
-    assert_eq!(agent.metric(r#"meshnft_repairs_total{result="repaired"}"#), 2.0);
-    assert_eq!(agent.metric(r#"meshnft_pods_without_table_total{state="missing"}"#), 2.0);
-    assert_eq!(agent.metric(r#"meshnft_pods_without_table_total{state="wrong"}"#), 0.0);
+    assert_eq!(
+        agent.metric(r#"meshnft_repairs_total{result="repaired"}"#),
+        2.0
+    );
+    assert_eq!(
+        agent.metric(r#"meshnft_pods_without_table_total{state="missing"}"#),
+        2.0
+    );
+    assert_eq!(
+        agent.metric(r#"meshnft_pods_without_table_total{state="wrong"}"#),
+        0.0
+    );
     assert_eq!(agent.metric("meshnft_meshed_pods"), 3.0);
     assert!(agent.metric("meshnft_pods_checked_total") >= 6.0);
     assert_eq!(agent.metric("meshnft_chained"), 1.0);
     assert_eq!(agent.metric("meshnft_ready"), 1.0);
     assert_eq!(agent.ready(), Some(200));
     // Ready: the taint is gone, the other one stays.
-    assert!(wait_until(T, || api.taints(NODE) == ["other"]), "{:?}", api.taints(NODE));
+    assert!(
+        wait_until(T, || api.taints(NODE) == ["other"]),
+        "{:?}",
+        api.taints(NODE)
+    );
     assert_eq!(agent.metric("meshnft_node_taint_removals_total"), 1.0);
     assert_eq!(
         events_for(&api, "MeshnftRepaired"),
@@ -415,9 +459,16 @@ fn readiness_follows_chaining_and_a_tampered_table_is_repaired() {
     assert_eq!(agent.metric("meshnft_chained"), 0.0);
     assert_eq!(agent.metric("meshnft_ready"), 0.0);
     tree.write_primary();
-    assert!(wait_until(T, || agent.ready() == Some(200)), "{}", agent.log());
+    assert!(
+        wait_until(T, || agent.ready() == Some(200)),
+        "{}",
+        agent.log()
+    );
     assert_eq!(agent.metric("meshnft_chained"), 1.0);
-    assert_eq!(agent.metric(r#"meshnft_repairs_total{result="repaired"}"#), 0.0);
+    assert_eq!(
+        agent.metric(r#"meshnft_repairs_total{result="repaired"}"#),
+        0.0
+    );
 
     // Someone slips a bypass in front of the redirect.
     pod.netns
@@ -425,13 +476,22 @@ fn readiness_follows_chaining_and_a_tampered_table_is_repaired() {
         .unwrap();
     expect_reply(pod.probe("app", APP_UID), "server", None);
     assert!(
-        wait_until(T, || agent.metric(r#"meshnft_repairs_total{result="repaired"}"#) == 1.0),
+        wait_until(T, || agent
+            .metric(r#"meshnft_repairs_total{result="repaired"}"#)
+            == 1.0),
         "{}",
         agent.log()
     );
-    expect_reply(pod.probe("app", APP_UID), "proxy-out", Some("198.19.0.1:80"));
+    expect_reply(
+        pod.probe("app", APP_UID),
+        "proxy-out",
+        Some("198.19.0.1:80"),
+    );
     assert!(!pod.table().unwrap().contains("tcp accept"));
-    assert_eq!(agent.metric(r#"meshnft_pods_without_table_total{state="wrong"}"#), 1.0);
+    assert_eq!(
+        agent.metric(r#"meshnft_pods_without_table_total{state="wrong"}"#),
+        1.0
+    );
     let ev = api.events();
     let note = ev
         .iter()
@@ -439,7 +499,10 @@ fn readiness_follows_chaining_and_a_tampered_table_is_repaired() {
         .and_then(|e| e["note"].as_str())
         .unwrap_or_default()
         .to_string();
-    assert!(note.contains("differed") && note.contains("closed"), "{note}");
+    assert!(
+        note.contains("differed") && note.contains("closed"),
+        "{note}"
+    );
 }
 
 #[test]
@@ -465,7 +528,12 @@ fn delete_mode_deletes_validator_failures_and_off_mode_does_nothing() {
     api.put_pod(&validator_pod("failed-1", 1), "uid-failed-1");
     // Unmeshed pod with a "validator" that exited 95: ignored.
     let mut unmeshed = validator_pod("unmeshed-95", 95);
-    unmeshed.spec.as_mut().unwrap().containers.retain(|c| c.name == "app");
+    unmeshed
+        .spec
+        .as_mut()
+        .unwrap()
+        .containers
+        .retain(|c| c.name == "app");
     api.put_pod(&unmeshed, "uid-unmeshed-95");
     // Meshed, right table: stays.
     let ok = TestPod::new(&node, "web-ok", &meshed);
@@ -476,13 +544,19 @@ fn delete_mode_deletes_validator_failures_and_off_mode_does_nothing() {
 
     // Mode off: found, counted, nothing done.
     let off = Agent::start(&tree, &api, &["--repair-mode", "off"]);
-    assert!(wait_until(T, || off.metric(
-        r#"meshnft_pods_without_table_total{state="missing"}"#
-    ) == 1.0));
-    assert!(wait_until(T, || off.metric("meshnft_last_resync_timestamp_seconds") > 0.0));
+    assert!(wait_until(T, || off
+        .metric(r#"meshnft_pods_without_table_total{state="missing"}"#)
+        == 1.0));
+    assert!(wait_until(T, || off
+        .metric("meshnft_last_resync_timestamp_seconds")
+        > 0.0));
     std::thread::sleep(Duration::from_secs(3));
     assert!(bare.table().is_none());
-    assert!(api.deletes().is_empty() && api.events().is_empty(), "{:?}", api.events());
+    assert!(
+        api.deletes().is_empty() && api.events().is_empty(),
+        "{:?}",
+        api.events()
+    );
     assert!(api.patches().iter().all(|(o, _)| !o.starts_with("pods/")));
     drop(off);
 
@@ -498,7 +572,10 @@ fn delete_mode_deletes_validator_failures_and_off_mode_does_nothing() {
         events_for(&api, "MeshnftNotConfigured"),
         ["failed-95", "web-bare"]
     );
-    assert_eq!(del.metric(r#"meshnft_pod_deletions_total{result="deleted"}"#), 2.0);
+    assert_eq!(
+        del.metric(r#"meshnft_pod_deletions_total{result="deleted"}"#),
+        2.0
+    );
     assert!(bare.table().is_none(), "delete mode wrote a table");
     // The delete asked for grace period 0.
     assert!(
@@ -526,7 +603,9 @@ fn label_mode_labels_and_the_api_server_may_go_away() {
     api.set_down(true);
     let second = TestPod::new(&node, "web-second", &plain);
     api.put_pod(&running_meshed("web-second"), second.cg.pod_uid());
-    assert!(wait_until(T, || agent.metric(r#"meshnft_errors_total{stage="api"}"#) >= 1.0));
+    assert!(wait_until(T, || agent
+        .metric(r#"meshnft_errors_total{stage="api"}"#)
+        >= 1.0));
     std::thread::sleep(Duration::from_secs(2));
     assert!(second.table().is_none());
     assert!(agent.alive());
@@ -545,12 +624,17 @@ fn label_mode_labels_and_the_api_server_may_go_away() {
     api.put_pod(&running_meshed("web-third"), third.cg.pod_uid());
     let labeller = Agent::start(&tree, &api, &["--repair-mode", "label"]);
     assert!(
-        wait_until(T, || api.pod_labels("default", "web-third")["meshnft.io/uninitialized"]
-            == "true"),
+        wait_until(
+            T,
+            || api.pod_labels("default", "web-third")["meshnft.io/uninitialized"] == "true"
+        ),
         "{}",
         labeller.log()
     );
     assert!(third.table().is_none());
-    assert_eq!(labeller.metric(r#"meshnft_pod_labels_total{result="labelled"}"#), 1.0);
+    assert_eq!(
+        labeller.metric(r#"meshnft_pod_labels_total{result="labelled"}"#),
+        1.0
+    );
     assert!(events_for(&api, "MeshnftNotConfigured").contains(&"web-third".to_string()));
 }

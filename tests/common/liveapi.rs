@@ -52,7 +52,11 @@ fn status(code: u16, reason: &str, message: &str) -> String {
 fn query(q: &str, key: &str) -> Option<String> {
     q.split('&').find_map(|kv| {
         let (k, v) = kv.split_once('=')?;
-        (k == key).then(|| v.replace("%3D", "=").replace("%3d", "=").replace("%2F", "/"))
+        (k == key).then(|| {
+            v.replace("%3D", "=")
+                .replace("%3d", "=")
+                .replace("%2F", "/")
+        })
     })
 }
 
@@ -177,7 +181,9 @@ impl Inner {
             ("GET", ["api", "v1", "pods"]) => {
                 let node = query(q, "fieldSelector")
                     .and_then(|f| f.strip_prefix("spec.nodeName=").map(String::from));
-                if query(q, "watch").as_deref() == Some("true") || query(q, "watch").as_deref() == Some("1") {
+                if query(q, "watch").as_deref() == Some("true")
+                    || query(q, "watch").as_deref() == Some("1")
+                {
                     let from = query(q, "resourceVersion")
                         .and_then(|v| v.parse().ok())
                         .unwrap_or(0);
@@ -250,7 +256,11 @@ impl Inner {
                 drop(st);
                 self.answer(&mut s, 200, node.to_string())
             }
-            _ => self.answer(&mut s, 404, status(404, "NotFound", &format!("{path} not found"))),
+            _ => self.answer(
+                &mut s,
+                404,
+                status(404, "NotFound", &format!("{path} not found")),
+            ),
         }
     }
 }
@@ -299,11 +309,18 @@ impl LiveApi {
             v["metadata"]["uid"] = json!(uid);
         }
         let key = (
-            v["metadata"]["namespace"].as_str().unwrap_or("").to_string(),
+            v["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or("")
+                .to_string(),
             v["metadata"]["name"].as_str().unwrap_or("").to_string(),
         );
         let mut st = self.inner.state.lock().unwrap();
-        let kind = if st.pods.contains_key(&key) { "MODIFIED" } else { "ADDED" };
+        let kind = if st.pods.contains_key(&key) {
+            "MODIFIED"
+        } else {
+            "ADDED"
+        };
         Inner::bump(&mut st, kind, &mut v);
         st.pods.insert(key, v);
     }
