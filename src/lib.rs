@@ -20,6 +20,7 @@
 //! - [`install`]: `meshnft install`, the DaemonSet's installer;
 //! - [`cli`], [`logging`].
 
+pub mod agent;
 pub mod cgroup;
 pub mod cgroupid;
 pub mod cli;

@@ -509,6 +509,7 @@ pub fn run(args: Args) -> i32 {
             .unwrap_or_else(|| "(none)".into())
     );
     let mut reporter = Reporter { last: None };
+    let mut agent = crate::agent::start(&args);
     let signal = 'run: loop {
         let mut all_watched = true;
         if let Some(w) = watches.as_mut() {
@@ -521,6 +522,7 @@ pub fn run(args: Args) -> i32 {
         }
         let r = inst.reconcile();
         reporter.report(&l.net_dir, &r);
+        agent.set_chained(matches!(r, Ok(Outcome::Chained { .. })));
         let wait = if r.is_err() || !all_watched || watches.is_none() {
             l.retry
         } else {
@@ -551,6 +553,7 @@ pub fn run(args: Args) -> i32 {
         }
     };
     tracing::info!("received {signal}");
+    agent.stop();
     drop(watches);
     if args.keep_on_exit {
         tracing::info!("--keep-on-exit: leaving the entry, the kubeconfig and the binary in place");

@@ -488,33 +488,7 @@ async fn read_pod_async(cfg: &ApiConfig, namespace: &str, name: &str) -> Result<
     let ns_path = format!("/api/v1/namespaces/{namespace}");
     let ns: Namespace = with_retry(cfg, &ns_what, &server, || get(&client, &ns_path)).await?;
 
-    let spec = pod.spec.unwrap_or_default();
-    let containers = spec
-        .containers
-        .iter()
-        .map(|c| Container {
-            name: c.name.clone(),
-            restart_policy: c.restart_policy.clone(),
-        })
-        .collect();
-    let init_containers = spec
-        .init_containers
-        .unwrap_or_default()
-        .iter()
-        .map(|c| Container {
-            name: c.name.clone(),
-            restart_policy: c.restart_policy.clone(),
-        })
-        .collect();
-    let mut info = PodInfo {
-        source: PodSource::Api,
-        annotations: pod.metadata.annotations.unwrap_or_default(),
-        namespace_annotations: ns.metadata.annotations.unwrap_or_default(),
-        labels: pod.metadata.labels.unwrap_or_default(),
-        containers,
-        init_containers,
-        api_server_ports: None,
-    };
+    let mut info = pod_info(&pod, ns.metadata.annotations.unwrap_or_default());
     if info.is_control_plane() {
         let svc_path = "/api/v1/namespaces/default/services/kubernetes";
         match with_retry(cfg, "service default/kubernetes", &server, || {
@@ -522,10 +496,7 @@ async fn read_pod_async(cfg: &ApiConfig, namespace: &str, name: &str) -> Result<
         })
         .await
         {
-            Ok(svc) => {
-                let ports = service_ports(&svc);
-                info.api_server_ports = Some(ports).filter(|p| !p.is_empty());
-            }
+            Ok(svc) => info.api_server_ports = service_ports(&svc),
             Err(e) => tracing::warn!(
                 "control-plane pod: {e}; skipping Linkerd's fallback ports 443, 6443"
             ),
@@ -534,23 +505,45 @@ async fn read_pod_async(cfg: &ApiConfig, namespace: &str, name: &str) -> Result<
     Ok(info)
 }
 
-/// The `kubernetes` service's ports and numeric target ports, 1-65535
-/// (port 0 and out-of-range values are dropped: port 0 is refused
-/// everywhere else too).
-fn service_ports(svc: &Service) -> Vec<u16> {
+/// What meshnft needs of a pod object read from the API: annotations,
+/// labels and container names (with `restartPolicy`), plus the annotations
+/// of its namespace. `api_server_ports` is left unread (`None`).
+pub fn pod_info(
+    pod: &Pod,
+    namespace_annotations: std::collections::BTreeMap<String, String>,
+) -> PodInfo {
+    let container = |c: &k8s_openapi::api::core::v1::Container| Container {
+        name: c.name.clone(),
+        restart_policy: c.restart_policy.clone(),
+    };
+    let spec = pod.spec.as_ref();
+    PodInfo {
+        source: PodSource::Api,
+        annotations: pod.metadata.annotations.clone().unwrap_or_default(),
+        namespace_annotations,
+        labels: pod.metadata.labels.clone().unwrap_or_default(),
+        containers: spec
+            .map(|s| s.containers.iter().map(container).collect())
+            .unwrap_or_default(),
+        init_containers: spec
+            .and_then(|s| s.init_containers.as_ref())
+            .map(|v| v.iter().map(container).collect())
+            .unwrap_or_default(),
+        api_server_ports: None,
+    }
+}
+
+/// The ports of the `kubernetes` service (each `port` and numeric
+/// `targetPort`, 1-65535: port 0 is refused everywhere else too), `None`
+/// when it lists none.
+pub fn service_ports(svc: &Service) -> Option<Vec<u16>> {
     let mut ports = Vec::new();
-    for p in svc
-        .spec
-        .as_ref()
-        .and_then(|s| s.ports.as_ref())
-        .into_iter()
-        .flatten()
-    {
+    for p in svc.spec.iter().flat_map(|s| s.ports.iter().flatten()) {
         ports.extend(u16::try_from(p.port).ok());
         if let Some(IntOrString::Int(t)) = p.target_port {
             ports.extend(u16::try_from(t).ok());
         }
     }
     ports.retain(|&p| p != 0);
-    ports
+    Some(ports).filter(|p| !p.is_empty())
 }

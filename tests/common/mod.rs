@@ -483,3 +483,4 @@ impl Fixture {
     }
 }
 pub mod apiserver;
+pub mod liveapi;
