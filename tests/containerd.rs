@@ -65,7 +65,8 @@ fn conflist(node: &support::Node, pods: &KubePods, init_phase: bool) -> Value {
     assert_eq!(e["type"], "meshnft");
     e["stateDir"] = json!(node.dir().join("state"));
     e["log_file"] = json!(node.dir().join("meshnft.log"));
-    e["capabilities"] = json!({"io.kubernetes.cri.pod-annotations": true});
+    // cgroupPath: containerd 2.x also offers the pod's cgroup parent (recorded, unused).
+    e["capabilities"] = json!({"io.kubernetes.cri.pod-annotations": true, "cgroupPath": true});
     e["initPhase"]["enabled"] = json!(init_phase);
     e["initPhase"]["cgroupRoot"] = json!(pods.root_rel());
     e["initPhase"]["redirectDestinations"] = json!(["198.19.0.1:20001"]);
@@ -351,10 +352,21 @@ fn classic_sidecar_pod_through_containerd() {
         "{}",
         adds[0].stdin
     );
+    assert_eq!(
+        adds[0].stdin["runtimeConfig"]["cgroupPath"], cg.parent.as_str(),
+        "containerd 2.x passes the pod's cgroup parent to an entry declaring cgroupPath: {}",
+        adds[0].stdin
+    );
+    // StopPodSandbox: DEL with the netns and the cached prevResult; RemovePodSandbox: DEL
+    // again with an empty CNI_NETNS and no prevResult (as containerd 1.6 did).
     let dels: Vec<_> = calls.iter().filter(|c| c.command == "DEL").collect();
     assert!(
-        !dels.is_empty() && !dels[0].netns.is_empty(),
-        "the first DEL should name the netns: {summary:?}"
+        dels.len() == 2
+            && !dels[0].netns.is_empty()
+            && dels[0].stdin.get("prevResult").is_some()
+            && dels[1].netns.is_empty()
+            && dels[1].stdin.get("prevResult").is_none(),
+        "{summary:?}"
     );
     assert!(
         calls
