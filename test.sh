@@ -26,6 +26,11 @@ shellcheck "${scripts[@]}"
 ruby -c vagrant/Vagrantfile >/dev/null
 python3 -c "import ast, sys; ast.parse(open(sys.argv[1]).read())" vagrant/standin/standin.py
 
+echo "==> containerd for tests/containerd.rs and the demo (scripts/containerd.sh; cached after the first build)"
+ctr_start=$SECONDS
+scripts/containerd.sh >/dev/null
+echo "containerd ready in $((SECONDS - ctr_start)) s"
+
 echo "==> cargo fmt --check"
 cargo fmt --all -- --check
 echo "==> cargo clippy --all-targets -- -D warnings"

@@ -12,9 +12,9 @@
 //! Root only; skipped with a message otherwise (`MESHNFT_REQUIRE_ROOT=1` makes that a
 //! failure, as in CI).
 
-mod support;
 #[path = "containerd/mod.rs"]
 mod cri_node;
+mod support;
 
 use cri_node::{CriNode, KubePods, Network, Pod, PodCg, Qos, WebServer, http_get};
 use serde_json::{Value, json};
@@ -34,7 +34,15 @@ const PROXY_UID: i64 = 2102;
 const APP_UID: i64 = 1001;
 /// The handler whose conflist has `initPhase.enabled: false`.
 const INIT_OFF: &str = "initoff";
-const FETCH: &[&str] = &["timeout", "5", "wget", "-q", "-O", "-", "http://198.19.0.1/"];
+const FETCH: &[&str] = &[
+    "timeout",
+    "5",
+    "wget",
+    "-q",
+    "-O",
+    "-",
+    "http://198.19.0.1/",
+];
 const PROXY: &[&str] = &[
     "/bin/standin",
     "proxy",
@@ -106,7 +114,13 @@ impl Fixture {
     /// meshnft's own view of the pod: `meshnft inspect --container-id <sandbox> --json`.
     fn inspect(&self, pod: &Pod) -> Result<Value, String> {
         let out = Command::new(MESHNFT)
-            .args(["inspect", "--json", "--container-id", &pod.id, "--state-dir"])
+            .args([
+                "inspect",
+                "--json",
+                "--container-id",
+                &pod.id,
+                "--state-dir",
+            ])
             .arg(self.cri.node.dir().join("state"))
             .output()
             .expect("run meshnft inspect");
@@ -129,7 +143,9 @@ impl Fixture {
 
     /// Starts the proxy stand-in and waits for its first outbound request's answer.
     fn proxy(&self, pod: &Pod) -> String {
-        let id = self.cri.start_container(pod, "linkerd-proxy", PROXY_UID, PROXY);
+        let id = self
+            .cri
+            .start_container(pod, "linkerd-proxy", PROXY_UID, PROXY);
         assert!(
             self.cri.wait_log(pod, "linkerd-proxy", "dialled", WAIT),
             "{}: the proxy did not dial out: {:?}\n{}",
@@ -154,7 +170,11 @@ impl Fixture {
     /// mount of it is left, no shim runs.
     fn teardown(&self, pod: &Pod, cg: &PodCg, netns: &Path) {
         self.cri.remove_pod(pod);
-        assert!(!netns.exists(), "{}: netns {netns:?} still there", self.name);
+        assert!(
+            !netns.exists(),
+            "{}: netns {netns:?} still there",
+            self.name
+        );
         let (sandboxes, containers) = self.cri.listed();
         assert!(
             !sandboxes.contains(&pod.id) && !containers.iter().any(|(_, s)| *s == pod.id),
@@ -165,7 +185,9 @@ impl Fixture {
             .map(|rd| rd.flatten().map(|e| e.path()).collect())
             .unwrap_or_default();
         assert!(
-            !records.iter().any(|r| r.to_string_lossy().contains(&pod.id)),
+            !records
+                .iter()
+                .any(|r| r.to_string_lossy().contains(&pod.id)),
             "{}: meshnft records left: {records:?}",
             self.name
         );
@@ -266,7 +288,9 @@ fn classic_sidecar_pod_through_containerd() {
     f.proxy(&pod);
     let dialled = f.cri.logs(&pod, "linkerd-proxy");
     assert!(
-        dialled.iter().any(|l| l.contains("status=\"HTTP/1.0 200 OK\"")),
+        dialled
+            .iter()
+            .any(|l| l.contains("status=\"HTTP/1.0 200 OK\"")),
         "{dialled:?}"
     );
     assert_eq!(f.seen_from(&ip), 2);
@@ -315,8 +339,11 @@ fn classic_sidecar_pod_through_containerd() {
         v["counters"]
             .as_array()
             .and_then(|a| {
-                a.iter()
-                    .find(|c| c["comment"].as_str().is_some_and(|s| s.starts_with(comment)))
+                a.iter().find(|c| {
+                    c["comment"]
+                        .as_str()
+                        .is_some_and(|s| s.starts_with(comment))
+                })
             })
             .and_then(|c| c["packets"].as_u64())
             .unwrap_or(0)
@@ -347,13 +374,13 @@ fn classic_sidecar_pod_through_containerd() {
         "{summary:?}"
     );
     assert_eq!(
-        adds[0].stdin["runtimeConfig"]["io.kubernetes.cri.pod-annotations"][MESHED.0],
-        MESHED.1,
+        adds[0].stdin["runtimeConfig"]["io.kubernetes.cri.pod-annotations"][MESHED.0], MESHED.1,
         "{}",
         adds[0].stdin
     );
     assert_eq!(
-        adds[0].stdin["runtimeConfig"]["cgroupPath"], cg.parent.as_str(),
+        adds[0].stdin["runtimeConfig"]["cgroupPath"],
+        cg.parent.as_str(),
         "containerd 2.x passes the pod's cgroup parent to an entry declaring cgroupPath: {}",
         adds[0].stdin
     );
@@ -388,7 +415,10 @@ fn seed_bug_with_init_phase_off() {
     let v = f.inspect(&pod).expect("inspect");
     assert_eq!(state(&v), "off", "{v:#}");
     let (code, out) = f.init_container(&pod, "fetch", INIT_UID, FETCH);
-    assert_ne!(code, 0, "the fetch should fail without the init phase: {out}");
+    assert_ne!(
+        code, 0,
+        "the fetch should fail without the init phase: {out}"
+    );
     assert!(out.contains("Connection refused"), "{out}");
     assert_eq!(f.seen_from(&ip), 0);
     f.teardown(&pod, &cg, &netns);

@@ -356,19 +356,18 @@ impl CriNode {
             panic!("containerd did not start:\n{}", n.log());
         }
         let path = sock.clone();
-        let ch = n
-            .rt
-            .block_on(
-                Endpoint::from_static("http://[::]:0").connect_with_connector(
-                    tower::service_fn(move |_: Uri| {
+        let ch =
+            n.rt.block_on(
+                Endpoint::from_static("http://[::]:0").connect_with_connector(tower::service_fn(
+                    move |_: Uri| {
                         let p = path.clone();
                         async move {
                             Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
                                 tokio::net::UnixStream::connect(p).await?,
                             ))
                         }
-                    }),
-                ),
+                    },
+                )),
             )
             .unwrap_or_else(|e| panic!("connect {}: {e}", sock.display()));
         n.client = Mutex::new(Some(RuntimeServiceClient::new(ch)));
@@ -419,7 +418,12 @@ impl CriNode {
     where
         F: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
-        let Some(c) = self.client.lock().unwrap_or_else(|e| e.into_inner()).clone() else {
+        let Some(c) = self
+            .client
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+        else {
             return Err(tonic::Status::unavailable("not connected"));
         };
         match self
@@ -480,7 +484,10 @@ impl CriNode {
         let mut labels = HashMap::new();
         labels.insert("app".to_owned(), name.to_owned());
         labels.insert("io.kubernetes.pod.name".to_owned(), name.to_owned());
-        labels.insert("io.kubernetes.pod.namespace".to_owned(), "default".to_owned());
+        labels.insert(
+            "io.kubernetes.pod.namespace".to_owned(),
+            "default".to_owned(),
+        );
         labels.insert("io.kubernetes.pod.uid".to_owned(), cg.uid.clone());
         let mut ann: HashMap<String, String> = annotations
             .iter()
@@ -488,7 +495,10 @@ impl CriNode {
             .collect();
         // kubelet always adds these.
         ann.insert("kubernetes.io/config.source".into(), "api".into());
-        ann.insert("kubernetes.io/config.seen".into(), "2026-12-01T00:00:00Z".into());
+        ann.insert(
+            "kubernetes.io/config.seen".into(),
+            "2026-12-01T00:00:00Z".into(),
+        );
         let config = cri::PodSandboxConfig {
             metadata: Some(cri::PodSandboxMetadata {
                 name: name.to_owned(),
@@ -972,8 +982,8 @@ impl Drop for WebServer {
 /// One HTTP/1.0 GET from inside `netns` to `addr`: Ok(the whole response) or Err(why).
 pub fn http_get(netns: &Path, addr: SocketAddr) -> Result<String, String> {
     support::in_netns(netns, || {
-        let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(3))
-            .map_err(|e| e.to_string())?;
+        let mut s =
+            TcpStream::connect_timeout(&addr, Duration::from_secs(3)).map_err(|e| e.to_string())?;
         let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
         s.write_all(format!("GET / HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
             .map_err(|e| e.to_string())?;
