@@ -352,6 +352,14 @@ fn classic_sidecar_pod_through_containerd() {
 
     f.teardown(&pod, &cg, &netns);
 
+    // kubelet polls CRI Status; with a 1.0.0 conflist the network is ready and no STATUS
+    // verb is sent.
+    let st = f.cri.status();
+    assert!(
+        st.iter().any(|(t, ok, _, _)| t == "NetworkReady" && *ok),
+        "{st:?}"
+    );
+
     // What containerd 2.x called, for the record (the README's CNI protocol notes).
     let calls = f.cri.calls();
     let summary: Vec<String> = calls
