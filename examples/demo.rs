@@ -32,7 +32,7 @@ mod support;
 #[path = "../tests/containerd/mod.rs"]
 mod cri_node;
 
-use cri_node::{CriNode, KubePods, Network, Pod, PodCg, Qos, WebServer};
+use cri_node::{CriNode, KubePods, Network, Pod, PodCg, Qos, Runtime, WebServer};
 use serde_json::{Value, json};
 use std::cell::{Cell, RefCell};
 use std::fmt::Display;
@@ -234,7 +234,7 @@ impl World {
     fn new(o: &Out, meshnft: &Path) -> World {
         let pods = KubePods::new();
         o.track_path(&support::cgroup2_mount().join(pods.root_rel()));
-        let cri = CriNode::start_with(meshnft, false, |node| {
+        let cri = CriNode::start_with(Runtime::Containerd2, meshnft, false, |node| {
             vec![
                 Network {
                     handler: String::new(),

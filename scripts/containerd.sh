@@ -6,6 +6,9 @@
 #       containerd 2.x from its Go module (pinned below), built with the
 #       installed Go through the Go module proxy (modules land in Go's module
 #       cache); runc comes from Debian (scripts/deps.sh).
+#   <cache>/containerd-debian/bin/{containerd,containerd-shim-runc-v2,ctr}
+#       Debian's containerd package (1.6 on Debian 12), binaries only: the
+#       second runtime of tests/containerd.rs.
 #   <cache>/images-<hash>.tar
 #       an OCI image archive with two images, built here from local files
 #       (no registry is reachable): meshnft.test/busybox:1 (Debian's
@@ -50,6 +53,26 @@ if ((${#missing[@]})); then
     -ldflags "-s -w -X $MODULE/version.Version=$CONTAINERD_VERSION" "${pkgs[@]}"
   for b in "${missing[@]}"; do mv -f "$tmp/$b" "$bin/$b"; done
   rm -rf "$tmp"
+  trap - EXIT
+fi
+
+# ---- Debian's containerd 1.6, the second runtime of the matrix ------------------
+# Its package's binaries only, extracted (installing the package would also set up
+# a service); runc is shared.
+debian=$cache/containerd-debian
+if [[ ! -x $debian/bin/containerd || ! -x $debian/bin/containerd-shim-runc-v2 || ! -x $debian/bin/ctr ]]; then
+  log "fetching Debian's containerd package (binaries only) ..."
+  work=$(mktemp -d "$cache/debian.XXXXXX")
+  trap 'rm -rf "$work"' EXIT
+  chmod 755 "$work"
+  if ! (cd "$work" && apt-get download -qq containerd 2>/dev/null); then
+    apt-get update -qq
+    (cd "$work" && apt-get download -qq containerd 2>/dev/null)
+  fi
+  dpkg-deb -x "$work"/containerd_*.deb "$work/x"
+  mkdir -p "$debian/bin"
+  for b in containerd containerd-shim-runc-v2 ctr; do mv -f "$work/x/usr/bin/$b" "$debian/bin/$b"; done
+  rm -rf "$work"
   trap - EXIT
 fi
 
@@ -106,5 +129,5 @@ EOF
 fi
 find "$cache" -maxdepth 1 -name 'images-*.tar' ! -name "images-$key.tar" -delete
 ln -sfn "$images" "$dir/images.tar"
-log "ready in $(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }') s: $("$bin/containerd" --version | cut -d' ' -f3), runc $(runc --version 2>/dev/null | sed -n 's/^runc version //p')"
+log "ready in $(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }') s: $("$bin/containerd" --version | cut -d' ' -f3) and $("$debian/bin/containerd" --version | cut -d' ' -f3), runc $(runc --version 2>/dev/null | sed -n 's/^runc version //p')"
 echo "$dir"

@@ -16,7 +16,7 @@
 mod cri_node;
 mod support;
 
-use cri_node::{CriNode, KubePods, Network, Pod, PodCg, Qos, WebServer, http_get};
+use cri_node::{CriNode, KubePods, Network, Pod, PodCg, Qos, Runtime, WebServer, http_get};
 use serde_json::{Value, json};
 use std::net::{IpAddr, SocketAddr};
 use std::os::unix::fs::MetadataExt;
@@ -85,11 +85,11 @@ impl Fixture {
     /// containerd with two runtime handlers: `runc` (init phase on) and `initoff`. With
     /// `record`, the plugin in the node's bin dir is a wrapper that saves each call's
     /// `CNI_*` variables and stdin under `<node>/calls/` before running meshnft.
-    fn new(name: &'static str, record: bool) -> Fixture {
+    fn new(name: &'static str, rt: Runtime, record: bool) -> Fixture {
         let t0 = Instant::now();
         let pods = KubePods::new();
         // The node dir exists only once the node does: conflists are written by a closure.
-        let cri = CriNode::start_with(MESHNFT.as_ref(), record, |node| {
+        let cri = CriNode::start_with(rt, MESHNFT.as_ref(), record, |node| {
             vec![
                 Network {
                     handler: String::new(),
@@ -252,14 +252,10 @@ fn cg_paths(v: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
-#[test]
-fn classic_sidecar_pod_through_containerd() {
-    if !support::root_or_skip("classic_sidecar_pod_through_containerd") {
-        return;
-    }
-    let f = Fixture::new("classic sidecar", true);
-    let (rt, rv, api) = f.cri.version();
-    eprintln!("CRI runtime: {rt} {rv} (API {api})");
+fn classic(rt: Runtime) {
+    let f = Fixture::new("classic sidecar", rt, true);
+    let (rname, rv, api) = f.cri.version();
+    eprintln!("CRI runtime: {rname} {rv} (API {api})");
     let cg = f.pods.pod(Qos::Burstable);
     let pod = f.cri.run_pod("web", &cg, &[MESHED], "");
     let (ip, netns) = f.cri.pod_net(&pod);
@@ -386,12 +382,21 @@ fn classic_sidecar_pod_through_containerd() {
         "{}",
         adds[0].stdin
     );
-    assert_eq!(
-        adds[0].stdin["runtimeConfig"]["cgroupPath"],
-        cg.parent.as_str(),
-        "containerd 2.x passes the pod's cgroup parent to an entry declaring cgroupPath: {}",
-        adds[0].stdin
-    );
+    let cgroup_path = &adds[0].stdin["runtimeConfig"]["cgroupPath"];
+    eprintln!("runtimeConfig.cgroupPath: {cgroup_path}");
+    if rt == Runtime::Containerd2 {
+        assert_eq!(
+            cgroup_path,
+            cg.parent.as_str(),
+            "containerd 2.x passes the pod's cgroup parent to an entry declaring cgroupPath: {}",
+            adds[0].stdin
+        );
+    } else {
+        assert!(
+            cgroup_path.is_null(),
+            "containerd 1.6 had no cgroupPath: {cgroup_path}"
+        );
+    }
     // StopPodSandbox: DEL with the netns and the cached prevResult; RemovePodSandbox: DEL
     // again with an empty CNI_NETNS and no prevResult (as containerd 1.6 did).
     let dels: Vec<_> = calls.iter().filter(|c| c.command == "DEL").collect();
@@ -411,12 +416,8 @@ fn classic_sidecar_pod_through_containerd() {
     );
 }
 
-#[test]
-fn seed_bug_with_init_phase_off() {
-    if !support::root_or_skip("seed_bug_with_init_phase_off") {
-        return;
-    }
-    let f = Fixture::new("init phase off", false);
+fn seed_off(rt: Runtime) {
+    let f = Fixture::new("init phase off", rt, false);
     let cg = f.pods.pod(Qos::BestEffort);
     let pod = f.cri.run_pod("web-off", &cg, &[MESHED], INIT_OFF);
     let (ip, netns) = f.cri.pod_net(&pod);
@@ -432,12 +433,8 @@ fn seed_bug_with_init_phase_off() {
     f.teardown(&pod, &cg, &netns);
 }
 
-#[test]
-fn native_sidecar_redirects_later_init_containers() {
-    if !support::root_or_skip("native_sidecar_redirects_later_init_containers") {
-        return;
-    }
-    let f = Fixture::new("native sidecar", false);
+fn native_sidecar(rt: Runtime) {
+    let f = Fixture::new("native sidecar", rt, false);
     let cg = f.pods.pod(Qos::Burstable);
     let pod = f.cri.run_pod("native", &cg, &[MESHED], "");
     let (ip, netns) = f.cri.pod_net(&pod);
@@ -457,12 +454,8 @@ fn native_sidecar_redirects_later_init_containers() {
     f.teardown(&pod, &cg, &netns);
 }
 
-#[test]
-fn guaranteed_pod() {
-    if !support::root_or_skip("guaranteed_pod") {
-        return;
-    }
-    let f = Fixture::new("guaranteed", false);
+fn guaranteed(rt: Runtime) {
+    let f = Fixture::new("guaranteed", rt, false);
     let cg = f.pods.pod(Qos::Guaranteed);
     assert!(!cg.parent.contains("burstable") && !cg.parent.contains("besteffort"));
     let pod = f.cri.run_pod("g", &cg, &[MESHED], "");
@@ -483,12 +476,8 @@ fn guaranteed_pod() {
     f.teardown(&pod, &cg, &netns);
 }
 
-#[test]
-fn unmeshed_pod_gets_no_table() {
-    if !support::root_or_skip("unmeshed_pod_gets_no_table") {
-        return;
-    }
-    let f = Fixture::new("unmeshed", false);
+fn unmeshed(rt: Runtime) {
+    let f = Fixture::new("unmeshed", rt, false);
     let cg = f.pods.pod(Qos::Burstable);
     let pod = f.cri.run_pod("plain", &cg, &[], "");
     let (ip, netns) = f.cri.pod_net(&pod);
@@ -502,12 +491,8 @@ fn unmeshed_pod_gets_no_table() {
     f.teardown(&pod, &cg, &netns);
 }
 
-#[test]
-fn ten_pods_at_once() {
-    if !support::root_or_skip("ten_pods_at_once") {
-        return;
-    }
-    let f = Fixture::new("ten pods", false);
+fn ten_pods(rt: Runtime) {
+    let f = Fixture::new("ten pods", rt, false);
     let cgs: Vec<PodCg> = (0..10).map(|_| f.pods.pod(Qos::Burstable)).collect();
     let t = Instant::now();
     let pods: Vec<Pod> = std::thread::scope(|s| {
@@ -558,4 +543,76 @@ fn ten_pods_at_once() {
         "{sandboxes:?} {containers:?}"
     );
     assert!(f.cri.mounts().is_empty(), "{:?}", f.cri.mounts());
+}
+
+// The matrix: every scenario on containerd 2.x; the cheap ones on Debian's 1.6 too.
+
+#[test]
+fn classic_sidecar_pod_through_containerd() {
+    if support::root_or_skip("classic_sidecar_pod_through_containerd") {
+        classic(Runtime::Containerd2);
+    }
+}
+
+#[test]
+fn classic_sidecar_pod_through_containerd_1_6() {
+    if support::root_or_skip("classic_sidecar_pod_through_containerd_1_6") {
+        classic(Runtime::Debian16);
+    }
+}
+
+#[test]
+fn seed_bug_with_init_phase_off() {
+    if support::root_or_skip("seed_bug_with_init_phase_off") {
+        seed_off(Runtime::Containerd2);
+    }
+}
+
+#[test]
+fn seed_bug_with_init_phase_off_on_containerd_1_6() {
+    if support::root_or_skip("seed_bug_with_init_phase_off_on_containerd_1_6") {
+        seed_off(Runtime::Debian16);
+    }
+}
+
+#[test]
+fn native_sidecar_redirects_later_init_containers() {
+    if support::root_or_skip("native_sidecar_redirects_later_init_containers") {
+        native_sidecar(Runtime::Containerd2);
+    }
+}
+
+#[test]
+fn native_sidecar_redirects_later_init_containers_on_containerd_1_6() {
+    if support::root_or_skip("native_sidecar_redirects_later_init_containers_on_containerd_1_6") {
+        native_sidecar(Runtime::Debian16);
+    }
+}
+
+#[test]
+fn guaranteed_pod() {
+    if support::root_or_skip("guaranteed_pod") {
+        guaranteed(Runtime::Containerd2);
+    }
+}
+
+#[test]
+fn unmeshed_pod_gets_no_table() {
+    if support::root_or_skip("unmeshed_pod_gets_no_table") {
+        unmeshed(Runtime::Containerd2);
+    }
+}
+
+#[test]
+fn unmeshed_pod_gets_no_table_on_containerd_1_6() {
+    if support::root_or_skip("unmeshed_pod_gets_no_table_on_containerd_1_6") {
+        unmeshed(Runtime::Debian16);
+    }
+}
+
+#[test]
+fn ten_pods_at_once() {
+    if support::root_or_skip("ten_pods_at_once") {
+        ten_pods(Runtime::Containerd2);
+    }
 }

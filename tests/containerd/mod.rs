@@ -204,6 +204,35 @@ impl Drop for KubePods {
 // containerd
 // ---------------------------------------------------------------------------------
 
+/// Which containerd runs the node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Runtime {
+    /// containerd 2.x built from its Go module (the pinned version of `scripts/containerd.sh`).
+    Containerd2,
+    /// Debian's packaged containerd (1.6 on Debian 12): config version 2, one CNI bin dir.
+    Debian16,
+}
+
+impl Runtime {
+    /// The directory holding `bin/` of this runtime.
+    pub fn dir(self) -> PathBuf {
+        let t = Tools::get();
+        match self {
+            Runtime::Containerd2 => t.dir.clone(),
+            Runtime::Debian16 => t
+                .dir
+                .parent()
+                .map(|p| p.join("containerd-debian"))
+                .unwrap_or_default(),
+        }
+    }
+
+    /// `bin/<name>` of this runtime.
+    pub fn bin(self, name: &str) -> PathBuf {
+        self.dir().join("bin").join(name)
+    }
+}
+
 /// A CNI network for a runtime handler: the conflist containerd loads for pods that name
 /// this handler (`cni_conf_dir` per handler; `""` is the default handler `runc`).
 pub struct Network {
@@ -257,7 +286,7 @@ impl CriNode {
                 conflist: n.conflist.clone(),
             })
             .collect();
-        CriNode::start_with(meshnft, false, move |_| v)
+        CriNode::start_with(Runtime::Containerd2, meshnft, false, move |_| v)
     }
 
     /// [`CriNode::start`] with the networks made once the node exists (their conflists
@@ -265,6 +294,7 @@ impl CriNode {
     /// wrapper that saves each call's `CNI_*` variables and stdin under `<node>/calls/`
     /// (see [`CriNode::calls`]) and then runs `meshnft`.
     pub fn start_with(
+        runtime: Runtime,
         meshnft: &Path,
         record: bool,
         networks: impl FnOnce(&Node) -> Vec<Network>,
@@ -289,6 +319,13 @@ impl CriNode {
             node.install_plugin("meshnft", meshnft);
         }
         let networks = networks(&node);
+        if runtime == Runtime::Debian16 {
+            // containerd 1.6 takes one CNI bin dir: the reference plugins join meshnft
+            // (loopback: the CRI plugin brings the pod's lo up with it, as 2.x does).
+            for p in ["ptp", "host-local", "loopback"] {
+                node.install_plugin(p, &Path::new(support::CNI_PLUGIN_DIR).join(p));
+            }
+        }
         let cdir = node.dir().join("c");
         for d in ["root", "state", "s", "runc", "logs"] {
             fs::create_dir_all(cdir.join(d)).expect("mkdir containerd dir");
@@ -310,10 +347,11 @@ impl CriNode {
             if n.handler.is_empty() {
                 default_conf = conf;
             } else {
-                handlers.push_str(&runtime_toml(&n.handler, &cdir, Some(&conf)));
+                handlers.push_str(&runtime_toml(runtime, &n.handler, &cdir, Some(&conf)));
             }
         }
         let cfg = config_toml(
+            runtime,
             &cdir,
             &default_conf,
             &[node.bin_dir(), PathBuf::from(support::CNI_PLUGIN_DIR)],
@@ -324,14 +362,14 @@ impl CriNode {
         let child = Command::new("nsenter")
             .arg(format!("--net={}", node.netns.path().display()))
             .arg("--")
-            .arg(tools.bin("containerd"))
+            .arg(runtime.bin("containerd"))
             .arg("--config")
             .arg(cdir.join("config.toml"))
             .env(
                 "PATH",
                 format!(
                     "{}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                    tools.dir.join("bin").display()
+                    runtime.dir().join("bin").display()
                 ),
             )
             .stdin(Stdio::null())
@@ -372,7 +410,7 @@ impl CriNode {
             .unwrap_or_else(|e| panic!("connect {}: {e}", sock.display()));
         n.client = Mutex::new(Some(RuntimeServiceClient::new(ch)));
         let out = support::run(&[
-            tools.bin("ctr").to_str().unwrap_or(""),
+            runtime.bin("ctr").to_str().unwrap_or(""),
             "--address",
             sock.to_str().unwrap_or(""),
             "--namespace",
@@ -804,14 +842,18 @@ pub fn mounts_under(dir: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
-fn runtime_toml(handler: &str, cdir: &Path, conf_dir: Option<&Path>) -> String {
+fn runtime_toml(rt: Runtime, handler: &str, cdir: &Path, conf_dir: Option<&Path>) -> String {
     let conf = conf_dir
         .map(|c| format!("          cni_conf_dir = {:?}\n", c.display().to_string()))
         .unwrap_or_default();
+    let plugin = match rt {
+        Runtime::Containerd2 => "io.containerd.cri.v1.runtime",
+        Runtime::Debian16 => "io.containerd.grpc.v1.cri",
+    };
     format!(
-        r#"        [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.{handler}]
+        r#"        [plugins.'{plugin}'.containerd.runtimes.{handler}]
           runtime_type = 'io.containerd.runc.v2'
-{conf}          [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.{handler}.options]
+{conf}          [plugins.'{plugin}'.containerd.runtimes.{handler}.options]
             SystemdCgroup = false
             Root = {root:?}
 "#,
@@ -822,8 +864,57 @@ fn runtime_toml(handler: &str, cdir: &Path, conf_dir: Option<&Path>) -> String {
 /// containerd's configuration: everything under `cdir`; the cgroupfs driver
 /// (`SystemdCgroup = false`); `restrict_oom_score_adj` (VMs without CAP_SYS_RESOURCE);
 /// netns bind mounts under the state dir; no NRI, no `/opt/containerd`, no imports.
-fn config_toml(cdir: &Path, conf_dir: &Path, bin_dirs: &[PathBuf], handlers: &str) -> String {
+fn config_toml(
+    rt: Runtime,
+    cdir: &Path,
+    conf_dir: &Path,
+    bin_dirs: &[PathBuf],
+    handlers: &str,
+) -> String {
     let d = |s: &str| format!("{:?}", cdir.join(s).display().to_string());
+    if rt == Runtime::Debian16 {
+        // Config version 2: one CRI plugin section, one CNI bin dir (the node's).
+        return format!(
+            r#"version = 2
+root = {root}
+state = {state}
+imports = []
+disabled_plugins = ['io.containerd.internal.v1.opt', 'io.containerd.snapshotter.v1.devmapper', 'io.containerd.snapshotter.v1.zfs', 'io.containerd.snapshotter.v1.btrfs', 'io.containerd.snapshotter.v1.aufs', 'io.containerd.tracing.processor.v1.otlp', 'io.containerd.internal.v1.tracing']
+
+[grpc]
+  address = {sock}
+[ttrpc]
+  address = {ttrpc}
+
+[plugins]
+  [plugins.'io.containerd.grpc.v1.cri']
+    sandbox_image = '{PAUSE_IMAGE}'
+    stream_server_address = '127.0.0.1'
+    stream_server_port = '0'
+    restrict_oom_score_adj = true
+    netns_mounts_under_state_dir = true
+    enable_selinux = false
+    [plugins.'io.containerd.grpc.v1.cri'.cni]
+      bin_dir = {bin}
+      conf_dir = {conf:?}
+      max_conf_num = 1
+    [plugins.'io.containerd.grpc.v1.cri'.containerd]
+      snapshotter = 'overlayfs'
+      default_runtime_name = 'runc'
+      [plugins.'io.containerd.grpc.v1.cri'.containerd.runtimes]
+{runc}{handlers}"#,
+            root = d("root"),
+            state = d("state"),
+            sock = d("containerd.sock"),
+            ttrpc = d("containerd.sock.ttrpc"),
+            bin = bin_dirs
+                .first()
+                .map(|b| format!("{:?}", b.display().to_string()))
+                .unwrap_or_default(),
+            conf = conf_dir.display().to_string(),
+            runc = runtime_toml(rt, "runc", cdir, None),
+        );
+    }
     let bins: Vec<String> = bin_dirs
         .iter()
         .map(|b| format!("{:?}", b.display().to_string()))
@@ -870,7 +961,7 @@ disabled_plugins = ['io.containerd.nri.v1.nri', 'io.containerd.internal.v1.opt',
         s = d("s"),
         bins = bins.join(", "),
         conf = conf_dir.display().to_string(),
-        runc = runtime_toml("runc", cdir, None),
+        runc = runtime_toml(rt, "runc", cdir, None),
     )
 }
 
