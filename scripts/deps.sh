@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the system packages meshnft's demo and tests need on Debian/Ubuntu
 # (only those missing). Used by demo.sh, test.sh and bench.sh.
-#   nftables                      nft, the userspace meshnft drives
+#   nftables                      nft: the tests' oracle and a debugging tool (meshnft itself never runs it)
 #   iproute2, util-linux          ip netns / nsenter / unshare for the throwaway namespaces
 #   containernetworking-plugins   the reference CNI plugins (ptp, bridge, host-local, portmap, bandwidth,
 #                                 tuning) in /usr/lib/cni

@@ -20,9 +20,10 @@
 //! The result is cached per boot and cgroup namespace in the state dir.
 
 use crate::cgroup::{self, Cgroup2Mount};
-use crate::cgroupid::CgroupKey;
 use crate::error::{Code, Error, Result};
-use crate::nft::{self, Nft, Target};
+use crate::nft::Nft;
+use crate::nft::encode;
+use crate::nft::model::{self, Chain, Hook, Key, KeyType, Rule, Set, Stmt, Table};
 use serde::{Deserialize, Serialize};
 use std::ffi::CString;
 use std::os::fd::AsRawFd;
@@ -32,6 +33,56 @@ use std::path::Path;
 
 /// Highest level the probe looks at.
 pub const MAX_LEVEL: i64 = 24;
+
+/// The probe's set names, one per level 0..=[`MAX_LEVEL`].
+const LEVEL_SETS: [&str; 25] = [
+    "l0", "l1", "l2", "l3", "l4", "l5", "l6", "l7", "l8", "l9", "l10", "l11", "l12", "l13", "l14",
+    "l15", "l16", "l17", "l18", "l19", "l20", "l21", "l22", "l23", "l24",
+];
+
+/// The probe table: one dynamic cgroupsv2 set per level and a filter chain
+/// that adds every UDP packet's socket cgroup id at each level to its set
+/// (`meta l4proto udp add @lN { socket cgroupv2 level N }`).
+pub fn probe_table() -> Table {
+    Table {
+        name: "meshnft_probe",
+        comment: "meshnft cgroup level probe".into(),
+        sets: LEVEL_SETS
+            .iter()
+            .map(|n| Set {
+                name: n,
+                key: KeyType::Cgroup,
+                verdict_map: false,
+                interval: false,
+                dynamic: true,
+                comment: "probe",
+                elements: None,
+            })
+            .collect(),
+        chains: vec![Chain {
+            name: "o",
+            hook: Some(Hook::FilterOutput),
+        }],
+        rules: LEVEL_SETS
+            .iter()
+            .enumerate()
+            .map(|(n, set)| Rule {
+                chain: "o",
+                stmts: vec![
+                    Stmt::L4proto {
+                        proto: model::IPPROTO_UDP,
+                        negate: false,
+                    },
+                    Stmt::AddToSet {
+                        set,
+                        key: Key::Cgroup(n as u8),
+                    },
+                ],
+                comment: format!("level {n}"),
+            })
+            .collect(),
+    }
+}
 
 /// A cached probe result.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -46,6 +97,7 @@ pub struct Cached {
 }
 
 fn identity() -> Option<(String, u64)> {
+    // A procfs file, the one read here that is not a path we were given.
     let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
     let ns = std::fs::metadata("/proc/self/ns/cgroup").ok()?.ino();
     Some((boot.trim().to_string(), ns))
@@ -54,38 +106,36 @@ fn identity() -> Option<(String, u64)> {
 /// The offset for this boot and cgroup namespace: from the cache in
 /// `state_dir`, else measured (and cached). Errors: code 105 when the
 /// probe cannot run (the caller falls back to 0 with a warning).
-pub fn offset(
-    state_dir: &Path,
-    mount: &Cgroup2Mount,
-    search_root: &Path,
-    nft: &Nft,
-) -> Result<i32> {
-    let cache = state_dir.join("level-offset.json");
+pub fn offset(state_dir: &Path, mount: &Cgroup2Mount, search_root: &Path) -> Result<i32> {
     let id = identity();
-    if let (Some((boot, ns)), Ok(body)) = (&id, std::fs::read(&cache))
+    // Read and written like the state records (no link followed, regular
+    // file, size cap, exclusive temp file): see `crate::state`.
+    if let (Some((boot, ns)), Some(body)) = (&id, crate::state::read_file(state_dir, CACHE))
         && let Ok(c) = serde_json::from_slice::<Cached>(&body)
         && &c.boot_id == boot
         && c.cgroup_ns == *ns
     {
         return Ok(c.offset);
     }
-    let off = measure(mount, search_root, nft)?;
+    let off = measure(mount, search_root)?;
     if let Some((boot_id, cgroup_ns)) = id {
         let c = Cached {
             boot_id,
             cgroup_ns,
             offset: off,
         };
-        let tmp = state_dir.join(format!(".level-offset.{}", std::process::id()));
-        let write = std::fs::create_dir_all(state_dir)
-            .and_then(|_| std::fs::write(&tmp, serde_json::to_vec(&c).unwrap_or_default()))
-            .and_then(|_| std::fs::rename(&tmp, &cache));
+        let write = serde_json::to_vec(&c)
+            .map_err(std::io::Error::other)
+            .and_then(|b| crate::state::write_file(state_dir, CACHE, &b));
         if let Err(e) = write {
             tracing::debug!("cannot cache the level offset: {e}");
         }
     }
     Ok(off)
 }
+
+/// The cache's file name in the state directory.
+pub const CACHE: &str = "level-offset.json";
 
 fn probe_err(what: &str, e: impl std::fmt::Display) -> Error {
     Error::with_details(
@@ -96,12 +146,12 @@ fn probe_err(what: &str, e: impl std::fmt::Display) -> Error {
 }
 
 /// Runs the probe (see the module docs). Returns the offset.
-pub fn measure(mount: &Cgroup2Mount, search_root: &Path, nft: &Nft) -> Result<i32> {
+pub fn measure(mount: &Cgroup2Mount, search_root: &Path) -> Result<i32> {
     let name = format!("meshnft-level-probe.{}", std::process::id());
     let rel = search_root.join(&name);
     let dir = mount.mount_point.join(&rel);
     std::fs::create_dir(&dir).map_err(|e| probe_err(&format!("mkdir {}", dir.display()), e))?;
-    let res = measure_in(mount, &rel, &dir, nft);
+    let res = measure_in(mount, &rel, &dir);
     // The child has exited; the cgroup is empty and can go.
     for _ in 0..50 {
         if std::fs::remove_dir(&dir).is_ok() || !dir.exists() {
@@ -112,60 +162,30 @@ pub fn measure(mount: &Cgroup2Mount, search_root: &Path, nft: &Nft) -> Result<i3
     res
 }
 
-fn measure_in(mount: &Cgroup2Mount, rel: &Path, dir: &Path, nft: &Nft) -> Result<i32> {
+fn measure_in(mount: &Cgroup2Mount, rel: &Path, dir: &Path) -> Result<i32> {
     let want = std::fs::metadata(dir)
         .map_err(|e| probe_err("stat", e))?
         .ino();
     let l = cgroup::signed_depth(&mount.root) + cgroup::signed_depth(rel);
-    let scratch = nft::scratch_netns()?;
-    let mut t = String::from("table inet meshnft_probe {\n");
-    for n in 0..=MAX_LEVEL {
-        t.push_str(&format!(
-            "\tset l{n} {{ type cgroupsv2; flags dynamic; }}\n"
-        ));
-    }
-    t.push_str("\tchain o {\n\t\ttype filter hook output priority 0; policy accept;\n");
-    for n in 0..=MAX_LEVEL {
-        t.push_str(&format!(
-            "\t\tmeta l4proto udp add @l{n} {{ socket cgroupv2 level {n} }}\n"
-        ));
-    }
-    t.push_str("\t}\n}\n");
-    let target = Target::Netns(scratch.as_raw_fd());
-    nft.apply(target, &t)?;
+    let scratch = crate::nft::sock::scratch_netns().map_err(|e| probe_err("scratch netns", e))?;
+    let mut nft = Nft::open(&scratch).map_err(Error::from)?;
+    let table = probe_table();
+    nft.commit(encode::fresh(&table)).map_err(Error::from)?;
     send_from(dir, &scratch)?;
-    let out = nft.run(
-        target,
-        &["-j", "list", "table", "inet", "meshnft_probe"],
-        "",
-    )?;
-    let doc: serde_json::Value =
-        serde_json::from_str(&out).map_err(|e| probe_err("nft -j output", e))?;
-    for item in doc["nftables"].as_array().into_iter().flatten() {
-        let set = &item["set"];
-        let Some(n) = set["name"]
-            .as_str()
-            .and_then(|s| s.strip_prefix('l'))
-            .and_then(|s| s.parse::<i64>().ok())
-        else {
-            continue;
-        };
-        for e in set["elem"].as_array().into_iter().flatten() {
-            let id = match e {
-                serde_json::Value::Number(x) => x.as_u64(),
-                serde_json::Value::String(s) => CgroupKey::from_listed(s.clone()).id(),
-                _ => None,
-            };
-            if id == Some(want) {
-                let off = n - l;
-                tracing::info!(
-                    level = l,
-                    kernel_level = n,
-                    offset = off,
-                    "cgroup level probe"
-                );
-                return i32::try_from(off).map_err(|e| probe_err("offset", e));
-            }
+    for (n, set) in LEVEL_SETS.iter().enumerate() {
+        let elems = nft.read_elems(table.name, set).map_err(Error::from)?;
+        let hit = elems
+            .iter()
+            .any(|e| <[u8; 8]>::try_from(&e.key[..]).map(u64::from_ne_bytes).ok() == Some(want));
+        if hit {
+            let off = n as i64 - l;
+            tracing::info!(
+                level = l,
+                kernel_level = n,
+                offset = off,
+                "cgroup level probe"
+            );
+            return i32::try_from(off).map_err(|e| probe_err("offset", e));
         }
     }
     Err(probe_err(

@@ -12,6 +12,8 @@
 //! - [`nft`]: running nft transactions inside a network namespace;
 //! - [`netns`], [`cgroup`]: finding the pod's namespace and cgroup;
 //! - [`state`]: per-attachment records for GC;
+//! - [`safefs`]: reading and writing paths meshnft is given without
+//!   trusting them (no hang, no link followed, size caps);
 //! - operator commands: [`podns`] (choosing a pod netns), [`readback`]
 //!   (reading the table back), [`cgroupid`] (cgroup ids and paths),
 //!   [`inspect`], [`explain`], [`pin`], [`opcli`], [`operror`];
@@ -39,6 +41,7 @@ pub mod podns;
 pub mod ports;
 pub mod readback;
 pub mod ruleset;
+pub mod safefs;
 pub mod state;
 pub mod subnets;
 

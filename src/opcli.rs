@@ -9,7 +9,7 @@ use crate::cli::{DirectionArg, ExplainArgs, PodArgs, ProtoArg};
 use crate::explain::{self, Direction, Flow, Proto, SocketCgroup};
 use crate::inspect::{self, AllReport, JSON_VERSION};
 use crate::netns::Netns;
-use crate::nft::{self, Nft};
+use crate::nft::Nft;
 use crate::operror::{OpError, OpResult};
 use crate::pin::{self, PinVerdict};
 use crate::podns::{self, PodNetns, Selector};
@@ -60,8 +60,8 @@ fn selector(p: &PodArgs) -> OpResult<Selector> {
 fn pod_table(p: &PodArgs) -> OpResult<(Nft, PodNetns, TableView)> {
     let sel = selector(p)?;
     let pod = podns::open(&sel, &p.state_dir)?;
-    let nft = Nft::locate()?;
-    let t = readback::read(&nft, nft::target_of(&pod.ns))?
+    let mut nft = Nft::open(&pod.ns.file).map_err(crate::error::Error::from)?;
+    let t = readback::read(&mut nft)?
         .ok_or_else(|| OpError::NoTable(pod.path.display().to_string()))?;
     Ok((nft, pod, t))
 }
@@ -89,7 +89,6 @@ pub fn inspect(p: &PodArgs, all: bool, json: bool) -> OpResult<String> {
 }
 
 fn inspect_all(state_dir: &Path, json: bool) -> OpResult<String> {
-    let nft = Nft::locate()?;
     let mut namespaces = Vec::new();
     for found in podns::discover(state_dir) {
         // Open by the first path that still names the same namespace.
@@ -98,7 +97,10 @@ fn inspect_all(state_dir: &Path, json: bool) -> OpResult<String> {
             .iter()
             .find_map(|p| Netns::open(p).ok().flatten().filter(|ns| ns.id == found.id));
         let Some(ns) = ns else { continue };
-        match readback::read(&nft, nft::target_of(&ns)) {
+        let read = Nft::open(&ns.file)
+            .map_err(|e| crate::error::Error::from(e).into())
+            .and_then(|mut nft| readback::read(&mut nft));
+        match read {
             Ok(Some(t)) => namespaces.push(inspect::summary(&found, &t)),
             Ok(None) => {}
             Err(e) => tracing::warn!(netns = ?found.paths.first(), "cannot read its table: {e}"),
@@ -287,10 +289,9 @@ pub fn pin(
     let sel = selector(p)?;
     let pod = podns::open(&sel, &p.state_dir)?;
     let mount = cgroupid::mount()?;
-    let nft = Nft::locate()?;
+    let mut nft = Nft::open(&pod.ns.file).map_err(crate::error::Error::from)?;
     let c = pin::set(
-        &nft,
-        nft::target_of(&pod.ns),
+        &mut nft,
         &pod.path.display().to_string(),
         &mount,
         cgroup,

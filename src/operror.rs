@@ -85,3 +85,9 @@ pub enum OpError {
 
 /// Result alias for operator commands.
 pub type OpResult<T> = std::result::Result<T, OpError>;
+
+impl From<crate::nft::NftError> for OpError {
+    fn from(e: crate::nft::NftError) -> OpError {
+        OpError::Nft(e.into())
+    }
+}

@@ -4,19 +4,19 @@
 //! container's cgroup: `accept` (bypass the proxy) or `goto
 //! outbound_redirect` (always redirect, even during the init phase). The
 //! `output` chain consults the map before the init-phase gate (DESIGN.md
-//! 4.5). Each command is one nft transaction that names only that element:
-//! `add element`, or `delete element` + `add element` to change a verdict
-//! (the kernel refuses to overwrite a map element's data), or `delete
-//! element`. Nothing else in the table is touched.
+//! 4.5). Each command is one nf_tables transaction that names only that
+//! element, keyed by the cgroup's id: `NEWSETELEM`, or `DELSETELEM` +
+//! `NEWSETELEM` to change a verdict (the kernel refuses to overwrite a map
+//! element's data), or `DELSETELEM`. Nothing else in the table is touched.
 //!
-//! nft 1.0.6 names cgroupsv2 elements only by path relative to
-//! `/sys/fs/cgroup`, so the cgroup must exist and the cgroup2 mount must be
-//! below `/sys/fs/cgroup`; a pin whose cgroup was removed stays until the
-//! table goes (it can never match again: cgroup ids are not reused).
+//! The cgroup must exist when it is pinned; a pin whose cgroup was removed
+//! stays until the table goes (it can never match again: cgroup ids are not
+//! reused).
 
 use crate::cgroup::Cgroup2Mount;
 use crate::cgroupid::{self, Located};
-use crate::nft::{Nft, Target};
+use crate::nft::encode::{self, Batch, Msg, RawElem};
+use crate::nft::{Nft, TABLE_NAME};
 use crate::operror::{OpError, OpResult};
 use crate::readback::{self, Verdict};
 use crate::ruleset::TABLE;
@@ -46,18 +46,20 @@ impl PinVerdict {
 pub struct Change {
     /// The container cgroup.
     pub cgroup: Located,
-    /// Its element as given to nft (relative to `/sys/fs/cgroup`).
+    /// Its element as nft names it (a path relative to `/sys/fs/cgroup`, or
+    /// the id when the mount is elsewhere).
     pub element: String,
     /// The verdict before.
     pub before: Option<Verdict>,
     /// The verdict after.
     pub after: Option<Verdict>,
-    /// The nft transaction applied (empty when nothing had to change).
+    /// The transaction applied, in nft syntax (empty when nothing had to
+    /// change).
     pub transaction: String,
 }
 
 /// Sets (`Some`) or removes (`None`) the pin of cgroup `cgroup` in the table
-/// in `target` (named `what` in messages).
+/// behind `nft` (named `what` in messages).
 ///
 /// `any_level` skips the check that the cgroup is at the table's container
 /// level (needed only when levels are offset, `initPhase.levelOffset`).
@@ -65,18 +67,17 @@ pub struct Change {
 /// Errors: [`OpError::NoTable`]; [`OpError::CannotPin`] when the table has
 /// no `init_phase` map or no rule consulting it (written without a pod
 /// cgroup), or the cgroup is at another level; [`OpError::NoCgroup`],
-/// [`OpError::MountNotUnderSysFsCgroup`], [`OpError::UnsafeCgroupPath`];
-/// [`OpError::Nft`] when nft refuses the transaction (nothing is applied).
+/// [`OpError::Nft`] when the kernel refuses the transaction (nothing is
+/// applied).
 pub fn set(
-    nft: &Nft,
-    target: Target,
+    nft: &mut Nft,
     what: &str,
     mount: &Cgroup2Mount,
     cgroup: &Path,
     pin: Option<PinVerdict>,
     any_level: bool,
 ) -> OpResult<Change> {
-    let t = readback::read(nft, target)?.ok_or_else(|| OpError::NoTable(what.to_string()))?;
+    let t = readback::read(nft)?.ok_or_else(|| OpError::NoTable(what.to_string()))?;
     if !t.sets.contains_key("init_phase") {
         return Err(OpError::CannotPin(format!(
             "table inet meshnft in {what} has no init_phase map"
@@ -100,7 +101,7 @@ pub fn set(
             )));
         }
     }
-    let element = cgroupid::nft_element(mount, &loc.abs)?;
+    let element = cgroupid::nft_element(mount, &loc.abs).unwrap_or_else(|_| loc.id.to_string());
     let before = t
         .verdicts("init_phase")
         .into_iter()
@@ -118,7 +119,31 @@ pub fn set(
         (None, None) => String::new(),
     };
     if !transaction.is_empty() {
-        nft.apply(target, &transaction)?;
+        let mut batch = Batch::default();
+        let elem = |v: Option<Verdict>| RawElem {
+            key: loc.id.to_ne_bytes().to_vec(),
+            end: false,
+            verdict: v,
+        };
+        if let Some(b) = &before {
+            for m in encode::del_elem_msgs(TABLE_NAME, "init_phase", &[elem(Some(b.clone()))]) {
+                batch.msgs.push(Msg {
+                    msg: m,
+                    what: format!("removal of the pin of {element}"),
+                    exprs: Vec::new(),
+                });
+            }
+        }
+        if let Some(a) = &after {
+            for m in encode::elem_msgs(TABLE_NAME, "init_phase", None, &[elem(Some(a.clone()))]) {
+                batch.msgs.push(Msg {
+                    msg: m,
+                    what: format!("pin of {element}"),
+                    exprs: Vec::new(),
+                });
+            }
+        }
+        nft.commit(batch).map_err(crate::error::Error::from)?;
     }
     Ok(Change {
         cgroup: loc,

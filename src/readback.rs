@@ -1,13 +1,10 @@
 //! Reading `table inet meshnft` back from a network namespace.
 //!
-//! Source of truth is nft's JSON listing (`nft -j list table inet meshnft`),
-//! read through narrow serde types of our own: the `nftables` crate (0.6.3)
-//! cannot deserialize this table at all (its `SetType` has no `cgroupsv2`
-//! and no `verdict`, so the whole document fails), and we only need a few
-//! shapes (set elements, rule comments, counters, `meta skuid/skgid`
-//! matches, `redirect` ports). nft 1.0.6's JSON drops two things we need,
-//! which are read from its text listing (`nft list table inet meshnft`):
-//! the `level` of `socket cgroupv2` and the table comment.
+//! The source of truth is the kernel, read over nf_tables netlink
+//! ([`crate::nft::dump`]): the table comment, every set's elements, every
+//! rule with its expressions and counters. This module turns that listing
+//! into the view the operator commands use (`inspect`, `explain`, `pin`)
+//! and ADD's re-ADD check.
 //!
 //! [`TableView::from_model`] builds the same view from the table ADD would
 //! write ([`crate::ruleset::Table`]), so the decision logic of
@@ -15,43 +12,16 @@
 //! without a kernel.
 
 use crate::cgroupid::CgroupKey;
-use crate::nft::{Nft, Target};
-use crate::operror::{OpError, OpResult};
+use crate::nft::dump::{Listing, SetInfo, intervals};
+use crate::nft::expr::{Expr, ImmediateData, MetaKey};
+use crate::nft::{Nft, model};
+use crate::operror::OpResult;
 use crate::ports::PortRange;
 use crate::ruleset;
-use serde::Deserialize;
 use std::collections::BTreeMap;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-/// A verdict as stored in a verdict map.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
-    /// `accept`.
-    Accept,
-    /// `drop`.
-    Drop,
-    /// `continue`.
-    Continue,
-    /// `return`.
-    Return,
-    /// `jump CHAIN`.
-    Jump(String),
-    /// `goto CHAIN`.
-    Goto(String),
-}
-
-impl std::fmt::Display for Verdict {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Verdict::Accept => write!(f, "accept"),
-            Verdict::Drop => write!(f, "drop"),
-            Verdict::Continue => write!(f, "continue"),
-            Verdict::Return => write!(f, "return"),
-            Verdict::Jump(c) => write!(f, "jump {c}"),
-            Verdict::Goto(c) => write!(f, "goto {c}"),
-        }
-    }
-}
+pub use crate::nft::model::Verdict;
 
 /// One set or map element, typed by the set's type.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -145,452 +115,185 @@ pub struct TableView {
     pub warnings: Vec<String>,
 }
 
-// ---- narrow serde types over `nft -j list table` ---------------------------
-
-#[derive(Deserialize)]
-struct JDoc {
-    nftables: Vec<JItem>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct JItem {
-    set: Option<JSet>,
-    map: Option<JSet>,
-    chain: Option<JChain>,
-    rule: Option<JRule>,
-}
-
-#[derive(Deserialize)]
-struct JSet {
-    name: String,
-    #[serde(rename = "type")]
-    ty: serde_json::Value,
-    #[serde(default)]
-    elem: Vec<JElem>,
-}
-
-#[derive(Deserialize)]
-struct JChain {
-    name: String,
-}
-
-#[derive(Deserialize)]
-struct JRule {
-    chain: String,
-    #[serde(default)]
-    handle: u64,
-    #[serde(default)]
-    comment: Option<String>,
-    #[serde(default)]
-    expr: Vec<JStmt>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct JStmt {
-    counter: Option<JCounter>,
-    redirect: Option<JRedirect>,
-    #[serde(rename = "match")]
-    matches: Option<JMatch>,
-}
-
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum JCounter {
-    Anonymous { packets: u64, bytes: u64 },
-    Named(#[allow(dead_code)] String),
-}
-
-#[derive(Deserialize)]
-struct JRedirect {
-    #[serde(default)]
-    port: Option<u16>,
-}
-
-#[derive(Deserialize)]
-struct JMatch {
-    op: String,
-    left: JMatchLeft,
-    right: serde_json::Value,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct JMatchLeft {
-    meta: Option<JMeta>,
-}
-
-#[derive(Deserialize)]
-struct JMeta {
-    key: String,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "lowercase")]
-enum JVerdict {
-    Accept,
-    Drop,
-    Continue,
-    Return,
-    Jump { target: String },
-    Goto { target: String },
-}
-
-#[derive(Deserialize)]
-struct JPrefix {
-    addr: String,
-    len: u8,
-}
-
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum JElem {
-    Num(u64),
-    Str(String),
-    Range { range: (Box<JElem>, Box<JElem>) },
-    Prefix { prefix: JPrefix },
-    Concat { concat: Vec<JElem> },
-    Wrapped { elem: JWrapped },
-    Mapping(Box<JElem>, JVerdict),
-    Other(serde_json::Value),
-}
-
-#[derive(Deserialize)]
-struct JWrapped {
-    val: Box<JElem>,
-}
-
-impl From<JVerdict> for Verdict {
-    fn from(v: JVerdict) -> Verdict {
-        match v {
-            JVerdict::Accept => Verdict::Accept,
-            JVerdict::Drop => Verdict::Drop,
-            JVerdict::Continue => Verdict::Continue,
-            JVerdict::Return => Verdict::Return,
-            JVerdict::Jump { target } => Verdict::Jump(target),
-            JVerdict::Goto { target } => Verdict::Goto(target),
+/// nft's text for an address range: a host, a prefix, or `lo-hi`.
+fn range_text(lo: IpAddr, hi: IpAddr) -> String {
+    if lo == hi {
+        return lo.to_string();
+    }
+    let bits = |a: IpAddr| -> u128 {
+        match a {
+            IpAddr::V4(a) => u128::from(u32::from(a)),
+            IpAddr::V6(a) => u128::from(a),
         }
-    }
-}
-
-/// The set's type as nft's JSON gives it: `"inet_service"` or
-/// `["ipv4_addr", "inet_service"]`, joined with " . ".
-fn type_name(ty: &serde_json::Value) -> String {
-    match ty {
-        serde_json::Value::Array(a) => a
-            .iter()
-            .map(|t| t.as_str().unwrap_or("?"))
-            .collect::<Vec<_>>()
-            .join(" . "),
-        other => other.as_str().unwrap_or("?").to_string(),
-    }
-}
-
-fn jaddr(e: &JElem) -> Option<IpAddr> {
-    match e {
-        JElem::Str(s) => s.parse().ok(),
-        _ => None,
-    }
-}
-
-fn jport(e: &JElem) -> Option<u16> {
-    match e {
-        JElem::Num(n) => u16::try_from(*n).ok(),
-        _ => None,
-    }
-}
-
-/// Last address of `addr/len`.
-fn prefix_end(addr: IpAddr, len: u8) -> Option<IpAddr> {
-    let net = ipnet::IpNet::new(addr, len).ok()?;
-    Some(net.broadcast())
-}
-
-fn elem_of(ty: &str, e: JElem) -> Elem {
-    let other = |e: &JElem| Elem::Other(describe(e));
-    match (ty, e) {
-        (_, JElem::Wrapped { elem }) => elem_of(ty, *elem.val),
-        ("inet_service", JElem::Num(n)) => match u16::try_from(n) {
-            Ok(p) => Elem::Ports(PortRange { lo: p, hi: p }),
-            Err(_) => Elem::Other(n.to_string()),
-        },
-        ("inet_service", e @ JElem::Range { .. }) => {
-            if let JElem::Range { range: (a, b) } = &e
-                && let (Some(lo), Some(hi)) = (jport(a), jport(b))
-            {
-                return Elem::Ports(PortRange { lo, hi });
-            }
-            other(&e)
-        }
-        ("ipv4_addr" | "ipv6_addr", JElem::Str(s)) => match s.parse::<IpAddr>() {
-            Ok(a) => Elem::Addrs {
-                lo: a,
-                hi: a,
-                text: s,
-            },
-            Err(_) => Elem::Other(s),
-        },
-        ("ipv4_addr" | "ipv6_addr", JElem::Prefix { prefix }) => {
-            match prefix
-                .addr
-                .parse::<IpAddr>()
-                .ok()
-                .and_then(|a| Some((a, prefix_end(a, prefix.len)?)))
-            {
-                Some((lo, hi)) => Elem::Addrs {
-                    lo,
-                    hi,
-                    text: format!("{}/{}", prefix.addr, prefix.len),
-                },
-                None => Elem::Other(format!("{}/{}", prefix.addr, prefix.len)),
-            }
-        }
-        ("ipv4_addr" | "ipv6_addr", e @ JElem::Range { .. }) => {
-            if let JElem::Range { range: (a, b) } = &e
-                && let (Some(lo), Some(hi)) = (jaddr(a), jaddr(b))
-            {
-                return Elem::Addrs {
-                    lo,
-                    hi,
-                    text: format!("{lo}-{hi}"),
-                };
-            }
-            other(&e)
-        }
-        ("ipv4_addr . inet_service" | "ipv6_addr . inet_service", e @ JElem::Concat { .. }) => {
-            if let JElem::Concat { concat } = &e
-                && let [a, p] = concat.as_slice()
-                && let (Some(a), Some(p)) = (jaddr(a), jport(p))
-            {
-                return Elem::AddrPort(a, p);
-            }
-            other(&e)
-        }
-        ("cgroupsv2", JElem::Num(n)) => Elem::Cgroup(CgroupKey::Id(n)),
-        ("cgroupsv2", JElem::Str(s)) => Elem::Cgroup(CgroupKey::from_listed(s)),
-        ("cgroupsv2", JElem::Mapping(k, v)) => match *k {
-            JElem::Num(n) => Elem::Verdict(CgroupKey::Id(n), v.into()),
-            JElem::Str(s) => Elem::Verdict(CgroupKey::from_listed(s), v.into()),
-            k => other(&k),
-        },
-        (_, e) => other(&e),
-    }
-}
-
-/// Short text for an element shape this reader does not model.
-fn describe(e: &JElem) -> String {
-    match e {
-        JElem::Num(n) => n.to_string(),
-        JElem::Str(s) => s.clone(),
-        JElem::Other(v) => v.to_string(),
-        JElem::Range { range: (a, b) } => format!("{}-{}", describe(a), describe(b)),
-        JElem::Prefix { prefix } => format!("{}/{}", prefix.addr, prefix.len),
-        JElem::Concat { concat } => concat.iter().map(describe).collect::<Vec<_>>().join(" . "),
-        JElem::Wrapped { elem } => describe(&elem.val),
-        JElem::Mapping(k, _) => format!("{} : ?", describe(k)),
-    }
-}
-
-/// Rule parameters nft writes in rule text: `meta skuid N`, `meta skgid N`,
-/// `redirect to :N`, `socket cgroupv2 level N`. `body` must not include the
-/// rule's comment (comments repeat these words).
-pub fn text_params(body: &str) -> (Option<u32>, Option<u32>, Option<u16>, Option<u8>) {
-    let w: Vec<&str> = body.split_whitespace().collect();
-    let after = |a: &str, b: &str| {
-        w.windows(3)
-            .find(|x| x[0] == a && x[1] == b)
-            .map(|x| x[2].trim_start_matches(':'))
     };
-    let uid = after("meta", "skuid").and_then(|v| v.parse().ok());
-    let gid = after("meta", "skgid").and_then(|v| v.parse().ok());
-    let port = after("redirect", "to").and_then(|v| v.parse().ok());
-    let level = w
-        .windows(3)
-        .find(|x| x[0] == "cgroupv2" && x[1] == "level")
-        .and_then(|x| x[2].parse().ok());
-    (uid, gid, port, level)
-}
-
-/// Splits a listed rule line into (body, comment).
-fn split_comment(line: &str) -> Option<(&str, &str)> {
-    let i = line.rfind(" comment \"")?;
-    let c = line[i + 10..].strip_suffix('"')?;
-    Some((&line[..i], c))
-}
-
-/// Removes quoted strings (their braces do not count as nesting).
-fn unquoted(line: &str) -> String {
-    let mut out = String::new();
-    let mut inside = false;
-    for ch in line.chars() {
-        if ch == '"' {
-            inside = !inside;
-        } else if !inside {
-            out.push(ch);
-        }
+    let (l, h) = (bits(lo), bits(hi));
+    let width = if lo.is_ipv4() { 32 } else { 128 };
+    let span = h.wrapping_sub(l).wrapping_add(1);
+    if span.is_power_of_two() && l & (span - 1) == 0 {
+        let len = width - span.trailing_zeros();
+        return format!("{lo}/{len}");
     }
-    out
+    format!("{lo}-{hi}")
 }
 
-/// From the text listing: the table comment and, per (chain, rule comment),
-/// the `socket cgroupv2 level`.
-fn parse_text(text: &str) -> (Option<String>, BTreeMap<(String, String), u8>) {
-    let mut comment = None;
-    let mut levels = BTreeMap::new();
-    let mut depth = 0usize;
-    let mut chain: Option<String> = None;
-    for raw in text.lines() {
-        let line = raw.trim();
-        if depth == 1 {
-            if let Some(c) = line
-                .strip_prefix("comment \"")
-                .and_then(|r| r.strip_suffix('"'))
-            {
-                comment = Some(c.to_string());
-            }
-            chain = line
-                .strip_prefix("chain ")
-                .and_then(|r| r.split_whitespace().next())
-                .map(str::to_string);
-        } else if depth == 2
-            && let Some(ch) = &chain
-            && let Some((body, c)) = split_comment(line)
-            && let (_, _, _, Some(level)) = text_params(body)
-        {
-            levels.insert((ch.clone(), c.to_string()), level);
-        }
-        let u = unquoted(line);
-        depth += u.matches('{').count();
-        depth = depth.saturating_sub(u.matches('}').count());
+fn addr(b: &[u8]) -> Option<IpAddr> {
+    match b.len() {
+        4 => <[u8; 4]>::try_from(b)
+            .ok()
+            .map(|a| IpAddr::V4(Ipv4Addr::from(a))),
+        16 => <[u8; 16]>::try_from(b)
+            .ok()
+            .map(|a| IpAddr::V6(Ipv6Addr::from(a))),
+        _ => None,
     }
-    (comment, levels)
 }
 
-/// Builds the view from nft's JSON listing and text listing of the table.
-///
-/// Errors: the JSON is not nft's listing shape (the message says where).
-pub fn parse(json: &str, text: &str) -> Result<TableView, String> {
-    let doc: JDoc = serde_json::from_str(json).map_err(|e| e.to_string())?;
-    let (comment, levels) = parse_text(text);
-    let mut view = TableView {
-        comment,
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// The elements of one listed set, typed by its key type.
+fn set_elems(s: &SetInfo) -> Vec<Elem> {
+    let verdict_map = s.data_type == Some(0xffff_ff00);
+    let cgroup = |k: &[u8]| <[u8; 8]>::try_from(k).ok().map(u64::from_ne_bytes);
+    match s.key_type {
+        46 => s
+            .elems
+            .iter()
+            .map(|e| match (cgroup(&e.key), &e.verdict) {
+                (Some(id), Some(v)) if verdict_map => Elem::Verdict(CgroupKey::Id(id), v.clone()),
+                (Some(id), None) => Elem::Cgroup(CgroupKey::Id(id)),
+                _ => Elem::Other(hex(&e.key)),
+            })
+            .collect(),
+        13 => intervals(&s.elems)
+            .into_iter()
+            .map(
+                |(lo, hi)| match (<[u8; 2]>::try_from(&lo[..]), <[u8; 2]>::try_from(&hi[..])) {
+                    (Ok(lo), Ok(hi)) => Elem::Ports(PortRange {
+                        lo: u16::from_be_bytes(lo),
+                        hi: u16::from_be_bytes(hi),
+                    }),
+                    _ => Elem::Other(hex(&lo)),
+                },
+            )
+            .collect(),
+        7 | 8 => intervals(&s.elems)
+            .into_iter()
+            .map(|(lo, hi)| match (addr(&lo), addr(&hi)) {
+                (Some(lo), Some(hi)) => Elem::Addrs {
+                    lo,
+                    hi,
+                    text: range_text(lo, hi),
+                },
+                _ => Elem::Other(hex(&lo)),
+            })
+            .collect(),
+        t if t == model::KeyType::Ipv4Port.type_id() || t == model::KeyType::Ipv6Port.type_id() => {
+            let alen = if t == model::KeyType::Ipv4Port.type_id() {
+                4
+            } else {
+                16
+            };
+            s.elems
+                .iter()
+                .map(|e| {
+                    let a = e.key.get(..alen).and_then(addr);
+                    let p = e
+                        .key
+                        .get(alen..alen + 2)
+                        .map(|p| u16::from_be_bytes([p[0], p[1]]));
+                    match (a, p) {
+                        (Some(a), Some(p)) => Elem::AddrPort(a, p),
+                        _ => Elem::Other(hex(&e.key)),
+                    }
+                })
+                .collect()
+        }
+        _ => s.elems.iter().map(|e| Elem::Other(hex(&e.key))).collect(),
+    }
+}
+
+/// What the operator commands need from a rule's expressions: counter,
+/// `meta skuid/skgid` matches, the `redirect` port, the `socket cgroupv2`
+/// level.
+fn rule_view(chain: &str, comment: &str, handle: u64, exprs: &[Expr]) -> RuleView {
+    let mut rv = RuleView {
+        chain: chain.to_string(),
+        comment: comment.to_string(),
+        handle,
         ..Default::default()
     };
-    for item in doc.nftables {
-        if let Some(s) = item.set.or(item.map) {
-            let ty = type_name(&s.ty);
-            let elems: Vec<Elem> = s.elem.into_iter().map(|e| elem_of(&ty, e)).collect();
-            for e in &elems {
-                if let Elem::Other(t) = e {
-                    view.warnings
-                        .push(format!("set {}: element not understood: {t}", s.name));
+    let mut last_meta = None;
+    let mut last_imm: Option<&[u8]> = None;
+    for e in exprs {
+        match e {
+            Expr::Counter(c) => {
+                rv.counter = Some(Counter {
+                    packets: c.packets,
+                    bytes: c.bytes,
+                })
+            }
+            Expr::Meta(m) => last_meta = Some(m.key),
+            Expr::Cmp(c) if c.op == crate::nft::expr::CmpOp::Eq => {
+                let v = <[u8; 4]>::try_from(&c.data[..])
+                    .ok()
+                    .map(u32::from_ne_bytes);
+                match last_meta {
+                    Some(MetaKey::Skuid) => rv.skuid = v,
+                    Some(MetaKey::Skgid) => rv.skgid = v,
+                    _ => {}
                 }
             }
-            view.sets.insert(s.name, SetView { elems });
-        } else if let Some(c) = item.chain {
-            view.chains.push(c.name);
-        } else if let Some(r) = item.rule {
-            let comment = r.comment.unwrap_or_default();
-            let mut rv = RuleView {
-                level: levels.get(&(r.chain.clone(), comment.clone())).copied(),
-                chain: r.chain,
-                comment,
-                handle: r.handle,
-                ..Default::default()
-            };
-            for st in r.expr {
-                if let Some(JCounter::Anonymous { packets, bytes }) = st.counter {
-                    rv.counter = Some(Counter { packets, bytes });
-                }
-                if let Some(red) = st.redirect {
-                    rv.redirect_port = red.port;
-                }
-                if let Some(m) = st.matches
-                    && m.op == "=="
-                    && let Some(meta) = m.left.meta
-                {
-                    let n = m.right.as_u64().and_then(|n| u32::try_from(n).ok());
-                    match meta.key.as_str() {
-                        "skuid" => rv.skuid = n,
-                        "skgid" => rv.skgid = n,
-                        _ => {}
-                    }
+            Expr::Immediate(i) => {
+                if let ImmediateData::Value(v) = &i.data {
+                    last_imm = Some(v);
                 }
             }
-            view.rules.push(rv);
+            Expr::Redir(_) => {
+                rv.redirect_port = last_imm
+                    .and_then(|v| <[u8; 2]>::try_from(v).ok())
+                    .map(u16::from_be_bytes)
+            }
+            Expr::Socket(s) if rv.level.is_none() => rv.level = u8::try_from(s.level).ok(),
+            _ => {}
         }
     }
-    // nft lists rules chain by chain in chain order; keep that order.
-    let order: BTreeMap<&str, usize> = view
-        .chains
-        .iter()
-        .enumerate()
-        .map(|(i, c)| (c.as_str(), i))
-        .collect();
-    let mut rules = std::mem::take(&mut view.rules);
-    rules.sort_by_key(|r| order.get(r.chain.as_str()).copied().unwrap_or(usize::MAX));
-    view.rules = rules;
-    Ok(view)
+    rv
 }
 
-/// Reads `table inet meshnft` in `target`: `Ok(None)` when there is none.
+/// Builds the view of a table read from the kernel.
+pub fn from_listing(l: &Listing) -> TableView {
+    let mut view = TableView {
+        comment: l.comment.clone(),
+        chains: l.chains.iter().map(|c| c.name.clone()).collect(),
+        ..Default::default()
+    };
+    for s in &l.sets {
+        let elems = set_elems(s);
+        for e in &elems {
+            if let Elem::Other(t) = e {
+                view.warnings
+                    .push(format!("set {}: element not understood: {t}", s.name));
+            }
+        }
+        view.sets.insert(s.name.clone(), SetView { elems });
+    }
+    for r in &l.rules {
+        view.rules
+            .push(rule_view(&r.chain, &r.comment, r.handle, &r.exprs));
+    }
+    view
+}
+
+/// Reads `table inet meshnft` over `nft`: `Ok(None)` when there is none.
 ///
-/// Two nft runs (JSON, then text); a change between them can only affect
-/// what comes from the text listing (levels, table comment), which ADD
-/// writes once. Errors: nft could not run or failed otherwise
-/// ([`OpError::Nft`]); its output could not be parsed ([`OpError::Listing`]).
-pub fn read(nft: &Nft, target: Target) -> OpResult<Option<TableView>> {
-    let json = match nft.run(target, &["-j", "list", "table", "inet", "meshnft"], "") {
-        Ok(out) => out,
-        Err(e) if e.details.contains("No such file or directory") => return Ok(None),
-        Err(e) => return Err(e.into()),
-    };
-    let text = match nft.run(target, &["list", "table", "inet", "meshnft"], "") {
-        Ok(out) => out,
-        Err(e) if e.details.contains("No such file or directory") => return Ok(None),
-        Err(e) => return Err(e.into()),
-    };
-    parse(&json, &text).map(Some).map_err(OpError::Listing)
-}
-
-/// Parses one element of a model set (nft text syntax, as
-/// [`crate::ruleset`] renders it) for a set declared with `spec`.
-fn model_elem(spec: &str, s: &str) -> Elem {
-    let other = || Elem::Other(s.to_string());
-    if spec.contains("ipv4_addr . inet_service") || spec.contains("ipv6_addr . inet_service") {
-        let Some((a, p)) = s.split_once(" . ") else {
-            return other();
-        };
-        return match (a.parse(), p.parse()) {
-            (Ok(a), Ok(p)) => Elem::AddrPort(a, p),
-            _ => other(),
-        };
+/// Errors: the kernel could not be read ([`OpError::Nft`]).
+pub fn read(nft: &mut Nft) -> OpResult<Option<TableView>> {
+    match nft.read(crate::nft::TABLE_NAME) {
+        Ok(l) => Ok(l.as_ref().map(from_listing)),
+        Err(e) => Err(crate::error::Error::from(e).into()),
     }
-    if spec.contains("inet_service") {
-        let (lo, hi) = s.split_once('-').unwrap_or((s, s));
-        return match (lo.parse(), hi.parse()) {
-            (Ok(lo), Ok(hi)) => Elem::Ports(PortRange { lo, hi }),
-            _ => other(),
-        };
-    }
-    if spec.contains("_addr") {
-        if let Ok(net) = s.parse::<ipnet::IpNet>() {
-            return Elem::Addrs {
-                lo: net.network(),
-                hi: net.broadcast(),
-                text: s.to_string(),
-            };
-        }
-        if let Ok(a) = s.parse::<IpAddr>() {
-            return Elem::Addrs {
-                lo: a,
-                hi: a,
-                text: s.to_string(),
-            };
-        }
-    }
-    other()
 }
 
 impl TableView {
@@ -603,27 +306,29 @@ impl TableView {
             ..Default::default()
         };
         for s in &t.sets {
-            let elems = s
-                .elements
-                .iter()
-                .flatten()
-                .map(|e| model_elem(s.spec, e))
-                .collect();
-            view.sets.insert(s.name.to_string(), SetView { elems });
+            let info = SetInfo {
+                name: s.name.to_string(),
+                flags: 0,
+                key_type: s.key.type_id(),
+                key_len: s.key.key_len(),
+                data_type: s.verdict_map.then_some(0xffff_ff00),
+                udata: Vec::new(),
+                elems: crate::nft::encode::raw_elems(s.elements.as_deref().unwrap_or_default()),
+            };
+            view.sets.insert(
+                s.name.to_string(),
+                SetView {
+                    elems: set_elems(&info),
+                },
+            );
         }
         for c in &t.chains {
             for r in t.rules.iter().filter(|r| r.chain == c.name) {
-                let (skuid, skgid, redirect_port, level) = text_params(&r.body);
-                view.rules.push(RuleView {
-                    chain: r.chain.to_string(),
-                    comment: r.comment.clone(),
-                    handle: 0,
-                    counter: r.body.contains("counter").then_some(Counter::default()),
-                    skuid,
-                    skgid,
-                    redirect_port,
-                    level,
-                });
+                let mut rv = rule_view(r.chain, &r.comment, 0, &r.exprs());
+                if rv.counter.is_some() {
+                    rv.counter = Some(Counter::default());
+                }
+                view.rules.push(rv);
             }
         }
         view
@@ -698,117 +403,6 @@ impl TableView {
 mod tests {
     use super::*;
 
-    const JSON: &str = r#"{"nftables": [{"metainfo": {"version": "1.0.6", "release_name": "Lester Gooch #5", "json_schema_version": 1}},
- {"table": {"family": "inet", "name": "meshnft", "handle": 1}},
- {"set": {"family": "inet", "name": "init_containers", "table": "meshnft", "type": "cgroupsv2", "handle": 7, "size": 65535, "elem": ["unified/k/pod1/init", 4242, "4243"]}},
- {"map": {"family": "inet", "name": "init_phase", "table": "meshnft", "type": "cgroupsv2", "handle": 8, "map": "verdict",
-   "elem": [["unified/k/pod1/init", {"goto": {"target": "outbound_redirect"}}], [77, {"accept": null}]]}},
- {"set": {"family": "inet", "name": "skip_outbound_ports", "table": "meshnft", "type": "inet_service", "handle": 13, "flags": ["interval"],
-   "elem": [{"range": [3306, 3310]}, 9100]}},
- {"set": {"family": "inet", "name": "skip_outbound_nets4", "table": "meshnft", "type": "ipv4_addr", "handle": 14, "flags": ["interval"],
-   "elem": [{"prefix": {"addr": "198.19.1.0", "len": 24}}, "10.1.1.1", {"range": ["10.2.0.1", "10.2.0.9"]}]}},
- {"set": {"family": "inet", "name": "init_redirect_dst6", "table": "meshnft", "type": ["ipv6_addr", "inet_service"], "handle": 18,
-   "elem": [{"concat": ["2001:db8:2::1", 20001]}]}},
- {"chain": {"family": "inet", "table": "meshnft", "name": "outbound_redirect", "handle": 2}},
- {"chain": {"family": "inet", "table": "meshnft", "name": "output", "handle": 5, "type": "nat", "hook": "output", "prio": -100, "policy": "accept"}},
- {"rule": {"family": "inet", "table": "meshnft", "chain": "output", "handle": 28, "comment": "the proxy's own traffic (uid 2102 gid 2103)",
-   "expr": [{"match": {"op": "==", "left": {"meta": {"key": "skuid"}}, "right": 2102}}, {"match": {"op": "==", "left": {"meta": {"key": "skgid"}}, "right": 2103}},
-            {"counter": {"packets": 5, "bytes": 300}}, {"return": null}]}},
- {"rule": {"family": "inet", "table": "meshnft", "chain": "output", "handle": 34, "comment": "explicit per-container verdict (container cgroup level 5)",
-   "expr": [{"vmap": {"key": {"socket": {"key": "cgroupv2"}}, "data": "@init_phase"}}]}},
- {"rule": {"family": "inet", "table": "meshnft", "chain": "outbound_redirect", "handle": 20, "comment": "to the proxy's outbound port 4140",
-   "expr": [{"match": {"op": "==", "left": {"meta": {"key": "l4proto"}}, "right": "tcp"}}, {"counter": {"packets": 3, "bytes": 180}}, {"redirect": {"port": 4140}}]}}
-]}"#;
-
-    const TEXT: &str = "table inet meshnft {
-\tcomment \"meshnft 0.1.0 pod uid 1234 default/web-0 {x}\"
-\tmap init_phase {
-\t\ttype cgroupsv2 : verdict
-\t\telements = { \"unified/k/pod1/init\" : goto outbound_redirect,
-\t\t\t     77 : accept }
-\t}
-\tchain output {
-\t\ttype nat hook output priority -100; policy accept;
-\t\tmeta skuid 2102 meta skgid 2103 counter packets 5 bytes 300 return comment \"the proxy's own traffic (uid 2102 gid 2103)\"
-\t\tsocket cgroupv2 level 5 vmap @init_phase comment \"explicit per-container verdict (container cgroup level 5)\"
-\t}
-}
-";
-
-    #[test]
-    fn parses_elements_rules_counters_and_levels() {
-        let v = parse(JSON, TEXT).unwrap();
-        assert_eq!(
-            v.comment.as_deref(),
-            Some("meshnft 0.1.0 pod uid 1234 default/web-0 {x}")
-        );
-        assert_eq!(
-            v.cgroups("init_containers"),
-            vec![
-                CgroupKey::Path("unified/k/pod1/init".into()),
-                CgroupKey::Id(4242),
-                CgroupKey::Id(4243)
-            ]
-        );
-        assert_eq!(
-            v.verdicts("init_phase"),
-            vec![
-                (
-                    CgroupKey::Path("unified/k/pod1/init".into()),
-                    Verdict::Goto("outbound_redirect".into())
-                ),
-                (CgroupKey::Id(77), Verdict::Accept)
-            ]
-        );
-        assert!(v.has_port("skip_outbound_ports", 3308) && v.has_port("skip_outbound_ports", 9100));
-        assert!(!v.has_port("skip_outbound_ports", 3311));
-        for a in ["198.19.1.200", "10.1.1.1", "10.2.0.5"] {
-            assert!(v.has_addr("skip_outbound_nets4", a.parse().unwrap()), "{a}");
-        }
-        assert!(!v.has_addr("skip_outbound_nets4", "10.2.0.10".parse().unwrap()));
-        assert!(v.has_pair(
-            "init_redirect_dst6",
-            "2001:db8:2::1".parse().unwrap(),
-            20001
-        ));
-        // Rules come back chain by chain in chain order.
-        let chains: Vec<&str> = v.rules.iter().map(|r| r.chain.as_str()).collect();
-        assert_eq!(chains, ["outbound_redirect", "output", "output"]);
-        let own = v.rule("output", "the proxy's own traffic").unwrap();
-        assert_eq!((own.skuid, own.skgid), (Some(2102), Some(2103)));
-        assert_eq!(
-            own.counter,
-            Some(Counter {
-                packets: 5,
-                bytes: 300
-            })
-        );
-        assert_eq!(v.rule("output", "explicit").unwrap().level, Some(5));
-        assert_eq!(
-            v.rule("outbound_redirect", "to the proxy")
-                .unwrap()
-                .redirect_port,
-            Some(4140)
-        );
-        assert!(v.warnings.is_empty(), "{:?}", v.warnings);
-    }
-
-    #[test]
-    fn text_params_ignore_the_comment() {
-        assert_eq!(
-            text_params("meta skuid 2102 add @proxy_started { socket cgroupv2 level 3 }"),
-            (Some(2102), None, None, Some(3))
-        );
-        assert_eq!(
-            text_params("meta l4proto tcp counter packets 1 bytes 60 redirect to :4143"),
-            (None, None, Some(4143), None)
-        );
-        assert_eq!(
-            split_comment("counter accept comment \"init container goes out directly\""),
-            Some(("counter accept", "init container goes out directly"))
-        );
-    }
-
     #[test]
     fn model_view_has_the_built_rules_and_sets() {
         let t = ruleset::build(
@@ -822,12 +416,38 @@ mod tests {
         let v = TableView::from_model(&t);
         assert_eq!(v.rules.len(), t.rules.len());
         assert!(v.has_port("skip_inbound_ports", 4190));
+        assert!(v.has_port("skip_inbound_ports", 4191));
+        assert!(!v.has_port("skip_inbound_ports", 4192));
         assert!(v.has_pair("init_redirect_dst4", "1.1.1.1".parse().unwrap(), 20001));
         assert_eq!(v.rule("output", "init phase:").unwrap().level, Some(3));
+        let own = v.rule("output", "the proxy's own traffic").unwrap();
+        assert_eq!((own.skuid, own.skgid), (Some(2102), None));
+        assert_eq!(
+            v.rule("outbound_redirect", "to the proxy")
+                .unwrap()
+                .redirect_port,
+            Some(4140)
+        );
         assert!(
             v.sets
                 .values()
                 .all(|s| s.elems.iter().all(|e| !matches!(e, Elem::Other(_))))
+        );
+    }
+
+    #[test]
+    fn address_ranges_print_as_nft_does() {
+        let a = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert_eq!(range_text(a("10.0.0.0"), a("10.255.255.255")), "10.0.0.0/8");
+        assert_eq!(range_text(a("10.1.1.1"), a("10.1.1.1")), "10.1.1.1");
+        assert_eq!(
+            range_text(a("10.2.0.1"), a("10.2.0.9")),
+            "10.2.0.1-10.2.0.9"
+        );
+        assert_eq!(range_text(a("0.0.0.0"), a("255.255.255.255")), "0.0.0.0/0");
+        assert_eq!(
+            range_text(a("2001:db8::"), a("2001:db8::ffff")),
+            "2001:db8::/112"
         );
     }
 }

@@ -225,15 +225,17 @@ impl Drop for Fixture {
     }
 }
 
-/// `nft list tables` in `netns` (the oracle).
+/// `nft list tables` in `netns` (the oracle, [`support::nft_bin`]).
 fn nft_tables(netns: &Path) -> String {
+    let nft = support::nft_bin();
     let out = support::run(&[
         "nsenter",
         &format!("--net={}", netns.display()),
-        "nft",
+        &nft,
         "list",
         "tables",
     ]);
+    assert!(out.status.success(), "nft list tables: {out:?}");
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 

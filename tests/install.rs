@@ -1,6 +1,6 @@
 //! `meshnft install` as the DaemonSet runs it: the built binary as a child
 //! process, pointed (`--host-root`) at a real temporary host tree
-//! (`opt/cni/bin`, `etc/cni/net.d`, `usr/sbin/nft`), a kubelet-like
+//! (`opt/cni/bin`, `etc/cni/net.d`), a kubelet-like
 //! projected service-account directory, real file events, real signals.
 //!
 //! Root only (the STATUS checks commit a table in a scratch netns; the
@@ -20,7 +20,7 @@ use support::wait_until;
 const MESHNFT: &str = env!("CARGO_BIN_EXE_meshnft");
 const T: Duration = Duration::from_secs(20);
 
-/// A fake host: `<dir>/host/{opt/cni/bin,etc/cni/net.d,usr/sbin/nft}` and a
+/// A fake host: `<dir>/host/{opt/cni/bin,etc/cni/net.d}` (no `nft`: meshnft needs none) and a
 /// service-account dir laid out as kubelet's projected volume
 /// (`token -> ..data/token`, `..data -> ..<timestamp>`). Removed on drop.
 struct Tree {
@@ -32,15 +32,9 @@ impl Tree {
     fn new() -> Tree {
         let dir = std::env::temp_dir().join(format!("meshnft-inst-{}", support::unique("")));
         let mut t = Tree { dir, generation: 0 };
-        for d in [
-            "host/opt/cni/bin",
-            "host/etc/cni/net.d",
-            "host/usr/sbin",
-            "sa",
-        ] {
+        for d in ["host/opt/cni/bin", "host/etc/cni/net.d", "sa"] {
             std::fs::create_dir_all(t.dir.join(d)).unwrap();
         }
-        std::os::unix::fs::symlink("/usr/sbin/nft", t.host().join("usr/sbin/nft")).unwrap();
         t.rotate_token("token-one");
         std::os::unix::fs::symlink("..data/token", t.sa().join("token")).unwrap();
         std::os::unix::fs::symlink("..data/ca.crt", t.sa().join("ca.crt")).unwrap();
@@ -653,20 +647,16 @@ fn refuses_when_the_node_cannot_run_meshnft() {
         return;
     }
     let tree = Tree::new();
-    std::fs::remove_file(tree.host().join("usr/sbin/nft")).unwrap();
     let conf = tree.write_conf("10-bridge.conf", &single_conf());
     let before = std::fs::read(&conf).unwrap();
+    // A node without cgroup v2 (the installer in a mount namespace without
+    // the cgroup2 mount).
     let mut c = install_cmd(&tree, &[]);
-    c.env("MESHNFT_NFT", "/nonexistent/nft");
+    support::without_cgroup2(&mut c);
     let mut inst = Installer::spawn(c);
     assert!(inst.wait_log("refusing to chain meshnft"), "{}", inst.log());
     let log = inst.log();
-    assert!(log.contains("nft on the host: not found"), "{log}");
-    assert!(log.contains("install the nftables package"), "{log}");
-    assert!(
-        log.contains("nft binary: nft not found at MESHNFT_NFT=/nonexistent/nft"),
-        "{log}"
-    );
+    assert!(log.contains("cgroup v2 mount: no cgroup2 mount"), "{log}");
     assert!(
         log.contains("the network configuration was left untouched"),
         "{log}"
@@ -685,7 +675,6 @@ fn refuses_when_the_node_cannot_run_meshnft() {
         br#"{"linkerd": {"proxy-uid": 0}}"#,
     )
     .unwrap();
-    std::os::unix::fs::symlink("/usr/sbin/nft", tree.host().join("usr/sbin/nft")).unwrap();
     let entry = tree.dir.join("entry.json");
     let mut inst = Installer::start(&tree, &["--entry-file", entry.to_str().unwrap()]);
     assert!(inst.wait_log("refusing to chain meshnft"), "{}", inst.log());
@@ -920,4 +909,96 @@ fn dangerous_inputs_are_refused_or_skipped() {
     inst.term();
     assert_eq!(std::fs::read(&other).unwrap(), other_before);
     assert!(tree.net().join("10-bridge.conf").exists());
+}
+
+/// Issue 11, item 6: a service-account token or a host kubeconfig that is
+/// a FIFO (or a device) is refused at once, never waited on, so SIGTERM is
+/// still honoured; and the installer's temporary files are created
+/// exclusively under unpredictable names, so a hard link planted at the
+/// old predictable name (`.<name>.<pid>.meshnft-tmp`; the installer is
+/// PID 1 of its own PID namespace here) is never written through.
+#[test]
+fn fifo_service_account_files_never_block_sigterm() {
+    if !support::root_or_skip("fifo_service_account_files_never_block_sigterm") {
+        return;
+    }
+    let mkfifo = |p: &Path| {
+        nix::unistd::mkfifo(p, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    };
+    // The token (behind kubelet's ..data link) is a FIFO.
+    let tree = Tree::new();
+    tree.write_conf("10-kindnet.conflist", &kindnet());
+    let data = std::fs::read_link(tree.sa().join("..data")).unwrap();
+    let token = tree.sa().join(data).join("token");
+    std::fs::remove_file(&token).unwrap();
+    mkfifo(&token);
+    let mut inst = Installer::start(&tree, &[]);
+    assert!(inst.wait_log("FIFO"), "{}", inst.log());
+    assert!(inst.log().contains("token"), "{}", inst.log());
+    assert!(inst.running());
+    inst.term();
+    drop(tree);
+
+    // The host kubeconfig is a FIFO, then /dev/zero behind a link: replaced
+    // by the real one, never read.
+    for plant in ["fifo", "zero"] {
+        let tree = Tree::new();
+        tree.write_conf("10-kindnet.conflist", &kindnet());
+        std::fs::create_dir_all(tree.net().join("meshnft.d")).unwrap();
+        match plant {
+            "fifo" => mkfifo(&tree.kubeconfig()),
+            _ => std::os::unix::fs::symlink("/dev/zero", tree.kubeconfig()).unwrap(),
+        }
+        let mut inst = Installer::start(&tree, &[]);
+        assert!(
+            wait_until(T, || std::fs::symlink_metadata(tree.kubeconfig())
+                .is_ok_and(|m| m.is_file())
+                && tree.entries("10-kindnet.conflist") == 1),
+            "{plant}: {}",
+            inst.log()
+        );
+        assert_eq!(inst.term().code(), Some(0), "{plant}: {}", inst.log());
+    }
+
+    // A hard link at the old temporary name of the kubeconfig.
+    let tree = Tree::new();
+    tree.write_conf("10-kindnet.conflist", &kindnet());
+    std::fs::create_dir_all(tree.net().join("meshnft.d")).unwrap();
+    let victim = tree.net().join("meshnft.d/victim");
+    std::fs::write(&victim, "precious").unwrap();
+    std::fs::hard_link(
+        &victim,
+        tree.net().join("meshnft.d/.kubeconfig.1.meshnft-tmp"),
+    )
+    .unwrap();
+    let mut c = install_cmd(&tree, &[]);
+    let args: Vec<std::ffi::OsString> = c.get_args().map(|a| a.to_os_string()).collect();
+    let envs: Vec<(std::ffi::OsString, Option<std::ffi::OsString>)> = c
+        .get_envs()
+        .map(|(k, v)| (k.to_os_string(), v.map(|v| v.to_os_string())))
+        .collect();
+    c = Command::new("unshare");
+    // --kill-child: the installer goes with unshare (which ignores SIGTERM).
+    c.env_clear()
+        .args(["--pid", "--fork", "--kill-child", MESHNFT])
+        .args(args);
+    for (k, v) in envs {
+        if let Some(v) = v {
+            c.env(k, v);
+        }
+    }
+    let inst = Installer::spawn(c);
+    assert!(
+        wait_until(T, || std::fs::symlink_metadata(tree.kubeconfig())
+            .is_ok_and(|m| m.is_file())),
+        "{}",
+        inst.log()
+    );
+    assert_eq!(
+        std::fs::read_to_string(&victim).unwrap(),
+        "precious",
+        "{}",
+        inst.log()
+    );
+    drop(inst); // SIGKILLs unshare; --kill-child takes the installer along
 }

@@ -35,6 +35,7 @@ fn cli(args: &[&str]) -> Invocation {
         code: out.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        hung: false,
     }
 }
 
@@ -1139,7 +1140,7 @@ fn inspect_all_lists_every_pod_netns() {
     ]);
     let mut nft = Command::new("nsenter")
         .arg(format!("--net={proc_ns}"))
-        .args(["--", "nft", "-f", "-"])
+        .args(["--", &support::nft_bin(), "-f", "-"])
         .stdin(Stdio::piped())
         .spawn()
         .unwrap();

@@ -6,16 +6,19 @@ use super::{Output, pod_cgroup, pod_label, pod_netns, version};
 use crate::config::NetConf;
 use crate::error::{Code, Error, Result};
 use crate::k8s::{self, Meshing, PodInfo};
-use crate::nft::{self, Nft};
+use crate::nft::{self, Nft, encode};
 use crate::{ruleset, state};
 
 /// ADD. Order: validate everything (env, config, prevResult, netns, pod
-/// cgroup), then one nft transaction, then the state record. Nothing is
+/// cgroup), then one nf_tables transaction (one netlink batch), then the
+/// state record. Nothing is
 /// written before validation ends, and the transaction is atomic, so a
 /// failed ADD leaves no table (and a failed re-ADD leaves the old one).
 ///
-/// Errors: 4 (env), 7 (config, missing prevResult), 102 (netns), 103 (host
-/// netns), 100/101 (nft).
+/// Errors: 4 (env), 7 (config, missing prevResult, unsafe `stateDir`), 102
+/// (netns), 103 (host netns), 100 (the kernel refused the table), 101 (no
+/// nf_tables), 11 (the kernel or the Kubernetes API did not answer in
+/// time), 106 (the pod cannot be read from the Kubernetes API).
 pub fn cmd_add(env: &CniEnv, conf: &NetConf) -> Result<Output> {
     let container_id = env.container_id()?;
     let ifname = env.ifname()?;
@@ -31,6 +34,8 @@ pub fn cmd_add(env: &CniEnv, conf: &NetConf) -> Result<Output> {
     let result = version::convert_result(prev, &conf.cni_version)?;
 
     let ns = pod_netns(netns_path)?;
+    // Records decide what DEL and GC remove: only a safe state directory.
+    state::prepare(&conf.state_dir(), container_id)?;
 
     // Pod awareness: is the pod meshed, and what do its annotations say?
     let mut settings = settings;
@@ -63,38 +68,28 @@ pub fn cmd_add(env: &CniEnv, conf: &NetConf) -> Result<Output> {
         k8s.pod_uid.as_deref().unwrap_or("-"),
         label,
     );
-    let nft = Nft::locate()?;
-    let target = nft::target_of(&ns);
+    let mut nft = Nft::open(&ns.file)?;
     let started = std::time::Instant::now();
-    // First ADD (the common case): `create table` fails the transaction
+    // First ADD (the common case): NEWTABLE with NLM_F_EXCL fails the batch
     // atomically if the table exists; otherwise this is the whole job, with
-    // no flushes (see `Table::render_fresh`).
+    // no flushes (see `encode::fresh`).
     let table = ruleset::build(&settings, pod.levels, &comment);
-    let re_add = match nft.apply(target, &table.render_fresh()) {
+    let re_add = match nft.commit(encode::fresh(&table)) {
         Ok(()) => false,
-        Err(e) if e.details.contains("File exists") => true,
-        Err(e) => return Err(e),
+        Err(e) if e.errno() == Some(libc::EEXIST) => true,
+        Err(e) => return Err(e.into()),
     };
     if re_add {
-        let mut extra = String::new();
+        let mut mark: Option<u64> = None;
         if settings.init_phase.enabled && pod.levels.is_some() {
-            match existing_phase(&nft, target)? {
+            match existing_phase(&mut nft)? {
                 None | Some(Phase::Open) => {}
                 Some(phase) => {
                     // A re-ADD must never open or reopen the init phase of a
                     // running pod (DESIGN.md 4.4): mark this pod's cgroup as
                     // started, in the same transaction.
-                    match pod
-                        .abs
-                        .as_deref()
-                        .and_then(|a| crate::cgroupid::nft_path(a).ok())
-                    {
-                        Some(p) => {
-                            extra = format!(
-                                "add element {} proxy_started {{ \"{p}\" }}\n",
-                                ruleset::TABLE
-                            )
-                        }
+                    match pod.abs.as_deref().and_then(crate::cgroupid::id_of) {
+                        Some(id) => mark = Some(id),
                         None => settings.init_phase.enabled = false,
                     }
                     tracing::info!(pod = ?label, ?phase, "re-ADD of a table whose init phase is not open: it stays closed");
@@ -102,7 +97,22 @@ pub fn cmd_add(env: &CniEnv, conf: &NetConf) -> Result<Output> {
             }
         }
         let table = ruleset::build(&settings, pod.levels, &comment);
-        nft.apply(target, &(table.render() + &extra))?;
+        let mut batch = encode::replace(&table);
+        if let Some(id) = mark {
+            for m in encode::elem_msgs(
+                nft::TABLE_NAME,
+                "proxy_started",
+                None,
+                &encode::raw_elems(&[ruleset::Elem::Cgroup(id)]),
+            ) {
+                batch.msgs.push(encode::Msg {
+                    msg: m,
+                    what: "element of set proxy_started".into(),
+                    exprs: Vec::new(),
+                });
+            }
+        }
+        nft.commit(batch)?;
     }
     tracing::info!(
         pod = ?label,
@@ -141,18 +151,14 @@ pub enum Phase {
     Never,
 }
 
-/// Reads the init phase of an existing `table inet meshnft` in `target`;
+/// Reads the init phase of the existing `table inet meshnft` over `nft`;
 /// `None` when there is no table.
-pub fn existing_phase(nft: &Nft, target: nft::Target) -> Result<Option<Phase>> {
-    let out = match nft.run(target, &["-j", "list", "table", "inet", "meshnft"], "") {
-        Ok(out) => out,
-        Err(e) if e.details.contains("No such file or directory") => return Ok(None),
-        Err(e) => return Err(e),
+pub fn existing_phase(nft: &mut Nft) -> Result<Option<Phase>> {
+    let Some(view) =
+        crate::readback::read(nft).map_err(|e| Error::new(Code::NftTransaction, e.to_string()))?
+    else {
+        return Ok(None);
     };
-    // The operator commands' reader of `nft -j` output; the text listing
-    // (levels, table comment) is not needed here.
-    let view = crate::readback::parse(&out, "")
-        .map_err(|e| Error::with_details(Code::Internal, "cannot parse `nft -j list table`", e))?;
     let started = !view.elems("proxy_started").is_empty();
     let gate = view
         .rule("output", "init phase: the proxy has not started")

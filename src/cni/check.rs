@@ -2,24 +2,24 @@
 //! in `CNI_NETNS` has every object ADD writes for this configuration.
 //!
 //! Exact and cheap, with no network calls: the table this configuration
-//! gives is applied in a scratch network namespace and listed by nft; the
-//! pod's table is listed too; both texts are compared line by line after
-//! dropping what is state rather than configuration (counter values, the
-//! elements of `proxy_started`, `init_containers` and `init_phase`, the
-//! table comment). Comparing nft's own text listings, not JSON, keeps
-//! `socket cgroupv2 level N`, which nft 1.0.6's JSON output drops.
+//! gives is committed in a scratch network namespace and read back from the
+//! kernel over netlink; the pod's table is read too; both are compared
+//! object by object, every rule expression by expression (so a rule altered
+//! behind an unchanged comment is found), after dropping what is state
+//! rather than configuration (counter values, rule handles, the elements of
+//! `proxy_started`, `init_containers` and `init_phase`, the table comment).
 
 use super::{Output, env::CniEnv, pod_cgroup, pod_netns, version};
 use crate::config::NetConf;
 use crate::error::{Code, Error, Result};
-use crate::nft::{self, Nft, Target};
+use crate::nft::dump::Listing;
+use crate::nft::{self, Nft, encode};
 use crate::ruleset::{self, Table};
 use crate::state;
-use std::os::fd::AsRawFd;
 
 /// CHECK. Errors: 1 (config version before 0.4.0), 4 (env), 7 (config,
 /// missing prevResult), 102/103 (netns), 104 (table missing or different,
-/// naming every difference), 100/101 (nft).
+/// naming every difference), 100/101/11 (nf_tables).
 pub fn cmd_check(env: &CniEnv, conf: &NetConf) -> Result<Output> {
     if !version::at_least(&conf.cni_version, (0, 4, 0)) {
         return Err(Error::new(
@@ -42,6 +42,7 @@ pub fn cmd_check(env: &CniEnv, conf: &NetConf) -> Result<Output> {
         ));
     }
     let ns = pod_netns(netns_path)?;
+    state::check_dir(&conf.state_dir(), false)?;
     // What ADD decided and wrote (state record): unmeshed pods have no
     // table; meshed ones have the effective settings (conflist + pod
     // annotations) and levels, so no API call is needed. Without a record,
@@ -63,22 +64,13 @@ pub fn cmd_check(env: &CniEnv, conf: &NetConf) -> Result<Output> {
             (settings, levels)
         }
     };
-    let nft = Nft::locate()?;
-    let actual = match nft.run(
-        nft::target_of(&ns),
-        &["list", "table", "inet", "meshnft"],
-        "",
-    ) {
-        Ok(out) => out,
-        Err(e) if e.details.contains("No such file or directory") => {
-            return Err(Error::new(
-                Code::CheckMismatch,
-                format!("table inet meshnft is missing in {}", netns_path.display()),
-            ));
-        }
-        Err(e) => return Err(e),
-    };
-    let expected = expected_listing(&nft, &ruleset::build(&settings, levels, ""))?;
+    let actual = Nft::open(&ns.file)?.read(nft::TABLE_NAME)?.ok_or_else(|| {
+        Error::new(
+            Code::CheckMismatch,
+            format!("table inet meshnft is missing in {}", netns_path.display()),
+        )
+    })?;
+    let expected = expected_listing(&ruleset::build(&settings, levels, ""))?;
     let diffs = compare(&expected, &actual);
     if !diffs.is_empty() {
         return Err(Error::with_details(
@@ -93,90 +85,94 @@ pub fn cmd_check(env: &CniEnv, conf: &NetConf) -> Result<Output> {
     Ok(Output::Nothing)
 }
 
-/// nft's own listing of `table`: applied in a scratch network namespace,
-/// then listed from the kernel (a second nft process: listing in the same
-/// `nft -f` run would show nft's unmerged interval cache), so both sides of
-/// the comparison are in nft's normalised syntax.
-pub fn expected_listing(nft: &Nft, table: &Table) -> Result<String> {
-    let scratch = nft::scratch_netns()?;
-    let target = Target::Netns(scratch.as_raw_fd());
-    nft.apply(target, &table.render_fresh())?;
-    nft.run(target, &["list", "table", "inet", "meshnft"], "")
+/// The kernel's listing of `table`: committed in a scratch network
+/// namespace and read back, so both sides of the comparison are in the
+/// kernel's own terms.
+pub fn expected_listing(table: &Table) -> Result<Listing> {
+    let mut scratch = Nft::scratch()?;
+    scratch.commit(encode::fresh(table))?;
+    scratch.read(table.name)?.ok_or_else(|| {
+        Error::new(
+            Code::Internal,
+            "the table committed in a scratch namespace is not there",
+        )
+    })
 }
 
 /// Sets whose elements are state, not configuration.
 const DYNAMIC: [&str; 3] = ["proxy_started", "init_containers", "init_phase"];
 
-/// Normalises an `nft list table` text for comparison: trims lines, drops
-/// counter values, the table comment (written once, at the first ADD) and
-/// the elements of the datapath-filled sets and the verdict map.
-pub fn normalize(listing: &str) -> Vec<String> {
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// A listing as comparable lines, one per object property, each named by
+/// its object: chains with their hooks, sets with their type, flags and
+/// userdata, the elements of static sets, and rules with their comment and
+/// expressions (counters without values; handles dropped).
+pub fn normalize(l: &Listing) -> Vec<String> {
     let mut out = Vec::new();
-    let mut current: Option<String> = None;
-    let mut depth = 0usize;
-    let mut skipping = false;
-    for raw in listing.lines() {
-        let line = raw.trim();
-        if line.is_empty() {
+    for c in &l.chains {
+        match &c.hook {
+            Some((ty, num, prio)) => out.push(format!(
+                "chain {}: type {ty} hook {num} priority {prio} policy {}",
+                c.name,
+                c.policy.unwrap_or(0)
+            )),
+            None => out.push(format!("chain {}", c.name)),
+        }
+    }
+    for s in &l.sets {
+        out.push(format!(
+            "set {}: flags {:#x} key type {} len {} data {:?} userdata {}",
+            s.name,
+            s.flags,
+            s.key_type,
+            s.key_len,
+            s.data_type,
+            hex(&s.udata)
+        ));
+        if DYNAMIC.contains(&s.name.as_str()) {
             continue;
         }
-        if skipping {
-            skipping = !line.ends_with('}');
-            continue;
-        }
-        for kw in ["set ", "map ", "chain "] {
-            if let Some(rest) = line.strip_prefix(kw) {
-                current = rest
-                    .split_whitespace()
-                    .next()
-                    .map(|name| format!("{kw}{name}"));
-            }
-        }
-        if depth == 1 && line.starts_with("comment \"") {
-            continue;
-        }
-        if line.starts_with("elements = {")
-            && current
-                .as_deref()
-                .and_then(|c| c.split(' ').nth(1))
-                .is_some_and(|c| DYNAMIC.contains(&c))
-        {
-            skipping = !line.ends_with('}');
-            continue;
-        }
-        depth += line.matches('{').count();
-        depth = depth.saturating_sub(line.matches('}').count());
-        // Each line is named by the object it is in, for readable diffs.
-        match &current {
-            Some(obj) if !line.starts_with(obj.as_str()) => {
-                out.push(format!("{obj}: {}", strip_counters(line)))
-            }
-            _ => out.push(strip_counters(line)),
+        let mut elems: Vec<String> = s
+            .elems
+            .iter()
+            .map(|e| {
+                format!(
+                    "set {}: element {}{}{}",
+                    s.name,
+                    hex(&e.key),
+                    if e.end { " (interval end)" } else { "" },
+                    e.verdict
+                        .as_ref()
+                        .map(|v| format!(" : {v}"))
+                        .unwrap_or_default()
+                )
+            })
+            .collect();
+        elems.sort();
+        out.extend(elems);
+    }
+    for c in &l.chains {
+        for (i, r) in l.rules.iter().filter(|r| r.chain == c.name).enumerate() {
+            let exprs: Vec<String> = r.exprs.iter().map(|e| e.to_string()).collect();
+            out.push(format!(
+                "chain {}: rule {} \"{}\" {}",
+                c.name,
+                i + 1,
+                r.comment,
+                exprs.join(" ")
+            ));
         }
     }
     out
 }
 
-/// `counter packets 12 bytes 720` becomes `counter`.
-fn strip_counters(line: &str) -> String {
-    let mut words: Vec<&str> = Vec::new();
-    let mut it = line.split(' ').peekable();
-    while let Some(w) = it.next() {
-        words.push(w);
-        if w == "counter" && it.peek() == Some(&"packets") {
-            it.next();
-            it.next();
-            it.next();
-            it.next();
-        }
-    }
-    words.join(" ")
-}
-
 /// Differences between the expected and the actual listing, as short
 /// `missing: LINE` / `unexpected: LINE` items (at most 10), or the empty
 /// list when they match.
-pub fn compare(expected: &str, actual: &str) -> Vec<String> {
+pub fn compare(expected: &Listing, actual: &Listing) -> Vec<String> {
     let (want, got) = (normalize(expected), normalize(actual));
     if want == got {
         return Vec::new();
@@ -193,7 +189,7 @@ pub fn compare(expected: &str, actual: &str) -> Vec<String> {
     }
     diffs.extend(got_left.into_iter().map(|g| format!("unexpected: {g}")));
     if diffs.is_empty() {
-        diffs.push("same lines in another order".into());
+        diffs.push("same objects in another order".into());
     }
     diffs.truncate(10);
     diffs
@@ -202,64 +198,115 @@ pub fn compare(expected: &str, actual: &str) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::nft::dump::{RuleInfo, SetInfo};
+    use crate::nft::encode::RawElem;
+    use crate::nft::expr::{Counter, Expr};
 
-    const LISTING: &str = "table inet meshnft {
-\tcomment \"meshnft 0.1.0 pod default/web-0\"
-\tset proxy_started {
-\t\ttype cgroupsv2
-\t\tflags dynamic
-\t\telements = { 1234,
-\t\t\t     5678 }
-\t}
-
-\tset skip_inbound_ports {
-\t\ttype inet_service
-\t\tflags interval
-\t\telements = { 4190-4191 }
-\t}
-\tchain output {
-\t\ttype nat hook output priority -100; policy accept;
-\t\tcounter packets 3 bytes 180 goto outbound_redirect comment \"outbound TCP to the proxy\"
-\t}
-}
-";
+    fn listing() -> Listing {
+        Listing {
+            comment: Some("meshnft 0.1.0 pod default/web-0".into()),
+            chains: vec![],
+            sets: vec![
+                SetInfo {
+                    name: "proxy_started".into(),
+                    flags: 0x20,
+                    key_type: 46,
+                    key_len: 8,
+                    data_type: None,
+                    udata: vec![],
+                    elems: vec![RawElem {
+                        key: 1234u64.to_ne_bytes().to_vec(),
+                        end: false,
+                        verdict: None,
+                    }],
+                },
+                SetInfo {
+                    name: "skip_inbound_ports".into(),
+                    flags: 0x4,
+                    key_type: 13,
+                    key_len: 2,
+                    data_type: None,
+                    udata: vec![],
+                    elems: vec![RawElem {
+                        key: vec![0x10, 0x5e],
+                        end: false,
+                        verdict: None,
+                    }],
+                },
+            ],
+            rules: vec![RuleInfo {
+                chain: "output".into(),
+                handle: 7,
+                exprs: vec![Expr::Counter(Counter {
+                    packets: 3,
+                    bytes: 180,
+                })],
+                comment: "outbound TCP to the proxy".into(),
+            }],
+        }
+    }
 
     #[test]
     fn normalizing_drops_state_and_keeps_configuration() {
-        let n = normalize(LISTING);
+        let mut l = listing();
+        l.chains.push(crate::nft::dump::ChainInfo {
+            name: "output".into(),
+            hook: Some(("nat".into(), 3, -100)),
+            policy: Some(1),
+        });
+        let n = normalize(&l);
+        let all = n.join("\n");
+        assert!(!all.contains(&hex(&1234u64.to_ne_bytes())), "{all}");
         assert!(
-            !n.iter()
-                .any(|l| l.contains("1234") || l.contains("5678") || l.contains("pod default")),
-            "{n:?}"
+            !all.contains("pod default") && !all.contains("180"),
+            "{all}"
         );
         assert!(
-            n.contains(&"set skip_inbound_ports: elements = { 4190-4191 }".to_string()),
-            "{n:?}"
+            all.contains("set skip_inbound_ports: element 105e"),
+            "{all}"
         );
         assert!(
-            n.contains(
-                &"chain output: counter goto outbound_redirect comment \"outbound TCP to the proxy\"".to_string()
-            ),
-            "{n:?}"
+            all.contains("chain output: rule 1 \"outbound TCP to the proxy\" [ counter ]"),
+            "{all}"
         );
     }
 
     #[test]
     fn differences_are_named() {
-        assert!(compare(LISTING, LISTING).is_empty());
-        let tampered = LISTING.replace("goto outbound_redirect", "accept");
-        let d = compare(LISTING, &tampered);
+        let mut a = listing();
+        let b = listing();
+        a.chains.push(crate::nft::dump::ChainInfo {
+            name: "output".into(),
+            hook: None,
+            policy: None,
+        });
+        let mut b2 = b.clone();
+        b2.chains = a.chains.clone();
+        assert!(compare(&a, &b2).is_empty());
+        // A rule altered behind its comment.
+        b2.rules[0].exprs.push(Expr::Other("drop".into()));
+        let d = compare(&a, &b2);
         assert!(
             d.iter()
-                .any(|l| l.starts_with("missing: chain output: counter goto outbound_redirect")),
+                .any(|l| l.starts_with("missing: chain output: rule 1")),
             "{d:?}"
         );
         assert!(
             d.iter()
-                .any(|l| l.starts_with("unexpected: chain output: counter accept")),
+                .any(|l| l.starts_with("unexpected: chain output: rule 1")),
             "{d:?}"
         );
-        let more = LISTING.replace("{ 4190-4191 }", "{ 22, 4190-4191 }");
-        assert_eq!(compare(LISTING, &more).len(), 2);
+        // An extra element of a static set.
+        let mut b3 = a.clone();
+        b3.sets[1].elems.push(RawElem {
+            key: vec![0, 22],
+            end: false,
+            verdict: None,
+        });
+        assert_eq!(compare(&a, &b3).len(), 1);
+        // Elements of a dynamic set are state.
+        let mut b4 = a.clone();
+        b4.sets[0].elems.clear();
+        assert!(compare(&a, &b4).is_empty());
     }
 }

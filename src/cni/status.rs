@@ -3,7 +3,7 @@
 use super::Output;
 use crate::config::NetConf;
 use crate::error::{Code, Error, Result};
-use crate::nft::{self, Nft, Target};
+use crate::nft::{Nft, encode};
 use crate::ruleset::{self, Levels};
 
 /// One host check and its outcome.
@@ -15,63 +15,50 @@ pub struct Probe {
     pub outcome: std::result::Result<String, String>,
 }
 
-/// Runs every check ADD depends on, for `conf`'s settings:
-/// nft present and at least [`nft::MIN_VERSION`]; a dry run of the full
-/// table, committed in a scratch network namespace that vanishes with the
-/// nft process, so the kernel validates every expression (nat hooks,
-/// `socket cgroupv2`, dynamic sets, `redirect`) including the checks it only
-/// runs at commit; a cgroup2 mount.
-///
-/// Why not `nft --check`: nft 1.0.6 sends a `--check` batch without asking
-/// for acknowledgements and exits without reading the kernel's answer, so a
-/// rule the kernel refuses (e.g. `redirect` in a filter chain) passes it.
+/// Runs every check ADD depends on, for `conf`'s settings: an nf_tables
+/// netlink socket; a dry run of the full table, committed in a scratch
+/// network namespace that vanishes with the socket, so the kernel validates
+/// every expression (nat hooks, `socket cgroupv2`, dynamic sets, `redirect`)
+/// including the checks it only runs at commit; a cgroup2 mount. The `nft`
+/// binary is not needed; it is reported when present (a debugging tool).
 pub fn probes(conf: &NetConf) -> Vec<Probe> {
     let mut out = Vec::new();
     let settings = conf.settings();
-    let nft = Nft::locate();
+    let nft = Nft::own();
     out.push(Probe {
-        name: "nft binary",
+        name: "nf_tables netlink",
         outcome: nft
             .as_ref()
-            .map(|n| n.path.display().to_string())
-            .map_err(|e| e.msg.clone()),
+            .map(|_| "NETLINK_NETFILTER socket opened".into())
+            .map_err(|e| e.to_string()),
     });
-    if let Ok(nft) = &nft {
-        let v = nft.version();
+    if nft.is_ok()
+        && let Ok(s) = &settings
+    {
+        let table = ruleset::build(
+            s,
+            Some(Levels {
+                pod: 1,
+                container: 2,
+            }),
+            "meshnft status dry run",
+        );
         out.push(Probe {
-            name: "nft version",
-            outcome: match v {
-                Ok(v) if v >= nft::MIN_VERSION => Ok(format!("{}.{}.{}", v.0, v.1, v.2)),
-                Ok(v) => Err(format!(
-                    "nft {}.{}.{} is too old (needs {}.{}.{} for `socket cgroupv2 level`)",
-                    v.0,
-                    v.1,
-                    v.2,
-                    nft::MIN_VERSION.0,
-                    nft::MIN_VERSION.1,
-                    nft::MIN_VERSION.2
-                )),
-                Err(e) => Err(e.to_string()),
-            },
+            name: "kernel accepts the table (dry run in a scratch netns)",
+            outcome: Nft::scratch()
+                .and_then(|mut n| n.commit(encode::fresh(&table)))
+                .map(|_| "ok".into())
+                .map_err(|e| e.to_string()),
         });
-        if let Ok(s) = &settings {
-            let table = ruleset::build(
-                s,
-                Some(Levels {
-                    pod: 1,
-                    container: 2,
-                }),
-                "meshnft status dry run",
-            );
-            out.push(Probe {
-                name: "kernel accepts the table (dry run in a scratch netns)",
-                outcome: nft
-                    .apply(Target::Scratch, &table.render_fresh())
-                    .map(|_| "ok".into())
-                    .map_err(|e| e.to_string()),
-            });
-        }
     }
+    out.push(Probe {
+        name: "nft binary (optional, for debugging)",
+        outcome: Ok(["/usr/sbin/nft", "/sbin/nft", "/usr/bin/nft"]
+            .into_iter()
+            .find(|p| std::path::Path::new(p).is_file())
+            .map(|p| format!("{p} (not used by meshnft)"))
+            .unwrap_or_else(|| "absent (not needed)".into())),
+    });
     out.push(Probe {
         name: "network configuration",
         outcome: settings.map(|_| "valid".into()).map_err(|e| e.to_string()),

@@ -104,7 +104,11 @@ impl Installer {
             self.args.api_port.as_deref(),
         )?;
         let text = kubeconfig::render(&m);
-        let on_disk = std::fs::read_to_string(&here).ok();
+        // Ours, so a regular file: anything else (a link, a FIFO) is
+        // replaced, never read through or blocked on.
+        let on_disk = crate::safefs::read_regular_nofollow(&here, discover::MAX_CONF_BYTES)
+            .ok()
+            .and_then(|b| String::from_utf8(b).ok());
         if on_disk.as_deref() == Some(text.as_str()) {
             self.kubeconfig_text = Some(text);
             return Ok(());
@@ -225,11 +229,7 @@ impl Installer {
         // its network: never write one that does not.
         discover::parse(discover::Kind::List, &conflist::render(&new_list))
             .map_err(|e| bad(format!("with the meshnft entry it would not load: {e}")))?;
-        let failures = checks::failures(
-            &l.host_root,
-            &entry,
-            new_list.get("cniVersion").and_then(Value::as_str),
-        );
+        let failures = checks::failures(&entry, new_list.get("cniVersion").and_then(Value::as_str));
         if !failures.is_empty() {
             return Err(InstallError::Checks {
                 primary: primary.path,

@@ -39,6 +39,49 @@ pub const CNI_PLUGIN_DIR: &str = "/usr/lib/cni";
 // Basics
 // ---------------------------------------------------------------------------------
 
+/// Makes `cmd` run in a private mount namespace without the cgroup2 mount
+/// (a host where cgroup v2 is not mounted), which is all STATUS and the
+/// installer need to see a node that cannot run meshnft. The test's own
+/// mounts are untouched.
+pub fn without_cgroup2(cmd: &mut Command) {
+    let mnt = std::ffi::CString::new(cgroup2_mount().as_os_str().as_encoded_bytes()).unwrap();
+    let root = std::ffi::CString::new("/").unwrap();
+    // SAFETY: only async-signal-safe syscalls between fork and exec; the
+    // strings were allocated before the fork.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::unshare(libc::CLONE_NEWNS) != 0
+                || libc::mount(
+                    std::ptr::null(),
+                    root.as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_REC | libc::MS_PRIVATE,
+                    std::ptr::null(),
+                ) != 0
+                || libc::umount2(mnt.as_ptr(), libc::MNT_DETACH) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// The `nft` the tests use as their oracle: `$MESHNFT_TEST_NFT` when set
+/// (scripts/without-nft.sh hides every other nft from meshnft), else `nft`.
+pub fn nft_bin() -> String {
+    std::env::var("MESHNFT_TEST_NFT").unwrap_or_else(|_| "nft".into())
+}
+
+/// `argv` with an `nft` program name replaced by [`nft_bin`].
+fn oracle_argv<'a>(argv: &[&'a str], nft: &'a str) -> Vec<&'a str> {
+    let mut v = argv.to_vec();
+    if v.first() == Some(&"nft") {
+        v[0] = nft;
+    }
+    v
+}
+
 /// Returns true when running as euid 0.
 ///
 /// Otherwise prints `SKIP <test>: needs root (run with sudo); set MESHNFT_REQUIRE_ROOT=1
@@ -91,6 +134,8 @@ pub fn unique(prefix: &str) -> String {
 
 /// Runs `argv` (no shell) and returns its output; panics if it cannot be started.
 pub fn run(argv: &[&str]) -> Output {
+    let nft = nft_bin();
+    let argv = oracle_argv(argv, &nft);
     Command::new(argv[0])
         .args(&argv[1..])
         .stdin(Stdio::null())
@@ -187,10 +232,12 @@ impl Netns {
 
     /// Runs `argv` inside the netns via `nsenter --net=PATH --` and returns its output.
     pub fn exec(&self, argv: &[&str]) -> Output {
+        let nft = nft_bin();
+        let argv = oracle_argv(argv, &nft);
         Command::new("nsenter")
             .arg(format!("--net={}", self.path.display()))
             .arg("--")
-            .args(argv)
+            .args(&argv)
             .stdin(Stdio::null())
             .output()
             .unwrap_or_else(|e| panic!("cannot run nsenter {argv:?}: {e}"))
@@ -211,7 +258,7 @@ impl Netns {
     pub fn nft(&self, script: &str) -> Result<String, String> {
         let mut child = Command::new("nsenter")
             .arg(format!("--net={}", self.path.display()))
-            .args(["--", "nft", "-f", "-"])
+            .args(["--", &nft_bin(), "-f", "-"])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

@@ -1,0 +1,54 @@
+//! `cmp` (kernel `nft_cmp.c`): `NFTA_CMP_SREG` 1, `NFTA_CMP_OP` 2,
+//! `NFTA_CMP_DATA` 3 (`NFTA_DATA_VALUE` 1 inside).
+
+use super::be32;
+use crate::nft::netlink::{Attr, MsgBuilder, attr, find};
+
+/// `enum nft_cmp_ops` values meshnft uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CmpOp {
+    /// `NFT_CMP_EQ` (0).
+    Eq,
+    /// `NFT_CMP_NEQ` (1).
+    Neq,
+}
+
+/// `[ cmp OP reg SREG DATA ]`: the register's first `data.len()` bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cmp {
+    /// Source register.
+    pub sreg: u32,
+    /// Comparison.
+    pub op: CmpOp,
+    /// Constant, in the byte order of the loaded field.
+    pub data: Vec<u8>,
+}
+
+impl Cmp {
+    pub(super) fn encode(&self, m: &mut MsgBuilder) {
+        m.be32(1, self.sreg).be32(
+            2,
+            match self.op {
+                CmpOp::Eq => 0,
+                CmpOp::Neq => 1,
+            },
+        );
+        m.begin(3).bytes(attr::data::VALUE, &self.data).end();
+    }
+
+    pub(super) fn decode(a: &[Attr<'_>]) -> Option<Cmp> {
+        let op = match be32(a, 2)? {
+            0 => CmpOp::Eq,
+            1 => CmpOp::Neq,
+            _ => return None,
+        };
+        let data = find(&find(a, 3)?.nested(), attr::data::VALUE)?
+            .value
+            .to_vec();
+        Some(Cmp {
+            sreg: be32(a, 1)?,
+            op,
+            data,
+        })
+    }
+}

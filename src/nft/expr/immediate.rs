@@ -1,0 +1,52 @@
+//! `immediate` (kernel `nft_immediate.c`): `NFTA_IMMEDIATE_DREG` 1,
+//! `NFTA_IMMEDIATE_DATA` 2 (`NFTA_DATA_VALUE` 1 or `NFTA_DATA_VERDICT` 2 {
+//! `NFTA_VERDICT_CODE` 1, `NFTA_VERDICT_CHAIN` 2 }).
+
+use super::be32;
+use crate::nft::model::Verdict;
+use crate::nft::netlink::{Attr, MsgBuilder, attr, find};
+
+/// What an `immediate` loads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ImmediateData {
+    /// A constant (e.g. a port for `redir`), in field byte order.
+    Value(Vec<u8>),
+    /// A verdict (into register 0).
+    Verdict(Verdict),
+}
+
+/// `[ immediate reg DREG DATA ]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Immediate {
+    /// Destination register (0 for verdicts).
+    pub dreg: u32,
+    /// The constant.
+    pub data: ImmediateData,
+}
+
+impl Immediate {
+    pub(super) fn encode(&self, m: &mut MsgBuilder) {
+        m.be32(1, self.dreg);
+        m.begin(2);
+        match &self.data {
+            ImmediateData::Value(v) => {
+                m.bytes(attr::data::VALUE, v);
+            }
+            ImmediateData::Verdict(v) => v.encode(m),
+        }
+        m.end();
+    }
+
+    pub(super) fn decode(a: &[Attr<'_>]) -> Option<Immediate> {
+        let data = find(a, 2)?.nested();
+        let data = if let Some(v) = find(&data, attr::data::VERDICT) {
+            ImmediateData::Verdict(Verdict::decode(&v.nested())?)
+        } else {
+            ImmediateData::Value(find(&data, attr::data::VALUE)?.value.to_vec())
+        };
+        Some(Immediate {
+            dreg: be32(a, 1)?,
+            data,
+        })
+    }
+}

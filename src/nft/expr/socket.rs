@@ -1,0 +1,32 @@
+//! `socket` (kernel `nft_socket.c`): `NFTA_SOCKET_KEY` 1
+//! (`NFT_SOCKET_CGROUPV2` = 3, Linux >= 5.13), `NFTA_SOCKET_DREG` 2,
+//! `NFTA_SOCKET_LEVEL` 3 (the ancestor level of the socket's cgroup v2
+//! whose 8-byte cgroup id is loaded).
+
+use super::be32;
+use crate::nft::netlink::{Attr, MsgBuilder};
+
+/// `[ socket load cgroupv2 => reg DREG, level LEVEL ]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Socket {
+    /// Destination register (8 bytes: the cgroup id).
+    pub dreg: u32,
+    /// Cgroup v2 ancestor level.
+    pub level: u32,
+}
+
+impl Socket {
+    pub(super) fn encode(&self, m: &mut MsgBuilder) {
+        m.be32(1, 3).be32(2, self.dreg).be32(3, self.level);
+    }
+
+    pub(super) fn decode(a: &[Attr<'_>]) -> Option<Socket> {
+        if be32(a, 1)? != 3 {
+            return None;
+        }
+        Some(Socket {
+            dreg: be32(a, 2)?,
+            level: be32(a, 3).unwrap_or(0),
+        })
+    }
+}

@@ -1,0 +1,259 @@
+//! nftables, spoken natively: meshnft's own nf_tables netlink client.
+//!
+//! Nothing but the kernel is needed on a node: no `nft`, no libnftnl (GPL,
+//! and absent from Bottlerocket, Talos, minimal AL2023, COS). The pieces,
+//! one concern per file:
+//!
+//! * [`model`]: the typed objects of a table (sets, elements, chains,
+//!   rules made of statements) — the single description;
+//! * [`text`]: their nft text rendering, for people (`meshnft render`, the
+//!   golden files); `nft -f` of it gives the same table;
+//! * [`expr`]: kernel expressions, one file each, encode and decode side by
+//!   side;
+//! * [`encode`]: a table lowered to one transaction (netlink batch);
+//! * [`netlink`]: message and attribute framing, UAPI numbers;
+//! * [`sock`]: a `NETLINK_NETFILTER` socket created inside a network
+//!   namespace, batches sent in one `sendmsg`, every answer read;
+//! * [`dump`]: a table read back (tables, chains, sets, elements, rules).
+//!
+//! A transaction is all or nothing: nfnetlink validates and commits the
+//! whole batch while handling the one `sendmsg`, so a SIGKILL of the plugin
+//! at any instant leaves either no change or all of it.
+
+pub mod dump;
+pub mod encode;
+pub mod expr;
+pub mod model;
+pub mod netlink;
+pub mod sock;
+pub mod text;
+
+use crate::error::{Code, Error};
+use encode::Batch;
+use netlink::{MsgBuilder, NLM_F_ACK};
+use sock::{Conn, DumpError, SockError};
+use std::os::fd::AsFd;
+
+/// Name of meshnft's table (family `inet`).
+pub const TABLE_NAME: &str = "meshnft";
+/// `inet meshnft`, as nft names it.
+pub const TABLE: &str = "inet meshnft";
+
+/// A failed nf_tables operation.
+#[derive(Debug, thiserror::Error)]
+pub enum NftError {
+    /// The socket could not be opened, the namespace entered, or the kernel
+    /// did not answer.
+    #[error(transparent)]
+    Sock(#[from] SockError),
+    /// The kernel refused a message of the transaction; nothing was applied.
+    #[error("the kernel refused {what}: {reason}{hint}")]
+    Refused {
+        /// The object, e.g. `rule "loopback" in chain output`.
+        what: String,
+        /// The errno.
+        errno: i32,
+        /// strerror, and the kernel's extended-ack message if any.
+        reason: String,
+        /// What the failure usually means (missing kernel feature), with a
+        /// leading "; ", or empty.
+        hint: String,
+    },
+    /// Reading a table back failed.
+    #[error(transparent)]
+    Read(#[from] dump::ReadError),
+}
+
+impl NftError {
+    /// The errno the kernel answered with, if it refused a message.
+    pub fn errno(&self) -> Option<i32> {
+        match self {
+            NftError::Refused { errno, .. } => Some(*errno),
+            NftError::Read(dump::ReadError::Dump {
+                source: DumpError::Kernel(e),
+                ..
+            }) => Some(*e),
+            _ => None,
+        }
+    }
+}
+
+impl From<NftError> for Error {
+    /// Codes: 100 (the kernel refused the transaction), 101 (no nf_tables
+    /// netlink in this kernel), 102 (the namespace could not be entered), 11
+    /// (the kernel did not answer within [`sock::RECV_TIMEOUT`]).
+    fn from(e: NftError) -> Error {
+        let code = match &e {
+            NftError::Refused { .. } => Code::NftTransaction,
+            NftError::Sock(SockError::Setns(_)) => Code::Netns,
+            NftError::Sock(SockError::Open(_)) => Code::NftUnavailable,
+            NftError::Sock(SockError::Recv(io))
+            | NftError::Read(dump::ReadError::Dump {
+                source: DumpError::Sock(SockError::Recv(io)),
+                ..
+            }) if matches!(
+                io.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ) =>
+            {
+                Code::TryAgainLater
+            }
+            _ => Code::NftTransaction,
+        };
+        match e {
+            NftError::Refused {
+                what, reason, hint, ..
+            } => Error::with_details(
+                code,
+                format!("the kernel refused {what}"),
+                format!("{reason}{hint}"),
+            ),
+            e => Error::new(code, e.to_string()),
+        }
+    }
+}
+
+/// Why the kernel usually refuses `expr` with `errno`.
+fn hint(errno: i32, expr: Option<&str>, what: &str) -> String {
+    let h = match (errno, expr) {
+        (libc::EOPNOTSUPP, Some("socket")) => {
+            "this kernel's nft_socket has no `socket cgroupv2` (needs Linux >= 5.13 with CONFIG_SOCK_CGROUP_DATA)"
+        }
+        (libc::ENOENT, Some("socket")) => "the kernel has no nft_socket (CONFIG_NFT_SOCKET)",
+        (libc::ENOENT, Some("redir")) => "the kernel has no nft_redir (CONFIG_NFT_REDIR)",
+        (libc::ENOENT, Some(_)) => "the kernel lacks this nf_tables expression module",
+        (libc::ENOENT | libc::EOPNOTSUPP, None) if what.starts_with("chain ") => {
+            "the kernel has no nat chain type (CONFIG_NFT_NAT, nf_nat)"
+        }
+        (libc::EEXIST, _) => "the object exists already",
+        _ => "",
+    };
+    if h.is_empty() {
+        String::new()
+    } else {
+        format!("; {h}")
+    }
+}
+
+/// An open nf_tables connection into one network namespace.
+#[derive(Debug)]
+pub struct Nft {
+    conn: Conn,
+}
+
+impl Nft {
+    /// Into the namespace of an open nsfs file (e.g. `CNI_NETNS`).
+    pub fn open(netns: &impl AsFd) -> Result<Nft, NftError> {
+        Ok(Nft {
+            conn: Conn::open(Some(netns.as_fd()))?,
+        })
+    }
+
+    /// Into the caller's own network namespace.
+    pub fn own() -> Result<Nft, NftError> {
+        Ok(Nft {
+            conn: Conn::open(None)?,
+        })
+    }
+
+    /// Into a fresh, empty network namespace of its own, which lives as long
+    /// as this value (dry runs, CHECK's expected table).
+    pub fn scratch() -> Result<Nft, NftError> {
+        Ok(Nft {
+            conn: Conn::open_scratch()?,
+        })
+    }
+
+    /// Applies `batch` as one transaction: `BATCH_BEGIN`, the messages (each
+    /// with `NLM_F_ACK`), `BATCH_END`, in one `sendmsg`; then reads an answer
+    /// for every message. All or nothing.
+    ///
+    /// Errors: [`NftError::Refused`] naming the first refused object, the
+    /// kernel's reason and what it usually means; [`NftError::Sock`].
+    pub fn commit(&mut self, batch: Batch) -> Result<(), NftError> {
+        if batch.msgs.is_empty() {
+            return Ok(());
+        }
+        let framed = batch.frame(self.conn.take_seqs(batch.msgs.len() as u32 + 2));
+        let (buf, seqs, begin_seq) = (framed.bytes, framed.seqs, framed.begin_seq);
+        self.conn.send(&buf)?;
+        let acks = self.conn.read_acks(&seqs, begin_seq)?;
+        // The first refused message (by order in the batch).
+        for (i, seq) in seqs.iter().enumerate() {
+            if let Some(a) = acks.iter().find(|a| a.seq == *seq && a.errno != 0) {
+                let m = &batch.msgs[i];
+                let expr = a.offset.and_then(|off| {
+                    m.exprs
+                        .iter()
+                        .rev()
+                        .find(|(start, _)| *start <= off as usize)
+                        .map(|(_, n)| n.as_str())
+                });
+                // Without an offset, a rule's only module-backed suspect.
+                let expr = expr.or_else(|| {
+                    ["socket", "redir", "dynset"].into_iter().find(|n| {
+                        m.exprs.iter().any(|(_, e)| e == n) && a.errno == libc::EOPNOTSUPP
+                    })
+                });
+                let mut reason = std::io::Error::from_raw_os_error(a.errno).to_string();
+                if let Some(extra) = &a.msg {
+                    reason = format!("{reason}: {extra}");
+                }
+                return Err(NftError::Refused {
+                    what: match expr {
+                        Some(e) => format!("{} (expression {e})", m.what),
+                        None => m.what.clone(),
+                    },
+                    errno: a.errno,
+                    hint: hint(a.errno, expr, &m.what),
+                    reason,
+                });
+            }
+        }
+        if let Some(a) = acks.iter().find(|a| a.seq == begin_seq && a.errno != 0) {
+            return Err(NftError::Refused {
+                what: "the transaction".into(),
+                errno: a.errno,
+                reason: std::io::Error::from_raw_os_error(a.errno).to_string(),
+                hint: String::new(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Reads table `inet NAME`: `Ok(None)` when it does not exist.
+    pub fn read(&mut self, name: &str) -> Result<Option<dump::Listing>, NftError> {
+        Ok(dump::read(&mut self.conn, name)?)
+    }
+
+    /// The elements of one set of table `inet TABLE`.
+    pub fn read_elems(&mut self, table: &str, set: &str) -> Result<Vec<encode::RawElem>, NftError> {
+        Ok(dump::read_elems(&mut self.conn, table, set)?)
+    }
+
+    /// Removes table `inet NAME`. Returns false when there was none (then
+    /// nothing is committed, so nothing is freed and no RCU wait follows).
+    pub fn delete_table(&mut self, name: &str) -> Result<bool, NftError> {
+        let mut req = MsgBuilder::nft(netlink::msg::GETTABLE, NLM_F_ACK);
+        req.str(netlink::attr::table::NAME, name);
+        match self.conn.dump(req) {
+            Err(DumpError::Kernel(libc::ENOENT)) => return Ok(false),
+            Err(DumpError::Kernel(e)) => {
+                return Err(NftError::Refused {
+                    what: format!("reading table inet {name}"),
+                    errno: e,
+                    reason: std::io::Error::from_raw_os_error(e).to_string(),
+                    hint: String::new(),
+                });
+            }
+            Err(DumpError::Sock(s)) => return Err(s.into()),
+            Ok(_) => {}
+        }
+        match self.commit(encode::delete_table(name)) {
+            Ok(()) => Ok(true),
+            // Removed by someone else in between: the outcome is the same.
+            Err(e) if e.errno() == Some(libc::ENOENT) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+}
