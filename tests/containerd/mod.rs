@@ -32,7 +32,7 @@ use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use tonic::transport::{Channel, Endpoint, Uri};
@@ -41,6 +41,8 @@ use tonic::transport::{Channel, Endpoint, Uri};
 pub const IMAGE: &str = "meshnft.test/busybox:1";
 /// The sandbox ("pause") image, set in containerd's config.
 pub const PAUSE_IMAGE: &str = "meshnft.test/pause:1";
+/// Where containerd 1.6's shims put their sockets (fixed in 1.6).
+const SHIM_DIR_16: &str = "/run/containerd/s";
 /// The CRI namespace kubelet uses.
 const CRI_NS: &str = "k8s.io";
 
@@ -249,6 +251,10 @@ pub struct CriNode {
     client: Mutex<Option<RuntimeServiceClient<Channel>>>,
     child: Option<Child>,
     cdir: PathBuf,
+    /// containerd 1.6 only: its shims put their sockets in `/run/containerd/s` (1.6 has
+    /// no `socket_dir`); 1.6 nodes run one at a time in this process and remove that
+    /// directory again if they made it.
+    run_dir_made: Option<(MutexGuard<'static, ()>, bool)>,
     /// The node: netns (where containerd and the CNI plugins run) and temp dir.
     pub node: Node,
 }
@@ -300,6 +306,11 @@ impl CriNode {
         networks: impl FnOnce(&Node) -> Vec<Network>,
     ) -> CriNode {
         let tools = Tools::get();
+        let run_dir_made = (runtime == Runtime::Debian16).then(|| {
+            static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+            let g = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+            (g, !Path::new(SHIM_DIR_16).exists())
+        });
         let node = Node::new();
         if record {
             let calls = node.dir().join("calls");
@@ -388,6 +399,7 @@ impl CriNode {
             client: Mutex::new(None),
             child: Some(child),
             cdir,
+            run_dir_made,
             node,
         };
         if !support::wait_until(Duration::from_secs(20), || sock.exists()) {
@@ -828,7 +840,12 @@ impl Drop for CriNode {
                 unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
             }
         }
-        // 4. The node (netns, temp dir) goes with the fields.
+        // 4. containerd 1.6's shim socket dir, if this node made it.
+        if let Some((_guard, true)) = &self.run_dir_made {
+            let _ = fs::remove_dir(SHIM_DIR_16);
+            let _ = fs::remove_dir(Path::new(SHIM_DIR_16).parent().unwrap_or(Path::new("/")));
+        }
+        // 5. The node (netns, temp dir) goes with the fields.
     }
 }
 
