@@ -2,8 +2,9 @@
 # Runs every check and test of meshnft as CI does: formatting, clippy, unit
 # and golden tests, and the root-only end-to-end tests (real nft in real
 # network namespaces, real cgroup v2 directories, the reference CNI plugins
-# driven by libcni), the demo, and the benchmark's quick mode. Needs root;
-# installs missing packages first.
+# driven by libcni and by containerd's CRI), the demo, and the benchmark's
+# quick mode. Needs root; installs missing packages first, and builds
+# containerd once (scripts/containerd.sh, cached).
 #
 #   sudo ./test.sh            everything
 #   sudo ./test.sh e2e        extra arguments go to `cargo test`
@@ -25,6 +26,11 @@ for f in "${scripts[@]}"; do bash -n "$f"; done
 shellcheck "${scripts[@]}"
 ruby -c vagrant/Vagrantfile >/dev/null
 python3 -c "import ast, sys; ast.parse(open(sys.argv[1]).read())" vagrant/standin/standin.py
+
+echo "==> containerd for tests/containerd.rs and the demo (scripts/containerd.sh; cached after the first build)"
+ctr_start=$SECONDS
+scripts/containerd.sh >/dev/null
+echo "containerd ready in $((SECONDS - ctr_start)) s"
 
 echo "==> cargo fmt --check"
 cargo fmt --all -- --check
