@@ -242,6 +242,17 @@ pub fn pod_cgroup(
             ..Default::default()
         });
     };
+    // Without `socket cgroupv2` (Linux < 5.13) no level can be used: the
+    // plain redirect table, with the one warning ADD logs for `why_not`.
+    if settings.init_phase.enabled
+        && let Ok(nft) = crate::nft::Nft::locate()
+        && let Ok(false) = crate::kernel::socket_cgroupv2(state_dir, &nft)
+    {
+        return Ok(PodCgroup {
+            why_not: Some(crate::kernel::MISSING.into()),
+            ..Default::default()
+        });
+    }
     let offset = match settings.init_phase.level_offset {
         Some(o) => o,
         None => match crate::nft::Nft::locate()

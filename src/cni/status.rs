@@ -13,11 +13,26 @@ pub struct Probe {
     pub name: &'static str,
     /// `Ok(detail)` or `Err(what is missing)`.
     pub outcome: std::result::Result<String, String>,
+    /// Set on a passed check when ADD works but with less than the
+    /// configuration asks for (e.g. no init phase on this kernel).
+    pub warning: Option<String>,
+}
+
+impl Probe {
+    fn new(name: &'static str, outcome: std::result::Result<String, String>) -> Probe {
+        Probe {
+            name,
+            outcome,
+            warning: None,
+        }
+    }
 }
 
 /// Runs every check ADD depends on, for `conf`'s settings:
-/// nft present and at least [`nft::MIN_VERSION`]; a dry run of the full
-/// table, committed in a scratch network namespace that vanishes with the
+/// nft present and at least [`nft::MIN_VERSION`]; whether the kernel has
+/// `socket cgroupv2` ([`crate::kernel`]; a passed check with a warning when
+/// it lacks it and the init phase is on); a dry run of the full
+/// table ADD would write on this kernel, committed in a scratch network namespace that vanishes with the
 /// nft process, so the kernel validates every expression (nat hooks,
 /// `socket cgroupv2`, dynamic sets, `redirect`) including the checks it only
 /// runs at commit; a cgroup2 mount.
@@ -29,18 +44,17 @@ pub fn probes(conf: &NetConf) -> Vec<Probe> {
     let mut out = Vec::new();
     let settings = conf.settings();
     let nft = Nft::locate();
-    out.push(Probe {
-        name: "nft binary",
-        outcome: nft
-            .as_ref()
+    out.push(Probe::new(
+        "nft binary",
+        nft.as_ref()
             .map(|n| n.path.display().to_string())
             .map_err(|e| e.msg.clone()),
-    });
+    ));
     if let Ok(nft) = &nft {
         let v = nft.version();
-        out.push(Probe {
-            name: "nft version",
-            outcome: match v {
+        out.push(Probe::new(
+            "nft version",
+            match v {
                 Ok(v) if v >= nft::MIN_VERSION => Ok(format!("{}.{}.{}", v.0, v.1, v.2)),
                 Ok(v) => Err(format!(
                     "nft {}.{}.{} is too old (needs {}.{}.{} for `socket cgroupv2 level`)",
@@ -53,45 +67,65 @@ pub fn probes(conf: &NetConf) -> Vec<Probe> {
                 )),
                 Err(e) => Err(e.to_string()),
             },
-        });
-        if let Ok(s) = &settings {
-            let table = ruleset::build(
-                s,
-                Some(Levels {
-                    pod: 1,
-                    container: 2,
-                }),
-                "meshnft status dry run",
+        ));
+        // socket cgroupv2 (Linux >= 5.13): without it ADD writes the plain
+        // redirect table (no init phase), so STATUS passes but says so.
+        let feature = crate::kernel::measure(nft);
+        let init_phase = settings.as_ref().is_ok_and(|s| s.init_phase.enabled);
+        let mut p = Probe::new(
+            "kernel: socket cgroupv2",
+            match &feature {
+                Ok(true) => Ok("present".into()),
+                Ok(false) => Ok(format!("missing: {}", crate::kernel::MISSING)),
+                Err(e) => Err(e.to_string()),
+            },
+        );
+        if let (Ok(false), true) = (&feature, init_phase) {
+            let w = format!(
+                "{}: ADD writes the plain redirect table, without the init phase (init containers are redirected, as with linkerd-cni)",
+                crate::kernel::MISSING
             );
-            out.push(Probe {
-                name: "kernel accepts the table (dry run in a scratch netns)",
-                outcome: nft
-                    .apply(Target::Scratch, &table.render_fresh())
+            tracing::warn!("{w}");
+            p.warning = Some(w);
+        }
+        out.push(p);
+        if let Ok(s) = &settings {
+            // The table ADD writes on this kernel, with its init phase when
+            // the kernel can have one.
+            let levels = (!matches!(feature, Ok(false))).then_some(Levels {
+                pod: 1,
+                container: 2,
+            });
+            let table = ruleset::build(s, levels, "meshnft status dry run");
+            out.push(Probe::new(
+                "kernel accepts the table (dry run in a scratch netns)",
+                nft.apply(Target::Scratch, &table.render_fresh())
                     .map(|_| "ok".into())
                     .map_err(|e| e.to_string()),
-            });
+            ));
         }
     }
-    out.push(Probe {
-        name: "network configuration",
-        outcome: settings.map(|_| "valid".into()).map_err(|e| e.to_string()),
-    });
-    out.push(Probe {
-        name: "cgroup v2 mount",
-        outcome: match crate::cgroup::cgroup2_mount() {
+    out.push(Probe::new(
+        "network configuration",
+        settings.map(|_| "valid".into()).map_err(|e| e.to_string()),
+    ));
+    out.push(Probe::new(
+        "cgroup v2 mount",
+        match crate::cgroup::cgroup2_mount() {
             Ok(Some(m)) => Ok(m.mount_point.display().to_string()),
             Ok(None) => Err(
                 "no cgroup2 mount in /proc/self/mountinfo (the init phase needs cgroup v2)".into(),
             ),
             Err(e) => Err(e.to_string()),
         },
-    });
+    ));
     out
 }
 
 /// STATUS. Success: nothing on stdout. Error: code 1 for a config version
 /// before 1.1.0, code 7 for an invalid configuration, code 50 naming every
-/// failed host check.
+/// failed host check. A kernel without `socket cgroupv2` is not a failure
+/// (ADD then writes the plain redirect table): it is logged as a warning.
 pub fn cmd_status(conf: &NetConf) -> Result<Output> {
     if !super::version::at_least(&conf.cni_version, (1, 1, 0)) {
         return Err(Error::new(
