@@ -323,24 +323,35 @@ impl Pod {
     fn new() -> Pod {
         let node = Netns::new("mtnode");
         let pod = Netns::new("mtpod");
-        node.sh(&format!(
-            "set -e
-             ip link add veth0 type veth peer name eth0 netns {pod}
-             ip link set veth0 up
-             ip addr add 198.18.0.1/24 dev veth0
-             ip -6 addr add 2001:db8:1::1/64 dev veth0 nodad
-             ip addr add 198.19.0.1/24 dev veth0
-             ip addr add 198.19.1.1/24 dev veth0
-             ip -6 addr add 2001:db8:2::1/64 dev veth0 nodad
-             ip -6 addr add 2001:db8:3::1/64 dev veth0 nodad",
-            pod = pod.name()
-        ));
-        pod.sh("set -e
-             ip link set eth0 up
-             ip addr add 198.18.0.2/24 dev eth0
-             ip -6 addr add 2001:db8:1::2/64 dev eth0 nodad
-             ip route add default via 198.18.0.1
-             ip -6 route add default via 2001:db8:1::1");
+        // One `ip` run per step, never through a shell: Debian's static
+        // busybox shell would run its own `ip` applet instead of iproute2's.
+        let peer = format!("netns {}", pod.name());
+        let node_steps = [
+            format!("link add veth0 type veth peer name eth0 {peer}"),
+            "link set veth0 up".into(),
+            "addr add 198.18.0.1/24 dev veth0".into(),
+            "-6 addr add 2001:db8:1::1/64 dev veth0 nodad".into(),
+            "addr add 198.19.0.1/24 dev veth0".into(),
+            "addr add 198.19.1.1/24 dev veth0".into(),
+            "-6 addr add 2001:db8:2::1/64 dev veth0 nodad".into(),
+            "-6 addr add 2001:db8:3::1/64 dev veth0 nodad".into(),
+        ];
+        let pod_steps = [
+            "link set eth0 up",
+            "addr add 198.18.0.2/24 dev eth0",
+            "-6 addr add 2001:db8:1::2/64 dev eth0 nodad",
+            "route add default via 198.18.0.1",
+            "-6 route add default via 2001:db8:1::1",
+        ];
+        for (ns, step) in node_steps
+            .iter()
+            .map(|s| (&node, s.as_str()))
+            .chain(pod_steps.iter().map(|s| (&pod, *s)))
+        {
+            let mut argv = vec!["ip"];
+            argv.extend(step.split_whitespace());
+            ns.exec_ok(&argv);
+        }
         let sa = |ip: IpAddr, p: u16| SocketAddr::new(ip, p);
         let any4 = IpAddr::from([0u8; 4]);
         let any6 = IpAddr::from([0u16; 8]);
@@ -513,6 +524,12 @@ fn cni(
                     std::ptr::null(),
                 ) != 0
                 {
+                    return fail();
+                }
+                // The same cgroup2 superblock cannot be mounted again on
+                // top of itself (EBUSY): take the node's mount away first,
+                // as a kind node's fresh /sys has none.
+                if libc::umount2(target.as_ptr(), libc::MNT_DETACH) != 0 {
                     return fail();
                 }
                 if libc::mount(

@@ -12,14 +12,15 @@
 #   musl-tools                    musl-gcc, for deploy/Dockerfile's static build stage run outside Docker
 #   iptables                      iptables-{legacy,nft}-restore and ip6tables-*: the peers bench.sh compares with
 #   time                          GNU time, bench.sh's peak-RSS probe
-#   qemu-system-x86, cpio, busybox-static, xz-utils
+#   qemu-system-x86, cpio, busybox-static, xz-utils, kmod
 #                                 the kernel matrix (scripts/kernels.sh): guests booted from an
-#                                 initramfs under qemu; Debian's kernel modules are xz-compressed
+#                                 initramfs under qemu; Debian's kernel modules are xz-compressed and
+#                                 come without modules.dep (depmod makes it)
 set -euo pipefail
 
 need=()
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
-for p in nftables iproute2 util-linux iptables time containernetworking-plugins golang-go golang-github-appc-cni-dev shellcheck ruby musl-tools qemu-system-x86 cpio busybox-static xz-utils; do
+for p in nftables iproute2 util-linux iptables time containernetworking-plugins golang-go golang-github-appc-cni-dev shellcheck ruby musl-tools qemu-system-x86 cpio busybox-static xz-utils kmod; do
   have_pkg "$p" || need+=("$p")
 done
 if ((${#need[@]})); then
