@@ -88,7 +88,8 @@ aptc() {
 derive_sources() {
   local src=/etc/apt/sources.list.d/debian.sources codename
   [[ -r $src ]] || { echo "kernels.sh: $src not found (needs a Debian machine with deb822 sources)" >&2; return 1; }
-  codename=$(. /etc/os-release && echo "${VERSION_CODENAME:?}")
+  codename=$(sed -n 's/^VERSION_CODENAME=//p' /etc/os-release)
+  [[ -n $codename ]] || { echo "kernels.sh: no VERSION_CODENAME in /etc/os-release" >&2; return 1; }
   awk -v c="$codename" -v main="$SUITES" -v sec="$SECURITY_SUITES" '
     function flush(   i) {
       if (pick != "") { for (i = 1; i <= n; i++) print (l[i] ~ /^Suites:/ ? "Suites: " pick : l[i]); print "" }
@@ -131,7 +132,7 @@ fetch_kernel() {
       dpkg-deb -x "$deb" "$dir"
       # Keep only what the guest needs: the kernel image and the modules.
       find "$dir" -mindepth 1 -maxdepth 1 ! -name boot ! -name lib ! -name usr -exec rm -rf {} +
-      rm -rf "$dir/usr/share"
+      rm -rf "${dir:?}/usr/share"
       # The package ships no modules.dep (its postinst runs depmod).
       depmod -b "$dir" "$(basename "$(find "$dir/lib/modules" -mindepth 1 -maxdepth 1 -type d | head -1)")"
       touch "$dir/.done"
@@ -277,13 +278,21 @@ for entry in "${MATRIX[@]}"; do
   grep -a '"check"' "$work/lines-$kver.json" | sed 's/^/  /' || true
   summary=$(grep -a '"event":"summary"' "$work/lines-$kver.json" | tail -1 || true)
   secs=$(($(date +%s) - t0))
+  passed=$(grep -ac '"check":.*"ok":true' "$work/lines-$kver.json" || true)
+  failed=$(grep -ac '"check":.*"ok":false' "$work/lines-$kver.json" || true)
   if [[ -z $summary ]] || ! grep -q '"failed":0' <<<"$summary"; then
     fail=1
+    # A guest that died before its summary counts as one more failure.
+    [[ -n $summary ]] || failed=$((failed + 1))
     echo "==> kernel $name: FAILED ($secs s); console in target/kernels/console-$name.log:"
     grep -av '^MESHNFT-GUEST ' "$log" | tail -20 | sed 's/^/  | /'
+    verdict=FAILED
   else
     echo "==> kernel $name: ok ($secs s)"
+    verdict=ok
   fi
+  # In cargo's words, so that test.sh's closing line counts these checks too.
+  echo "test result: $verdict. $passed passed; $failed failed; kernel $name ($kver), $secs s"
   results+=("{\"kernel\":\"$name\",\"release\":\"$kver\",\"package\":\"$(basename "$kroot")\",\"seconds\":$secs,\"summary\":${summary:-null}}")
 done
 
