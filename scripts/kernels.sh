@@ -49,7 +49,7 @@ GUEST_NFT=1
 
 CACHE=${MESHNFT_KERNEL_CACHE:-/var/cache/meshnft/kernels}
 RESULTS=${MESHNFT_KERNELS_JSON:-target/kernels/results.json}
-QEMU_CPU="max,cx16=off" # Debian 12's QEMU 7.2 double-faults on 6.12 under TCG without cx16=off
+QEMU_CPU=${MESHNFT_QEMU_CPU:-max,cx16=off} # Debian 12's QEMU 7.2 double-faults on 6.12 under TCG without cx16=off
 TIMEOUT=${MESHNFT_KERNEL_TIMEOUT:-900}
 # What the guest's /init runs (a shell command line; e.g. "sh -x /tmp/x.sh"
 # to look at a problem from inside).
@@ -274,18 +274,21 @@ for entry in "${MATRIX[@]}"; do
   mkdir -p target/kernels
   cp "$log" "target/kernels/console-$name.log"
   # The guest's lines: checks and the closing summary.
-  grep -a '^MESHNFT-GUEST ' "$log" | sed 's/^MESHNFT-GUEST //; s/\r$//' >"$work/lines-$kver.json" || true
-  grep -a '"check"' "$work/lines-$kver.json" | sed 's/^/  /' || true
+  # (a line may start with the console's escape sequences)
+  grep -ao 'MESHNFT-GUEST {.*' "$log" | sed 's/^MESHNFT-GUEST //; s/\r$//' >"$work/lines-$kver.json" || true
+  grep -a '"ok":false' "$work/lines-$kver.json" | sed 's/^/  FAIL /' || true
   summary=$(grep -a '"event":"summary"' "$work/lines-$kver.json" | tail -1 || true)
   secs=$(($(date +%s) - t0))
-  passed=$(grep -ac '"check":.*"ok":true' "$work/lines-$kver.json" || true)
-  failed=$(grep -ac '"check":.*"ok":false' "$work/lines-$kver.json" || true)
+  passed=$(sed -n 's/.*"passed":\([0-9]*\).*/\1/p' <<<"$summary")
+  failed=$(sed -n 's/.*"failed":\([0-9]*\).*/\1/p' <<<"$summary")
+  passed=${passed:-$(grep -ac '"check":.*"ok":true' "$work/lines-$kver.json" || true)}
+  failed=${failed:-$(grep -ac '"check":.*"ok":false' "$work/lines-$kver.json" || true)}
   if [[ -z $summary ]] || ! grep -q '"failed":0' <<<"$summary"; then
     fail=1
     # A guest that died before its summary counts as one more failure.
     [[ -n $summary ]] || failed=$((failed + 1))
     echo "==> kernel $name: FAILED ($secs s); console in target/kernels/console-$name.log:"
-    grep -av '^MESHNFT-GUEST ' "$log" | tail -20 | sed 's/^/  | /'
+    grep -av 'MESHNFT-GUEST ' "$log" | tail -20 | sed 's/^/  | /'
     verdict=FAILED
   else
     echo "==> kernel $name: ok ($secs s)"
