@@ -15,11 +15,15 @@
 #   runc, busybox-static          containerd's OCI runtime and the local test image's userland
 #                                 (scripts/containerd.sh builds containerd itself from its Go module)
 #   protobuf-compiler             protoc, for the CRI client's build script (the k8s-cri dev-dependency)
+#   qemu-system-x86, cpio, busybox-static, xz-utils, kmod
+#                                 the kernel matrix (scripts/kernels.sh): guests booted from an
+#                                 initramfs under qemu; Debian's kernel modules are xz-compressed and
+#                                 come without modules.dep (depmod makes it)
 set -euo pipefail
 
 need=()
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
-for p in nftables iproute2 util-linux iptables time containernetworking-plugins golang-go golang-github-appc-cni-dev shellcheck ruby musl-tools runc busybox-static protobuf-compiler; do
+for p in nftables iproute2 util-linux iptables time containernetworking-plugins golang-go golang-github-appc-cni-dev shellcheck ruby musl-tools runc busybox-static protobuf-compiler qemu-system-x86 cpio xz-utils kmod; do
   have_pkg "$p" || need+=("$p")
 done
 if ((${#need[@]})); then

@@ -300,6 +300,9 @@ pub fn run() -> i32 {
             let mut ok = true;
             for p in crate::cni::status::probes(&conf) {
                 match p.outcome {
+                    Ok(_) if p.warning.is_some() => {
+                        println!("warn  {}: {}", p.name, p.warning.unwrap_or_default())
+                    }
                     Ok(d) => println!("ok    {}: {d}", p.name),
                     Err(e) => {
                         ok = false;

@@ -11,6 +11,7 @@
 //! - [`ruleset`]: the table model and its nft text;
 //! - [`nft`]: running nft transactions inside a network namespace;
 //! - [`netns`], [`cgroup`]: finding the pod's namespace and cgroup;
+//! - [`kernel`]: whether the kernel has `socket cgroupv2` (Linux >= 5.13);
 //! - [`state`]: per-attachment records for GC;
 //! - [`safefs`]: reading and writing paths meshnft is given without
 //!   trusting them (no hang, no link followed, size caps);
@@ -31,6 +32,7 @@ pub mod explain;
 pub mod inspect;
 pub mod install;
 pub mod k8s;
+pub mod kernel;
 pub mod levelprobe;
 pub mod logging;
 pub mod netns;

@@ -243,7 +243,9 @@ pub struct PodCgroup {
 
 /// Finds the pod cgroup from `K8S_POD_UID` (DESIGN.md 5). Never fails:
 /// without it the table is written without the init phase (DESIGN.md 4.7);
-/// `why_not` says why. A bad `levelOffset` is the only error (code 7).
+/// `why_not` says why (also when the kernel lacks `socket cgroupv2`, see
+/// [`crate::kernel`]). With the init phase off, `levels` is `None` and no
+/// level probe runs. A bad `levelOffset` is the only error (code 7).
 pub fn pod_cgroup(
     settings: &Settings,
     k8s: &K8sArgs,
@@ -286,6 +288,24 @@ pub fn pod_cgroup(
             ..Default::default()
         });
     };
+    // Without the init phase no rule keys on cgroup levels (the plain
+    // redirect table): no level probe, nothing that needs `socket cgroupv2`.
+    if !settings.init_phase.enabled {
+        return Ok(PodCgroup {
+            abs: Some(mount.mount_point.join(&rel)),
+            rel: Some(rel),
+            levels: None,
+            why_not: None,
+        });
+    }
+    // Without `socket cgroupv2` (Linux < 5.13) no level can be used: the
+    // plain redirect table, with the one warning ADD logs for `why_not`.
+    if let Ok(false) = crate::kernel::socket_cgroupv2(state_dir) {
+        return Ok(PodCgroup {
+            why_not: Some(crate::kernel::MISSING.into()),
+            ..Default::default()
+        });
+    }
     let offset = match settings.init_phase.level_offset {
         Some(o) => o,
         None => match crate::levelprobe::offset(state_dir, &mount, root) {
