@@ -349,6 +349,8 @@ impl V {
 #[derive(Debug, Clone, Copy)]
 struct Sample {
     ms: f64,
+    /// CPU time of its processes (user + system, from wait4), ms.
+    cpu_ms: f64,
     /// The floor program's own split (ms): time in `sendto`, time in `close`.
     split: Option<(f64, f64)>,
 }
@@ -357,6 +359,7 @@ fn sample_of(runs: &[Run], t0: Instant) -> Sample {
     debug_assert!(runs.iter().all(Run::ok));
     Sample {
         ms: t0.elapsed().as_secs_f64() * 1e3,
+        cpu_ms: runs.iter().map(|r| r.cpu.as_secs_f64() * 1e3).sum(),
         split: None,
     }
 }
@@ -1325,6 +1328,13 @@ fn report(
     elapsed: f64,
 ) -> Result<()> {
     let ms = |s: &[Sample]| Stats::of(&s.iter().map(|x| x.ms).collect::<Vec<_>>());
+    let cpu = |s: &[Sample]| Stats::of(&s.iter().map(|x| x.cpu_ms).collect::<Vec<_>>());
+    let add_cpu: BTreeMap<V, Stats> = ar.iter().map(|(v, s)| (*v, cpu(&s.add))).collect();
+    let del_cpu: BTreeMap<V, Stats> = ar
+        .iter()
+        .filter(|(_, s)| !s.del.is_empty())
+        .map(|(v, s)| (*v, cpu(&s.del)))
+        .collect();
     let add_stats: BTreeMap<V, Stats> = ar.iter().map(|(v, s)| (*v, ms(&s.add))).collect();
     let del_stats: BTreeMap<V, Stats> = ar
         .iter()
@@ -1386,8 +1396,8 @@ fn report(
         plan.apply_iters
     );
     out += &format!(
-        "{:<44} {:>5} {:>8} {:>8} {:>8} {:>10}\n",
-        "contender", "runs", "min", "median", "p99", "vs legacy"
+        "{:<44} {:>5} {:>8} {:>8} {:>8} {:>10} {:>8} {:>10}\n",
+        "contender", "runs", "min", "median", "p99", "vs legacy", "cpu", "vs legacy"
     );
     for v in V::ALL {
         if ar.get(&v).is_none_or(|s| s.add.is_empty()) {
@@ -1396,21 +1406,27 @@ fn report(
         let s = get(&add_stats, v);
         let b = get(&add_stats, v.baseline());
         let r = ratio(s.median, b.median);
+        let (c, cb) = (get(&add_cpu, v), get(&add_cpu, v.baseline()));
+        let rc = ratio(c.median, cb.median);
         out += &format!(
-            "{:<44} {:>5} {:>8} {:>8} {:>8} {:>10}\n",
+            "{:<44} {:>5} {:>8} {:>8} {:>8} {:>10} {:>8} {:>10}\n",
             v.label(),
             s.n,
             fmt_ms(s.min),
             fmt_ms(s.median),
             fmt_ms(s.p99),
             fmt_ratio(r),
+            fmt_ms(c.median),
+            fmt_ratio(rc),
         );
         apply_json.push(json!({
             "id": v.id(), "label": v.label(), "ms": s.json(), "compared_with": v.baseline().id(),
             "ratio_median": round3(r), "ratio_p99": round3(ratio(s.p99, b.p99)), "ratio_min": round3(ratio(s.min, b.min)),
+            "cpu_ms": c.json(), "cpu_ratio_median": round3(rc),
         }));
     }
     out += "(vs legacy: this row's median / iptables-legacy-restore's median for the same family, below 1 = faster than legacy;\n \
+            cpu = median user+system CPU time of the row's processes (wait4), much less sensitive to other load than wall time;\n \
             the meshnft rows speak nf_tables netlink themselves; the floor sends the same batch as meshnft ADD (v4), built by\n \
             meshnft's library for the same config and pod; the old path is the nft binary meshnft ran before, kept as a contender)\n";
     out += &format!(
@@ -1422,8 +1438,8 @@ fn report(
     let mut del_json = vec![];
     out += "\n2. Remove: right after the apply, in the same netns\n";
     out += &format!(
-        "{:<44} {:>5} {:>8} {:>8} {:>8} {:>10}\n",
-        "contender", "runs", "min", "median", "p99", "vs legacy"
+        "{:<44} {:>5} {:>8} {:>8} {:>8} {:>10} {:>8} {:>10}\n",
+        "contender", "runs", "min", "median", "p99", "vs legacy", "cpu", "vs legacy"
     );
     for v in V::DEL_ROWS {
         let (Some(label), Some(s)) = (v.del_label(), del_stats.get(&v)) else {
@@ -1431,16 +1447,20 @@ fn report(
         };
         let b = get(&del_stats, v.del_baseline());
         let r = ratio(s.median, b.median);
+        let (c, cb) = (get(&del_cpu, v), get(&del_cpu, v.del_baseline()));
+        let rc = ratio(c.median, cb.median);
         out += &format!(
-            "{:<44} {:>5} {:>8} {:>8} {:>8} {:>10}\n",
+            "{:<44} {:>5} {:>8} {:>8} {:>8} {:>10} {:>8} {:>10}\n",
             label,
             s.n,
             fmt_ms(s.min),
             fmt_ms(s.median),
             fmt_ms(s.p99),
-            fmt_ratio(r)
+            fmt_ratio(r),
+            fmt_ms(c.median),
+            fmt_ratio(rc),
         );
-        del_json.push(json!({"id": v.id(), "label": label, "ms": s.json(), "compared_with": v.del_baseline().id(), "ratio_median": round3(r)}));
+        del_json.push(json!({"id": v.id(), "label": label, "ms": s.json(), "compared_with": v.del_baseline().id(), "ratio_median": round3(r), "cpu_ms": c.json(), "cpu_ratio_median": round3(rc)}));
     }
     out += "(vs legacy: this row's median / the iptables-legacy-restore cleanup's median for the same family; linkerd-cni's DEL is a no-op)\n";
     out += &format!(

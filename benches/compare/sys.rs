@@ -360,12 +360,16 @@ pub fn run_timed_in(ns: &Ns, cmd: &mut Command, stdin: &[u8]) -> Result<Run> {
     })
 }
 
-/// One finished child: wall time from spawn to reaped, exit status, output.
-/// (No peak RSS: a child's `ru_maxrss` includes this process's pages up to
-/// the child's exec; `footprint` measures RSS through GNU time instead.)
+/// One finished child: wall time from spawn to reaped, CPU time, exit
+/// status, output. (No peak RSS: a child's `ru_maxrss` includes this
+/// process's pages up to the child's exec; `footprint` measures RSS through
+/// GNU time instead.)
 #[derive(Debug, Clone)]
 pub struct Run {
     pub elapsed: Duration,
+    /// User + system CPU time of the child (and of any children it reaped),
+    /// from wait4(2): unlike the wall time, hardly affected by other load.
+    pub cpu: Duration,
     pub code: Option<i32>,
     pub stdout: String,
     pub stderr: String,
@@ -402,7 +406,7 @@ impl Run {
 }
 
 /// Spawns `cmd`, feeds it `stdin`, collects its output and reaps it with
-/// waitpid(2). The clock runs from just before spawn to the reap.
+/// wait4(2). The clock runs from just before spawn to the reap.
 pub fn run_timed(cmd: &mut Command, stdin: &[u8]) -> Result<Run> {
     check_stop()?;
     cmd.stdin(Stdio::piped())
@@ -430,9 +434,11 @@ pub fn run_timed(cmd: &mut Command, stdin: &[u8]) -> Result<Run> {
         let _ = p.read_to_end(&mut out);
     }
     let mut status: libc::c_int = 0;
+    // SAFETY: zeroed rusage is a valid out-parameter.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     let r = loop {
         // SAFETY: reaps our own child; std's Child is never waited after this.
-        let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+        let r = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
         if r < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
             continue;
         }
@@ -441,11 +447,15 @@ pub fn run_timed(cmd: &mut Command, stdin: &[u8]) -> Result<Run> {
     let elapsed = t0.elapsed();
     let err = stderr_reader.join().unwrap_or_default();
     if r != pid {
-        return Err(errno("waitpid"));
+        return Err(errno("wait4"));
     }
     let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
+    let tv = |t: libc::timeval| {
+        Duration::from_secs(t.tv_sec.max(0) as u64) + Duration::from_micros(t.tv_usec.max(0) as u64)
+    };
     Ok(Run {
         elapsed,
+        cpu: tv(ru.ru_utime) + tv(ru.ru_stime),
         code,
         stdout: String::from_utf8_lossy(&out).into_owned(),
         stderr: String::from_utf8_lossy(&err).into_owned(),
