@@ -546,6 +546,9 @@ struct Series {
     del: Vec<Sample>,
 }
 
+/// Pause after an iteration's namespaces are dropped.
+const SETTLE: Duration = Duration::from_millis(40);
+
 fn bench_apply(ctx: &Ctx, plan: &Plan) -> Result<BTreeMap<V, Series>> {
     let mut out: BTreeMap<V, Series> = BTreeMap::new();
     let n = V::ALL.len();
@@ -553,32 +556,38 @@ fn bench_apply(ctx: &Ctx, plan: &Plan) -> Result<BTreeMap<V, Series>> {
         if it % (plan.apply_iters / 5).max(1) == 0 {
             eprintln!("  apply/remove: iteration {}/{}", it + 1, plan.apply_iters);
         }
-        for k in 0..n {
+        // This iteration's namespaces are made before and torn down after
+        // all its measurements (then a pause for the kernel's asynchronous
+        // netns cleanup), so that no contender's timing overlaps the
+        // teardown of the namespace the previous one used.
+        let nss: Vec<Ns> = (0..n).map(|_| ctx.ns("a")).collect::<Result<_>>()?;
+        for (k, ns) in nss.iter().enumerate() {
             // Rotate the order so that no contender always follows another.
             let v = V::ALL[(k + it) % n];
             if it % v.every() != 0 {
                 continue;
             }
             sys::check_stop()?;
-            let ns = ctx.ns("a")?;
             let id = ctx.name("c");
-            let add = apply(ctx, v, &ns, &id)?;
+            let add = apply(ctx, v, ns, &id)?;
             if it == 0 {
-                verify(ctx, v, &ns, true)?;
+                verify(ctx, v, ns, true)?;
             }
-            let del = remove(ctx, v, &ns, &id)?;
+            let del = remove(ctx, v, ns, &id)?;
             if it == 0 && del.is_some() {
-                verify(ctx, v, &ns, false)?;
+                verify(ctx, v, ns, false)?;
             }
             let s = out.entry(v).or_default();
             s.add.push(add);
             s.del.extend(del);
             if v == V::MeshAdd {
                 // DEL once more: no table now, so no transaction either.
-                let again = remove(ctx, V::MeshDelAbsent, &ns, &id)?;
+                let again = remove(ctx, V::MeshDelAbsent, ns, &id)?;
                 out.entry(V::MeshDelAbsent).or_default().del.extend(again);
             }
         }
+        drop(nss);
+        std::thread::sleep(SETTLE);
     }
     Ok(out)
 }
