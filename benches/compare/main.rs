@@ -1488,7 +1488,8 @@ fn report(
          NETLINK_NETFILTER socket runs nf_tables' NETLINK_URELEASE handler (nft_rcv_nl_event), which flushes the destroy\n\
          work of transactions that freed objects (nf_tables_trans_destroy_flush_work): an RCU grace period. A first ADD frees\n\
          nothing and does not pay it (the floor's ADD: {} ms in close()); a re-ADD (it flushes chains and static sets) and a\n\
-         DEL do: meshnft's re-ADD costs {} ms more than its first ADD, and its DEL {} ms more with the table there than\n\
+         DEL do: meshnft's re-ADD costs {} ms more than its first ADD (its first batch, refused with EEXIST, waits in\n\
+         the kernel's abort path, then the flushes wait at exit), and its DEL {} ms more with the table there than\n\
          with the table gone (then DEL reads that there is none and commits nothing: no wait). iptables-nft's cleanup pays\n\
          the wait too; iptables-legacy has no nf_tables transaction and does not.\n",
         fmt_ms(floor_del_send),
