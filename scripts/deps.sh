@@ -19,11 +19,12 @@
 #                                 the kernel matrix (scripts/kernels.sh): guests booted from an
 #                                 initramfs under qemu; Debian's kernel modules are xz-compressed and
 #                                 come without modules.dep (depmod makes it)
+#   gcc, libc6-dev                cc -O2 -static of bench.sh's floor program (benches/compare/floor.c)
 set -euo pipefail
 
 need=()
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
-for p in nftables iproute2 util-linux iptables time containernetworking-plugins golang-go golang-github-appc-cni-dev shellcheck ruby musl-tools runc busybox-static protobuf-compiler qemu-system-x86 cpio xz-utils kmod; do
+for p in nftables iproute2 util-linux iptables time gcc libc6-dev containernetworking-plugins golang-go golang-github-appc-cni-dev shellcheck ruby musl-tools runc busybox-static protobuf-compiler qemu-system-x86 cpio xz-utils kmod; do
   have_pkg "$p" || need+=("$p")
 done
 if ((${#need[@]})); then
