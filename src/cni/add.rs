@@ -73,12 +73,16 @@ pub fn cmd_add(env: &CniEnv, conf: &NetConf) -> Result<Output> {
     // First ADD (the common case): NEWTABLE with NLM_F_EXCL fails the batch
     // atomically if the table exists; otherwise this is the whole job, with
     // no flushes (see `encode::fresh`).
+    // A GETTABLE first: a refused first-ADD batch would cost a re-ADD the
+    // kernel's abort of everything it created (an RCU grace period).
     let table = ruleset::build(&settings, pod.levels, &comment);
-    let re_add = match nft.commit(encode::fresh(&table)) {
-        Ok(()) => false,
-        Err(e) if e.errno() == Some(libc::EEXIST) => true,
-        Err(e) => return Err(e.into()),
-    };
+    let re_add = nft.table_exists(nft::TABLE_NAME)?
+        || match nft.commit(encode::fresh(&table)) {
+            Ok(()) => false,
+            // Created by someone else since the GETTABLE.
+            Err(e) if e.errno() == Some(libc::EEXIST) => true,
+            Err(e) => return Err(e.into()),
+        };
     if re_add {
         let mut mark: Option<u64> = None;
         if settings.init_phase.enabled && pod.levels.is_some() {
@@ -113,6 +117,8 @@ pub fn cmd_add(env: &CniEnv, conf: &NetConf) -> Result<Output> {
             }
         }
         nft.commit(batch)?;
+        // The flushes freed objects: the RCU wait goes to a child.
+        nft.close_detached();
     }
     tracing::info!(
         pod = ?label,
