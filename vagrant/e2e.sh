@@ -89,6 +89,7 @@ init_failed() { # the init container terminated with a non-zero code at least on
     last=$(init_exit_code "$1" "$2" lastState)
     [[ -n $now && $now != 0 ]] || [[ -n $last && $last != 0 ]]
 }
+no_table() { ! pod_nft "$1" list table inet meshnft >/dev/null 2>&1; }
 table_closed() { pod_nft "$1" list set inet meshnft proxy_started | grep -q 'elements = '; }
 client_get() { kubectl -n "$NS" exec client -- wget -q -O- -T 5 "$1"; }
 get_contains() { client_get "$1" | grep -q -- "$2"; }
@@ -151,6 +152,19 @@ say "4b. init phase off by annotation: the original bug comes back"
 kubectl apply -f "$MANIFESTS/seed-off.yaml" >/dev/null
 check "seed-off's init container fails" retry 120 init_failed seed-off fetch
 check "... with connection refused" retry 30 logs_contain seed-off fetch "refused"
+
+say "4c. repair: a meshed pod created while meshnft is not installed gets its table from the node agent"
+kubectl delete -f "$DEPLOY" --wait=true --timeout=180s >/dev/null || true
+check "meshnft uninstalled (no entry in any conflist)" retry 120 conflist_without_meshnft
+sed 's/seed-classic/seed-repair/g' "$MANIFESTS/seed-classic.yaml" | kubectl apply -f - >/dev/null
+check "seed-repair becomes Ready without meshnft" retry 180 pod_ready seed-repair
+check "seed-repair has no meshnft table yet" no_table seed-repair
+"$REPO/vagrant/install-meshnft.sh" >/dev/null
+check "DaemonSet ready again" kubectl -n "$MESHNFT_NS" rollout status "ds/$MESHNFT_DS" --timeout=300s
+check "the agent wrote seed-repair's table (phase closed: its proxy runs)" retry 120 table_closed seed-repair
+check "seed-repair's app now goes through the proxy, without a restart" \
+    retry 60 logs_contain seed-repair linkerd-proxy "standin port=4140 orig=$web_ip:8080"
+check "seed-repair was not restarted" test "$(kubectl -n "$NS" get pod seed-repair -o jsonpath='{.status.containerStatuses[*].restartCount}' | tr -d ' 0')" = ""
 
 if [[ ${E2E_LINKERD:-0} == 1 ]]; then
     say "optional: real Linkerd with meshnft as its CNI plugin"

@@ -619,9 +619,13 @@ impl Worker {
                 self.event(pod, super::REASON_REPAIRED, "Repair", note)
                     .await;
             }
+            // As linkerd-cni's repair controller: only the pods whose
+            // validator exited 95 are deleted (above); a pod found without
+            // its table is reported, not deleted.
             RepairMode::Delete => {
-                self.delete(pod, &format!("{what} in its network namespace"))
-                    .await?
+                tracing::warn!(
+                    "agent: pod {label}: {what} (repair mode delete: only pods whose validator exited 95 are deleted)"
+                );
             }
             RepairMode::Label => {
                 self.label(pod, &format!("{what} in its network namespace"))
