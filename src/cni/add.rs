@@ -117,8 +117,6 @@ pub fn cmd_add(env: &CniEnv, conf: &NetConf) -> Result<Output> {
             }
         }
         nft.commit(batch)?;
-        // The flushes freed objects: the RCU wait goes to a child.
-        nft.close_detached();
     }
     tracing::info!(
         pod = ?label,

@@ -106,9 +106,6 @@ pub fn cmd_del(env: &CniEnv, conf: &DelConf) -> Result<Output> {
     let mut nft = Nft::open(&ns.file)?;
     if nft.delete_table(nft::TABLE_NAME)? {
         tracing::info!(container_id, netns = ?netns_path, "removed table inet meshnft");
-        // The kernel's destroy work (an RCU grace period) is waited for by
-        // a child, not by the runtime waiting for DEL (see `close_detached`).
-        nft.close_detached();
     } else {
         tracing::debug!(container_id, netns = ?netns_path, "no table inet meshnft to remove");
     }

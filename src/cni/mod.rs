@@ -40,6 +40,9 @@ pub enum Output {
 /// Success: exit 0 and the verb's output. Failure: a CNI error JSON on
 /// stdout (with the conflist's `cniVersion` when it could be read) and exit 1.
 pub fn run(command: &str) -> i32 {
+    // A plugin process is short-lived: the kernel's RCU wait at the last
+    // close of its netlink sockets goes to a child (see `nft::detach_closes`).
+    crate::nft::detach_closes();
     let mut stdin = Vec::new();
     let read = std::io::stdin().take(MAX_STDIN + 1).read_to_end(&mut stdin);
     let cni_version = peek_version(&stdin);

@@ -261,66 +261,111 @@ impl Nft {
             Err(e) => Err(e),
         }
     }
+}
 
-    /// Closes the socket without making this process wait for the kernel's
-    /// destroy work, for a short-lived process (the CNI plugin) whose
-    /// transaction freed objects (a DEL, a re-ADD's flushes).
-    ///
-    /// The last close of a `NETLINK_NETFILTER` socket runs nf_tables'
-    /// `NETLINK_URELEASE` handler, which waits for pending destroy work: an
-    /// RCU grace period, ~10 ms, after any transaction that freed objects.
-    /// Here a forked child keeps the socket, with nothing else: stdin,
-    /// stdout and stderr and every other descriptor are closed in it, so a
-    /// runtime reading the plugin's output sees EOF when the plugin exits. The
-    /// child waits until this process has exited (a pipe closes; at most 10
-    /// s), then exits itself: its close is the last one and pays the wait,
-    /// off the runtime's path. It is reaped by whoever reaps orphans (init,
-    /// or a subreaper). Never use it in a long-lived process: the child would
-    /// stay a zombie until that process exits. When `fork` fails, the socket
-    /// is closed here (and this process waits).
-    pub fn close_detached(self) {
-        let sock = self.conn.as_raw_fd();
-        let mut pipe = [-1i32; 2];
-        // SAFETY: pipe2 writes two descriptors into the array.
-        if unsafe { libc::pipe2(pipe.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+/// Set by [`detach_closes`]: every [`Nft`] of this process closes detached.
+static DETACH: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// From now on, every [`Nft`] this process drops closes its socket without
+/// making the process wait for the kernel's destroy work. For a short-lived
+/// process only (the CNI plugin): see [`close_detached`].
+///
+/// Why every socket and not only after a DEL: the wait happens at the last
+/// close of *any* `NETLINK_NETFILTER` socket while destroy work of *any*
+/// transaction on the node is pending (nf_tables keeps one global list), so
+/// an ADD that freed nothing still waits ~10 ms when a DEL of another pod
+/// ran just before it.
+pub fn detach_closes() {
+    DETACH.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+impl Drop for Nft {
+    fn drop(&mut self) {
+        if DETACH.load(std::sync::atomic::Ordering::Relaxed) {
+            close_detached(self.conn.as_raw_fd());
+        }
+    }
+}
+
+/// Hands the last close of socket `sock` to a forked child, so that this
+/// process does not wait for the kernel's destroy work.
+///
+/// The last close of a `NETLINK_NETFILTER` socket runs nf_tables'
+/// `NETLINK_URELEASE` handler (`nft_rcv_nl_event`), which waits for pending
+/// destroy work (`nf_tables_trans_destroy_flush_work`): an RCU grace period,
+/// ~10 ms, after any transaction on the node that freed objects. Here a
+/// forked child keeps the socket and nothing else: stdin, stdout, stderr
+/// and every other descriptor are closed in it, so a runtime reading the
+/// plugin's output sees EOF when the plugin exits. The child waits until
+/// this process has exited (a pipe closes; at most 10 s), then exits
+/// itself: its close is the last one and pays the wait, off the runtime's
+/// path. It is reaped by whoever reaps orphans (init, or a subreaper).
+/// Never in a long-lived process: the child would stay a zombie until that
+/// process exits. When `pipe2` or `fork` fails, nothing happens (the caller's
+/// close then waits).
+pub fn close_detached(sock: std::os::fd::RawFd) {
+    // `exit`: the child waits for its EOF (this process's exit). `ready`:
+    // this process waits for its EOF (the child has closed everything else,
+    // stdout and stderr included), so that no runtime ever sees the child
+    // holding the plugin's output.
+    let (mut exit, mut ready) = ([-1i32; 2], [-1i32; 2]);
+    // SAFETY: pipe2 writes two descriptors into each array.
+    unsafe {
+        if libc::pipe2(exit.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
             return;
         }
-        let (r, w) = (pipe[0], pipe[1]);
-        // SAFETY: the child runs only async-signal-safe syscalls (close,
-        // close_range, poll, _exit) on memory prepared before the fork.
-        match unsafe { libc::fork() } {
-            0 => unsafe {
-                libc::close(w);
-                // Every descriptor but the socket and the pipe's read end.
-                let (lo, hi) = (sock.min(r), sock.max(r));
-                if lo > 0 {
-                    libc::close_range(0, (lo - 1) as libc::c_uint, 0);
-                }
-                if hi > lo + 1 {
-                    libc::close_range((lo + 1) as libc::c_uint, (hi - 1) as libc::c_uint, 0);
-                }
-                libc::close_range((hi + 1) as libc::c_uint, libc::c_uint::MAX, 0);
-                let mut pfd = libc::pollfd {
-                    fd: r,
-                    events: libc::POLLIN,
-                    revents: 0,
-                };
-                libc::poll(&mut pfd, 1, 10_000);
-                libc::_exit(0);
-            },
-            -1 => {
-                // SAFETY: closing descriptors we own.
-                unsafe {
-                    libc::close(r);
-                    libc::close(w);
-                }
+        if libc::pipe2(ready.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
+            libc::close(exit[0]);
+            libc::close(exit[1]);
+            return;
+        }
+    }
+    let r = exit[0];
+    // SAFETY: the child runs only async-signal-safe syscalls (close,
+    // close_range, poll, _exit) on memory prepared before the fork.
+    match unsafe { libc::fork() } {
+        0 => unsafe {
+            // Every descriptor but the socket and the exit pipe's read end
+            // (which also closes the ready pipe: the parent goes on).
+            let (lo, hi) = (sock.min(r), sock.max(r));
+            if lo > 0 {
+                libc::close_range(0, (lo - 1) as libc::c_uint, 0);
             }
-            _ => {
-                // SAFETY: the read end is the child's; the write end stays
-                // open (close-on-exec) until this process exits.
-                unsafe { libc::close(r) };
+            if hi > lo + 1 {
+                libc::close_range((lo + 1) as libc::c_uint, (hi - 1) as libc::c_uint, 0);
+            }
+            libc::close_range((hi + 1) as libc::c_uint, libc::c_uint::MAX, 0);
+            let mut pfd = libc::pollfd {
+                fd: r,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            libc::poll(&mut pfd, 1, 10_000);
+            libc::_exit(0);
+        },
+        -1 => {
+            // SAFETY: closing descriptors we own.
+            unsafe {
+                for fd in [exit[0], exit[1], ready[0], ready[1]] {
+                    libc::close(fd);
+                }
             }
         }
-        drop(self);
+        _ => {
+            // SAFETY: descriptors we own; the read blocks until the child
+            // has closed its copy of the ready pipe (or exited). The exit
+            // pipe's write end stays open (close-on-exec) until this
+            // process exits.
+            unsafe {
+                libc::close(r);
+                libc::close(ready[1]);
+                let mut b = [0u8; 1];
+                while libc::read(ready[0], b.as_mut_ptr().cast(), 1) < 0
+                    && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted
+                {
+                }
+                libc::close(ready[0]);
+            }
+        }
     }
 }
