@@ -168,7 +168,7 @@ impl Conn {
         let _ = sock.set_cap_ack(true);
         let _ = sock.set_ext_ack(true);
         let tv = libc::timeval {
-            tv_sec: RECV_TIMEOUT.as_secs() as libc::time_t,
+            tv_sec: RECV_TIMEOUT.as_secs() as _,
             tv_usec: 0,
         };
         // SAFETY: SO_RCVTIMEO takes a struct timeval.
