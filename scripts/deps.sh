@@ -12,11 +12,14 @@
 #   musl-tools                    musl-gcc, for deploy/Dockerfile's static build stage run outside Docker
 #   iptables                      iptables-{legacy,nft}-restore and ip6tables-*: the peers bench.sh compares with
 #   time                          GNU time, bench.sh's peak-RSS probe
+#   runc, busybox-static          containerd's OCI runtime and the local test image's userland
+#                                 (scripts/containerd.sh builds containerd itself from its Go module)
+#   openssl                       the real node's PKI (scripts/node.sh)
 set -euo pipefail
 
 need=()
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
-for p in nftables iproute2 util-linux iptables time containernetworking-plugins golang-go golang-github-appc-cni-dev shellcheck ruby musl-tools; do
+for p in nftables iproute2 util-linux iptables time containernetworking-plugins golang-go golang-github-appc-cni-dev shellcheck ruby musl-tools runc busybox-static openssl; do
   have_pkg "$p" || need+=("$p")
 done
 if ((${#need[@]})); then

@@ -1,0 +1,186 @@
+// Command standin is the one program of the local test images
+// (scripts/containerd.sh) besides busybox: a static binary with three modes.
+//
+//	standin pause
+//	    The pod sandbox's process: waits for SIGTERM or SIGINT, exits 0.
+//	standin proxy -listen 4140,4143,4190,4191 -dial 198.19.0.1:80
+//	    A service-mesh proxy stand-in: listens on every port (IPv4 and IPv6
+//	    wildcard), then makes one outbound HTTP request (the first packet that
+//	    ends meshnft's init phase), then serves. Every accepted connection is
+//	    answered with a short HTTP/1.0 response naming the port and the
+//	    connection's original destination (SO_ORIGINAL_DST, before the
+//	    redirect), and logged on stdout as one line:
+//	      accepted port=4140 peer=198.18.0.5:40000 orig=198.19.0.1:80 request="GET / HTTP/1.1"
+//	    (orig=- when the connection was not redirected).
+//	standin http -listen 198.19.0.1:80
+//	    A plain web server (the same answer, without the original destination).
+//
+// Stdlib only, built with CGO_ENABLED=0 GO111MODULE=off.
+package main
+
+import (
+	"bufio"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+	"unsafe"
+)
+
+const soOriginalDst = 80 // SO_ORIGINAL_DST and IP6T_SO_ORIGINAL_DST (linux/netfilter_ipv4.h, netfilter_ipv6/ip6_tables.h)
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: standin pause | proxy -listen PORTS [-dial ADDR] | http -listen ADDR")
+		os.Exit(2)
+	}
+	switch os.Args[1] {
+	case "pause":
+		ch := make(chan os.Signal, 1)
+		signal.Notify(ch, syscall.SIGTERM, syscall.SIGINT)
+		<-ch
+	case "proxy":
+		fs := flag.NewFlagSet("proxy", flag.ExitOnError)
+		listen := fs.String("listen", "4140,4143", "comma-separated ports")
+		dial := fs.String("dial", "", "HOST:PORT to send one GET to at start")
+		_ = fs.Parse(os.Args[2:])
+		proxy(*listen, *dial)
+	case "http":
+		fs := flag.NewFlagSet("http", flag.ExitOnError)
+		listen := fs.String("listen", "", "ADDR:PORT")
+		_ = fs.Parse(os.Args[2:])
+		l, err := net.Listen("tcp", *listen)
+		if err != nil {
+			fatal(err)
+		}
+		fmt.Printf("listening %s\n", *listen)
+		serve(l, false)
+	default:
+		fmt.Fprintf(os.Stderr, "standin: unknown mode %q\n", os.Args[1])
+		os.Exit(2)
+	}
+}
+
+func fatal(err error) {
+	fmt.Fprintf(os.Stderr, "standin: %v\n", err)
+	os.Exit(1)
+}
+
+func proxy(ports, dial string) {
+	var ls []net.Listener
+	for _, p := range strings.Split(ports, ",") {
+		port, err := strconv.Atoi(strings.TrimSpace(p))
+		if err != nil {
+			fatal(fmt.Errorf("bad port %q", p))
+		}
+		for _, network := range []string{"tcp4", "tcp6"} {
+			l, err := net.Listen(network, net.JoinHostPort("", strconv.Itoa(port)))
+			if err != nil {
+				if network == "tcp6" {
+					continue // no IPv6 in this pod
+				}
+				fatal(err)
+			}
+			ls = append(ls, l)
+		}
+	}
+	fmt.Printf("listening ports=%s\n", ports)
+	if dial != "" {
+		line, err := get(dial)
+		if err != nil {
+			fmt.Printf("dialled %s error=%q\n", dial, err.Error())
+		} else {
+			fmt.Printf("dialled %s status=%q\n", dial, line)
+		}
+	}
+	for _, l := range ls[1:] {
+		go serve(l, true)
+	}
+	serve(ls[0], true)
+}
+
+// get sends one HTTP/1.0 GET to addr and returns the status line.
+func get(addr string) (string, error) {
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := fmt.Fprintf(c, "GET / HTTP/1.0\r\nHost: %s\r\n\r\n", addr); err != nil {
+		return "", err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	return strings.TrimRight(line, "\r\n"), err
+}
+
+func serve(l net.Listener, withOrig bool) {
+	port := l.Addr().(*net.TCPAddr).Port
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			fatal(err)
+		}
+		go handle(c.(*net.TCPConn), port, withOrig)
+	}
+}
+
+func handle(c *net.TCPConn, port int, withOrig bool) {
+	defer c.Close()
+	orig := "-"
+	if withOrig {
+		orig = originalDst(c)
+	}
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	r := bufio.NewReader(c)
+	request, _ := r.ReadString('\n')
+	request = strings.TrimRight(request, "\r\n")
+	for { // the rest of the head, up to the blank line
+		l, err := r.ReadString('\n')
+		if err != nil || strings.TrimSpace(l) == "" {
+			break
+		}
+	}
+	fmt.Printf("accepted port=%d peer=%s orig=%s request=%q\n", port, c.RemoteAddr(), orig, request)
+	body := fmt.Sprintf("port %d, original destination %s\n", port, orig)
+	fmt.Fprintf(c, "HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(body), body)
+}
+
+// originalDst returns the connection's destination before NAT, or "-".
+func originalDst(c *net.TCPConn) string {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return "-"
+	}
+	out := "-"
+	v6 := c.LocalAddr().(*net.TCPAddr).IP.To4() == nil
+	_ = raw.Control(func(fd uintptr) {
+		if v6 {
+			var sa syscall.RawSockaddrInet6
+			n := uint32(unsafe.Sizeof(sa))
+			if getsockopt(fd, syscall.SOL_IPV6, unsafe.Pointer(&sa), &n) {
+				p := int(sa.Port>>8 | sa.Port<<8)
+				out = net.JoinHostPort(net.IP(sa.Addr[:]).String(), strconv.Itoa(p))
+			}
+		} else {
+			var sa syscall.RawSockaddrInet4
+			n := uint32(unsafe.Sizeof(sa))
+			if getsockopt(fd, syscall.SOL_IP, unsafe.Pointer(&sa), &n) {
+				p := int(sa.Port>>8 | sa.Port<<8)
+				out = net.JoinHostPort(net.IP(sa.Addr[:]).String(), strconv.Itoa(p))
+			}
+		}
+	})
+	return out
+}
+
+func getsockopt(fd uintptr, level int, p unsafe.Pointer, n *uint32) bool {
+	_, _, e := syscall.Syscall6(syscall.SYS_GETSOCKOPT, fd, uintptr(level), soOriginalDst,
+		uintptr(p), uintptr(unsafe.Pointer(n)), 0)
+	return e == 0
+}
