@@ -28,7 +28,7 @@ render() {
 #   helm install meshnft deploy/chart --namespace meshnft --create-namespace
 HEADER
   "$helm" template meshnft deploy/chart --namespace meshnft --set createNamespace=true |
-    sed '/^# Source: /d'
+    sed '/^# Source: /d; /^$/d'
 }
 
 case ${1:-} in

@@ -213,6 +213,10 @@ private_mounts() {
     mount --bind "$d/bind$p" "$p"
   done
   mkdir -p /etc/cni/net.d /opt/cni/bin
+  # Name lookups of the node's processes go to the outside namespace (nothing answers
+  # there), never to the host's resolver.
+  echo "nameserver $OUTSIDE_IP" >"$d/resolv.conf"
+  mount --bind "$d/resolv.conf" /etc/resolv.conf
 }
 
 # ---- images ------------------------------------------------------------------------------
@@ -323,7 +327,7 @@ up() {
   echo $! >"$d/pids/outside-web"
 
   # Private CNI/kubelet directories, then the primary CNI: bridge + host-local.
-  in_node "$d" bash -c "$(declare -p PRIVATE_PATHS); $(declare -f private_mounts); private_mounts '$d'"
+  in_node "$d" bash -c "$(declare -p PRIVATE_PATHS OUTSIDE_IP); $(declare -f private_mounts); private_mounts '$d'"
   in_node "$d" sh -ec "cp /usr/lib/cni/bridge /usr/lib/cni/host-local /usr/lib/cni/loopback /opt/cni/bin/"
   python3 - "$here/conflists/bridge-meshnft.conflist" "$d/10-bridge.conflist" <<'EOF'
 import json, sys
@@ -366,7 +370,7 @@ EOF
     --authorization-mode=Node,RBAC --enable-admission-plugins=NodeRestriction \
     --client-ca-file="$p/ca.crt" --tls-cert-file="$p/apiserver.crt" --tls-private-key-file="$p/apiserver.key" \
     --kubelet-client-certificate="$p/apiserver-kubelet-client.crt" --kubelet-client-key="$p/apiserver-kubelet-client.key" \
-    --kubelet-certificate-authority="$p/ca.crt" \
+    --kubelet-certificate-authority="$p/ca.crt" --kubelet-preferred-address-types=InternalIP \
     --service-account-issuer=https://kubernetes.default.svc.cluster.local \
     --service-account-key-file="$p/sa.pub" --service-account-signing-key-file="$p/sa.key" \
     --audit-policy-file="$d/audit-policy.yaml" --audit-log-path="$d/logs/audit.log" \
@@ -447,7 +451,6 @@ EOF
 
 kubelet_config() {
   local d=$1 p=$1/pki
-  echo "nameserver $OUTSIDE_IP" >"$d/resolv.conf"
   cat <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -456,7 +459,6 @@ failCgroupV1: false
 cgroupDriver: cgroupfs
 cgroupRoot: /meshnft-node-$(cat "$d/id")
 containerRuntimeEndpoint: unix://$d/c/containerd.sock
-rootDir: /var/lib/kubelet
 podLogsDir: /var/log/pods
 resolvConf: $d/resolv.conf
 staticPodPath: ""
@@ -496,7 +498,7 @@ pids_in_netns() { # processes whose network namespace is the one of PID $1
 pids_mentioning() { # processes whose command line mentions $1 (containerd's shims)
   local p
   for p in /proc/[0-9]*; do
-    tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -qF -- "$1" && echo "${p#/proc/}"
+    tr '\0' ' ' 2>/dev/null <"$p/cmdline" | grep -qF -- "$1" && echo "${p#/proc/}"
   done
   return 0
 }

@@ -663,22 +663,25 @@ fn real_node() {
     );
 
     // ---- init phase off: the init container is redirected before the proxy runs ---------
-    node.apply(&seed_pod("off", "classic", true, true));
+    node.apply(&seed_pod("init-off", "classic", true, true));
     node.wait(
         90,
         "the init container of seed/off failing",
         "seed",
-        "pod/off",
+        "pod/init-off",
         || {
             let code = node.get(
                 "seed",
-                "pod/off",
+                "pod/init-off",
                 "{.status.initContainerStatuses[0].state.terminated.exitCode}",
             );
             !code.is_empty() && code != "0"
         },
     );
-    assert_ne!(node.get("seed", "pod/off", "{.status.phase}"), "Running");
+    assert_ne!(
+        node.get("seed", "pod/init-off", "{.status.phase}"),
+        "Running"
+    );
 
     // ---- the seed pod as a native sidecar ------------------------------------------------
     node.apply(&seed_pod("native", "native", true, false));
