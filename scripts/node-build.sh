@@ -15,7 +15,8 @@
 # Usage: scripts/node-build.sh [part...]   (parts: kubernetes etcd helm containerd;
 # default all). Prints `NAME=DIR` lines on stdout, one per part, and the
 # time it took on stderr. MESHNFT_CACHE_DIR overrides <cache> (default
-# /var/cache/meshnft). MESHNFT_GO_P sets go build -p (default: Go's own).
+# /var/cache/meshnft). MESHNFT_GO_P sets go build -p (default: Go's own); MESHNFT_NICE
+# the builds' niceness (default 15: they yield to anything else on the machine).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -53,7 +54,7 @@ build() {
     tmp=$(mktemp -d "$bin/../build.XXXXXX")
     for i in "${!missing[@]}"; do
       # One go build per command: a shared build cache makes the later ones cheap.
-      (cd "$moddir" && nice -n 15 go build "${goflags[@]}" -ldflags "$ldflags" -o "$tmp/${names[$i]}" "${missing[$i]}")
+      (cd "$moddir" && nice -n "${MESHNFT_NICE:-15}" go build "${goflags[@]}" -ldflags "$ldflags" -o "$tmp/${names[$i]}" "${missing[$i]}")
       mv -f "$tmp/${names[$i]}" "$bin/"
     done
     rm -rf "$tmp"

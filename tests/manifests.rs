@@ -69,16 +69,17 @@ fn every_document_matches_the_schema() {
         .iter()
         .map(|o| format!("{o:?}").split('(').next().unwrap().to_string())
         .collect();
+    // Helm's install order (the manifest is deploy/chart rendered, scripts/manifest.sh).
     assert_eq!(
         kinds,
         [
             "Namespace",
             "ServiceAccount",
+            "ConfigMap",
             "ClusterRole",
             "ClusterRoleBinding",
             "Role",
             "RoleBinding",
-            "ConfigMap",
             "DaemonSet"
         ]
     );
