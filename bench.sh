@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# meshnft against the iptables peers, side by side in one run (issue #6):
-# apply and remove latency in fresh pod network namespaces, new-connection
-# rate through the nat hook with 0..10000 ignored ports and subnets, binary
-# size, peak RSS, and ADD with 1 and 20 pods at once. Needs root; installs
-# missing packages first; everything runs in throwaway network namespaces
-# and cgroups that are removed at the end, also on failure or Ctrl-C.
+# meshnft against the iptables peers, side by side in one run (issues #6,
+# #10): apply and remove latency in fresh pod network namespaces (with a
+# floor: meshnft's own netlink batch sent by a small static C program,
+# benches/compare/floor.c, built with cc -O2 -static into target/bench/),
+# new-connection rate through the nat hook with 0..10000 ignored ports and
+# subnets, binary size, peak RSS, and ADD with 1 and 20 pods at once. Needs
+# root; installs missing packages first; everything runs in throwaway
+# network namespaces and cgroups that are removed at the end, also on
+# failure or Ctrl-C.
 #
 #   sudo ./bench.sh                  full run (a few minutes on 2 cores)
 #   sudo ./bench.sh --quick          few iterations, small sizes (test.sh runs this)
@@ -21,7 +24,7 @@ while (($#)); do
     --json)
       [[ $# -ge 2 ]] || { echo "bench.sh: --json needs a file" >&2; exit 2; }
       args+=(--json "$(realpath -m "$2")"); shift ;;
-    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
     *) echo "bench.sh: unknown argument $1 (try --help)" >&2; exit 2 ;;
   esac
   shift

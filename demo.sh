@@ -3,10 +3,13 @@
 #
 # 1. installs what the demo needs with apt-get (only what is missing);
 # 2. builds meshnft and the demo (cargo, as the invoking user under sudo);
-# 3. runs examples/demo.rs: the seed scenario (linkerd/linkerd2#4788) in
-#    throwaway network namespaces and cgroups, through a real CNI runtime
-#    (libcni + ptp + host-local + meshnft). Nothing outside them is touched,
-#    and everything is removed afterwards.
+# 3. builds containerd 2.x and the local images once (scripts/containerd.sh,
+#    cached under /var/cache/meshnft);
+# 4. runs examples/demo.rs: the seed scenario (linkerd/linkerd2#4788) in a pod
+#    run by containerd (CRI) in a throwaway node network namespace, with real
+#    containers, ptp + host-local + meshnft as its CNI chain. Nothing outside
+#    its namespaces, cgroups and temp dir is touched, and everything is
+#    removed afterwards.
 #
 # Exit code: 0 if every expectation held, 1 otherwise.
 set -euo pipefail
@@ -73,8 +76,8 @@ target_dir=$(as_builder "$cargo_bin" metadata --format-version 1 --no-deps 2>/de
     | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
 target_dir=${target_dir:-target}
 demo="$target_dir/release/examples/demo"
-say "building the libcni driver (go, first run only) ..."
-as_builder "$demo" --prepare >/dev/null || die "building the libcni driver (tests/cnidriver) failed"
+say "containerd and the local images (scripts/containerd.sh: built from the Go module proxy on the first run, a few minutes; cached after) ..."
+scripts/containerd.sh >/dev/null || die "building containerd or the images (scripts/containerd.sh) failed"
 
 # ---- 4. run -------------------------------------------------------------------
 exec "$demo"

@@ -2,8 +2,10 @@
 # Runs every check and test of meshnft as CI does: formatting, clippy, unit
 # and golden tests, and the root-only end-to-end tests (real nft in real
 # network namespaces, real cgroup v2 directories, the reference CNI plugins
-# driven by libcni), the demo, and the benchmark's quick mode. Needs root;
-# installs missing packages first.
+# driven by libcni and by containerd's CRI), the demo, the benchmark's quick
+# mode and the kernel matrix (scripts/kernels.sh, qemu). Needs root; installs
+# missing packages first, and builds containerd once (scripts/containerd.sh,
+# cached).
 #
 #   sudo ./test.sh            everything
 #   sudo ./test.sh e2e        extra arguments go to `cargo test`
@@ -25,6 +27,11 @@ for f in "${scripts[@]}"; do bash -n "$f"; done
 shellcheck "${scripts[@]}"
 ruby -c vagrant/Vagrantfile >/dev/null
 python3 -c "import ast, sys; ast.parse(open(sys.argv[1]).read())" vagrant/standin/standin.py
+
+echo "==> containerd for tests/containerd.rs and the demo (scripts/containerd.sh; cached after the first build)"
+ctr_start=$SECONDS
+scripts/containerd.sh >/dev/null
+echo "containerd ready in $((SECONDS - ctr_start)) s"
 
 echo "==> cargo fmt --check"
 cargo fmt --all -- --check
@@ -67,6 +74,17 @@ scripts/without-nft.sh cargo run --quiet --example demo
 echo "==> benchmark, quick mode (./bench.sh --quick)"
 ./bench.sh --quick
 
+# The kernel matrix: the seed scenario on Debian's 6.1, 6.12 and 5.10
+# kernels under qemu (TCG), in pure cgroup v2. Kernels are cached in
+# /var/cache/meshnft/kernels. MESHNFT_SKIP_KERNELS=1 skips it.
+kstatus=0
+if [[ ${MESHNFT_SKIP_KERNELS:-0} != 1 ]]; then
+  echo "==> kernel matrix (scripts/kernels.sh)"
+  kstart=$SECONDS
+  scripts/kernels.sh 2>&1 | tee -a "$log" || kstatus=$?
+  echo "==> kernel matrix: $((SECONDS - kstart)) s (fetch, static build, three guests)"
+fi
+
 # Nothing may be left behind by the tests, the demo or the benchmark.
 echo "==> leak check"
 leaks=0
@@ -83,4 +101,5 @@ if [[ -n "$cg2" ]] && ls -d "$cg2"/meshnft-bench-* 2>/dev/null; then echo "lefto
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($i ~ /^passed/) p += $(i-1); if ($i ~ /^failed/) f += $(i-1) } }
      END { printf "%d passed, %d failed\n", p, f }' "$log"
 if ((leaks)); then exit 1; fi
+if ((status == 0)); then status=$kstatus; fi
 exit "$status"

@@ -1,54 +1,68 @@
 //! The product demo (`sudo ./demo.sh` builds and runs it): the seed bug of
-//! linkerd/linkerd2#4788 and meshnft's init phase, on real parts.
+//! linkerd/linkerd2#4788 and meshnft's init phase, in a pod run by a real
+//! container runtime.
 //!
-//! Everything runs in throwaway network namespaces and cgroups made here (the
-//! test harness in `tests/support`), wired by a real container runtime's CNI
-//! library (libcni) with the reference `ptp` + `host-local` plugins and the
-//! `meshnft` binary, using `conflists/ptp-meshnft.conflist`:
+//! containerd 2.x (built once by `scripts/containerd.sh`) runs in a throwaway
+//! "node" network namespace with its own directories and CNI configuration
+//! (`conflists/ptp-meshnft.conflist`: the reference `ptp` + `host-local`, then
+//! `meshnft`); the demo plays kubelet over CRI (`tests/containerd/mod.rs`):
+//! the pod cgroup, `RunPodSandbox` (containerd creates the netns and runs the
+//! CNI chain), real containers of a local busybox image, then
+//! `StopPodSandbox` and `RemovePodSandbox`.
 //!
-//! * a "node" netns with a small web server on 198.19.0.1:80;
-//! * a kubelet-like cgroup v2 tree (`kubepods/burstable/pod<uid>/<container>`);
 //! * Run 1, `initPhase.enabled=false` (what linkerd-cni does today): the init
 //!   container's HTTP fetch is redirected to the proxy port, where nothing
 //!   listens yet, and is refused;
 //! * Run 2, `initPhase.enabled=true` (meshnft): the init container's fetch
-//!   goes out directly; the proxy's first packet closes the init phase; from
-//!   then on the app's outbound and the node's inbound TCP reach the proxy.
+//!   goes out directly; the proxy container's first request closes the init
+//!   phase; from then on the app container's outbound and the node's inbound
+//!   TCP reach the proxy, with their original destinations.
 //!
-//! Every expectation is checked; the exit code is 1 if any fails. Resources
-//! are released by the harness' `Drop` impls (also on failure or Ctrl-C), and
-//! the demo checks at the end that none is left.
+//! Every expectation is checked; the exit code is 1 if any fails. Everything
+//! is removed by `Drop` impls (also on failure or Ctrl-C), and the demo checks
+//! at the end that nothing is left.
 //!
-//! Usage: `demo` (as root), `demo --prepare` (only builds the libcni driver;
-//! no root needed). `MESHNFT_BIN` overrides the plugin binary (default: the
-//! `meshnft` next to this example's directory, i.e. `target/release/meshnft`).
+//! Usage: `demo` (as root), `demo --prepare` (only runs `scripts/containerd.sh`).
+//! `MESHNFT_BIN` overrides the plugin binary (default: the `meshnft` next to
+//! this example's directory, i.e. `target/release/meshnft`).
 
 #[path = "../tests/support/mod.rs"]
 mod support;
 
+#[path = "../tests/containerd/mod.rs"]
+mod cri_node;
+
+use cri_node::{CriNode, KubePods, Network, Pod, PodCg, Qos, Runtime, WebServer};
 use serde_json::{Value, json};
 use std::cell::{Cell, RefCell};
 use std::fmt::Display;
-use std::io::{BufRead, BufReader, Write};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
-use std::os::fd::AsRawFd;
-use std::os::unix::fs::MetadataExt;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
+use std::process::{Command, ExitCode};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-use support::{CniDriver, Layout, Listener, Netns, Node, PodCgroups, Qos, SRV4_A};
+use support::{Netns, SRV4_A};
 
 /// The example conflist shipped with the repository.
 const CONFLIST: &str = include_str!("../conflists/ptp-meshnft.conflist");
 
-const INIT_UID: u32 = 1000;
-const PROXY_UID: u32 = 2102;
-const APP_UID: u32 = 1001;
-const OUTBOUND_PORT: u16 = 4140;
-const INBOUND_PORT: u16 = 4143;
+const INIT_UID: i64 = 1000;
+const PROXY_UID: i64 = 2102;
+const APP_UID: i64 = 1001;
+/// Linkerd's injector marks a meshed pod with this annotation.
+const MESHED: (&str, &str) = ("linkerd.io/proxy-version", "edge-25.11.1");
+/// The runtime handler whose CNI conf dir has `initPhase.enabled: false`.
+const INIT_OFF: &str = "initoff";
+const FETCH: &[&str] = &[
+    "timeout",
+    "5",
+    "wget",
+    "-q",
+    "-O",
+    "-",
+    "http://198.19.0.1/",
+];
+const WAIT: Duration = Duration::from_secs(20);
 
 // ---------------------------------------------------------------------------------
 // Output and bookkeeping
@@ -188,523 +202,297 @@ fn catch_signals() {
 }
 
 // ---------------------------------------------------------------------------------
-// The web server on the node
+// The node
 // ---------------------------------------------------------------------------------
 
-/// A tiny HTTP/1.0 server run by a thread of this process inside the node
-/// netns: reads the request head, answers `200 OK` with a short body, closes.
-/// Remembers (peer, request line) of each request. Drop stops and joins it.
-struct WebServer {
-    stop: Arc<AtomicBool>,
-    seen: Arc<Mutex<Vec<(SocketAddr, String)>>>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl WebServer {
-    fn start(netns: &Path, addr: SocketAddr) -> WebServer {
-        let ns = std::fs::File::open(netns).unwrap_or_else(|e| panic!("open {netns:?}: {e}"));
-        let stop = Arc::new(AtomicBool::new(false));
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let (tx, rx) = std::sync::mpsc::channel::<Result<(), String>>();
-        let (stop2, seen2) = (stop.clone(), seen.clone());
-        let thread = std::thread::spawn(move || {
-            // SAFETY: setns on this thread only; the fd is valid.
-            if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-                let _ = tx.send(Err(format!("setns: {}", std::io::Error::last_os_error())));
-                return;
-            }
-            drop(ns);
-            let l = match TcpListener::bind(addr).and_then(|l| {
-                l.set_nonblocking(true)?;
-                Ok(l)
-            }) {
-                Ok(l) => l,
-                Err(e) => {
-                    let _ = tx.send(Err(format!("bind {addr}: {e}")));
-                    return;
-                }
-            };
-            let _ = tx.send(Ok(()));
-            while !stop2.load(Ordering::SeqCst) {
-                match l.accept() {
-                    Ok((s, peer)) => {
-                        let line = serve(&s);
-                        seen2.lock().unwrap().push((peer, line));
-                    }
-                    Err(_) => std::thread::sleep(Duration::from_millis(10)),
-                }
-            }
-        });
-        match rx.recv() {
-            Ok(Ok(())) => WebServer {
-                stop,
-                seen,
-                thread: Some(thread),
-            },
-            Ok(Err(e)) => {
-                let _ = thread.join();
-                panic!("web server: {e}");
-            }
-            Err(_) => panic!("web server thread died"),
-        }
-    }
-
-    fn seen(&self) -> Vec<(SocketAddr, String)> {
-        self.seen.lock().unwrap().clone()
-    }
-}
-
-/// Answers one request on `s`; returns its request line.
-fn serve(s: &std::net::TcpStream) -> String {
-    let _ = s.set_nonblocking(false);
-    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-    let mut r = BufReader::new(s);
-    let mut first = String::new();
-    let _ = r.read_line(&mut first);
-    let mut line = String::new();
-    // Rest of the head, up to the blank line (bounded).
-    for _ in 0..100 {
-        line.clear();
-        match r.read_line(&mut line) {
-            Ok(n) if n > 0 && !line.trim().is_empty() => continue,
-            _ => break,
-        }
-    }
-    let body = "hello from the web server on 198.19.0.1\n";
-    let resp = format!(
-        "HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    let _ = (&*s).write_all(resp.as_bytes());
-    first.trim_end().to_owned()
-}
-
-impl Drop for WebServer {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-// ---------------------------------------------------------------------------------
-// Helpers
-// ---------------------------------------------------------------------------------
-
-/// `GET /` over bash's `/dev/tcp` from `netns` (in `cgroup`, as `uid`): Ok(first
-/// line of the response, without CR) or Err(why it failed).
-///
-/// The request goes out in one `write(2)` (through `dd`, as bash's line-buffered
-/// `printf` writes line by line): the proxy stand-in ([`Listener`]) answers after
-/// the first line and closes, and a later write would then die of SIGPIPE.
-fn http_get(
-    netns: &Path,
-    cgroup: Option<&Path>,
-    uid: u32,
-    ip: IpAddr,
-    port: u16,
-) -> Result<String, String> {
-    let script = format!(
-        "exec 3<>/dev/tcp/{ip}/{port} && \
-         printf 'GET / HTTP/1.0\\r\\nHost: {ip}\\r\\n\\r\\n' | dd bs=4k iflag=fullblock status=none >&3 && \
-         head -n1 <&3"
-    );
-    let out = support::run_in(
-        netns,
-        cgroup,
-        uid,
-        uid,
-        &["timeout", "5", "bash", "-c", &script],
-    );
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    match out.status.code() {
-        Some(0) => Ok(String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .next()
-            .unwrap_or("")
-            .trim_end()
-            .to_owned()),
-        Some(124) => Err("timed out after 5 s".into()),
-        _ if stderr.contains("Connection refused") => Err("Connection refused".into()),
-        _ => Err(format!("{} {}", out.status, stderr.trim())),
-    }
-}
-
-/// `nft list table inet meshnft` in `ns` (via `nsenter --net`), or Err(stderr).
-fn list_table(ns: &Netns) -> Result<String, String> {
-    let out = ns.exec(&["nft", "list", "table", "inet", "meshnft"]);
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).trim().to_owned())
-    }
-}
-
-/// Elements of set `name` as `nft -j` lists them (cgroup ids or paths).
-fn set_elements(ns: &Netns, name: &str) -> Vec<String> {
-    let out = ns.exec(&["nft", "-j", "list", "set", "inet", "meshnft", name]);
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
-    let elems = v["nftables"]
-        .as_array()
-        .and_then(|a| a.iter().find_map(|i| i.get("set")))
-        .and_then(|s| s["elem"].as_array())
-        .cloned()
-        .unwrap_or_default();
-    elems
-        .iter()
-        .map(|e| {
-            e.as_str()
-                .map(str::to_owned)
-                .unwrap_or_else(|| e.to_string())
-        })
-        .collect()
-}
-
-/// Does a listed cgroupsv2 element denote cgroup dir `dir`? nft prints the
-/// kernel's cgroup id (the dir's inode) or a path relative to /sys/fs/cgroup.
-fn elem_is(elem: &str, dir: &Path) -> bool {
-    let id = std::fs::metadata(dir).map(|m| m.ino()).unwrap_or(0);
-    elem == id.to_string()
-        || dir
-            .to_string_lossy()
-            .ends_with(&format!("/{}", elem.trim_start_matches('/')))
-}
-
-/// Set elements for printing: `label` where an element is cgroup `dir`.
-fn show_elems(elems: &[String], dir: &Path, label: &str) -> String {
-    let v: Vec<String> = elems
-        .iter()
-        .map(|e| {
-            if elem_is(e, dir) {
-                label.to_owned()
-            } else {
-                e.clone()
-            }
-        })
-        .collect();
-    format!("{{ {} }}", v.join(", "))
-}
-
-/// Packet count of the counter on the rule whose comment starts with `comment`.
-fn rule_packets(table: &str, comment: &str) -> Option<u64> {
-    let line = table
-        .lines()
-        .find(|l| l.contains(&format!("comment \"{comment}")))?;
-    line.split("counter packets ")
-        .nth(1)?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
-}
-
-/// kubelet's CNI_ARGS for pod `name`.
-fn k8s_args(cg: &PodCgroups, name: &str) -> Vec<(String, String)> {
-    vec![
-        ("K8S_POD_NAMESPACE".into(), "default".into()),
-        ("K8S_POD_NAME".into(), name.into()),
-        (
-            "K8S_POD_INFRA_CONTAINER_ID".into(),
-            format!("{name}-sandbox"),
-        ),
-        ("K8S_POD_UID".into(), cg.pod_uid().into()),
-    ]
-}
-
-fn args_ref(v: &[(String, String)]) -> Vec<(&str, &str)> {
-    v.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
-}
-
-/// Index of the plugin of `type` in a conflist.
-fn plugin_index(c: &Value, ty: &str) -> usize {
-    c["plugins"]
-        .as_array()
-        .and_then(|a| a.iter().position(|p| p["type"] == ty))
-        .unwrap_or_else(|| panic!("conflists/ptp-meshnft.conflist has no {ty:?} plugin"))
-}
-
-/// `conflists/ptp-meshnft.conflist` for this node: host-local's dataDir,
-/// meshnft's stateDir and log_file in the node's temp dir, pod cgroups
-/// searched under the demo's kubelet root, the init-phase redirect list on a
-/// test address, `initPhase.enabled` as given.
-fn conflist(node: &Node, cg: &PodCgroups, init_phase: bool, stem: &str) -> PathBuf {
+/// The conflist for this node: host-local's dataDir, meshnft's stateDir and
+/// log_file in the node's dir, pod annotations from containerd, pod cgroups
+/// searched under the demo's kubelet root, `initPhase.enabled` as given.
+fn conflist(node: &support::Node, pods: &KubePods, init_phase: bool) -> Value {
     let mut c: Value = serde_json::from_str(CONFLIST).expect("ptp-meshnft.conflist is JSON");
-    let ptp = plugin_index(&c, "ptp");
-    c["plugins"][ptp]["ipam"]["dataDir"] = json!(node.ipam_dir());
-    let m = plugin_index(&c, "meshnft");
-    let e = &mut c["plugins"][m];
+    c["plugins"][0]["ipam"]["dataDir"] = json!(node.ipam_dir());
+    let e = &mut c["plugins"][1];
     e["stateDir"] = json!(node.dir().join("state"));
     e["log_file"] = json!(node.dir().join("meshnft.log"));
+    e["capabilities"] = json!({"io.kubernetes.cri.pod-annotations": true});
     e["initPhase"]["enabled"] = json!(init_phase);
-    e["initPhase"]["cgroupRoot"] = json!(cg.top_rel());
-    e["initPhase"]["redirectDestinations"] = json!(["198.19.0.1:20001", "[2001:db8:2::1]:20001"]);
-    node.write_raw_conflist(stem, &c)
+    e["initPhase"]["cgroupRoot"] = json!(pods.root_rel());
+    e["initPhase"]["redirectDestinations"] = json!(["198.19.0.1:20001"]);
+    c
 }
 
-/// A pod: netns + kubelet-like cgroups, tracked for the final leftover check.
-fn new_pod(o: &Out) -> (PodCgroups, Netns) {
-    let cg = PodCgroups::new(Layout::Cgroupfs, Qos::Burstable);
-    o.track_path(cg.top());
-    let pod = Netns::new("mtpod");
-    o.track_netns(&pod);
-    (cg, pod)
+/// Everything one demo run needs; dropped in field order (server, containerd
+/// with its pods, netns and dirs, then the cgroups).
+struct World {
+    server: WebServer,
+    cri: CriNode,
+    pods: KubePods,
+    meshnft: PathBuf,
 }
 
-/// CNI ADD through libcni; returns the pod's IPv4 address.
-fn add(
-    o: &Out,
-    node: &Node,
-    cl: &Path,
-    pod: &Netns,
-    id: &str,
-    args: &[(String, String)],
-) -> Step<Ipv4Addr> {
-    match node.cni("add", cl, pod.path(), id, &args_ref(args)) {
-        Ok(res) => {
-            let (v4, v6) = support::result_v4_v6(&res);
-            o.ok(format!(
-                "CNI ADD via libcni (ptp + host-local {} meshnft): pod IPs {v4}, {v6}",
-                o.arrow
-            ));
-            Ok(v4)
+impl World {
+    fn new(o: &Out, meshnft: &Path) -> World {
+        let pods = KubePods::new();
+        o.track_path(&support::cgroup2_mount().join(pods.root_rel()));
+        let cri = CriNode::start_with(Runtime::Containerd2, meshnft, false, |node| {
+            vec![
+                Network {
+                    handler: String::new(),
+                    conflist: conflist(node, &pods, true),
+                },
+                Network {
+                    handler: INIT_OFF.into(),
+                    conflist: conflist(node, &pods, false),
+                },
+            ]
+        });
+        o.track_netns(&cri.node.netns);
+        o.track_path(cri.node.dir());
+        let server = WebServer::start(cri.node.netns.path(), SocketAddr::new(SRV4_A.into(), 80));
+        World {
+            server,
+            cri,
+            pods,
+            meshnft: meshnft.to_path_buf(),
         }
-        Err(e) => Err(o.fail(format!("CNI ADD failed:\n{e}"))),
+    }
+
+    /// `meshnft inspect --container-id <sandbox> --json`: meshnft's view of the pod.
+    fn inspect(&self, pod: &Pod) -> Result<Value, String> {
+        let out = Command::new(&self.meshnft)
+            .args([
+                "inspect",
+                "--json",
+                "--container-id",
+                &pod.id,
+                "--state-dir",
+            ])
+            .arg(self.cri.node.dir().join("state"))
+            .output()
+            .map_err(|e| e.to_string())?;
+        if out.status.success() {
+            serde_json::from_slice(&out.stdout).map_err(|e| e.to_string())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).trim().to_owned())
+        }
+    }
+
+    fn seen_from(&self, ip: &str) -> usize {
+        self.server
+            .seen()
+            .iter()
+            .filter(|(p, _)| p.ip().to_string() == ip)
+            .count()
     }
 }
 
-/// CNI DEL through libcni, then: no table, no eth0 in the pod.
-fn del(o: &Out, node: &Node, cl: &Path, pod: &Netns, id: &str, args: &[(String, String)]) -> Step {
-    if let Err(e) = node.cni("del", cl, pod.path(), id, &args_ref(args)) {
-        return Err(o.fail(format!("CNI DEL failed:\n{e}")));
-    }
-    let gone = list_table(pod).map(|_| ()).map_err(|e| {
-        e.lines()
-            .next()
-            .unwrap_or("")
-            .trim_start_matches("Error: ")
-            .to_owned()
-    });
+// ---------------------------------------------------------------------------------
+// Steps
+// ---------------------------------------------------------------------------------
+
+fn state(v: &Value) -> &str {
+    v["init_phase"]["state"].as_str().unwrap_or("?")
+}
+
+/// `RunPodSandbox`; prints the pod's IP and meshnft's init-phase state.
+fn run_pod(
+    o: &Out,
+    w: &World,
+    name: &str,
+    cg: &PodCg,
+    handler: &str,
+) -> Step<(Pod, String, PathBuf)> {
+    let pod = w
+        .cri
+        .try_run_pod(name, cg, &[MESHED], handler)
+        .map_err(|e| o.fail(format!("RunPodSandbox failed: {}", e.message())))?;
+    let (ip, netns) = w.cri.pod_net(&pod);
+    let v = w
+        .inspect(&pod)
+        .map_err(|e| o.fail(format!("no meshnft table after RunPodSandbox: {e}")))?;
+    o.ok(format!(
+        "RunPodSandbox {name} (cgroup_parent {}): containerd made the netns and ran ptp {} meshnft; pod IP {ip}; init phase {}",
+        short(&cg.parent),
+        o.arrow,
+        state(&v)
+    ));
+    Ok((pod, ip, netns))
+}
+
+/// Runs one container to completion; (exit code, its output).
+fn run_to_end(o: &Out, w: &World, pod: &Pod, name: &str, uid: i64) -> Step<(i32, String)> {
+    let id = w.cri.start_container(pod, name, uid, FETCH);
+    let code = w
+        .cri
+        .wait_exit(&id, WAIT)
+        .ok_or_else(|| o.fail(format!("container {name} did not finish")))?;
+    Ok((code, w.cri.logs(pod, name).join(" | ")))
+}
+
+/// `StopPodSandbox` + `RemovePodSandbox`, then: the netns is gone and meshnft's
+/// record of the pod too.
+fn teardown(o: &Out, w: &World, pod: &Pod, netns: &Path) -> Step {
+    w.cri.remove_pod(pod);
+    let records = std::fs::read_dir(w.cri.node.dir().join("state"))
+        .map(|rd| {
+            rd.flatten()
+                .filter(|e| e.file_name().to_string_lossy().contains(&pod.id))
+                .count()
+        })
+        .unwrap_or(0);
     o.expect(
-        gone.is_err() && !pod.has_link("eth0"),
-        format!(
-            "CNI DEL: no table inet meshnft left in the pod (nft: {}), eth0 removed",
-            gone.as_ref().err().map(String::as_str).unwrap_or("")
-        ),
-        format!(
-            "after CNI DEL: table still there = {}, eth0 still there = {}",
-            gone.is_ok(),
-            pod.has_link("eth0")
-        ),
+        !netns.exists() && records == 0,
+        "StopPodSandbox + RemovePodSandbox: containerd ran DEL, removed the netns (and the table with it)",
+        format!("after teardown: netns still there = {}, meshnft records = {records}", netns.exists()),
     )
 }
 
-/// `…/<container>`: the container's cgroup below the pod's (printed once).
-fn short_cgroup(dir: &Path) -> String {
-    let name = dir
-        .file_name()
-        .map(|n| n.to_string_lossy())
-        .unwrap_or_default();
-    format!("<pod>/{name}")
+/// `/meshnft-test-…/kubepods/burstable/pod<uid>` → `…/kubepods/burstable/pod<uid>`.
+fn short(parent: &str) -> String {
+    match parent.find("/kubepods") {
+        Some(i) => format!("…{}", &parent[i..]),
+        None => parent.to_owned(),
+    }
 }
 
 // ---------------------------------------------------------------------------------
 // The two runs
 // ---------------------------------------------------------------------------------
 
-fn run_off(o: &Out, node: &Node, server: &WebServer) -> Step {
-    o.header("Run 1: init phase OFF (what linkerd-cni does today)");
-    let (cg, pod) = new_pod(o);
-    let cl = conflist(node, &cg, false, "demo-init-phase-off");
-    let args = k8s_args(&cg, "web-off");
-    o.ok(format!(
-        "pod netns {}, cgroup {}; conflist ptp-meshnft with initPhase.enabled=false",
-        pod.name(),
-        cg.rel(cg.pod_dir())
-    ));
-    add(o, node, &cl, &pod, "web-off-sandbox", &args)?;
+fn run_off(o: &Out, w: &World) -> Step {
+    o.header("Run 1: init phase OFF (what linkerd-cni does today; runtime handler with initPhase.enabled=false)");
+    let cg = w.pods.pod(Qos::Burstable);
+    let (pod, ip, netns) = run_pod(o, w, "web-off", &cg, INIT_OFF)?;
     o.live()?;
-    let table = list_table(&pod).map_err(|e| o.fail(format!("no table after ADD: {e}")))?;
+    let (code, out) = run_to_end(o, w, &pod, "fetch", INIT_UID)?;
     o.expect(
-        !table.contains("jump init_phase_bypass"),
-        "table inet meshnft written: every outbound TCP connection goes to :4140",
-        format!("initPhase.enabled=false but the table has the init-phase gate:\n{table}"),
-    )?;
-
-    let init = cg.container("init");
-    let before = server.seen().len();
-    let r = http_get(pod.path(), Some(&init), INIT_UID, SRV4_A.into(), 80);
-    o.expect(
-        r.as_ref()
-            .err()
-            .is_some_and(|e| e.contains("Connection refused"))
-            && server.seen().len() == before,
+        code != 0 && out.contains("Connection refused") && w.seen_from(&ip) == 0,
         format!(
-            "init container (uid {INIT_UID}, cgroup {}): GET http://198.19.0.1/ {} {}",
-            short_cgroup(&init),
-            o.arrow,
-            r.as_ref().err().map(String::as_str).unwrap_or("")
+            "init container (uid {INIT_UID}): wget http://198.19.0.1/ {} exit {code}: {out}",
+            o.arrow
         ),
-        format!("init container's fetch: expected Connection refused, got {r:?}"),
+        format!("init container's fetch: expected Connection refused, got exit {code}: {out}"),
     )?;
     o.note("redirected to the proxy's port :4140, where nothing listens yet: the proxy");
     o.note("starts only after all init containers finished (linkerd/linkerd2#4788)");
     o.live()?;
-    del(o, node, &cl, &pod, "web-off-sandbox", &args)
+    teardown(o, w, &pod, &netns)
 }
 
-fn run_on(o: &Out, node: &Node, server: &WebServer) -> Step {
+fn run_on(o: &Out, w: &World) -> Step {
     o.header("Run 2: init phase ON (meshnft)");
-    let (cg, pod) = new_pod(o);
-    let cl = conflist(node, &cg, true, "demo-init-phase-on");
-    let args = k8s_args(&cg, "web-on");
-    o.ok(format!(
-        "pod netns {}, cgroup {}; conflist ptp-meshnft with initPhase.enabled=true",
-        pod.name(),
-        cg.rel(cg.pod_dir())
-    ));
-    let pod4 = add(o, node, &cl, &pod, "web-on-sandbox", &args)?;
-    let table = list_table(&pod).map_err(|e| o.fail(format!("no table after ADD: {e}")))?;
-    o.expect(
-        table.contains("jump init_phase_bypass") && set_elements(&pod, "proxy_started").is_empty(),
-        "table inet meshnft written; init phase open (proxy_started is empty)",
-        format!("expected an open init phase in:\n{table}"),
-    )?;
+    let cg = w.pods.pod(Qos::Burstable);
+    let (pod, ip, netns) = run_pod(o, w, "web-on", &cg, "")?;
     o.live()?;
 
     // 1. The init container fetches the page directly.
-    let init = cg.container("init");
-    let before = server.seen().len();
-    let r = http_get(pod.path(), Some(&init), INIT_UID, SRV4_A.into(), 80);
-    let seen = server.seen();
-    let from_pod = seen.len() == before + 1 && seen[before].0.ip() == IpAddr::from(pod4);
+    let (code, out) = run_to_end(o, w, &pod, "fetch", INIT_UID)?;
     o.expect(
-        r.as_ref().is_ok_and(|l| l.starts_with("HTTP/1.0 200")) && from_pod,
-        format!(
-            "init container (uid {INIT_UID}, cgroup {}): GET http://198.19.0.1/ {} \"{}\" (server saw it from {pod4})",
-            short_cgroup(&init),
-            o.arrow,
-            r.as_ref().map(String::as_str).unwrap_or("")
-        ),
-        format!("init container's fetch: expected HTTP/1.0 200 from the server, got {r:?} (server saw {seen:?})"),
+        code == 0 && out.contains("hello from the web server") && w.seen_from(&ip) == 1,
+        format!("init container (uid {INIT_UID}): wget http://198.19.0.1/ {} \"{out}\" (the server saw {ip})", o.arrow),
+        format!("init container's fetch: expected the server's page, got exit {code}: {out}"),
     )?;
-    let used = set_elements(&pod, "init_containers");
+    let v = w.inspect(&pod).map_err(|e| o.fail(e))?;
+    let used = v["init_containers"].as_array().map(Vec::len).unwrap_or(0);
     o.expect(
-        used.iter().any(|e| elem_is(e, &init)),
-        format!(
-            "init_containers = {}: the bypass is recorded",
-            show_elems(&used, &init, "<pod>/init")
-        ),
-        format!("init container not in init_containers: {used:?}"),
+        used == 1 && state(&v) == "open",
+        "meshnft inspect: init phase still open, 1 container in init_containers (the bypass is recorded)",
+        format!("expected an open init phase and one init container: {v:#}"),
     )?;
     o.live()?;
 
-    // 2. The proxy starts: its listeners, then its first outbound connection.
-    let any = IpAddr::from([0, 0, 0, 0]);
-    let proxy_out = Listener::start(
-        pod.path(),
-        "proxy-out",
-        &[SocketAddr::new(any, OUTBOUND_PORT)],
+    // 2. The proxy starts: listeners, then its first outbound request.
+    w.cri.start_container(
+        &pod,
+        "linkerd-proxy",
+        PROXY_UID,
+        &[
+            "/bin/standin",
+            "proxy",
+            "-listen",
+            "4140,4143,4190,4191",
+            "-dial",
+            "198.19.0.1:80",
+        ],
     );
-    let proxy_in = Listener::start(
-        pod.path(),
-        "proxy-in",
-        &[SocketAddr::new(any, INBOUND_PORT)],
-    );
-    o.ok(format!(
-        "proxy stand-in listening in the pod on :{OUTBOUND_PORT} (outbound) and :{INBOUND_PORT} (inbound)"
-    ));
-    let proxy = cg.container("proxy");
-    let before = server.seen().len();
-    let r = http_get(pod.path(), Some(&proxy), PROXY_UID, SRV4_A.into(), 80);
+    let dialled = w.cri.wait_log(&pod, "linkerd-proxy", "dialled", WAIT);
+    let line = w
+        .cri
+        .logs(&pod, "linkerd-proxy")
+        .into_iter()
+        .find(|l| l.contains("dialled"))
+        .unwrap_or_default();
     o.expect(
-        r.as_ref().is_ok_and(|l| l.starts_with("HTTP/1.0 200")) && server.seen().len() == before + 1,
-        format!(
-            "proxy (uid {PROXY_UID}, cgroup {}): first outbound connection, GET http://198.19.0.1/ {} \"{}\" (direct)",
-            short_cgroup(&proxy),
-            o.arrow,
-            r.as_ref().map(String::as_str).unwrap_or("")
-        ),
-        format!("proxy's own fetch: expected a direct HTTP/1.0 200, got {r:?}"),
+        dialled && line.contains("200 OK") && w.seen_from(&ip) == 2,
+        format!("proxy container (uid {PROXY_UID}) listening on :4140, :4143; its first request out: {line} (direct)"),
+        format!("the proxy's first request: expected a direct 200 OK, got {line:?}"),
     )?;
-    let started = set_elements(&pod, "proxy_started");
+    let v = w.inspect(&pod).map_err(|e| o.fail(e))?;
+    let started: Vec<&str> = v["init_phase"]["proxy_started"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|c| c["path"].as_str()).collect())
+        .unwrap_or_default();
     o.expect(
-        started.len() == 1 && elem_is(&started[0], cg.pod_dir()),
-        format!(
-            "init phase closed: proxy_started = {}",
-            show_elems(&started, cg.pod_dir(), "<pod>")
-        ),
-        format!("proxy_started = {started:?}, expected the pod cgroup"),
+        state(&v) == "closed" && started == [cg.dir.to_string_lossy().as_ref()],
+        "meshnft inspect: init phase closed, proxy_started = { <pod cgroup> }",
+        format!("expected the pod cgroup in proxy_started: {v:#}"),
     )?;
     o.live()?;
 
     // 3. The app's outbound request lands on the proxy.
-    let app = cg.container("app");
-    let before = server.seen().len();
-    let r = http_get(pod.path(), Some(&app), APP_UID, SRV4_A.into(), 80);
-    let got = proxy_out.accepted();
-    let last = got.last();
-    let want = SocketAddr::new(SRV4_A.into(), 80);
+    let (code, out) = run_to_end(o, w, &pod, "app", APP_UID)?;
     o.expect(
-        r.is_ok()
-            && last.is_some_and(|a| a.orig == Some(want) && a.line.starts_with("GET / "))
-            && server.seen().len() == before,
+        code == 0
+            && out.contains("port 4140, original destination 198.19.0.1:80")
+            && w.seen_from(&ip) == 2,
         format!(
-            "app (uid {APP_UID}, cgroup {}) {} 198.19.0.1:80 arrived at proxy :{OUTBOUND_PORT} (original destination {want})",
-            short_cgroup(&app),
+            "app container (uid {APP_UID}): wget http://198.19.0.1/ {} proxy says \"{out}\"",
             o.arrow
         ),
-        format!("app's request: expected it at proxy :{OUTBOUND_PORT} with original destination {want}; got reply {r:?}, proxy saw {got:?}"),
+        format!("app's request: expected it at the proxy's :4140, got exit {code}: {out}"),
     )?;
     o.live()?;
 
-    // 4. An inbound request from the node to the pod's port 8080 lands on the proxy.
-    let r = http_get(node.netns.path(), None, 0, pod4.into(), 8080);
-    let got = proxy_in.accepted();
-    let want = SocketAddr::new(pod4.into(), 8080);
+    // 4. Inbound from the node.
+    let pod_ip: IpAddr = ip
+        .parse()
+        .map_err(|_| o.fail(format!("bad pod IP {ip:?}")))?;
+    let r = cri_node::http_get(w.cri.node.netns.path(), SocketAddr::new(pod_ip, 8080));
+    let body = r
+        .as_deref()
+        .unwrap_or("")
+        .lines()
+        .last()
+        .unwrap_or("")
+        .to_owned();
     o.expect(
-        r.is_ok() && got.last().is_some_and(|a| a.orig == Some(want)),
-        format!(
-            "node {} {want} arrived at proxy :{INBOUND_PORT} (original destination {want})",
-            o.arrow
-        ),
-        format!("inbound request: expected it at proxy :{INBOUND_PORT} with original destination {want}; got reply {r:?}, proxy saw {got:?}"),
+        body.contains(&format!("port 4143, original destination {ip}:8080")),
+        format!("node {} {ip}:8080: proxy says \"{body}\"", o.arrow),
+        format!("inbound request: expected it at the proxy's :4143, got {r:?}"),
     )?;
 
     // 5. The table, with its counters and dynamic sets.
-    let table = list_table(&pod).map_err(|e| o.fail(format!("table gone: {e}")))?;
+    // nft only shows it (the oracle's path when the tests hide nft from meshnft).
+    let nft = support::nft_bin();
+    let out = support::run(&[
+        "nsenter",
+        &format!("--net={}", netns.display()),
+        &nft,
+        "list",
+        "table",
+        "inet",
+        "meshnft",
+    ]);
     println!(
         "\n  nsenter --net={} nft list table inet meshnft",
-        pod.path().display()
+        netns.display()
     );
-    for l in table.lines() {
+    for l in String::from_utf8_lossy(&out.stdout).lines() {
         println!("    {l}");
     }
     println!();
-    let counters = [
-        "init container goes out directly",
-        "the proxy's own traffic",
-        "outbound TCP to the proxy",
-        "to the proxy's inbound port",
-    ];
-    let counts: Vec<(&str, Option<u64>)> = counters
-        .iter()
-        .map(|c| (*c, rule_packets(&table, c)))
-        .collect();
-    o.expect(
-        counts.iter().all(|(_, n)| n.is_some_and(|n| n >= 1)),
-        format!(
-            "counters: {}",
-            counts
-                .iter()
-                .map(|(c, n)| format!("\"{c}\" {}", n.unwrap_or(0)))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-        format!("expected every one of these counters >= 1: {counts:?}"),
-    )?;
     o.live()?;
-    del(o, node, &cl, &pod, "web-on-sandbox", &args)
+    teardown(o, w, &pod, &netns)
 }
 
 // ---------------------------------------------------------------------------------
@@ -748,13 +536,13 @@ fn preflight() -> Result<PathBuf, String> {
                 .into(),
         );
     }
-    let missing: Vec<&str> = ["nft", "ip", "nsenter", "bash", "timeout"]
+    let missing: Vec<&str> = ["ip", "nsenter", "runc"]
         .into_iter()
         .filter(|c| !in_path(c))
         .collect();
     if !missing.is_empty() {
         return Err(format!(
-            "missing commands: {} (apt-get install nftables iproute2 util-linux)",
+            "missing commands: {} (apt-get install iproute2 util-linux runc)",
             missing.join(", ")
         ));
     }
@@ -787,23 +575,20 @@ fn preflight() -> Result<PathBuf, String> {
 }
 
 fn scenario(o: &Out, meshnft: &Path) -> bool {
-    o.header("meshnft demo: init containers in a meshed pod");
-    o.note("every request below is a real TCP connection (HTTP/1.0 GET over bash /dev/tcp)");
-    o.note("made by a process in that container's cgroup, as that container's uid");
-    CniDriver::get(); // built by `demo --prepare`; builds here otherwise
-    let node = Node::new();
-    o.track_netns(&node.netns);
-    o.track_path(node.dir());
-    node.install_plugin("meshnft", meshnft);
-    let server = WebServer::start(node.netns.path(), SocketAddr::new(SRV4_A.into(), 80));
+    o.header("meshnft demo: init containers in a meshed pod, run by containerd");
+    o.note("every container below is a real container (runc, local busybox image) and every");
+    o.note("request a real TCP connection, as that container's uid, in that container's cgroup");
+    let w = World::new(o, meshnft);
+    let (rt, rv, api) = w.cri.version();
     o.ok(format!(
-        "node netns {} with a web server on 198.19.0.1:80; plugins: {}/ptp, host-local, {}",
-        node.netns.name(),
+        "{rt} {rv} (CRI {api}) in node netns {}; CNI: {}/ptp + host-local, then {}",
+        w.cri.node.netns.name(),
         support::CNI_PLUGIN_DIR,
         meshnft.display()
     ));
-    let one = run_off(o, &node, &server).is_ok();
-    let two = o.live().is_ok() && run_on(o, &node, &server).is_ok();
+    o.ok("web server on the node at 198.19.0.1:80 (outside the pods)");
+    let one = run_off(o, &w).is_ok();
+    let two = o.live().is_ok() && run_on(o, &w).is_ok();
     one && two
 }
 
@@ -853,6 +638,24 @@ fn check_leftovers(o: &Out) {
     );
     left.extend(ours_in(&support::cgroup2_mount(), "meshnft-test-"));
     left.extend(ours_in(&std::env::temp_dir(), "meshnft-node-"));
+    // containerd's mounts (netns bind mounts, container rootfs) and its shims.
+    for p in o.paths.borrow().iter() {
+        left.extend(
+            cri_node::mounts_under(p)
+                .iter()
+                .map(|m| format!("mount {}", m.display())),
+        );
+    }
+    let ps = support::run(&["ps", "-eo", "pid=,args="]);
+    for l in String::from_utf8_lossy(&ps.stdout).lines() {
+        if o.paths
+            .borrow()
+            .iter()
+            .any(|p| p.starts_with(std::env::temp_dir()) && l.contains(&*p.to_string_lossy()))
+        {
+            left.push(format!("process {}", l.trim()));
+        }
+    }
     let me = std::process::id().to_string();
     let children: Vec<String> = std::fs::read_dir("/proc")
         .map(|rd| {
@@ -883,14 +686,14 @@ fn main() -> ExitCode {
     match std::env::args().nth(1).as_deref() {
         None => {}
         Some("--prepare") => {
-            // Builds the libcni driver (needs go); no root needed.
-            let d = CniDriver::get();
-            println!("libcni driver: {}", d.bin().display());
+            // Builds containerd and the images (scripts/containerd.sh), first run only.
+            let t = cri_node::Tools::get();
+            println!("containerd: {}", t.dir.display());
             return ExitCode::SUCCESS;
         }
         Some("-h" | "--help") => {
             println!(
-                "usage: demo            run the demo (as root)\n       demo --prepare  only build the libcni driver"
+                "usage: demo            run the demo (as root)\n       demo --prepare  only build containerd and the images (scripts/containerd.sh)"
             );
             return ExitCode::SUCCESS;
         }

@@ -6,6 +6,9 @@
 #       containerd 2.x from its Go module (pinned below), built with the
 #       installed Go through the Go module proxy (modules land in Go's module
 #       cache); runc comes from Debian (scripts/deps.sh).
+#   <cache>/containerd-debian/bin/{containerd,containerd-shim-runc-v2,ctr}
+#       Debian's containerd package (1.6 on Debian 12), binaries only: the
+#       second runtime of tests/containerd.rs.
 #   <cache>/images-<hash>.tar
 #       an OCI image archive with two images, built here from local files
 #       (no registry is reachable): meshnft.test/busybox:1 (Debian's
@@ -34,22 +37,59 @@ mkdir -p "$bin"
 start=$EPOCHREALTIME
 log() { printf 'containerd.sh: %s\n' "$*" >&2; }
 
+# ---- Go ------------------------------------------------------------------------
+# containerd's go.mod asks for Go >= 1.26.6; Debian 12's golang-go (used for the
+# libcni driver) is 1.19, so take the newest go among PATH's and /usr/local/go's.
+GO_MIN=1.26.6
+go_ver() { "$1" env GOVERSION 2>/dev/null | sed 's/^go//'; }
+newer_or_equal() { [[ $(printf '%s\n%s\n' "$2" "$1" | sort -V | head -n1) == "$2" ]]; }
+go=""
+for g in $(type -P -a go) /usr/local/go/bin/go; do
+  [[ -x $g ]] || continue
+  v=$(go_ver "$g")
+  if [[ -n $v ]] && newer_or_equal "$v" "$GO_MIN" && { [[ -z $go ]] || newer_or_equal "$v" "$(go_ver "$go")"; }; then go=$g; fi
+done
+
 # ---- containerd, its runc shim, ctr ---------------------------------------------
 want=(containerd containerd-shim-runc-v2 ctr)
 missing=()
 for b in "${want[@]}"; do [[ -x $bin/$b ]] || missing+=("$b"); done
 if ((${#missing[@]})); then
-  log "building containerd $CONTAINERD_VERSION (${missing[*]}) from its Go module, first run only (a few minutes) ..."
+  if [[ -z $go ]]; then
+    log "containerd $CONTAINERD_VERSION needs Go >= $GO_MIN; found: $(for g in $(type -P -a go); do printf '%s ' "$g=$(go_ver "$g")"; done)"
+    exit 1
+  fi
+  log "building containerd $CONTAINERD_VERSION (${missing[*]}) from its Go module with $go ($(go_ver "$go")), first run only (a few minutes) ..."
   pkgs=()
   for b in "${missing[@]}"; do pkgs+=("$MODULE/cmd/$b@$CONTAINERD_VERSION"); done
   tmp=$(mktemp -d "$dir/build.XXXXXX")
   trap 'rm -rf "$tmp"' EXIT
   # Static, no cgo: no btrfs snapshotter (needs its C headers); overlayfs and
   # native are all the tests use.
-  GOBIN=$tmp CGO_ENABLED=0 GOFLAGS=-buildvcs=false nice -n 10 go install -trimpath -tags no_btrfs \
+  GOBIN=$tmp CGO_ENABLED=0 GOFLAGS=-buildvcs=false nice -n 10 "$go" install -trimpath -tags no_btrfs \
     -ldflags "-s -w -X $MODULE/version.Version=$CONTAINERD_VERSION" "${pkgs[@]}"
   for b in "${missing[@]}"; do mv -f "$tmp/$b" "$bin/$b"; done
   rm -rf "$tmp"
+  trap - EXIT
+fi
+
+# ---- Debian's containerd 1.6, the second runtime of the matrix ------------------
+# Its package's binaries only, extracted (installing the package would also set up
+# a service); runc is shared.
+debian=$cache/containerd-debian
+if [[ ! -x $debian/bin/containerd || ! -x $debian/bin/containerd-shim-runc-v2 || ! -x $debian/bin/ctr ]]; then
+  log "fetching Debian's containerd package (binaries only) ..."
+  work=$(mktemp -d "$cache/debian.XXXXXX")
+  trap 'rm -rf "$work"' EXIT
+  chmod 755 "$work"
+  if ! (cd "$work" && apt-get download -qq containerd 2>/dev/null); then
+    apt-get update -qq
+    (cd "$work" && apt-get download -qq containerd 2>/dev/null)
+  fi
+  dpkg-deb -x "$work"/containerd_*.deb "$work/x"
+  mkdir -p "$debian/bin"
+  for b in containerd containerd-shim-runc-v2 ctr; do mv -f "$work/x/usr/bin/$b" "$debian/bin/$b"; done
+  rm -rf "$work"
   trap - EXIT
 fi
 
@@ -70,7 +110,7 @@ if [[ ! -f $images ]]; then
   printf 'root:x:0:0:root:/:/bin/sh\nproxy:x:2102:2102:proxy:/:/bin/sh\n' >"$root/etc/passwd"
   printf 'root:x:0:\nproxy:x:2102:\n' >"$root/etc/group"
   (cd tests/containerd/standin && GO111MODULE=off GOFLAGS='' CGO_ENABLED=0 nice -n 10 \
-    go build -trimpath -ldflags "-s -w" -o "$root/bin/standin" .)
+    "${go:-go}" build -trimpath -ldflags "-s -w" -o "$root/bin/standin" .)
   blobs=$work/oci/blobs/sha256
   mkdir -p "$blobs"
   # One reproducible, uncompressed layer.
@@ -88,7 +128,7 @@ if [[ ! -f $images ]]; then
     name=${img%%:*}
     entrypoint=${img#*:}
     cat >"$work/config.json" <<EOF
-{"architecture":"$(go env GOARCH)","os":"linux","config":{"Env":["PATH=/bin"],"Entrypoint":[$entrypoint],"WorkingDir":"/"},"rootfs":{"type":"layers","diff_ids":["$layer_digest"]},"history":[{"created_by":"scripts/containerd.sh"}]}
+{"architecture":"$("${go:-go}" env GOARCH)","os":"linux","config":{"Env":["PATH=/bin"],"Entrypoint":[$entrypoint],"WorkingDir":"/"},"rootfs":{"type":"layers","diff_ids":["$layer_digest"]},"history":[{"created_by":"scripts/containerd.sh"}]}
 EOF
     read -r config_digest config_size < <(blob "$work/config.json")
     cat >"$work/manifest.json" <<EOF
@@ -106,5 +146,5 @@ EOF
 fi
 find "$cache" -maxdepth 1 -name 'images-*.tar' ! -name "images-$key.tar" -delete
 ln -sfn "$images" "$dir/images.tar"
-log "ready in $(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }') s: $("$bin/containerd" --version | cut -d' ' -f3), runc $(runc --version 2>/dev/null | sed -n 's/^runc version //p')"
+log "ready in $(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }') s: $("$bin/containerd" --version | cut -d' ' -f3) and $("$debian/bin/containerd" --version | cut -d' ' -f3), runc $(runc --version 2>/dev/null | sed -n 's/^runc version //p')"
 echo "$dir"

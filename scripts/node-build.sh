@@ -31,6 +31,17 @@ if ! mkdir -p "$cache" 2>/dev/null || [[ ! -w $cache ]]; then
 fi
 start=$EPOCHREALTIME
 log() { printf 'node-build.sh: %s\n' "$*" >&2; }
+# Go: the newest go among PATH's and /usr/local/go's (Debian 12's golang-go, used for the
+# libcni driver, is 1.19; the wrapper modules need >= 1.26.0).
+GO_MIN=1.26.0
+go_ver() { "$1" env GOVERSION 2>/dev/null | sed 's/^go//'; }
+newer_or_equal() { [[ $(printf '%s\n%s\n' "$2" "$1" | sort -V | head -n1) == "$2" ]]; }
+go=""
+for g in $(type -P -a go) /usr/local/go/bin/go; do
+  [[ -x $g ]] || continue
+  v=$(go_ver "$g")
+  if [[ -n $v ]] && newer_or_equal "$v" "$GO_MIN" && { [[ -z $go ]] || newer_or_equal "$v" "$(go_ver "$go")"; }; then go=$g; fi
+done
 goflags=(-trimpath)
 [[ -n ${MESHNFT_GO_P:-} ]] && goflags+=("-p=$MESHNFT_GO_P")
 export CGO_ENABLED=0 GOFLAGS=-buildvcs=false GOTOOLCHAIN=local
@@ -48,13 +59,14 @@ build() {
     [[ -x $bin/$b ]] || { missing+=("$pkg"); names+=("$b"); }
   done
   if ((${#missing[@]})); then
-    log "building $name $version (${names[*]}) from its Go modules, first run only ..."
+    [[ -n $go ]] || { log "building $name needs Go >= $GO_MIN; found none"; exit 1; }
+    log "building $name $version (${names[*]}) from its Go modules with $go ($(go_ver "$go")), first run only ..."
     local t0=$EPOCHREALTIME tmp i
     mkdir -p "$bin"
     tmp=$(mktemp -d "$bin/../build.XXXXXX")
     for i in "${!missing[@]}"; do
       # One go build per command: a shared build cache makes the later ones cheap.
-      (cd "$moddir" && nice -n "${MESHNFT_NICE:-15}" go build "${goflags[@]}" -ldflags "$ldflags" -o "$tmp/${names[$i]}" "${missing[$i]}")
+      (cd "$moddir" && nice -n "${MESHNFT_NICE:-15}" "$go" build "${goflags[@]}" -ldflags "$ldflags" -o "$tmp/${names[$i]}" "${missing[$i]}")
       mv -f "$tmp/${names[$i]}" "$bin/"
     done
     rm -rf "$tmp"

@@ -236,7 +236,7 @@ oci_image() {
   local ld ls cd cs md ms
   read -r ld ls < <(blob "$work/layer.tar")
   printf '{"architecture":"%s","os":"linux","config":{"Env":["PATH=/usr/local/bin:/bin"],"Entrypoint":%s,"WorkingDir":"/"},"rootfs":{"type":"layers","diff_ids":["%s"]}}\n' \
-    "$(go env GOARCH)" "$entry" "$ld" >"$work/config.json"
+    "$(dpkg --print-architecture)" "$entry" "$ld" >"$work/config.json"
   read -r cd cs < <(blob "$work/config.json")
   printf '{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"%s","size":%s},"layers":[{"mediaType":"application/vnd.oci.image.layer.v1.tar","digest":"%s","size":%s}]}\n' \
     "$cd" "$cs" "$ld" "$ls" >"$work/manifest.json"

@@ -47,17 +47,6 @@ impl std::fmt::Display for CgroupKey {
 }
 
 impl CgroupKey {
-    /// A cgroupsv2 element as `nft -j` lists it in a string: a path
-    /// relative to `/sys/fs/cgroup`, or, for a cgroup nft cannot name, the
-    /// id as decimal digits (nft 1.0.6). Digits that do not name a directory
-    /// below `/sys/fs/cgroup` are an id.
-    pub fn from_listed(s: String) -> CgroupKey {
-        match s.parse::<u64>() {
-            Ok(id) if !Path::new(NFT_CGROUP_BASE).join(&s).is_dir() => CgroupKey::Id(id),
-            _ => CgroupKey::Path(s),
-        }
-    }
-
     /// The cgroup id this element stands for: the id itself, or the inode of
     /// `/sys/fs/cgroup/<path>` (`None` when that directory is gone).
     pub fn id(&self) -> Option<u64> {

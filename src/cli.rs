@@ -176,23 +176,35 @@ pub struct ExplainArgs {
     pub json: bool,
 }
 
+/// Largest configuration `render`/`status` read, in bytes (as the plugin's stdin).
+pub const MAX_CONFIG: u64 = 4 << 20;
+
 /// Reads a plugin configuration: either meshnft's conflist entry, or a
 /// whole conflist (its `meshnft` or `linkerd-cni` entry is used, with the
 /// list's `cniVersion` and `name`, as a runtime would pass them). An entry
 /// without `cniVersion` gets the newest supported one.
-fn read_config(path: &PathBuf) -> Result<NetConf, String> {
-    let mut buf = Vec::new();
-    let res = if path.as_os_str() == "-" {
-        std::io::stdin().read_to_end(&mut buf).map(|_| ())
-    } else {
-        std::fs::read(path).map(|b| buf = b)
-    };
+///
+/// A file is read like every path meshnft is given ([`crate::safefs`]): a
+/// regular file, never blocking, at most [`MAX_CONFIG`] bytes (stdin too).
+fn read_config(path: &std::path::Path) -> Result<NetConf, String> {
     let src = if path.as_os_str() == "-" {
         "stdin".to_string()
     } else {
         path.display().to_string()
     };
-    res.map_err(|e| format!("{src}: {e}"))?;
+    let buf = if path.as_os_str() == "-" {
+        let mut buf = Vec::new();
+        std::io::stdin()
+            .take(MAX_CONFIG + 1)
+            .read_to_end(&mut buf)
+            .map_err(|e| format!("{src}: {e}"))?;
+        if buf.len() as u64 > MAX_CONFIG {
+            return Err(format!("{src}: larger than {MAX_CONFIG} bytes"));
+        }
+        buf
+    } else {
+        crate::safefs::read_regular(path, MAX_CONFIG).map_err(|e| format!("{src}: {e}"))?
+    };
     let mut v: Value = serde_json::from_slice(&buf).map_err(|e| format!("{src}: not JSON: {e}"))?;
     if let Some(plugins) = v.get("plugins").and_then(Value::as_array) {
         let mut entry = plugins
@@ -288,6 +300,9 @@ pub fn run() -> i32 {
             let mut ok = true;
             for p in crate::cni::status::probes(&conf) {
                 match p.outcome {
+                    Ok(_) if p.warning.is_some() => {
+                        println!("warn  {}: {}", p.name, p.warning.unwrap_or_default())
+                    }
                     Ok(d) => println!("ok    {}: {d}", p.name),
                     Err(e) => {
                         ok = false;

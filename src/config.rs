@@ -132,8 +132,11 @@ pub struct InitPhaseConf {
     pub cgroup_root: Option<PathBuf>,
 }
 
-/// Linkerd's `kubernetes` block.
+/// Linkerd's `kubernetes` block. Unknown keys are refused, as in the
+/// `linkerd` and `initPhase` blocks: a misspelt `kubeconfig` would silently
+/// turn off every API lookup (annotations, opt-outs, proxy UID).
 #[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct KubernetesConf {
     /// Path of the kubeconfig the plugin uses to read pods.
     #[serde(default)]
@@ -153,9 +156,8 @@ impl KubernetesConf {
     /// The API client settings, when a kubeconfig is configured.
     /// Errors: code 7 for an out-of-range timeout or attempt count.
     pub fn api(&self) -> Result<Option<crate::k8s::api::ApiConfig>> {
-        let Some(kubeconfig) = self.kubeconfig.clone() else {
-            return Ok(None);
-        };
+        // Validated whether or not a kubeconfig is set: a bad value is
+        // refused where it is written, not once a kubeconfig is added.
         let timeout = match self.timeout_seconds {
             None => crate::k8s::api::DEFAULT_TIMEOUT,
             Some(t) if t > 0.0 && t <= 60.0 => std::time::Duration::from_secs_f64(t),
@@ -177,6 +179,9 @@ impl KubernetesConf {
                     "must be 1-10",
                 ));
             }
+        };
+        let Some(kubeconfig) = self.kubeconfig.clone() else {
+            return Ok(None);
         };
         Ok(Some(crate::k8s::api::ApiConfig {
             kubeconfig,
@@ -261,6 +266,7 @@ pub fn decode(bytes: &[u8]) -> Result<NetConf> {
             "network configuration must be one JSON object",
         ));
     }
+    check_blocks(bytes)?;
     let mut de = serde_json::Deserializer::from_slice(bytes);
     let conf: NetConf = serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
@@ -297,6 +303,27 @@ pub fn decode(bytes: &[u8]) -> Result<NetConf> {
         )
     })?;
     Ok(conf)
+}
+
+/// The blocks meshnft reads as objects: serde's derived structs also take a
+/// JSON array (fields by position), so `"kubernetes": ["/path"]` or
+/// `"linkerd": []` would pass silently. Refuse anything but an object
+/// (`kubernetes` may also be `null`, meaning unset). Bytes that are not
+/// JSON are left to the decoder's own error.
+fn check_blocks(bytes: &[u8]) -> Result<()> {
+    let Ok(Value::Object(top)) = serde_json::from_slice::<Value>(bytes) else {
+        return Ok(());
+    };
+    for key in ["linkerd", "initPhase", "kubernetes"] {
+        match top.get(key) {
+            None | Some(Value::Object(_)) => {}
+            Some(Value::Null) if key == "kubernetes" => {}
+            Some(other) => {
+                return Err(Error::config(key, &tok(other), "expected an object"));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A JSON value as a token in an error message: strings without quotes.
@@ -578,7 +605,12 @@ impl NetConf {
     /// after checking that `stateDir` and `log_file` are absolute paths
     /// (a plugin's working directory is unspecified).
     pub fn settings(&self) -> Result<Settings> {
-        for (field, p) in [("stateDir", &self.state_dir), ("log_file", &self.log_file)] {
+        let kubeconfig = self.kubernetes.as_ref().and_then(|k| k.kubeconfig.clone());
+        for (field, p) in [
+            ("stateDir", &self.state_dir),
+            ("log_file", &self.log_file),
+            ("kubernetes.kubeconfig", &kubeconfig),
+        ] {
             if let Some(p) = p.as_ref().filter(|p| !p.is_absolute()) {
                 return Err(Error::config(
                     field,
@@ -586,6 +618,9 @@ impl NetConf {
                     "must be an absolute path",
                 ));
             }
+        }
+        if let Some(k) = &self.kubernetes {
+            k.api()?;
         }
         if let Some(t) = &self.linkerd.iptables_mode {
             tracing::debug!(iptables_mode = %t, "linkerd.iptables-mode is ignored: meshnft writes nftables directly");

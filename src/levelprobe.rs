@@ -97,6 +97,7 @@ pub struct Cached {
 }
 
 fn identity() -> Option<(String, u64)> {
+    // A procfs file, the one read here that is not a path we were given.
     let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
     let ns = std::fs::metadata("/proc/self/ns/cgroup").ok()?.ino();
     Some((boot.trim().to_string(), ns))
@@ -106,9 +107,10 @@ fn identity() -> Option<(String, u64)> {
 /// `state_dir`, else measured (and cached). Errors: code 105 when the
 /// probe cannot run (the caller falls back to 0 with a warning).
 pub fn offset(state_dir: &Path, mount: &Cgroup2Mount, search_root: &Path) -> Result<i32> {
-    let cache = state_dir.join("level-offset.json");
     let id = identity();
-    if let (Some((boot, ns)), Ok(body)) = (&id, std::fs::read(&cache))
+    // Read and written like the state records (no link followed, regular
+    // file, size cap, exclusive temp file): see `crate::state`.
+    if let (Some((boot, ns)), Some(body)) = (&id, crate::state::read_file(state_dir, CACHE))
         && let Ok(c) = serde_json::from_slice::<Cached>(&body)
         && &c.boot_id == boot
         && c.cgroup_ns == *ns
@@ -122,16 +124,18 @@ pub fn offset(state_dir: &Path, mount: &Cgroup2Mount, search_root: &Path) -> Res
             cgroup_ns,
             offset: off,
         };
-        let tmp = state_dir.join(format!(".level-offset.{}", std::process::id()));
-        let write = std::fs::create_dir_all(state_dir)
-            .and_then(|_| std::fs::write(&tmp, serde_json::to_vec(&c).unwrap_or_default()))
-            .and_then(|_| std::fs::rename(&tmp, &cache));
+        let write = serde_json::to_vec(&c)
+            .map_err(std::io::Error::other)
+            .and_then(|b| crate::state::write_file(state_dir, CACHE, &b));
         if let Err(e) = write {
             tracing::debug!("cannot cache the level offset: {e}");
         }
     }
     Ok(off)
 }
+
+/// The cache's file name in the state directory.
+pub const CACHE: &str = "level-offset.json";
 
 fn probe_err(what: &str, e: impl std::fmt::Display) -> Error {
     Error::with_details(

@@ -11,13 +11,17 @@
 //! - [`ruleset`]: the table model and its nft text;
 //! - [`nft`]: running nft transactions inside a network namespace;
 //! - [`netns`], [`cgroup`]: finding the pod's namespace and cgroup;
+//! - [`kernel`]: whether the kernel has `socket cgroupv2` (Linux >= 5.13);
 //! - [`state`]: per-attachment records for GC;
+//! - [`safefs`]: reading and writing paths meshnft is given without
+//!   trusting them (no hang, no link followed, size caps);
 //! - operator commands: [`podns`] (choosing a pod netns), [`readback`]
 //!   (reading the table back), [`cgroupid`] (cgroup ids and paths),
 //!   [`inspect`], [`explain`], [`pin`], [`opcli`], [`operror`];
 //! - [`install`]: `meshnft install`, the DaemonSet's installer;
 //! - [`cli`], [`logging`].
 
+pub mod agent;
 pub mod cgroup;
 pub mod cgroupid;
 pub mod cli;
@@ -28,6 +32,7 @@ pub mod explain;
 pub mod inspect;
 pub mod install;
 pub mod k8s;
+pub mod kernel;
 pub mod levelprobe;
 pub mod logging;
 pub mod netns;
@@ -39,6 +44,7 @@ pub mod podns;
 pub mod ports;
 pub mod readback;
 pub mod ruleset;
+pub mod safefs;
 pub mod state;
 pub mod subnets;
 

@@ -90,7 +90,7 @@ pub fn set(
             .and_then(|r| r.level)
         else {
             return Err(OpError::CannotPin(format!(
-                "table inet meshnft in {what} has no rule that consults init_phase: it was written without a pod cgroup (no K8S_POD_UID at ADD, or the pod cgroup was not found), so a pin would never apply"
+                "table inet meshnft in {what} has no rule that consults init_phase: it was written without the init phase (initPhase.enabled false, no K8S_POD_UID at ADD, the pod cgroup not found, or a kernel without socket cgroupv2), so a pin would never apply"
             )));
         };
         if loc.level != usize::from(level) && !any_level {

@@ -61,9 +61,11 @@ pub fn sanitize_comment(s: &str) -> String {
 
 /// Builds the table for `s`.
 ///
-/// `levels` is `None` when the pod cgroup is unknown: the table is then the
-/// plain redirect table, without the init phase and without the per-container
-/// verdict map lookup (DESIGN.md 4.7). `comment` identifies the pod.
+/// `levels` is `None` when the pod cgroup is unknown (or the kernel lacks
+/// `socket cgroupv2`): the table is then the plain redirect table, without
+/// the init phase and without the per-container verdict map lookup
+/// (DESIGN.md 4.7). With `initPhase.enabled` false the table is that plain
+/// one too: no rule uses `socket cgroupv2`. `comment` identifies the pod.
 pub fn build(s: &Settings, levels: Option<Levels>, comment: &str) -> Table {
     let set = |name, key, comment, elements: Option<Vec<Elem>>| Set {
         name,
@@ -362,7 +364,9 @@ pub fn build(s: &Settings, levels: Option<Levels>, comment: &str) -> Table {
         vec![in_set(Key::Ip6Daddr, "skip_outbound_nets6"), Counter, ret()],
         "outbound IPv6 destination ignored",
     );
-    if let Some(l) = levels {
+    // Without the init phase the table holds no `socket cgroupv2` at all, so
+    // kernels without it (< 5.13) take it; pins then have no rule to apply.
+    if let (Some(l), true) = (levels, s.init_phase.enabled) {
         r(
             "output",
             vec![Stmt::Vmap {

@@ -3,13 +3,34 @@
 //! ADD writes `<stateDir>/<containerID>/<ifname>.json` describing what it
 //! did (netns path and identity, pod, cgroup levels); DEL removes it; GC
 //! (CNI spec 1.1, section "GC") uses the records to find tables left in
-//! namespaces of attachments the runtime no longer knows. Writes are atomic
-//! (temporary file + rename).
+//! namespaces of attachments the runtime no longer knows.
+//!
+//! The directory is trusted only when it is safe (see [`check_dir`]): a
+//! directory owned by meshnft's own user and writable by nobody else, since
+//! records decide which tables DEL and GC remove. Beneath it nothing is
+//! followed: container directories and records are opened relative to the
+//! directory's descriptor with `O_NOFOLLOW` (a symbolic link planted there
+//! is refused), records must be regular files and are read without
+//! blocking and with a size cap ([`MAX_RECORD`]), and writes go to an
+//! unpredictable temporary name created exclusively, then renamed.
 
+use crate::error::{Code, Error};
 use crate::ruleset::Levels;
+use crate::safefs;
+use nix::errno::Errno;
+use nix::fcntl::{OFlag, openat, renameat};
+use nix::sys::stat::{Mode, fstat, mkdirat};
+use nix::unistd::{UnlinkatFlags, unlinkat};
 use serde::{Deserialize, Serialize};
-use std::io;
+use std::fs::File;
+use std::io::{self, Write};
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
+
+/// Largest record (or cache file) read from the state directory, in bytes.
+/// A record holds the effective settings; 10 000 ports and subnets make a
+/// few hundred KiB.
+pub const MAX_RECORD: u64 = 16 << 20;
 
 /// What ADD did for one attachment (container id + interface).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -57,72 +78,342 @@ pub fn path(dir: &Path, container_id: &str, ifname: &str) -> PathBuf {
     dir.join(container_id).join(format!("{ifname}.json"))
 }
 
-/// Writes `rec` atomically.
-pub fn write(dir: &Path, rec: &Record) -> io::Result<()> {
-    let p = path(dir, &rec.container_id, &rec.ifname);
-    let parent = p.parent().unwrap_or(dir);
-    std::fs::create_dir_all(parent)?;
-    let tmp = parent.join(format!(".{}.tmp.{}", rec.ifname, std::process::id()));
-    let body = serde_json::to_vec_pretty(rec).map_err(io::Error::other)?;
-    std::fs::write(&tmp, body)?;
-    std::fs::rename(&tmp, &p)
+fn nix_io(e: Errno) -> io::Error {
+    io::Error::from_raw_os_error(e as i32)
 }
 
-/// Reads the record for (`container_id`, `ifname`), if any.
+/// Why a state directory is not used.
+fn unsafe_dir(dir: &Path, why: String) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::PermissionDenied,
+        format!(
+            "stateDir {}: {why}: refusing to read or write records there",
+            dir.display()
+        ),
+    )
+}
+
+/// Opens the state directory (creating it, mode 0700, when `create`) and
+/// checks it is safe: a directory owned by this process's effective user,
+/// not writable by others, nor by a group other than root's (or ours).
+/// `Ok(None)`: it does not exist.
+fn open_dir(dir: &Path, create: bool) -> io::Result<Option<OwnedFd>> {
+    if create {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)?;
+    }
+    // The configured path itself may go through links (e.g. /var/lib is a
+    // link on some hosts); nothing beneath it is followed.
+    let fd = match nix::fcntl::open(
+        dir,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    ) {
+        Ok(fd) => fd,
+        Err(Errno::ENOENT) => return Ok(None),
+        Err(Errno::ENOTDIR) => return Err(unsafe_dir(dir, "not a directory".into())),
+        Err(e) => return Err(nix_io(e)),
+    };
+    if let Some(fs) = safefs::pseudo_fs(&fd) {
+        return Err(unsafe_dir(dir, format!("on {fs}, a kernel interface")));
+    }
+    let st = fstat(&fd).map_err(nix_io)?;
+    let me = nix::unistd::geteuid().as_raw();
+    if st.st_uid != me {
+        return Err(unsafe_dir(
+            dir,
+            format!("owned by uid {}, not by meshnft's uid {me}", st.st_uid),
+        ));
+    }
+    // Group write is accepted for root's group only (a umask of 002 makes
+    // such directories; root's group is as trusted as root here).
+    let group_ok = st.st_gid == 0 || st.st_gid == nix::unistd::getegid().as_raw();
+    if st.st_mode & 0o002 != 0 || (st.st_mode & 0o020 != 0 && !group_ok) {
+        return Err(unsafe_dir(
+            dir,
+            format!(
+                "writable by group or others (mode {:o})",
+                st.st_mode & 0o7777
+            ),
+        ));
+    }
+    Ok(Some(fd))
+}
+
+/// Checks that `dir` can hold records (see the module docs), creating it
+/// (mode 0700) when `create`. A missing directory is fine without `create`.
+///
+/// Errors: code 7 naming `stateDir` and what is wrong with it.
+pub fn check_dir(dir: &Path, create: bool) -> crate::error::Result<()> {
+    open_dir(dir, create).map(|_| ()).map_err(|e| {
+        Error::new(
+            Code::InvalidConfig,
+            format!(
+                "invalid network config: stateDir: {:?}: {e}",
+                dir.display().to_string()
+            ),
+        )
+    })
+}
+
+/// Opens the subdirectory `name` of `parent` without following a link.
+fn open_sub(parent: &OwnedFd, name: &str) -> Result<OwnedFd, Errno> {
+    openat(
+        parent,
+        name,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+}
+
+/// Reads the regular file `name` in `parent` (no link followed, never
+/// blocking, at most [`MAX_RECORD`] bytes).
+fn read_in(parent: &OwnedFd, name: &str) -> Result<Vec<u8>, safefs::FileError> {
+    let fd = openat(
+        parent,
+        name,
+        OFlag::O_RDONLY
+            | OFlag::O_NOFOLLOW
+            | OFlag::O_NONBLOCK
+            | OFlag::O_NOCTTY
+            | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| match e {
+        Errno::ELOOP => safefs::FileError::Symlink,
+        e => safefs::FileError::Io(nix_io(e)),
+    })?;
+    let f = File::from(fd);
+    safefs::check_regular(&f)?;
+    safefs::read_capped(f, MAX_RECORD)
+}
+
+/// Writes `bytes` to `name` in `parent` atomically: an unpredictable
+/// temporary name created exclusively (mode 0600), fsync, rename.
+fn write_in(parent: &OwnedFd, name: &str, bytes: &[u8]) -> io::Result<()> {
+    let tmp = safefs::tmp_name(name, ".tmp");
+    let fd = openat(
+        parent,
+        tmp.as_str(),
+        OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::from_bits_truncate(0o600),
+    )
+    .map_err(nix_io)?;
+    let mut f = File::from(fd);
+    let res = f
+        .write_all(bytes)
+        .and_then(|_| f.sync_all())
+        .and_then(|_| renameat(parent, tmp.as_str(), parent, name).map_err(nix_io));
+    if res.is_err() {
+        let _ = unlinkat(parent, tmp.as_str(), UnlinkatFlags::NoRemoveDir);
+    }
+    res
+}
+
+/// Opens (creating, mode 0700) the container directory `<dir>/<id>`; one
+/// that is a symbolic link (or not a directory) is refused.
+fn container_dir(dir: &Path, container_id: &str) -> io::Result<OwnedFd> {
+    let Some(root) = open_dir(dir, true)? else {
+        return Err(io::Error::from(io::ErrorKind::NotFound));
+    };
+    match mkdirat(&root, container_id, Mode::from_bits_truncate(0o700)) {
+        Ok(()) | Err(Errno::EEXIST) => {}
+        Err(e) => return Err(nix_io(e)),
+    }
+    open_sub(&root, container_id).map_err(|e| match e {
+        Errno::ELOOP | Errno::ENOTDIR => unsafe_dir(
+            dir,
+            format!("{container_id} is not a directory (a symbolic link?)"),
+        ),
+        e => nix_io(e),
+    })
+}
+
+/// Makes sure ADD can record attachment `container_id` before it writes
+/// anything else: the state directory is safe (created if missing) and
+/// `<dir>/<id>`, if it exists, is a real directory.
+///
+/// Errors: code 7 naming `stateDir` and what is wrong.
+pub fn prepare(dir: &Path, container_id: &str) -> crate::error::Result<()> {
+    // Nothing is created for the attachment yet (a failed ADD leaves no
+    // trace); an existing `<dir>/<id>` must be a real directory.
+    let check = || -> io::Result<()> {
+        let Some(root) = open_dir(dir, true)? else {
+            return Err(io::Error::from(io::ErrorKind::NotFound));
+        };
+        match open_sub(&root, container_id) {
+            Ok(_) | Err(Errno::ENOENT) => Ok(()),
+            Err(Errno::ELOOP | Errno::ENOTDIR) => Err(unsafe_dir(
+                dir,
+                format!("{container_id} is not a directory (a symbolic link?)"),
+            )),
+            Err(e) => Err(nix_io(e)),
+        }
+    };
+    check().map_err(|e| {
+        Error::new(
+            Code::InvalidConfig,
+            format!(
+                "invalid network config: stateDir: {:?}: {e}",
+                dir.display().to_string()
+            ),
+        )
+    })
+}
+
+/// Writes `rec` atomically into `<dir>/<containerID>/<ifname>.json`,
+/// creating the directories (mode 0700). A container directory that is a
+/// symbolic link (or not a directory) is refused.
+///
+/// Errors: the OS error, or why the directory is refused.
+pub fn write(dir: &Path, rec: &Record) -> io::Result<()> {
+    let cid = container_dir(dir, &rec.container_id)?;
+    let body = serde_json::to_vec_pretty(rec).map_err(io::Error::other)?;
+    write_in(&cid, &format!("{}.json", rec.ifname), &body)
+}
+
+/// Reads the record for (`container_id`, `ifname`), if there is a readable
+/// one in a safe directory.
 pub fn read(dir: &Path, container_id: &str, ifname: &str) -> Option<Record> {
-    let body = std::fs::read(path(dir, container_id, ifname)).ok()?;
-    serde_json::from_slice(&body).ok()
+    let root = match open_dir(dir, false) {
+        Ok(r) => r?,
+        Err(e) => {
+            tracing::warn!("{e}");
+            return None;
+        }
+    };
+    let cid = open_sub(&root, container_id).ok()?;
+    let body = match read_in(&cid, &format!("{ifname}.json")) {
+        Ok(b) => b,
+        Err(e) => {
+            if !e.is_not_found() {
+                tracing::warn!(
+                    "state record {}: {e}; ignored",
+                    path(dir, container_id, ifname).display()
+                );
+            }
+            return None;
+        }
+    };
+    let r: Record = serde_json::from_slice(&body).ok()?;
+    (r.container_id == container_id && r.ifname == ifname).then_some(r)
 }
 
 /// Removes the record and, when empty, its container directory. Missing
-/// files are fine.
+/// files are fine; a container directory that is a symbolic link is left
+/// alone (nothing is removed through it).
+///
+/// Errors: the OS error, or why the directory is refused.
 pub fn remove(dir: &Path, container_id: &str, ifname: &str) -> io::Result<()> {
-    let p = path(dir, container_id, ifname);
-    match std::fs::remove_file(&p) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e),
+    let Some(root) = open_dir(dir, false)? else {
+        return Ok(());
+    };
+    let cid = match open_sub(&root, container_id) {
+        Ok(fd) => fd,
+        Err(Errno::ENOENT) => return Ok(()),
+        Err(Errno::ELOOP | Errno::ENOTDIR) => {
+            tracing::warn!(
+                "{}: not a directory (a symbolic link?): left alone",
+                dir.join(container_id).display()
+            );
+            return Ok(());
+        }
+        Err(e) => return Err(nix_io(e)),
+    };
+    match unlinkat(
+        &cid,
+        format!("{ifname}.json").as_str(),
+        UnlinkatFlags::NoRemoveDir,
+    ) {
+        Ok(()) | Err(Errno::ENOENT) => {}
+        Err(e) => return Err(nix_io(e)),
     }
-    if let Some(parent) = p.parent() {
-        let _ = std::fs::remove_dir(parent); // only succeeds when empty
-    }
+    // Only succeeds when empty.
+    let _ = unlinkat(&root, container_id, UnlinkatFlags::RemoveDir);
     Ok(())
 }
 
-/// Removes the record file `p` (as returned by [`list`]) and its directory
-/// when empty.
-pub fn remove_path(p: &Path) -> io::Result<()> {
-    match std::fs::remove_file(p) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e),
+/// Reads the file `name` at the top of the state directory (e.g. the level
+/// probe's cache), with the same rules as records. `None` when the
+/// directory is missing or unsafe, or the file is missing or refused.
+pub fn read_file(dir: &Path, name: &str) -> Option<Vec<u8>> {
+    let root = match open_dir(dir, false) {
+        Ok(r) => r?,
+        Err(e) => {
+            tracing::warn!("{e}");
+            return None;
+        }
+    };
+    match read_in(&root, name) {
+        Ok(b) => Some(b),
+        Err(e) => {
+            if !e.is_not_found() {
+                tracing::warn!("{}: {e}; ignored", dir.join(name).display());
+            }
+            None
+        }
     }
-    if let Some(parent) = p.parent() {
-        let _ = std::fs::remove_dir(parent);
-    }
-    Ok(())
 }
 
-/// Every readable record in `dir` with the path it was read from
-/// (unreadable ones and ones whose ids do not match their path are skipped).
+/// Writes the file `name` at the top of the state directory atomically
+/// (see [`write`]). Errors: the OS error, or why the directory is refused.
+pub fn write_file(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<()> {
+    let Some(root) = open_dir(dir, true)? else {
+        return Err(io::Error::from(io::ErrorKind::NotFound));
+    };
+    write_in(&root, name, bytes)
+}
+
+/// Every readable record in `dir` with the path it was read from.
+/// Unreadable ones, ones that are not regular files or sit behind a
+/// symbolic link, and ones whose ids do not match their path are skipped;
+/// an unsafe directory yields nothing (with a warning).
 pub fn list(dir: &Path) -> Vec<(PathBuf, Record)> {
     let mut out = Vec::new();
+    let root = match open_dir(dir, false) {
+        Ok(Some(r)) => r,
+        Ok(None) => return out,
+        Err(e) => {
+            tracing::warn!("{e}");
+            return out;
+        }
+    };
+    // Names only come from read_dir; every open goes through the
+    // descriptors, without following links.
     let Ok(cids) = std::fs::read_dir(dir) else {
         return out;
     };
     for c in cids.flatten() {
-        let Ok(files) = std::fs::read_dir(c.path()) else {
+        let Some(cname) = c.file_name().to_str().map(str::to_string) else {
+            continue;
+        };
+        let Ok(cid) = open_sub(&root, &cname) else {
+            continue;
+        };
+        let Ok(files) = std::fs::read_dir(dir.join(&cname)) else {
             continue;
         };
         for f in files.flatten() {
-            let p = f.path();
-            if p.extension().is_none_or(|e| e != "json") {
+            let Some(fname) = f.file_name().to_str().map(str::to_string) else {
+                continue;
+            };
+            if !fname.ends_with(".json") {
                 continue;
             }
-            let Some(r) = std::fs::read(&p)
-                .ok()
-                .and_then(|b| serde_json::from_slice::<Record>(&b).ok())
-            else {
+            let p = dir.join(&cname).join(&fname);
+            let body = match read_in(&cid, &fname) {
+                Ok(b) => b,
+                Err(e) => {
+                    if !e.is_not_found() {
+                        tracing::warn!("state record {}: {e}; skipped", p.display());
+                    }
+                    continue;
+                }
+            };
+            let Ok(r) = serde_json::from_slice::<Record>(&body) else {
                 continue;
             };
             // A record names its own file: trust nothing else in it for paths.

@@ -62,6 +62,7 @@ fn invoke_nested(
         code: out.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        hung: false,
     }
 }
 

@@ -910,3 +910,95 @@ fn dangerous_inputs_are_refused_or_skipped() {
     assert_eq!(std::fs::read(&other).unwrap(), other_before);
     assert!(tree.net().join("10-bridge.conf").exists());
 }
+
+/// Issue 11, item 6: a service-account token or a host kubeconfig that is
+/// a FIFO (or a device) is refused at once, never waited on, so SIGTERM is
+/// still honoured; and the installer's temporary files are created
+/// exclusively under unpredictable names, so a hard link planted at the
+/// old predictable name (`.<name>.<pid>.meshnft-tmp`; the installer is
+/// PID 1 of its own PID namespace here) is never written through.
+#[test]
+fn fifo_service_account_files_never_block_sigterm() {
+    if !support::root_or_skip("fifo_service_account_files_never_block_sigterm") {
+        return;
+    }
+    let mkfifo = |p: &Path| {
+        nix::unistd::mkfifo(p, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    };
+    // The token (behind kubelet's ..data link) is a FIFO.
+    let tree = Tree::new();
+    tree.write_conf("10-kindnet.conflist", &kindnet());
+    let data = std::fs::read_link(tree.sa().join("..data")).unwrap();
+    let token = tree.sa().join(data).join("token");
+    std::fs::remove_file(&token).unwrap();
+    mkfifo(&token);
+    let mut inst = Installer::start(&tree, &[]);
+    assert!(inst.wait_log("FIFO"), "{}", inst.log());
+    assert!(inst.log().contains("token"), "{}", inst.log());
+    assert!(inst.running());
+    inst.term();
+    drop(tree);
+
+    // The host kubeconfig is a FIFO, then /dev/zero behind a link: replaced
+    // by the real one, never read.
+    for plant in ["fifo", "zero"] {
+        let tree = Tree::new();
+        tree.write_conf("10-kindnet.conflist", &kindnet());
+        std::fs::create_dir_all(tree.net().join("meshnft.d")).unwrap();
+        match plant {
+            "fifo" => mkfifo(&tree.kubeconfig()),
+            _ => std::os::unix::fs::symlink("/dev/zero", tree.kubeconfig()).unwrap(),
+        }
+        let mut inst = Installer::start(&tree, &[]);
+        assert!(
+            wait_until(T, || std::fs::symlink_metadata(tree.kubeconfig())
+                .is_ok_and(|m| m.is_file())
+                && tree.entries("10-kindnet.conflist") == 1),
+            "{plant}: {}",
+            inst.log()
+        );
+        assert_eq!(inst.term().code(), Some(0), "{plant}: {}", inst.log());
+    }
+
+    // A hard link at the old temporary name of the kubeconfig.
+    let tree = Tree::new();
+    tree.write_conf("10-kindnet.conflist", &kindnet());
+    std::fs::create_dir_all(tree.net().join("meshnft.d")).unwrap();
+    let victim = tree.net().join("meshnft.d/victim");
+    std::fs::write(&victim, "precious").unwrap();
+    std::fs::hard_link(
+        &victim,
+        tree.net().join("meshnft.d/.kubeconfig.1.meshnft-tmp"),
+    )
+    .unwrap();
+    let mut c = install_cmd(&tree, &[]);
+    let args: Vec<std::ffi::OsString> = c.get_args().map(|a| a.to_os_string()).collect();
+    let envs: Vec<(std::ffi::OsString, Option<std::ffi::OsString>)> = c
+        .get_envs()
+        .map(|(k, v)| (k.to_os_string(), v.map(|v| v.to_os_string())))
+        .collect();
+    c = Command::new("unshare");
+    // --kill-child: the installer goes with unshare (which ignores SIGTERM).
+    c.env_clear()
+        .args(["--pid", "--fork", "--kill-child", MESHNFT])
+        .args(args);
+    for (k, v) in envs {
+        if let Some(v) = v {
+            c.env(k, v);
+        }
+    }
+    let inst = Installer::spawn(c);
+    assert!(
+        wait_until(T, || std::fs::symlink_metadata(tree.kubeconfig())
+            .is_ok_and(|m| m.is_file())),
+        "{}",
+        inst.log()
+    );
+    assert_eq!(
+        std::fs::read_to_string(&victim).unwrap(),
+        "precious",
+        "{}",
+        inst.log()
+    );
+    drop(inst); // SIGKILLs unshare; --kill-child takes the installer along
+}

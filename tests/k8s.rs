@@ -80,28 +80,6 @@ fn with_api(api: &FakeApi, dir: &std::path::Path) -> impl Fn(&mut Value) {
     }
 }
 
-/// A temp dir removed on drop (also when the test fails).
-struct TempDir(PathBuf);
-
-impl std::ops::Deref for TempDir {
-    type Target = std::path::Path;
-    fn deref(&self) -> &std::path::Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn tmpdir(tag: &str) -> TempDir {
-    let d = std::env::temp_dir().join(format!("meshnft-node-k8s-{tag}-{}", support::unique("")));
-    std::fs::create_dir_all(&d).unwrap();
-    TempDir(d)
-}
-
 const PROXY_VERSION: (&str, &str) = ("linkerd.io/proxy-version", "edge-25.11.1");
 
 /// The API cannot be read: ADD fails, says why, and writes nothing.

@@ -77,6 +77,8 @@ fn every_document_matches_the_schema() {
             "ServiceAccount",
             "ConfigMap",
             "ClusterRole",
+            "ClusterRole",
+            "ClusterRoleBinding",
             "ClusterRoleBinding",
             "Role",
             "RoleBinding",
@@ -167,6 +169,7 @@ fn daemonset_runs_everywhere_on_the_host_network_and_has_time_to_clean_up() {
         ("/host/etc/cni/net.d", false),
         ("/host/usr", true),
         ("/etc/meshnft", true),
+        ("/host/sys/fs/cgroup", false),
     ] {
         assert!(
             mounts.contains(&(path, ro)),
@@ -204,7 +207,47 @@ fn daemonset_runs_everywhere_on_the_host_network_and_has_time_to_clean_up() {
     let sc = c.security_context.as_ref().unwrap();
     assert_eq!(sc.run_as_user, Some(0));
     let caps = sc.capabilities.as_ref().unwrap();
-    assert_eq!(caps.add.as_deref().unwrap(), ["NET_ADMIN", "SYS_ADMIN"]);
+    assert_eq!(
+        caps.add.as_deref().unwrap(),
+        ["NET_ADMIN", "SYS_ADMIN", "SYS_PTRACE"]
+    );
+    // The node agent: hostPID, the node name, readiness on the listen port.
+    assert_eq!(spec.host_pid, Some(true));
+    let node = c
+        .env
+        .as_ref()
+        .unwrap()
+        .iter()
+        .find(|e| e.name == "MESHNFT_NODE_NAME");
+    assert_eq!(
+        node.and_then(|e| e.value_from.as_ref())
+            .and_then(|v| v.field_ref.as_ref())
+            .map(|f| f.field_path.as_str()),
+        Some("spec.nodeName")
+    );
+    let listen = env
+        .iter()
+        .find(|(k, _)| k == "MESHNFT_AGENT_LISTEN")
+        .map(|(_, v)| v.clone())
+        .unwrap();
+    let probe = c
+        .readiness_probe
+        .as_ref()
+        .unwrap()
+        .http_get
+        .as_ref()
+        .unwrap();
+    assert_eq!(probe.path.as_deref(), Some("/readyz"));
+    assert!(
+        listen.ends_with(&format!(
+            ":{}",
+            match &probe.port {
+                k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(p) => p.to_string(),
+                k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String(s) => s.clone(),
+            }
+        )),
+        "{listen} vs {probe:?}"
+    );
 }
 
 #[test]
@@ -228,27 +271,28 @@ fn rbac_is_get_on_pods_namespaces_and_the_kubernetes_service_only() {
     }
     let mut seen = Vec::new();
     for (scope, r) in &rules {
-        assert_eq!(r.verbs, ["get"], "{r:?}");
-        assert_eq!(r.api_groups.as_deref().unwrap(), [""], "{r:?}");
-        for res in r.resources.as_deref().unwrap() {
-            seen.push((
-                scope.clone(),
-                res.clone(),
-                r.resource_names.clone().unwrap_or_default(),
-            ));
+        for group in r.api_groups.as_deref().unwrap() {
+            for res in r.resources.as_deref().unwrap() {
+                seen.push(format!(
+                    "{scope} {group}/{res} {:?} {}",
+                    r.resource_names.clone().unwrap_or_default(),
+                    r.verbs.join(",")
+                ));
+            }
         }
     }
     seen.sort();
+    // The plugin: get. The node agent (default mode inPlace, no taint
+    // option): list/watch pods, create events (patch: a repeated event
+    // becomes a series). No delete, no node access.
     assert_eq!(
         seen,
         [
-            ("cluster".to_string(), "namespaces".to_string(), vec![]),
-            ("cluster".to_string(), "pods".to_string(), vec![]),
-            (
-                "default".to_string(),
-                "services".to_string(),
-                vec!["kubernetes".to_string()]
-            ),
+            "cluster /namespaces [] get",
+            "cluster /pods [] get",
+            "cluster /pods [] list,watch",
+            "cluster events.k8s.io/events [] create,patch",
+            "default /services [\"kubernetes\"] get",
         ]
     );
     // Both bound to the DaemonSet's service account.
@@ -259,12 +303,12 @@ fn rbac_is_get_on_pods_namespaces_and_the_kubernetes_service_only() {
             Object::RoleBinding(b) => (b.subjects.unwrap(), b.role_ref),
             _ => continue,
         };
-        assert_eq!(role.name, "meshnft");
+        assert!(["meshnft", "meshnft-agent"].contains(&role.name.as_str()));
         assert_eq!(subjects[0].name, "meshnft");
         assert_eq!(subjects[0].namespace.as_deref(), Some("meshnft"));
         bound += 1;
     }
-    assert_eq!(bound, 2);
+    assert_eq!(bound, 3);
 }
 
 #[test]

@@ -35,6 +35,7 @@ fn cli(args: &[&str]) -> Invocation {
         code: out.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        hung: false,
     }
 }
 

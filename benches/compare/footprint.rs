@@ -8,9 +8,8 @@
 //! execs it and reports its wait4 result), and under `nsenter --net=` for
 //! the namespace (which execs in place). What is left of the parent's
 //! weight is the floor measured with `/bin/true` the same way, reported
-//! next to the numbers. For the plugin, the figure is the highest of the
-//! plugin and the nft processes it runs; "the plugin alone" replaces nft by
-//! a shell stub to leave the plugin's own peak.
+//! next to the numbers. The plugin runs no child process (it speaks
+//! nf_tables netlink itself), so its figure is its own peak.
 
 use crate::sys::{self, Ns, Result, run_timed};
 use std::path::Path;
@@ -55,21 +54,6 @@ pub fn measure(mut cmd: Command, stdin: &[u8], out: &Path, what: &str) -> Result
         .find_map(|l| l.trim().parse::<u64>().ok())
         .ok_or_else(|| format!("{what}: no peak RSS in {text:?}"))?;
     Ok((r.ms(), kib))
-}
-
-/// A shell stand-in for nft that answers "no table" to listings and
-/// swallows transactions, so that the plugin's own peak can be read.
-pub fn write_nft_stub(dir: &Path) -> Result<std::path::PathBuf> {
-    let stub = dir.join("nft-stub");
-    std::fs::write(
-        &stub,
-        "#!/bin/sh\ncase \"$*\" in *list*) echo 'Error: No such file or directory' >&2; exit 1;; esac\n\
-         exec cat >/dev/null\n",
-    )
-    .map_err(|e| format!("write {}: {e}", stub.display()))?;
-    let exec = <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o755);
-    std::fs::set_permissions(&stub, exec).map_err(|e| e.to_string())?;
-    Ok(stub)
 }
 
 /// The GNU time binary.

@@ -7,9 +7,9 @@
 //! (also when a measurement fails or SIGINT/SIGTERM stops the run), and
 //! `bench.sh` sweeps the tag's paths once more from its EXIT trap.
 //!
-//! Commands that touch netfilter run with `setns(2)` into a namespace of
-//! ours between fork and exec, so nothing is ever written to the machine's
-//! own namespace: if `setns` fails, the command never starts.
+//! Commands that touch netfilter are spawned from a thread that has entered
+//! a namespace of ours with `setns(2)`, so nothing is ever written to the
+//! machine's own namespace: if `setns` fails, the command never starts.
 
 use std::ffi::CString;
 use std::fs::{self, File};
@@ -17,7 +17,6 @@ use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -339,27 +338,38 @@ impl Drop for PodCg {
     }
 }
 
-/// Makes `cmd` enter `ns` (setns between fork and exec).
-pub fn in_ns(cmd: &mut Command, ns: &Ns) {
+/// [`run_timed`] of `cmd` in `ns`: spawned from a thread that has entered
+/// `ns` (a child starts in its creator thread's namespaces). No `pre_exec`
+/// hook, so std spawns it the same cheap way (`posix_spawn`, a vfork-like
+/// clone) as the contenders that enter a namespace themselves; a hook
+/// would force a full `fork` of this multi-threaded process and put its
+/// cost on these rows only. If `setns` fails, the command never starts.
+pub fn run_timed_in(ns: &Ns, cmd: &mut Command, stdin: &[u8]) -> Result<Run> {
     let fd = ns.fd();
-    // SAFETY: only the async-signal-safe setns(2) runs between fork and exec;
-    // `fd` stays open while `ns` lives, which outlasts the spawn.
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
-                return Err(std::io::Error::last_os_error());
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            // SAFETY: setns on this (scoped, short-lived) thread only, with
+            // an nsfs fd that `ns` keeps open for the whole scope.
+            if unsafe { libc::setns(fd, libc::CLONE_NEWNET) } != 0 {
+                return Err(errno("setns"));
             }
-            Ok(())
-        });
-    }
+            run_timed(cmd, stdin)
+        })
+        .join()
+        .unwrap_or_else(|_| Err("spawning thread panicked".into()))
+    })
 }
 
-/// One finished child: wall time from spawn to reaped, exit status, output.
-/// (No peak RSS: a child's `ru_maxrss` includes this process's pages up to
-/// the child's exec; `footprint` measures RSS through GNU time instead.)
+/// One finished child: wall time from spawn to reaped, CPU time, exit
+/// status, output. (No peak RSS: a child's `ru_maxrss` includes this
+/// process's pages up to the child's exec; `footprint` measures RSS through
+/// GNU time instead.)
 #[derive(Debug, Clone)]
 pub struct Run {
     pub elapsed: Duration,
+    /// User + system CPU time of the child (and of any children it reaped),
+    /// from wait4(2): unlike the wall time, hardly affected by other load.
+    pub cpu: Duration,
     pub code: Option<i32>,
     pub stdout: String,
     pub stderr: String,
@@ -396,7 +406,7 @@ impl Run {
 }
 
 /// Spawns `cmd`, feeds it `stdin`, collects its output and reaps it with
-/// waitpid(2). The clock runs from just before spawn to the reap.
+/// wait4(2). The clock runs from just before spawn to the reap.
 pub fn run_timed(cmd: &mut Command, stdin: &[u8]) -> Result<Run> {
     check_stop()?;
     cmd.stdin(Stdio::piped())
@@ -424,9 +434,11 @@ pub fn run_timed(cmd: &mut Command, stdin: &[u8]) -> Result<Run> {
         let _ = p.read_to_end(&mut out);
     }
     let mut status: libc::c_int = 0;
+    // SAFETY: zeroed rusage is a valid out-parameter.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     let r = loop {
         // SAFETY: reaps our own child; std's Child is never waited after this.
-        let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+        let r = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
         if r < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
             continue;
         }
@@ -435,11 +447,15 @@ pub fn run_timed(cmd: &mut Command, stdin: &[u8]) -> Result<Run> {
     let elapsed = t0.elapsed();
     let err = stderr_reader.join().unwrap_or_default();
     if r != pid {
-        return Err(errno("waitpid"));
+        return Err(errno("wait4"));
     }
     let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
+    let tv = |t: libc::timeval| {
+        Duration::from_secs(t.tv_sec.max(0) as u64) + Duration::from_micros(t.tv_usec.max(0) as u64)
+    };
     Ok(Run {
         elapsed,
+        cpu: tv(ru.ru_utime) + tv(ru.ru_stime),
         code,
         stdout: String::from_utf8_lossy(&out).into_owned(),
         stderr: String::from_utf8_lossy(&err).into_owned(),
@@ -450,8 +466,7 @@ pub fn run_timed(cmd: &mut Command, stdin: &[u8]) -> Result<Run> {
 pub fn run_in(ns: &Ns, argv: &[&str]) -> Result<Run> {
     let mut c = Command::new(argv[0]);
     c.args(&argv[1..]);
-    in_ns(&mut c, ns);
-    run_timed(&mut c, b"")?.check(&argv.join(" "))
+    run_timed_in(ns, &mut c, b"")?.check(&argv.join(" "))
 }
 
 /// Absolute path of `name` in the usual sbin/bin directories.

@@ -15,9 +15,10 @@ use crate::{ruleset, state};
 /// written before validation ends, and the transaction is atomic, so a
 /// failed ADD leaves no table (and a failed re-ADD leaves the old one).
 ///
-/// Errors: 4 (env), 7 (config, missing prevResult), 102 (netns), 103 (host
-/// netns), 100 (the kernel refused the table), 101 (no nf_tables), 11
-/// (the kernel did not answer in time).
+/// Errors: 4 (env), 7 (config, missing prevResult, unsafe `stateDir`), 102
+/// (netns), 103 (host netns), 100 (the kernel refused the table), 101 (no
+/// nf_tables), 11 (the kernel or the Kubernetes API did not answer in
+/// time), 106 (the pod cannot be read from the Kubernetes API).
 pub fn cmd_add(env: &CniEnv, conf: &NetConf) -> Result<Output> {
     let container_id = env.container_id()?;
     let ifname = env.ifname()?;
@@ -33,6 +34,8 @@ pub fn cmd_add(env: &CniEnv, conf: &NetConf) -> Result<Output> {
     let result = version::convert_result(prev, &conf.cni_version)?;
 
     let ns = pod_netns(netns_path)?;
+    // Records decide what DEL and GC remove: only a safe state directory.
+    state::prepare(&conf.state_dir(), container_id)?;
 
     // Pod awareness: is the pod meshed, and what do its annotations say?
     let mut settings = settings;
@@ -70,12 +73,16 @@ pub fn cmd_add(env: &CniEnv, conf: &NetConf) -> Result<Output> {
     // First ADD (the common case): NEWTABLE with NLM_F_EXCL fails the batch
     // atomically if the table exists; otherwise this is the whole job, with
     // no flushes (see `encode::fresh`).
+    // A GETTABLE first: a refused first-ADD batch would cost a re-ADD the
+    // kernel's abort of everything it created (an RCU grace period).
     let table = ruleset::build(&settings, pod.levels, &comment);
-    let re_add = match nft.commit(encode::fresh(&table)) {
-        Ok(()) => false,
-        Err(e) if e.errno() == Some(libc::EEXIST) => true,
-        Err(e) => return Err(e.into()),
-    };
+    let re_add = nft.table_exists(nft::TABLE_NAME)?
+        || match nft.commit(encode::fresh(&table)) {
+            Ok(()) => false,
+            // Created by someone else since the GETTABLE.
+            Err(e) if e.errno() == Some(libc::EEXIST) => true,
+            Err(e) => return Err(e.into()),
+        };
     if re_add {
         let mut mark: Option<u64> = None;
         if settings.init_phase.enabled && pod.levels.is_some() {
@@ -110,6 +117,8 @@ pub fn cmd_add(env: &CniEnv, conf: &NetConf) -> Result<Output> {
             }
         }
         nft.commit(batch)?;
+        // The flushes freed objects: the RCU wait goes to a child.
+        nft.close_detached();
     }
     tracing::info!(
         pod = ?label,

@@ -42,6 +42,7 @@ pub fn cmd_check(env: &CniEnv, conf: &NetConf) -> Result<Output> {
         ));
     }
     let ns = pod_netns(netns_path)?;
+    state::check_dir(&conf.state_dir(), false)?;
     // What ADD decided and wrote (state record): unmeshed pods have no
     // table; meshed ones have the effective settings (conflist + pod
     // annotations) and levels, so no API call is needed. Without a record,

@@ -58,42 +58,60 @@ pub fn cmd_del(env: &CniEnv, conf: &DelConf) -> Result<Output> {
         }
     }
     let dir = &conf.state_dir;
-    let _ = state::remove(dir, container_id, ifname);
+    // The record goes only once the table is gone (or there never was one
+    // to remove here): a DEL that fails keeps it, so a retried DEL or a
+    // later GC still finds the attachment.
+    let forget = || {
+        if let Err(e) = state::remove(dir, container_id, ifname) {
+            tracing::warn!(container_id, "DEL: cannot remove the state record: {e}");
+        }
+    };
     let Some(netns_path) = env.netns.as_deref() else {
         tracing::debug!(container_id, "DEL without CNI_NETNS: nothing to remove");
+        forget();
         return Ok(Output::Nothing);
     };
     let ns = match Netns::open(netns_path) {
         Ok(Some(ns)) => ns,
         Ok(None) => {
             tracing::debug!(container_id, netns = ?netns_path, "netns already gone");
+            forget();
             return Ok(Output::Nothing);
         }
         Err(e) => {
             // Not a netns we could have written to: nothing of ours is there.
             tracing::warn!(container_id, "DEL: {e}; nothing to remove");
+            forget();
             return Ok(Output::Nothing);
         }
     };
     if ns.is_own()? {
         tracing::warn!(container_id, netns = ?netns_path, "DEL: CNI_NETNS is the plugin's own namespace; leaving it alone");
+        forget();
         return Ok(Output::Nothing);
     }
-    if let Some(other) = state::list(dir)
-        .into_iter()
-        .find(|(_, r)| r.netns_id == ns.id && r.netns == netns_path)
-    {
+    if let Some(other) = state::list(dir).into_iter().find(|(_, r)| {
+        r.netns_id == ns.id
+            && r.netns == netns_path
+            && (r.container_id.as_str(), r.ifname.as_str()) != (container_id, ifname)
+    }) {
         tracing::info!(
             container_id,
             other = %format!("{}/{}", other.1.container_id, other.1.ifname),
             "table inet meshnft kept: another attachment of this netns still uses it"
         );
+        forget();
         return Ok(Output::Nothing);
     }
-    if Nft::open(&ns.file)?.delete_table(nft::TABLE_NAME)? {
+    let mut nft = Nft::open(&ns.file)?;
+    if nft.delete_table(nft::TABLE_NAME)? {
         tracing::info!(container_id, netns = ?netns_path, "removed table inet meshnft");
+        // The kernel's destroy work (an RCU grace period) is waited for by
+        // a child, not by the runtime waiting for DEL (see `close_detached`).
+        nft.close_detached();
     } else {
         tracing::debug!(container_id, netns = ?netns_path, "no table inet meshnft to remove");
     }
+    forget();
     Ok(Output::Nothing)
 }

@@ -143,7 +143,9 @@ impl CniEnv {
     }
 
     /// Parses `CNI_ARGS` (`K=V;K=V`). Unknown keys are ignored; a pair
-    /// without `=` is error code 4.
+    /// without `=`, a `K8S_POD_NAMESPACE` that is not a DNS-1123 label or a
+    /// `K8S_POD_NAME` that is not a DNS-1123 subdomain (Kubernetes' rules for
+    /// those names) is error code 4.
     pub fn k8s_args(&self) -> Result<K8sArgs> {
         let mut out = K8sArgs::default();
         let Some(raw) = &self.args else {
@@ -155,9 +157,24 @@ impl CniEnv {
                 Error::env("CNI_ARGS", format!("{pair:?} is not a KEY=VALUE pair"))
             })?;
             let v = Some(v.to_string()).filter(|v| !v.is_empty());
+            // They become API request paths: only Kubernetes names pass.
+            let checked = |rule: fn(&str) -> bool, what: &str| -> Result<Option<String>> {
+                match &v {
+                    Some(n) if !rule(n) => Err(Error::env(
+                        "CNI_ARGS",
+                        format!("{k}={n:?} is not a Kubernetes {what}"),
+                    )),
+                    _ => Ok(v.clone()),
+                }
+            };
             match k {
-                "K8S_POD_NAMESPACE" => out.pod_namespace = v,
-                "K8S_POD_NAME" => out.pod_name = v,
+                "K8S_POD_NAMESPACE" => {
+                    out.pod_namespace =
+                        checked(is_dns1123_label, "namespace name (DNS-1123 label)")?
+                }
+                "K8S_POD_NAME" => {
+                    out.pod_name = checked(is_dns1123_subdomain, "pod name (DNS-1123 subdomain)")?
+                }
                 "K8S_POD_UID" => out.pod_uid = v,
                 "K8S_POD_INFRA_CONTAINER_ID" => out.infra_container_id = v,
                 _ => {}
@@ -165,6 +182,23 @@ impl CniEnv {
         }
         Ok(out)
     }
+}
+
+/// Kubernetes' DNS-1123 label (namespace names): 1-63 of `[a-z0-9-]`,
+/// starting and ending with an alphanumeric.
+pub fn is_dns1123_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+/// Kubernetes' DNS-1123 subdomain (pod names): at most 253 bytes of
+/// DNS-1123 labels joined by `.`.
+pub fn is_dns1123_subdomain(s: &str) -> bool {
+    s.len() <= 253 && s.split('.').all(is_dns1123_label)
 }
 
 #[cfg(test)]
@@ -195,6 +229,24 @@ mod tests {
                 .contains("CNI_ARGS")
         );
         assert_eq!(env("A=b=c;;").k8s_args().unwrap(), K8sArgs::default());
+        for bad in [
+            "K8S_POD_NAME=../../../api/v1/namespaces/kube-system/secrets/x",
+            "K8S_POD_NAME=x?watch=true&x=",
+            "K8S_POD_NAME=Web",
+            "K8S_POD_NAME=a..b",
+            "K8S_POD_NAMESPACE=a.b",
+            "K8S_POD_NAMESPACE=-a",
+            "K8S_POD_NAMESPACE=%2e%2e",
+        ] {
+            let e = env(bad).k8s_args().unwrap_err();
+            let key = bad.split('=').next().unwrap();
+            assert_eq!(e.code, crate::error::Code::InvalidEnv, "{bad}");
+            assert!(e.msg.contains("CNI_ARGS") && e.msg.contains(key), "{e}");
+        }
+        let ok = env("K8S_POD_NAMESPACE=kube-system;K8S_POD_NAME=web-0.a-b")
+            .k8s_args()
+            .unwrap();
+        assert_eq!(ok.pod_name.as_deref(), Some("web-0.a-b"));
     }
 
     #[test]

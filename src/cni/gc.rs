@@ -29,7 +29,8 @@ struct GcInput {
 }
 
 /// GC. With no `cni.dev/valid-attachments` it does nothing.
-/// Errors: 1 (version before 1.1.0), 6 (attachments not of the spec's shape).
+/// Errors: 1 (version before 1.1.0), 6 (attachments not of the spec's shape),
+/// 7 (an unsafe `stateDir`, see [`state::check_dir`]).
 pub fn cmd_gc(conf: &NetConf, stdin: &[u8]) -> Result<Output> {
     if !version::at_least(&conf.cni_version, (1, 1, 0)) {
         return Err(Error::new(
@@ -38,6 +39,19 @@ pub fn cmd_gc(conf: &NetConf, stdin: &[u8]) -> Result<Output> {
                 "GC is not defined for cniVersion {} (needs 1.1.0)",
                 conf.cni_version
             ),
+        ));
+    }
+    // Each attachment must be an object: serde's derived struct would also
+    // take `["id", "eth0"]` by position.
+    let raw: serde_json::Value = serde_json::from_slice(stdin).unwrap_or_default();
+    if let Some(list) = raw
+        .get("cni.dev/valid-attachments")
+        .and_then(serde_json::Value::as_array)
+        && list.iter().any(|a| !a.is_object())
+    {
+        return Err(Error::new(
+            Code::Decode,
+            "cni.dev/valid-attachments: expected [{\"containerID\", \"ifname\"}]: an entry is not an object",
         ));
     }
     let input: GcInput = serde_json::from_slice(stdin).map_err(|e| {
@@ -56,11 +70,13 @@ pub fn cmd_gc(conf: &NetConf, stdin: &[u8]) -> Result<Output> {
         .map(|a| (a.container_id, a.ifname))
         .collect();
     let dir = conf.state_dir();
+    // Records decide which tables go: only a safe directory is trusted.
+    state::check_dir(&dir, false)?;
     let (live, stale): (Vec<_>, Vec<_>) = state::list(&dir)
         .into_iter()
         .partition(|(_, r)| valid.contains(&(r.container_id.clone(), r.ifname.clone())));
     let mut failures = Vec::new();
-    for (path, rec) in stale {
+    for (_, rec) in stale {
         let who = format!("{}/{}", rec.container_id, rec.ifname);
         match Netns::open(&rec.netns) {
             Ok(Some(ns)) if ns.id == rec.netns_id && !ns.is_own().unwrap_or(true) => {
@@ -83,7 +99,7 @@ pub fn cmd_gc(conf: &NetConf, stdin: &[u8]) -> Result<Output> {
                 tracing::debug!(attachment = %who, "GC: netns gone or reused; dropping the record")
             }
         }
-        if let Err(e) = state::remove_path(&path) {
+        if let Err(e) = state::remove(&dir, &rec.container_id, &rec.ifname) {
             failures.push(format!("{who}: {e}"));
         }
     }

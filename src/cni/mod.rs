@@ -89,10 +89,47 @@ pub fn error_json(e: &Error, cni_version: Option<&str>) -> Value {
     json!({"cniVersion": v, "code": e.code.as_u32(), "msg": e.msg, "details": e.details})
 }
 
-/// `cniVersion` from stdin if it is readable JSON, for error documents.
-fn peek_version(stdin: &[u8]) -> Option<String> {
-    let v: Value = serde_json::from_slice(stdin).ok()?;
-    v.get("cniVersion")?.as_str().map(str::to_string)
+/// `cniVersion` from stdin, for error documents: the top-level key's string
+/// value, found even when the document is cut short (stdin larger than
+/// [`MAX_STDIN`], a read error half-way), has trailing bytes, or has a bad
+/// value after it, so that the error still names the conflist's version.
+pub fn peek_version(stdin: &[u8]) -> Option<String> {
+    use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, Visitor};
+    struct Peek<'a>(&'a mut Option<String>);
+    impl<'de> Visitor<'de> for Peek<'_> {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("an object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<(), A::Error> {
+            while let Some(k) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                if k == "cniVersion" {
+                    if let Value::String(v) = map.next_value::<Value>()? {
+                        *self.0 = Some(v);
+                    }
+                    // Found: stop reading (what follows may be cut short).
+                    return Ok(());
+                }
+                map.next_value::<IgnoredAny>()?;
+            }
+            Ok(())
+        }
+    }
+    impl<'de> DeserializeSeed<'de> for Peek<'_> {
+        type Value = ();
+        fn deserialize<D: serde::Deserializer<'de>>(
+            self,
+            d: D,
+        ) -> std::result::Result<(), D::Error> {
+            d.deserialize_map(self)
+        }
+    }
+    let mut found = None;
+    let mut de = serde_json::Deserializer::from_slice(stdin);
+    // The error (from what follows the key) does not matter: the value was
+    // kept as soon as it was read.
+    let _ = Peek(&mut found).deserialize(&mut de);
+    found
 }
 
 static LOGGING: std::sync::Once = std::sync::Once::new();
@@ -116,9 +153,16 @@ fn init_logging(level: Option<&str>, file: Option<&std::path::Path>) {
 }
 
 /// Decodes the configuration and checks its version; sets up logging.
+/// Errors: 6/7 (see [`config::decode`]), 7 for a `log_file` that is a
+/// symbolic link, not a regular file, or on procfs/sysfs, 1 (version).
 pub fn load(stdin: &[u8]) -> Result<NetConf> {
     let conf = config::decode(stdin)?;
     init_logging(conf.log_level.as_deref(), conf.log_file.as_deref());
+    if let (Some(why), Some(p)) = (crate::logging::refused(), &conf.log_file) {
+        // A link, FIFO, device or kernel interface: a bad value, not an
+        // I/O hiccup (those only cost the file's log lines).
+        return Err(Error::config("log_file", &p.display().to_string(), why));
+    }
     version::require_supported(&conf.cni_version)?;
     Ok(conf)
 }
@@ -199,7 +243,9 @@ pub struct PodCgroup {
 
 /// Finds the pod cgroup from `K8S_POD_UID` (DESIGN.md 5). Never fails:
 /// without it the table is written without the init phase (DESIGN.md 4.7);
-/// `why_not` says why. A bad `levelOffset` is the only error (code 7).
+/// `why_not` says why (also when the kernel lacks `socket cgroupv2`, see
+/// [`crate::kernel`]). With the init phase off, `levels` is `None` and no
+/// level probe runs. A bad `levelOffset` is the only error (code 7).
 pub fn pod_cgroup(
     settings: &Settings,
     k8s: &K8sArgs,
@@ -242,6 +288,24 @@ pub fn pod_cgroup(
             ..Default::default()
         });
     };
+    // Without the init phase no rule keys on cgroup levels (the plain
+    // redirect table): no level probe, nothing that needs `socket cgroupv2`.
+    if !settings.init_phase.enabled {
+        return Ok(PodCgroup {
+            abs: Some(mount.mount_point.join(&rel)),
+            rel: Some(rel),
+            levels: None,
+            why_not: None,
+        });
+    }
+    // Without `socket cgroupv2` (Linux < 5.13) no level can be used: the
+    // plain redirect table, with the one warning ADD logs for `why_not`.
+    if let Ok(false) = crate::kernel::socket_cgroupv2(state_dir) {
+        return Ok(PodCgroup {
+            why_not: Some(crate::kernel::MISSING.into()),
+            ..Default::default()
+        });
+    }
     let offset = match settings.init_phase.level_offset {
         Some(o) => o,
         None => match crate::levelprobe::offset(state_dir, &mount, root) {

@@ -13,72 +13,108 @@ pub struct Probe {
     pub name: &'static str,
     /// `Ok(detail)` or `Err(what is missing)`.
     pub outcome: std::result::Result<String, String>,
+    /// Set on a passed check when ADD works but with less than the
+    /// configuration asks for (e.g. no init phase on this kernel).
+    pub warning: Option<String>,
+}
+
+impl Probe {
+    fn new(name: &'static str, outcome: std::result::Result<String, String>) -> Probe {
+        Probe {
+            name,
+            outcome,
+            warning: None,
+        }
+    }
 }
 
 /// Runs every check ADD depends on, for `conf`'s settings: an nf_tables
-/// netlink socket; a dry run of the full table, committed in a scratch
-/// network namespace that vanishes with the socket, so the kernel validates
-/// every expression (nat hooks, `socket cgroupv2`, dynamic sets, `redirect`)
-/// including the checks it only runs at commit; a cgroup2 mount. The `nft`
-/// binary is not needed; it is reported when present (a debugging tool).
+/// netlink socket; whether the kernel has `socket cgroupv2`
+/// ([`crate::kernel`]; a passed check with a warning when it lacks it and
+/// the init phase is on); a dry run of the full table ADD would write on
+/// this kernel, committed in a scratch network namespace that vanishes with
+/// the socket, so the kernel validates every expression (nat hooks, `socket
+/// cgroupv2`, dynamic sets, `redirect`) including the checks it only runs at
+/// commit; a cgroup2 mount. The `nft` binary is not needed; it is reported
+/// when present (a debugging tool).
 pub fn probes(conf: &NetConf) -> Vec<Probe> {
     let mut out = Vec::new();
     let settings = conf.settings();
     let nft = Nft::own();
-    out.push(Probe {
-        name: "nf_tables netlink",
-        outcome: nft
-            .as_ref()
+    out.push(Probe::new(
+        "nf_tables netlink",
+        nft.as_ref()
             .map(|_| "NETLINK_NETFILTER socket opened".into())
             .map_err(|e| e.to_string()),
-    });
-    if nft.is_ok()
-        && let Ok(s) = &settings
-    {
-        let table = ruleset::build(
-            s,
-            Some(Levels {
+    ));
+    if nft.is_ok() {
+        // socket cgroupv2 (Linux >= 5.13): without it ADD writes the plain
+        // redirect table (no init phase), so STATUS passes but says so.
+        let feature = crate::kernel::measure();
+        let init_phase = settings.as_ref().is_ok_and(|s| s.init_phase.enabled);
+        let mut p = Probe::new(
+            "kernel: socket cgroupv2",
+            match &feature {
+                Ok(true) => Ok("present".into()),
+                Ok(false) => Ok(format!("missing: {}", crate::kernel::MISSING)),
+                Err(e) => Err(e.to_string()),
+            },
+        );
+        if let (Ok(false), true) = (&feature, init_phase) {
+            let w = format!(
+                "{}: ADD writes the plain redirect table, without the init phase (init containers are redirected, as with linkerd-cni)",
+                crate::kernel::MISSING
+            );
+            tracing::warn!("{w}");
+            p.warning = Some(w);
+        }
+        out.push(p);
+        if let Ok(s) = &settings {
+            // The table ADD writes on this kernel, with its init phase when
+            // the kernel can have one.
+            let levels = (!matches!(feature, Ok(false))).then_some(Levels {
                 pod: 1,
                 container: 2,
-            }),
-            "meshnft status dry run",
-        );
-        out.push(Probe {
-            name: "kernel accepts the table (dry run in a scratch netns)",
-            outcome: Nft::scratch()
-                .and_then(|mut n| n.commit(encode::fresh(&table)))
-                .map(|_| "ok".into())
-                .map_err(|e| e.to_string()),
-        });
+            });
+            let table = ruleset::build(s, levels, "meshnft status dry run");
+            out.push(Probe::new(
+                "kernel accepts the table (dry run in a scratch netns)",
+                Nft::scratch()
+                    .and_then(|mut n| n.commit(encode::fresh(&table)))
+                    .map(|_| "ok".into())
+                    .map_err(|e| e.to_string()),
+            ));
+        }
     }
-    out.push(Probe {
-        name: "nft binary (optional, for debugging)",
-        outcome: Ok(["/usr/sbin/nft", "/sbin/nft", "/usr/bin/nft"]
+    out.push(Probe::new(
+        "nft binary (optional, for debugging)",
+        Ok(["/usr/sbin/nft", "/sbin/nft", "/usr/bin/nft"]
             .into_iter()
             .find(|p| std::path::Path::new(p).is_file())
             .map(|p| format!("{p} (not used by meshnft)"))
             .unwrap_or_else(|| "absent (not needed)".into())),
-    });
-    out.push(Probe {
-        name: "network configuration",
-        outcome: settings.map(|_| "valid".into()).map_err(|e| e.to_string()),
-    });
-    out.push(Probe {
-        name: "cgroup v2 mount",
-        outcome: match crate::cgroup::cgroup2_mount() {
+    ));
+    out.push(Probe::new(
+        "network configuration",
+        settings.map(|_| "valid".into()).map_err(|e| e.to_string()),
+    ));
+    out.push(Probe::new(
+        "cgroup v2 mount",
+        match crate::cgroup::cgroup2_mount() {
             Ok(Some(m)) => Ok(m.mount_point.display().to_string()),
             Ok(None) => Err(
                 "no cgroup2 mount in /proc/self/mountinfo (the init phase needs cgroup v2)".into(),
             ),
             Err(e) => Err(e.to_string()),
         },
-    });
+    ));
     out
 }
 
 /// STATUS. Success: nothing on stdout. Error: code 1 for a config version
 /// before 1.1.0, code 7 for an invalid configuration, code 50 naming every
-/// failed host check.
+/// failed host check. A kernel without `socket cgroupv2` is not a failure
+/// (ADD then writes the plain redirect table): it is logged as a warning.
 pub fn cmd_status(conf: &NetConf) -> Result<Output> {
     if !super::version::at_least(&conf.cni_version, (1, 1, 0)) {
         return Err(Error::new(

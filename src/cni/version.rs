@@ -30,7 +30,7 @@ pub fn require_supported(v: &str) -> Result<()> {
         Err(Error::new(
             Code::IncompatibleVersion,
             format!(
-                "incompatible CNI version {v:?}: meshnft supports {}",
+                "incompatible CNI version: cniVersion {v:?}: meshnft supports {}",
                 SUPPORTED.join(", ")
             ),
         ))

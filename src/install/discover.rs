@@ -181,28 +181,10 @@ pub const MAX_CONF_BYTES: u64 = 64 << 20;
 /// FIFO, device or socket (directly or behind a symlink) is refused, never
 /// opened for a blocking read. Error: why it was not read.
 pub fn read_regular(path: &Path, max: u64) -> Result<Vec<u8>, String> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let md = std::fs::metadata(path).map_err(|e| format!("cannot read: {e}"))?;
-    if !md.is_file() {
-        return Err("not a regular file".into());
-    }
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
-        .open(path)
-        .map_err(|e| format!("cannot read: {e}"))?;
-    if !f.metadata().is_ok_and(|m| m.is_file()) {
-        return Err("not a regular file".into());
-    }
-    let mut bytes = Vec::new();
-    f.take(max + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| format!("cannot read: {e}"))?;
-    if bytes.len() as u64 > max {
-        return Err(format!("larger than {max} bytes"));
-    }
-    Ok(bytes)
+    crate::safefs::read_regular(path, max).map_err(|e| match e {
+        crate::safefs::FileError::Io(e) => format!("cannot read: {e}"),
+        other => other.to_string(),
+    })
 }
 
 /// Loads one candidate file. Errors: why it does not load (unreadable,

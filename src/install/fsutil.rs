@@ -17,13 +17,16 @@ use std::path::{Path, PathBuf};
 /// or `.json`, so libcni never loads a half-written file).
 pub const TMP_SUFFIX: &str = ".meshnft-tmp";
 
-/// The temporary sibling of `path`: `<dir>/.<name>.<pid>.meshnft-tmp`.
+/// The temporary sibling of `path`: `<dir>/.<name>.<16 random hex
+/// digits>.meshnft-tmp`, unpredictable, and always created with `O_EXCL`,
+/// so nothing planted at the name (a symbolic or hard link) is written
+/// through.
 fn tmp_path(path: &Path) -> PathBuf {
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    path.with_file_name(format!(".{name}.{}{TMP_SUFFIX}", std::process::id()))
+    path.with_file_name(crate::safefs::tmp_name(&name, TMP_SUFFIX))
 }
 
 /// Writes `bytes` to `path` atomically with permission bits `mode`
@@ -54,8 +57,7 @@ pub fn write_atomic_if(
     let res = (|| {
         let mut f = OpenOptions::new()
             .write(true)
-            .create(true)
-            .truncate(true)
+            .create_new(true)
             .mode(mode)
             .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
             .open(&tmp)
@@ -86,13 +88,12 @@ pub fn write_atomic_if(
 ///
 /// Errors: [`InstallError::Io`] for the source or the destination.
 pub fn copy_atomic(src: &Path, dst: &Path) -> Result<(), InstallError> {
-    let mut input = File::open(src).map_err(|e| InstallError::io(Op::Read, src, e))?;
+    let mut input = open_source(src)?;
     let tmp = tmp_path(dst);
     let res = (|| {
         let mut f = OpenOptions::new()
             .write(true)
-            .create(true)
-            .truncate(true)
+            .create_new(true)
             .mode(0o755)
             .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
             .open(&tmp)
@@ -113,6 +114,14 @@ pub fn copy_atomic(src: &Path, dst: &Path) -> Result<(), InstallError> {
     res
 }
 
+/// Opens the binary to copy: a regular file, never blocking on a FIFO.
+fn open_source(src: &Path) -> Result<File, InstallError> {
+    crate::safefs::open_regular(src, true).map_err(|e| match e {
+        crate::safefs::FileError::Io(e) => InstallError::io(Op::Read, src, e),
+        other => InstallError::io(Op::Read, src, std::io::Error::other(other.to_string())),
+    })
+}
+
 /// True when the files `a` and `b` have the same bytes (false when either
 /// cannot be read).
 pub fn same_content(a: &Path, b: &Path) -> bool {
@@ -122,7 +131,10 @@ pub fn same_content(a: &Path, b: &Path) -> bool {
     if ma.len() != mb.len() {
         return false;
     }
-    let (Ok(mut fa), Ok(mut fb)) = (File::open(a), File::open(b)) else {
+    let (Ok(mut fa), Ok(mut fb)) = (
+        crate::safefs::open_regular(a, true),
+        crate::safefs::open_regular(b, true),
+    ) else {
         return false;
     };
     let mut ba = vec![0u8; 1 << 16];
@@ -192,8 +204,18 @@ pub fn require_dir(dir: &Path) -> Result<(), InstallError> {
 }
 
 /// Creates the directory `dir` (mode 0755) if it does not exist; its
-/// parent must exist. Errors: [`InstallError::Io`] (`mkdir`).
+/// parent must exist. Errors: [`InstallError::Io`] (`mkdir`), also when
+/// `dir` is a symbolic link.
 pub fn ensure_subdir(dir: &Path) -> Result<(), InstallError> {
+    // The installer's own directory: a link (to wherever) is never written
+    // through (the kubeconfig holds a token).
+    if fs::symlink_metadata(dir).is_ok_and(|m| m.file_type().is_symlink()) {
+        return Err(InstallError::io(
+            Op::Mkdir,
+            dir,
+            std::io::Error::other("is a symbolic link: refusing to write through it"),
+        ));
+    }
     match fs::create_dir(dir) {
         Ok(()) => {
             sync_dir(dir);
@@ -283,6 +305,20 @@ mod tests {
         let e = write_atomic(&p, b"x", 0o644).unwrap_err().to_string();
         assert!(e.contains("nope"), "{e}");
         assert!(e.contains("does not exist"), "{e}");
+    }
+
+    #[test]
+    fn ensure_subdir_refuses_a_link_and_temp_names_are_exclusive() {
+        let td = TestDir::new("sub");
+        let d = td.0.clone();
+        fs::create_dir(d.join("elsewhere")).unwrap();
+        std::os::unix::fs::symlink(d.join("elsewhere"), d.join("meshnft.d")).unwrap();
+        let e = ensure_subdir(&d.join("meshnft.d")).unwrap_err().to_string();
+        assert!(e.contains("symbolic link"), "{e}");
+        ensure_subdir(&d.join("real")).unwrap();
+        ensure_subdir(&d.join("real")).unwrap();
+        let p = d.join("real/kubeconfig");
+        assert_ne!(tmp_path(&p), tmp_path(&p));
     }
 
     #[test]

@@ -14,6 +14,9 @@ use super::error::InstallError;
 use base64::Engine;
 use std::path::Path;
 
+/// Largest service-account file (token, `ca.crt`) read, in bytes.
+pub const MAX_SA_FILE: u64 = 1 << 20;
+
 /// What the kubeconfig is made of.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Material {
@@ -56,9 +59,12 @@ pub fn material(
     } else {
         format!("https://{host}:{port}")
     };
+    // Regular files only, never blocking, capped (a FIFO or device here
+    // must not hang the installer or keep it from its SIGTERM cleanup);
+    // kubelet's `..data` links are followed.
     let read = |name: &str| {
         let p = sa_dir.join(name);
-        std::fs::read(&p).map_err(|err| {
+        crate::safefs::read_regular(&p, MAX_SA_FILE).map_err(|err| {
             e(format!(
                 "cannot read {}: {err} (is the service account token mounted?)",
                 p.display()

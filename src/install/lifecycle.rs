@@ -104,7 +104,11 @@ impl Installer {
             self.args.api_port.as_deref(),
         )?;
         let text = kubeconfig::render(&m);
-        let on_disk = std::fs::read_to_string(&here).ok();
+        // Ours, so a regular file: anything else (a link, a FIFO) is
+        // replaced, never read through or blocked on.
+        let on_disk = crate::safefs::read_regular_nofollow(&here, discover::MAX_CONF_BYTES)
+            .ok()
+            .and_then(|b| String::from_utf8(b).ok());
         if on_disk.as_deref() == Some(text.as_str()) {
             self.kubeconfig_text = Some(text);
             return Ok(());
@@ -505,6 +509,7 @@ pub fn run(args: Args) -> i32 {
             .unwrap_or_else(|| "(none)".into())
     );
     let mut reporter = Reporter { last: None };
+    let mut agent = crate::agent::start(&args);
     let signal = 'run: loop {
         let mut all_watched = true;
         if let Some(w) = watches.as_mut() {
@@ -517,6 +522,7 @@ pub fn run(args: Args) -> i32 {
         }
         let r = inst.reconcile();
         reporter.report(&l.net_dir, &r);
+        agent.set_chained(matches!(r, Ok(Outcome::Chained { .. })));
         let wait = if r.is_err() || !all_watched || watches.is_none() {
             l.retry
         } else {
@@ -547,6 +553,7 @@ pub fn run(args: Args) -> i32 {
         }
     };
     tracing::info!("received {signal}");
+    agent.stop();
     drop(watches);
     if args.keep_on_exit {
         tracing::info!("--keep-on-exit: leaving the entry, the kubeconfig and the binary in place");

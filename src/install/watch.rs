@@ -77,6 +77,11 @@ impl Watches {
     pub fn new(tx: Sender<Wake>) -> notify::Result<Watches> {
         let watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
             let Ok(ev) = res else { return };
+            // Reads (the installer's own, every pass) are not changes: waking
+            // on them made the loop run back to back.
+            if matches!(ev.kind, notify::EventKind::Access(_)) {
+                return;
+            }
             let removed = matches!(ev.kind, notify::EventKind::Remove(_));
             for p in ev.paths {
                 let _ = tx.send(Wake::Fs { path: p, removed });

@@ -231,23 +231,28 @@ impl Nft {
         Ok(dump::read_elems(&mut self.conn, table, set)?)
     }
 
-    /// Removes table `inet NAME`. Returns false when there was none (then
-    /// nothing is committed, so nothing is freed and no RCU wait follows).
-    pub fn delete_table(&mut self, name: &str) -> Result<bool, NftError> {
+    /// Whether table `inet NAME` exists (one `GETTABLE`, no transaction).
+    pub fn table_exists(&mut self, name: &str) -> Result<bool, NftError> {
         let mut req = MsgBuilder::nft(netlink::msg::GETTABLE, NLM_F_ACK);
         req.str(netlink::attr::table::NAME, name);
         match self.conn.dump(req) {
-            Err(DumpError::Kernel(libc::ENOENT)) => return Ok(false),
-            Err(DumpError::Kernel(e)) => {
-                return Err(NftError::Refused {
-                    what: format!("reading table inet {name}"),
-                    errno: e,
-                    reason: std::io::Error::from_raw_os_error(e).to_string(),
-                    hint: String::new(),
-                });
-            }
-            Err(DumpError::Sock(s)) => return Err(s.into()),
-            Ok(_) => {}
+            Ok(_) => Ok(true),
+            Err(DumpError::Kernel(libc::ENOENT)) => Ok(false),
+            Err(DumpError::Kernel(e)) => Err(NftError::Refused {
+                what: format!("reading table inet {name}"),
+                errno: e,
+                reason: std::io::Error::from_raw_os_error(e).to_string(),
+                hint: String::new(),
+            }),
+            Err(DumpError::Sock(s)) => Err(s.into()),
+        }
+    }
+
+    /// Removes table `inet NAME`. Returns false when there was none (then
+    /// nothing is committed, so nothing is freed and no RCU wait follows).
+    pub fn delete_table(&mut self, name: &str) -> Result<bool, NftError> {
+        if !self.table_exists(name)? {
+            return Ok(false);
         }
         match self.commit(encode::delete_table(name)) {
             Ok(()) => Ok(true),
@@ -255,5 +260,67 @@ impl Nft {
             Err(e) if e.errno() == Some(libc::ENOENT) => Ok(false),
             Err(e) => Err(e),
         }
+    }
+
+    /// Closes the socket without making this process wait for the kernel's
+    /// destroy work, for a short-lived process (the CNI plugin) whose
+    /// transaction freed objects (a DEL, a re-ADD's flushes).
+    ///
+    /// The last close of a `NETLINK_NETFILTER` socket runs nf_tables'
+    /// `NETLINK_URELEASE` handler, which waits for pending destroy work: an
+    /// RCU grace period, ~10 ms, after any transaction that freed objects.
+    /// Here a forked child keeps the socket, with nothing else: stdin,
+    /// stdout and stderr and every other descriptor are closed in it, so a
+    /// runtime reading the plugin's output sees EOF when the plugin exits. The
+    /// child waits until this process has exited (a pipe closes; at most 10
+    /// s), then exits itself: its close is the last one and pays the wait,
+    /// off the runtime's path. It is reaped by whoever reaps orphans (init,
+    /// or a subreaper). Never use it in a long-lived process: the child would
+    /// stay a zombie until that process exits. When `fork` fails, the socket
+    /// is closed here (and this process waits).
+    pub fn close_detached(self) {
+        let sock = self.conn.as_raw_fd();
+        let mut pipe = [-1i32; 2];
+        // SAFETY: pipe2 writes two descriptors into the array.
+        if unsafe { libc::pipe2(pipe.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return;
+        }
+        let (r, w) = (pipe[0], pipe[1]);
+        // SAFETY: the child runs only async-signal-safe syscalls (close,
+        // close_range, poll, _exit) on memory prepared before the fork.
+        match unsafe { libc::fork() } {
+            0 => unsafe {
+                libc::close(w);
+                // Every descriptor but the socket and the pipe's read end.
+                let (lo, hi) = (sock.min(r), sock.max(r));
+                if lo > 0 {
+                    libc::close_range(0, (lo - 1) as libc::c_uint, 0);
+                }
+                if hi > lo + 1 {
+                    libc::close_range((lo + 1) as libc::c_uint, (hi - 1) as libc::c_uint, 0);
+                }
+                libc::close_range((hi + 1) as libc::c_uint, libc::c_uint::MAX, 0);
+                let mut pfd = libc::pollfd {
+                    fd: r,
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                libc::poll(&mut pfd, 1, 10_000);
+                libc::_exit(0);
+            },
+            -1 => {
+                // SAFETY: closing descriptors we own.
+                unsafe {
+                    libc::close(r);
+                    libc::close(w);
+                }
+            }
+            _ => {
+                // SAFETY: the read end is the child's; the write end stays
+                // open (close-on-exec) until this process exits.
+                unsafe { libc::close(r) };
+            }
+        }
+        drop(self);
     }
 }

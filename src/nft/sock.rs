@@ -193,6 +193,11 @@ impl Conn {
         self.seq
     }
 
+    /// The socket's descriptor.
+    pub fn as_raw_fd(&self) -> RawFd {
+        self.sock.as_raw_fd()
+    }
+
     /// Reserves `n` consecutive sequence numbers; returns the first.
     pub fn take_seqs(&mut self, n: u32) -> u32 {
         let first = self.seq.wrapping_add(1).max(1);

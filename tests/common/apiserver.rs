@@ -1,7 +1,8 @@
 //! A stand-in for the Kubernetes API server: real `Pod`, `Namespace` and
 //! `Service` objects (k8s-openapi types, serialised as the API server does)
 //! served over HTTP on 127.0.0.1 by a thread of the test process, with
-//! failure modes (401, 403, 500, no answer). Records every request path.
+//! failure modes (401, 403, 500, no answer, raw answers, a trickle).
+//! Records every request path.
 #![allow(dead_code)]
 
 use k8s_openapi::api::core::v1::{
@@ -26,6 +27,12 @@ pub enum Mode {
     Fail(u16),
     /// Accept connections and never answer.
     Hang,
+    /// Answer every request with this status code, extra header lines
+    /// (each ending in `\r\n`) and body, verbatim.
+    Raw(u16, &'static str, &'static str),
+    /// Answer 200 with a promised 1 MiB body, sent one byte every 200 ms
+    /// until the client goes away.
+    Trickle,
 }
 
 /// The running stand-in. Stops on drop.
@@ -79,6 +86,24 @@ fn serve(
         Mode::Hang => {
             while !stop.load(Ordering::Relaxed) {
                 std::thread::sleep(Duration::from_millis(20));
+            }
+            return;
+        }
+        Mode::Raw(code, headers, body) => {
+            let _ = write!(
+                s,
+                "HTTP/1.1 {code} Whatever\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            return;
+        }
+        Mode::Trickle => {
+            let _ = write!(
+                s,
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1048576\r\n\r\n{{"
+            );
+            while !stop.load(Ordering::Relaxed) && s.write_all(b" ").is_ok() {
+                std::thread::sleep(Duration::from_millis(200));
             }
             return;
         }

@@ -21,6 +21,8 @@ pub struct Invocation {
     pub code: i32,
     pub stdout: String,
     pub stderr: String,
+    /// Killed by [`invoke_within`]'s watchdog.
+    pub hung: bool,
 }
 
 impl Invocation {
@@ -49,19 +51,34 @@ pub fn invoke(command: &str, env: &[(&str, &str)], stdin: &Value) -> Invocation 
     invoke_raw(command, env, stdin.to_string().as_bytes())
 }
 
-/// Like [`invoke`] with raw stdin bytes.
-pub fn invoke_raw(command: &str, env: &[(&str, &str)], stdin: &[u8]) -> Invocation {
-    let mut cmd = Command::new(MESHNFT);
+/// The plugin as a runtime starts it for `command`: a clean environment
+/// with `CNI_*` from `env`; `wrapper` (e.g. `["setpriv", ...]`) runs it
+/// when not empty. Pipes are set up by the caller.
+pub fn plugin_cmd(wrapper: &[&str], command: &str, env: &[(&str, &str)]) -> Command {
+    let mut cmd = match wrapper.split_first() {
+        Some((prog, args)) => {
+            let mut c = Command::new(prog);
+            c.args(args).arg(MESHNFT);
+            c
+        }
+        None => Command::new(MESHNFT),
+    };
     cmd.env_clear()
         .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
         .env("CNI_COMMAND", command)
-        .env("CNI_PATH", "/usr/lib/cni")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+        .env("CNI_PATH", "/usr/lib/cni");
     for (k, v) in env {
         cmd.env(k, v);
     }
+    cmd
+}
+
+/// Like [`invoke`] with raw stdin bytes.
+pub fn invoke_raw(command: &str, env: &[(&str, &str)], stdin: &[u8]) -> Invocation {
+    let mut cmd = plugin_cmd(&[], command, env);
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     let mut child = cmd.spawn().expect("spawn meshnft");
     child
         .stdin
@@ -74,7 +91,119 @@ pub fn invoke_raw(command: &str, env: &[(&str, &str)], stdin: &[u8]) -> Invocati
         code: out.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        hung: false,
     }
+}
+
+/// Like [`invoke_raw`], with a watchdog instead of an unbounded wait: a
+/// plugin still running after `limit` is SIGKILLed and the outcome has
+/// `hung` set (a hang detector, not a speed assertion: pick a limit far
+/// above any normal run). The plugin runs with a 2 GiB address-space limit
+/// (`RLIMIT_AS`), so an unbounded read fails fast instead of taking the
+/// machine's memory.
+pub fn invoke_within(
+    command: &str,
+    env: &[(&str, &str)],
+    stdin: &[u8],
+    limit: std::time::Duration,
+) -> Invocation {
+    run_within(plugin_cmd(&[], command, env), stdin, limit)
+}
+
+/// Runs `cmd` (stdin, stdout and stderr are set up here) with the watchdog
+/// and address-space limit of [`invoke_within`]: for the CLI subcommands.
+pub fn run_within(mut cmd: Command, stdin: &[u8], limit: std::time::Duration) -> Invocation {
+    use std::io::Read;
+    use std::os::unix::process::CommandExt;
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    // SAFETY: setrlimit is async-signal-safe; nothing is allocated.
+    unsafe {
+        cmd.pre_exec(|| {
+            let lim = libc::rlimit {
+                rlim_cur: 2 << 30,
+                rlim_max: 2 << 30,
+            };
+            if libc::setrlimit(libc::RLIMIT_AS, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().expect("spawn meshnft");
+    let mut input = child.stdin.take().expect("stdin");
+    let body = stdin.to_vec();
+    // A plugin that stops reading must not block the test: write from a thread.
+    let writer = std::thread::spawn(move || {
+        let _ = input.write_all(&body);
+    });
+    let drain = |r: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut r) = r {
+                let _ = r.read_to_end(&mut buf);
+            }
+            buf
+        })
+    };
+    let out = drain(
+        child
+            .stdout
+            .take()
+            .map(|o| Box::new(o) as Box<dyn Read + Send>),
+    );
+    let err = drain(
+        child
+            .stderr
+            .take()
+            .map(|e| Box::new(e) as Box<dyn Read + Send>),
+    );
+    let deadline = std::time::Instant::now() + limit;
+    let (status, hung) = loop {
+        if let Some(s) = child.try_wait().expect("wait meshnft") {
+            break (Some(s), false);
+        }
+        if std::time::Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break (None, true);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    let _ = writer.join();
+    let stdout = out.join().unwrap_or_default();
+    let stderr = err.join().unwrap_or_default();
+    Invocation {
+        code: status.and_then(|s| s.code()).unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&stderr).into_owned(),
+        hung,
+    }
+}
+
+/// A temp dir (`/tmp/meshnft-node-<tag>-<unique>`, a prefix the leak check
+/// knows) removed on drop, also when the test fails.
+pub struct TempDir(pub PathBuf);
+
+impl std::ops::Deref for TempDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A fresh [`TempDir`].
+pub fn tmpdir(tag: &str) -> TempDir {
+    let d = std::env::temp_dir().join(format!("meshnft-node-{tag}-{}", support::unique("")));
+    std::fs::create_dir_all(&d).unwrap();
+    TempDir(d)
 }
 
 /// The repository's example conflist `conflists/<name>`.
@@ -354,3 +483,4 @@ impl Fixture {
     }
 }
 pub mod apiserver;
+pub mod liveapi;

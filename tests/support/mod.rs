@@ -396,7 +396,7 @@ pub fn cgroup2_mount() -> PathBuf {
 }
 
 /// Undoes the octal escapes (`\040` etc.) of mountinfo fields.
-fn unescape_mountinfo(s: &str) -> String {
+pub fn unescape_mountinfo(s: &str) -> String {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
@@ -584,7 +584,8 @@ impl PodCgroups {
     }
 }
 
-fn random_uuid() -> String {
+/// A random version-4 UUID (as a pod UID).
+pub fn random_uuid() -> String {
     let a = random_u64();
     let b = random_u64();
     format!(
@@ -617,9 +618,19 @@ fn dirs_bottom_up(dir: &Path, out: &mut Vec<PathBuf>) {
 
 impl Drop for PodCgroups {
     fn drop(&mut self) {
+        remove_cgroup_tree(&self.top);
+    }
+}
+
+/// Empties and removes the cgroup dir `top` and every dir under it, bottom-up: writes `1`
+/// to `cgroup.kill` (cgroup2, kernel 5.14 and later) or else SIGKILLs the pids of
+/// `cgroup.procs` (also cgroup v1), waits (bounded) until `cgroup.procs` is empty, and
+/// rmdirs it. Refuses to kill the test process itself. Problems are warnings.
+pub fn remove_cgroup_tree(top: &Path) {
+    {
         let me = std::process::id() as i32;
         let mut dirs = vec![];
-        dirs_bottom_up(&self.top, &mut dirs);
+        dirs_bottom_up(top, &mut dirs);
         for d in &dirs {
             let procs = procs_of(d);
             if procs.contains(&me) {

@@ -1,0 +1,206 @@
+//! The agent's Prometheus metrics (`prometheus-client`, OpenMetrics text)
+//! and its HTTP endpoint: `GET /metrics`, `GET /readyz` (200 while ready,
+//! 503 otherwise, with the reason), `GET /healthz` (200 while the process
+//! serves). One small hyper HTTP/1 server on the agent's runtime.
+
+use super::Shared;
+use http_body_util::Full;
+use hyper::body::Bytes;
+use hyper::{Request, Response, StatusCode};
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+
+/// One label, e.g. `[("result", "repaired")]`.
+pub type Label = [(&'static str, &'static str); 1];
+
+/// Every metric of the agent (names as exposed; counters get `_total`).
+/// README "Node agent" documents each one.
+#[derive(Default)]
+pub struct Metrics {
+    /// `meshnft_chained`: 1 while the entry is in the node's primary network
+    /// configuration (the installer's last pass), else 0.
+    pub chained: Gauge,
+    /// `meshnft_ready`: 1 while the agent reports ready (chained and the
+    /// host checks pass), else 0.
+    pub ready: Gauge,
+    /// `meshnft_meshed_pods`: meshed pods on this node in the watch's cache
+    /// (not finished, not in the host network).
+    pub meshed_pods: Gauge,
+    /// `meshnft_pods_checked_total`: table checks of running meshed pods.
+    pub checked: Counter,
+    /// `meshnft_pods_without_table_total{state="missing"|"wrong"}`: pods
+    /// found without their table, or with a table that differs.
+    pub without_table: Family<Label, Counter>,
+    /// `meshnft_repairs_total{result="repaired"|"failed"}`: in-place repairs.
+    pub repairs: Family<Label, Counter>,
+    /// `meshnft_pod_deletions_total{result="deleted"|"failed"}` (mode delete).
+    pub deletions: Family<Label, Counter>,
+    /// `meshnft_pod_labels_total{result="labelled"|"failed"}` (mode label).
+    pub labels: Family<Label, Counter>,
+    /// `meshnft_errors_total{stage=...}`: failures that are retried (API
+    /// unreachable, netns gone, pod cgroup not found, ...).
+    pub errors: Family<Label, Counter>,
+    /// `meshnft_last_resync_timestamp_seconds`: Unix time of the last full
+    /// pass over the node's pods.
+    pub last_resync: Gauge<f64, AtomicU64>,
+    /// `meshnft_node_taint_removals_total`: times the agent removed the
+    /// `meshnft.io/not-ready` taint from its node.
+    pub taint_removals: Counter,
+}
+
+impl Metrics {
+    /// The registry exposing `m`.
+    pub fn registry(m: &Metrics) -> Registry {
+        let mut r = Registry::default();
+        r.register(
+            "meshnft_chained",
+            "1 while meshnft is chained into the node's primary CNI configuration",
+            m.chained.clone(),
+        );
+        r.register(
+            "meshnft_ready",
+            "1 while the agent is ready (chained, host checks pass)",
+            m.ready.clone(),
+        );
+        r.register(
+            "meshnft_meshed_pods",
+            "Meshed pods on this node",
+            m.meshed_pods.clone(),
+        );
+        r.register(
+            "meshnft_pods_checked",
+            "Table checks of running meshed pods",
+            m.checked.clone(),
+        );
+        r.register(
+            "meshnft_pods_without_table",
+            "Meshed pods found with their table missing or different",
+            m.without_table.clone(),
+        );
+        r.register(
+            "meshnft_repairs",
+            "In-place repairs of a pod's table, by result",
+            m.repairs.clone(),
+        );
+        r.register(
+            "meshnft_pod_deletions",
+            "Pods deleted by the agent (repair mode delete), by result",
+            m.deletions.clone(),
+        );
+        r.register(
+            "meshnft_pod_labels",
+            "Pods labelled meshnft.io/uninitialized (repair mode label), by result",
+            m.labels.clone(),
+        );
+        r.register(
+            "meshnft_errors",
+            "Failures of the agent that are retried, by stage",
+            m.errors.clone(),
+        );
+        r.register(
+            "meshnft_last_resync_timestamp_seconds",
+            "Unix time of the last full pass over the node's meshed pods",
+            m.last_resync.clone(),
+        );
+        r.register(
+            "meshnft_node_taint_removals",
+            "Removals of the meshnft.io/not-ready taint from this node",
+            m.taint_removals.clone(),
+        );
+        r
+    }
+}
+
+fn reply(code: StatusCode, ctype: &str, body: String) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    *r.status_mut() = code;
+    if let Ok(v) = ctype.parse() {
+        r.headers_mut().insert(hyper::header::CONTENT_TYPE, v);
+    }
+    r
+}
+
+async fn handle(
+    req: Request<hyper::body::Incoming>,
+    shared: Arc<Shared>,
+    registry: Arc<Registry>,
+) -> Result<Response<Full<Bytes>>, Infallible> {
+    let text = "text/plain; charset=utf-8";
+    Ok(match req.uri().path() {
+        "/metrics" => {
+            shared.refresh_gauges();
+            let mut body = String::new();
+            match encode(&mut body, &registry) {
+                Ok(()) => reply(
+                    StatusCode::OK,
+                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    body,
+                ),
+                Err(e) => reply(StatusCode::INTERNAL_SERVER_ERROR, text, e.to_string()),
+            }
+        }
+        "/readyz" => match shared.not_ready() {
+            None => reply(StatusCode::OK, text, "ready\n".into()),
+            Some(why) => reply(
+                StatusCode::SERVICE_UNAVAILABLE,
+                text,
+                format!("not ready: {why}\n"),
+            ),
+        },
+        "/healthz" => reply(StatusCode::OK, text, "ok\n".into()),
+        _ => reply(StatusCode::NOT_FOUND, text, "not found\n".into()),
+    })
+}
+
+/// Serves the endpoints on `addr` until the runtime stops. A failed bind is
+/// logged and retried every `retry` (another process may hold the port).
+pub async fn serve(addr: SocketAddr, shared: Arc<Shared>, retry: std::time::Duration) {
+    let registry = Arc::new(Metrics::registry(&shared.metrics));
+    let listener = loop {
+        match tokio::net::TcpListener::bind(addr).await {
+            Ok(l) => break l,
+            Err(e) => {
+                tracing::warn!(
+                    "agent: cannot listen on {addr} for /metrics and /readyz: {e}; retrying"
+                );
+                shared
+                    .metrics
+                    .errors
+                    .get_or_create(&[("stage", "listen")])
+                    .inc();
+                tokio::time::sleep(retry).await;
+            }
+        }
+    };
+    tracing::info!("agent: serving /metrics, /readyz and /healthz on {addr}");
+    loop {
+        let (stream, _) = match listener.accept().await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::debug!("agent: accept: {e}");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let (shared, registry) = (shared.clone(), registry.clone());
+        tokio::spawn(async move {
+            let svc = hyper::service::service_fn(move |req| {
+                handle(req, shared.clone(), registry.clone())
+            });
+            let io = hyper_util::rt::TokioIo::new(stream);
+            if let Err(e) = hyper::server::conn::http1::Builder::new()
+                .serve_connection(io, svc)
+                .await
+            {
+                tracing::debug!("agent: http connection: {e}");
+            }
+        });
+    }
+}

@@ -1,0 +1,239 @@
+//! The node agent: runs inside `meshnft install` (the DaemonSet's process),
+//! beside the installer's loop, on a thread of its own with a tokio
+//! runtime. It
+//! - watches the meshed pods of its node (`kube`'s watcher + reflector,
+//!   field selector `spec.nodeName`) and passes over all of them at start
+//!   and every `--agent-resync-seconds`;
+//! - finds running meshed pods whose `table inet meshnft` is missing or
+//!   wrong (their netns found from the pod cgroup; CHECK's comparison) and,
+//!   by `--repair-mode`, writes the table in place (`inPlace`, default),
+//!   deletes the pod (`delete`, also pods whose `linkerd-network-validator`
+//!   exited 95, as linkerd-cni's repair controller does), labels it
+//!   `meshnft.io/uninitialized=true` (`label`), or does nothing (`off`);
+//!   each action is logged and recorded as a Kubernetes Event on the pod;
+//! - reports readiness (`/readyz`: the entry is chained and the host checks
+//!   pass) and, with `--remove-node-taint`, removes the node taint
+//!   `meshnft.io/not-ready:NoSchedule` once ready;
+//! - exports Prometheus metrics (`/metrics`, see [`metrics::Metrics`]).
+//!
+//! Nothing here ends the process: every failure is logged, counted in
+//! `meshnft_errors_total` and retried.
+
+pub mod metrics;
+pub mod pods;
+pub mod repair;
+mod run;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// The node taint the agent removes once ready (`--remove-node-taint`).
+pub const NOT_READY_TAINT: &str = "meshnft.io/not-ready";
+/// The label set on pods in repair mode `label`.
+pub const UNINITIALIZED_LABEL: &str = "meshnft.io/uninitialized";
+/// Event reason of an in-place repair.
+pub const REASON_REPAIRED: &str = "MeshnftRepaired";
+/// Event reason of a deletion or a label (the pod came up without meshnft).
+pub const REASON_NOT_CONFIGURED: &str = "MeshnftNotConfigured";
+
+/// What the agent does about a meshed pod running without its table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RepairMode {
+    /// Write the table into the running pod's netns (default).
+    #[value(name = "inPlace")]
+    InPlace,
+    /// Delete the pod (and pods whose `linkerd-network-validator` exited 95).
+    #[value(name = "delete")]
+    Delete,
+    /// Label the pod `meshnft.io/uninitialized=true`.
+    #[value(name = "label")]
+    Label,
+    /// Only detect, log and count.
+    #[value(name = "off")]
+    Off,
+}
+
+/// Options of the node agent (part of `meshnft install`); each also reads
+/// an environment variable.
+#[derive(Debug, Clone, clap::Args)]
+#[group(id = "agent")]
+#[command(next_help_heading = "Node agent")]
+pub struct Args {
+    /// This node's name (the DaemonSet passes `spec.nodeName`); turns on
+    /// the watch of the node's meshed pods and their repair.
+    #[arg(long, env = "MESHNFT_NODE_NAME")]
+    pub node_name: Option<String>,
+    /// What to do about a meshed pod running without its table.
+    #[arg(
+        long,
+        env = "MESHNFT_REPAIR_MODE",
+        value_enum,
+        default_value = "inPlace"
+    )]
+    pub repair_mode: RepairMode,
+    /// Address for `/metrics`, `/readyz`, `/healthz` (e.g. `0.0.0.0:9431`);
+    /// unset: no endpoint.
+    #[arg(long, env = "MESHNFT_AGENT_LISTEN")]
+    pub agent_listen: Option<SocketAddr>,
+    /// Kubeconfig for the agent's own API calls [default: the pod's
+    /// in-cluster service account].
+    #[arg(long, env = "MESHNFT_AGENT_KUBECONFIG")]
+    pub agent_kubeconfig: Option<PathBuf>,
+    /// Seconds between full passes over the node's meshed pods.
+    #[arg(long, env = "MESHNFT_AGENT_RESYNC_SECONDS", default_value = "300", value_parser = positive_secs)]
+    pub agent_resync_seconds: f64,
+    /// The host's cgroup v2 hierarchy as seen here [default: the cgroup2
+    /// mount of the host's init, `/proc/1/mountinfo`, under `--host-root`].
+    #[arg(long, env = "MESHNFT_CGROUP_MOUNT")]
+    pub cgroup_mount: Option<PathBuf>,
+    /// Remove the `meshnft.io/not-ready` taint from this node once ready.
+    #[arg(long, env = "MESHNFT_REMOVE_NODE_TAINT")]
+    pub remove_node_taint: bool,
+}
+
+fn positive_secs(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v > 0.0 && v <= 86400.0 => Ok(v),
+        _ => Err(format!("{s:?} is not a number of seconds in (0, 86400]")),
+    }
+}
+
+/// Errors of one agent step; all are logged, counted and retried.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// The host's cgroup hierarchy or `/proc` is not usable.
+    #[error("{0}")]
+    Host(String),
+    /// The pod cgroup is not there (pod gone, or another node's).
+    #[error("{0}")]
+    NoCgroup(String),
+    /// No process of the pod in a netns of its own (sandbox gone).
+    #[error("{0}")]
+    NoNetns(String),
+    /// The kernel refused a read or the transaction.
+    #[error(transparent)]
+    Nft(#[from] crate::nft::NftError),
+    /// Configuration, annotation or scratch-table errors (the plugin's).
+    #[error("{0}")]
+    Cni(crate::error::Error),
+    /// An API call failed.
+    #[error("{what}: {source}")]
+    Api {
+        /// What was attempted.
+        what: String,
+        /// The client's error.
+        source: kube::Error,
+    },
+    /// An API call did not finish in time.
+    #[error("{0}: the API server did not answer in time")]
+    Timeout(String),
+}
+
+impl AgentError {
+    /// Short stage name for `meshnft_errors_total{stage}`.
+    pub fn stage(&self) -> &'static str {
+        match self {
+            AgentError::Host(_) => "host",
+            AgentError::NoCgroup(_) | AgentError::NoNetns(_) => "netns",
+            AgentError::Nft(_) => "nftables",
+            AgentError::Cni(_) => "config",
+            AgentError::Api { .. } | AgentError::Timeout(_) => "api",
+        }
+    }
+}
+
+/// State shared by the installer loop, the agent and the HTTP endpoint.
+#[derive(Default)]
+pub struct Shared {
+    /// The installer's last pass found the entry chained.
+    chained: AtomicBool,
+    /// The host checks' last failures (`None`: not run yet).
+    check_failures: Mutex<Option<Vec<String>>>,
+    /// The metrics.
+    pub metrics: metrics::Metrics,
+}
+
+impl Shared {
+    /// Why the agent is not ready, or `None` when it is.
+    pub fn not_ready(&self) -> Option<String> {
+        if !self.chained.load(Ordering::SeqCst) {
+            return Some("meshnft is not chained into the node's primary CNI configuration".into());
+        }
+        match &*self
+            .check_failures
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+        {
+            None => Some("the host checks have not run yet".into()),
+            Some(f) if !f.is_empty() => Some(format!("host checks fail: {}", f.join("; "))),
+            Some(_) => None,
+        }
+    }
+
+    /// Brings the gauges up to date with the state.
+    pub fn refresh_gauges(&self) {
+        self.metrics
+            .chained
+            .set(i64::from(self.chained.load(Ordering::SeqCst)));
+        self.metrics
+            .ready
+            .set(i64::from(self.not_ready().is_none()));
+    }
+
+    fn set_checks(&self, failures: Vec<String>) {
+        *self
+            .check_failures
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(failures);
+        self.refresh_gauges();
+    }
+}
+
+/// The installer's handle on the agent.
+pub struct Handle {
+    shared: Arc<Shared>,
+    stop: Option<tokio::sync::watch::Sender<bool>>,
+}
+
+impl Handle {
+    /// Records the installer's last pass: chained or not.
+    pub fn set_chained(&self, chained: bool) {
+        self.shared.chained.store(chained, Ordering::SeqCst);
+        self.shared.refresh_gauges();
+    }
+
+    /// Tells the agent to stop (the process is about to uninstall and exit;
+    /// readiness drops at once).
+    pub fn stop(&mut self) {
+        self.set_chained(false);
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(true);
+        }
+    }
+}
+
+/// Starts the agent for `install` (its settings are the installer's:
+/// host root, entry, retry interval, plus [`Args`]). Without a node name and
+/// without a listen address nothing is started.
+pub fn start(install: &crate::install::Args) -> Handle {
+    let shared = Arc::new(Shared::default());
+    let a = &install.agent;
+    if a.node_name.is_none() && a.agent_listen.is_none() {
+        return Handle { shared, stop: None };
+    }
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    let (s, cfg) = (shared.clone(), install.clone());
+    let spawned = std::thread::Builder::new()
+        .name("meshnft-agent".into())
+        .spawn(move || run::thread(cfg, s, rx));
+    if let Err(e) = spawned {
+        tracing::error!("agent: cannot start its thread: {e}; running the installer alone");
+    }
+    Handle {
+        shared,
+        stop: Some(tx),
+    }
+}

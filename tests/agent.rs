@@ -1,0 +1,640 @@
+//! The node agent inside `meshnft install`: the built binary as a child
+//! process, a stateful stand-in API server (list/watch of pods, events,
+//! deletes, label and node patches: `common::liveapi`), and pods made of
+//! real parts: a network namespace wired by the reference `ptp` plugin,
+//! a kubelet-like pod cgroup tree with real processes (the "sandbox" the
+//! agent finds the netns through), the proxy stand-in listening inside.
+//! Pods "created before install" went through a conflist without meshnft.
+//!
+//! Root only (network namespaces, cgroups, nf_tables); skipped otherwise.
+
+mod common;
+mod support;
+
+use common::apiserver;
+use common::liveapi::LiveApi;
+use common::*;
+use k8s_openapi::api::core::v1::{
+    ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStatus, Pod,
+    PodStatus,
+};
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use support::{ChildGuard, Layout, Netns, Node, PodCgroups, Qos, wait_until};
+
+const T: Duration = Duration::from_secs(20);
+const NODE: &str = "node-a";
+
+/// The entry both the agent (`--entry-file`) and the pods' "installed"
+/// conflist use: Linkerd's defaults, no API lookups by the plugin (it runs
+/// in the node netns and cannot reach the stand-in on the host loopback).
+fn entry(node: &Node) -> Value {
+    json!({
+        "type": "meshnft",
+        "log_level": "debug",
+        "stateDir": node.dir().join("state"),
+        "linkerd": {
+            "incoming-proxy-port": 4143, "outgoing-proxy-port": 4140, "proxy-uid": 2102,
+            "inbound-ports-to-ignore": ["4191", "4190"], "ipv6": true
+        },
+        "initPhase": {"enabled": true}
+    })
+}
+
+/// A fake host tree for the installer: `host/opt/cni/bin`,
+/// `host/etc/cni/net.d`, the entry file. Removed on drop.
+struct Tree {
+    dir: PathBuf,
+}
+
+impl Tree {
+    fn new(entry: &Value) -> Tree {
+        let dir = std::env::temp_dir().join(format!("meshnft-agent-{}", support::unique("")));
+        for d in ["host/opt/cni/bin", "host/etc/cni/net.d"] {
+            std::fs::create_dir_all(dir.join(d)).unwrap();
+        }
+        std::fs::write(dir.join("entry.json"), entry.to_string()).unwrap();
+        Tree { dir }
+    }
+    fn write_primary(&self) {
+        let c = json!({"cniVersion": "1.0.0", "name": "kindnet", "plugins": [
+            {"type": "ptp", "ipam": {"type": "host-local", "ranges": [[{"subnet": "198.18.0.0/24"}]]}}
+        ]});
+        std::fs::write(
+            self.dir.join("host/etc/cni/net.d/10-kindnet.conflist"),
+            c.to_string(),
+        )
+        .unwrap();
+    }
+}
+
+impl Drop for Tree {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A running `meshnft install` with the agent on; stderr collected;
+/// killed on drop.
+struct Agent {
+    child: Child,
+    log: Arc<Mutex<String>>,
+    port: u16,
+}
+
+impl Agent {
+    fn start(tree: &Tree, api: &LiveApi, extra: &[&str]) -> Agent {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut c = Command::new(MESHNFT);
+        c.env_clear()
+            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+            .env("MESHNFT_LOG", "debug")
+            .arg("install")
+            .arg("--host-root")
+            .arg(tree.dir.join("host"))
+            .arg("--entry-file")
+            .arg(tree.dir.join("entry.json"))
+            .args([
+                "--no-kubeconfig",
+                "--retry-seconds",
+                "0.3",
+                "--resync-seconds",
+                "3600",
+            ])
+            .args(["--node-name", NODE, "--agent-resync-seconds", "2"])
+            .arg("--agent-kubeconfig")
+            .arg(api.kubeconfig(&tree.dir))
+            .arg("--agent-listen")
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("--cgroup-mount")
+            .arg(support::cgroup2_mount())
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let mut child = c.spawn().expect("spawn meshnft install");
+        let log = Arc::new(Mutex::new(String::new()));
+        let (l, err) = (log.clone(), child.stderr.take().unwrap());
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                let mut g = l.lock().unwrap();
+                g.push_str(&line);
+                g.push('\n');
+            }
+        });
+        Agent { child, log, port }
+    }
+
+    fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// `GET path` → (status, body).
+    fn get(&self, path: &str) -> Option<(u16, String)> {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", self.port)).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").ok()?;
+        let mut out = String::new();
+        s.read_to_string(&mut out).ok()?;
+        let code = out.split_whitespace().nth(1)?.parse().ok()?;
+        let body = out.split_once("\r\n\r\n").map(|(_, b)| b.to_string())?;
+        Some((code, body))
+    }
+
+    /// The value of metric line `name` (with its labels, e.g.
+    /// `meshnft_repairs_total{result="repaired"}`); 0 when absent.
+    fn metric(&self, name: &str) -> f64 {
+        let Some((200, body)) = self.get("/metrics") else {
+            return -1.0;
+        };
+        body.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+            .unwrap_or(0.0)
+    }
+
+    fn ready(&self) -> Option<u16> {
+        self.get("/readyz").map(|(c, _)| c)
+    }
+
+    fn alive(&mut self) -> bool {
+        self.child.try_wait().ok().flatten().is_none()
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        // SIGTERM: the installer uninstalls the entry and exits.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        if !wait_until(Duration::from_secs(10), || {
+            self.child.try_wait().ok().flatten().is_some()
+        }) {
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!("--- agent log ---\n{}", self.log());
+        }
+    }
+}
+
+/// A pod on the node: netns (wired by `ptp`, with or without meshnft in
+/// the chain), pod cgroup with a sandbox process, proxy stand-in.
+struct TestPod {
+    _sandbox: ChildGuard,
+    listeners: (support::Listener, support::Listener, support::Listener),
+    netns: Netns,
+    cg: PodCgroups,
+}
+
+impl TestPod {
+    fn new(node: &Node, name: &str, conflist: &Path) -> TestPod {
+        let cg = PodCgroups::new(Layout::Cgroupfs, Qos::Burstable);
+        let netns = Netns::new("mtpod");
+        let args = k8s_args(&cg, name);
+        node.cni("add", conflist, netns.path(), name, &args_ref(&args))
+            .unwrap_or_else(|e| panic!("ADD {name}: {e}"));
+        netns.sh("ip link set lo up");
+        let sandbox = support::spawn_guarded(
+            netns.path(),
+            Some(&cg.container("sandbox")),
+            0,
+            0,
+            &["sleep", "600"],
+        );
+        let listeners = proxy_listeners(&netns);
+        TestPod {
+            _sandbox: sandbox,
+            listeners,
+            netns,
+            cg,
+        }
+    }
+
+    /// A probe to the node's server from container `container` as `uid`.
+    fn probe(&self, container: &str, uid: u32) -> Result<String, String> {
+        let cg = self.cg.container(container);
+        support::tcp_probe(
+            self.netns.path(),
+            Some(&cg),
+            uid,
+            uid,
+            support::SRV4_A.into(),
+            80,
+        )
+    }
+
+    fn table(&self) -> Option<String> {
+        let out = self
+            .netns
+            .exec(&["nft", "-a", "list", "table", "inet", "meshnft"]);
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+}
+
+fn state(running: bool, exit: Option<i32>) -> ContainerState {
+    ContainerState {
+        running: running.then(ContainerStateRunning::default),
+        terminated: exit.map(|c| ContainerStateTerminated {
+            exit_code: c,
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn cs(name: &str, st: ContainerState, last: Option<ContainerState>) -> ContainerStatus {
+    ContainerStatus {
+        name: name.into(),
+        state: Some(st),
+        restart_count: i32::from(last.is_some()),
+        last_state: last,
+        ..Default::default()
+    }
+}
+
+/// The API's view of a pod on [`NODE`]: `init` init containers and
+/// `containers`, with statuses.
+fn api_pod(
+    name: &str,
+    init: &[&str],
+    containers: &[&str],
+    init_st: Vec<ContainerStatus>,
+    st: Vec<ContainerStatus>,
+) -> Pod {
+    let init: Vec<(&str, Option<&str>)> = init.iter().map(|n| (*n, None)).collect();
+    let mut p = apiserver::pod("default", name, &init, containers, &[], &[]);
+    p.spec.as_mut().unwrap().node_name = Some(NODE.into());
+    p.status = Some(PodStatus {
+        phase: Some(if st.is_empty() { "Pending" } else { "Running" }.into()),
+        init_container_statuses: Some(init_st),
+        container_statuses: Some(st),
+        ..Default::default()
+    });
+    p
+}
+
+const PROXY: &str = "linkerd-proxy";
+
+fn running_meshed(name: &str) -> Pod {
+    api_pod(
+        name,
+        &[],
+        &["app", PROXY],
+        vec![],
+        vec![
+            cs("app", state(true, None), None),
+            cs(PROXY, state(true, None), None),
+        ],
+    )
+}
+
+fn nets(node: &Node) -> (PathBuf, PathBuf) {
+    let plain = node.write_conflist("agentnet", "1.0.0", vec![]);
+    let meshed = node.write_conflist("agentnet", "1.0.0", vec![entry(node)]);
+    (plain, meshed)
+}
+
+fn setup() -> Option<(LiveApi, Node, support::Listener, Tree)> {
+    if !support::root_or_skip("agent") {
+        return None;
+    }
+    let api = LiveApi::start();
+    let node = Node::new();
+    node.install_plugin("meshnft", Path::new(MESHNFT));
+    let server = node_listener(&node);
+    let tree = Tree::new(&entry(&node));
+    Some((api, node, server, tree))
+}
+
+fn events_for(api: &LiveApi, reason: &str) -> Vec<String> {
+    let mut v: Vec<String> = api
+        .event_reasons()
+        .into_iter()
+        .filter(|(r, _)| r == reason)
+        .map(|(_, n)| n)
+        .collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
+#[test]
+fn repairs_pods_that_came_up_without_their_table() {
+    let Some((api, node, _server, tree)) = setup() else {
+        return;
+    };
+    tree.write_primary();
+    api.put_node(
+        NODE,
+        &[
+            ("meshnft.io/not-ready", "NoSchedule"),
+            ("other", "NoExecute"),
+        ],
+    );
+    let (plain, meshed) = nets(&node);
+    // Came up before install, proxy running: repaired with the phase closed.
+    let running = TestPod::new(&node, "web-running", &plain);
+    api.put_pod(&running_meshed("web-running"), running.cg.pod_uid());
+    // Came up before install, still in its init container: phase open.
+    let init = TestPod::new(&node, "web-init", &plain);
+    api.put_pod(
+        &api_pod(
+            "web-init",
+            &["init"],
+            &["app", PROXY],
+            vec![cs("init", state(true, None), None)],
+            vec![],
+        ),
+        init.cg.pod_uid(),
+    );
+    // Not meshed (no proxy container): ignored.
+    let plain_pod = TestPod::new(&node, "plain", &plain);
+    api.put_pod(
+        &api_pod(
+            "plain",
+            &[],
+            &["app"],
+            vec![],
+            vec![cs("app", state(true, None), None)],
+        ),
+        plain_pod.cg.pod_uid(),
+    );
+    // Created with meshnft installed: its table is right and stays untouched.
+    let ok = TestPod::new(&node, "web-ok", &meshed);
+    api.put_pod(&running_meshed("web-ok"), ok.cg.pod_uid());
+    let ok_before = ok.table().expect("ADD wrote the table");
+    assert!(running.table().is_none() && init.table().is_none());
+
+    let agent = Agent::start(&tree, &api, &["--remove-node-taint"]);
+    assert!(
+        wait_until(T, || running.table().is_some() && init.table().is_some()),
+        "tables not repaired:\n{}",
+        agent.log()
+    );
+    // Closed: the app's outbound TCP lands on the proxy.
+    expect_reply(
+        running.probe("app", APP_UID),
+        "proxy-out",
+        Some("198.19.0.1:80"),
+    );
+    let started = set_elements(&running.netns, "proxy_started");
+    assert!(
+        started.iter().any(|e| elem_is(e, running.cg.pod_dir())),
+        "{started:?}"
+    );
+    // Open: the init container goes out directly.
+    expect_reply(init.probe("init", INIT_UID), "server", None);
+    assert!(set_elements(&init.netns, "proxy_started").is_empty());
+    assert!(plain_pod.table().is_none(), "an unmeshed pod got a table");
+
+    // Two more full passes: nothing else is written.
+    let passes = agent.metric("meshnft_last_resync_timestamp_seconds");
+    assert!(passes > 0.0);
+    assert!(wait_until(T, || agent
+        .metric("meshnft_last_resync_timestamp_seconds")
+        >= passes + 3.0));
+    assert_eq!(
+        ok.table().as_deref(),
+        Some(ok_before.as_str()),
+        "a right table was rewritten"
+    );
+    assert!(plain_pod.table().is_none());
+    assert_eq!(
+        agent.metric(r#"meshnft_repairs_total{result="repaired"}"#),
+        2.0
+    );
+    assert_eq!(
+        agent.metric(r#"meshnft_pods_without_table_total{state="missing"}"#),
+        2.0
+    );
+    assert_eq!(
+        agent.metric(r#"meshnft_pods_without_table_total{state="wrong"}"#),
+        0.0
+    );
+    assert_eq!(agent.metric("meshnft_meshed_pods"), 3.0);
+    assert!(agent.metric("meshnft_pods_checked_total") >= 6.0);
+    assert_eq!(agent.metric("meshnft_chained"), 1.0);
+    assert_eq!(agent.metric("meshnft_ready"), 1.0);
+    assert_eq!(agent.ready(), Some(200));
+    // Ready: the taint is gone, the other one stays.
+    assert!(
+        wait_until(T, || api.taints(NODE) == ["other"]),
+        "{:?}",
+        api.taints(NODE)
+    );
+    assert_eq!(agent.metric("meshnft_node_taint_removals_total"), 1.0);
+    assert_eq!(
+        events_for(&api, "MeshnftRepaired"),
+        ["web-init", "web-running"],
+        "{:?}",
+        api.events()
+    );
+    assert!(api.deletes().is_empty());
+    drop(running.listeners);
+}
+
+#[test]
+fn readiness_follows_chaining_and_a_tampered_table_is_repaired() {
+    let Some((api, node, _server, tree)) = setup() else {
+        return;
+    };
+    let (_, meshed) = nets(&node);
+    let pod = TestPod::new(&node, "web-tampered", &meshed);
+    api.put_pod(&running_meshed("web-tampered"), pod.cg.pod_uid());
+    // No primary configuration yet: not chained, not ready.
+    let agent = Agent::start(&tree, &api, &[]);
+    assert!(wait_until(T, || agent.ready().is_some()));
+    assert!(wait_until(T, || agent.metric("meshnft_pods_checked_total") >= 1.0));
+    assert_eq!(agent.ready(), Some(503));
+    assert_eq!(agent.metric("meshnft_chained"), 0.0);
+    assert_eq!(agent.metric("meshnft_ready"), 0.0);
+    tree.write_primary();
+    assert!(
+        wait_until(T, || agent.ready() == Some(200)),
+        "{}",
+        agent.log()
+    );
+    assert_eq!(agent.metric("meshnft_chained"), 1.0);
+    assert_eq!(
+        agent.metric(r#"meshnft_repairs_total{result="repaired"}"#),
+        0.0
+    );
+
+    // Someone slips a bypass in front of the redirect.
+    pod.netns
+        .nft("insert rule inet meshnft output meta l4proto tcp accept")
+        .unwrap();
+    expect_reply(pod.probe("app", APP_UID), "server", None);
+    assert!(
+        wait_until(T, || agent
+            .metric(r#"meshnft_repairs_total{result="repaired"}"#)
+            == 1.0),
+        "{}",
+        agent.log()
+    );
+    expect_reply(
+        pod.probe("app", APP_UID),
+        "proxy-out",
+        Some("198.19.0.1:80"),
+    );
+    assert!(!pod.table().unwrap().contains("tcp accept"));
+    assert_eq!(
+        agent.metric(r#"meshnft_pods_without_table_total{state="wrong"}"#),
+        1.0
+    );
+    let ev = api.events();
+    let note = ev
+        .iter()
+        .find(|e| e["reason"] == "MeshnftRepaired")
+        .and_then(|e| e["note"].as_str())
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        note.contains("differed") && note.contains("closed"),
+        "{note}"
+    );
+}
+
+#[test]
+fn delete_mode_deletes_validator_failures_and_off_mode_does_nothing() {
+    let Some((api, node, _server, tree)) = setup() else {
+        return;
+    };
+    tree.write_primary();
+    let (plain, meshed) = nets(&node);
+    let v = "linkerd-network-validator";
+    let validator_pod = |name: &str, code: i32| {
+        api_pod(
+            name,
+            &[v],
+            &["app", PROXY],
+            vec![cs(v, state(false, None), Some(state(false, Some(code))))],
+            vec![],
+        )
+    };
+    // Validator exited 95 (no netns needed: the pod never got further).
+    api.put_pod(&validator_pod("failed-95", 95), "uid-failed-95");
+    // Validator exited 1: not ours to judge.
+    api.put_pod(&validator_pod("failed-1", 1), "uid-failed-1");
+    // Unmeshed pod with a "validator" that exited 95: ignored.
+    let mut unmeshed = validator_pod("unmeshed-95", 95);
+    unmeshed
+        .spec
+        .as_mut()
+        .unwrap()
+        .containers
+        .retain(|c| c.name == "app");
+    api.put_pod(&unmeshed, "uid-unmeshed-95");
+    // Meshed, right table: stays.
+    let ok = TestPod::new(&node, "web-ok", &meshed);
+    api.put_pod(&running_meshed("web-ok"), ok.cg.pod_uid());
+    // Meshed, running without its table.
+    let bare = TestPod::new(&node, "web-bare", &plain);
+    api.put_pod(&running_meshed("web-bare"), bare.cg.pod_uid());
+
+    // Mode off: found, counted, nothing done.
+    let off = Agent::start(&tree, &api, &["--repair-mode", "off"]);
+    assert!(wait_until(T, || off
+        .metric(r#"meshnft_pods_without_table_total{state="missing"}"#)
+        == 1.0));
+    assert!(wait_until(T, || off
+        .metric("meshnft_last_resync_timestamp_seconds")
+        > 0.0));
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(bare.table().is_none());
+    assert!(
+        api.deletes().is_empty() && api.events().is_empty(),
+        "{:?}",
+        api.events()
+    );
+    assert!(api.patches().iter().all(|(o, _)| !o.starts_with("pods/")));
+    drop(off);
+
+    // Mode delete: the validator's 95 and the pod without its table.
+    let del = Agent::start(&tree, &api, &["--repair-mode", "delete"]);
+    assert!(wait_until(T, || api.deletes().len() >= 2), "{}", del.log());
+    std::thread::sleep(Duration::from_secs(3));
+    let mut d = api.deletes();
+    d.sort();
+    assert_eq!(d, ["default/failed-95", "default/web-bare"]);
+    assert!(api.has_pod("default", "failed-1") && api.has_pod("default", "web-ok"));
+    assert_eq!(
+        events_for(&api, "MeshnftNotConfigured"),
+        ["failed-95", "web-bare"]
+    );
+    assert_eq!(
+        del.metric(r#"meshnft_pod_deletions_total{result="deleted"}"#),
+        2.0
+    );
+    assert!(bare.table().is_none(), "delete mode wrote a table");
+    // The delete asked for grace period 0.
+    assert!(
+        api.requests()
+            .iter()
+            .any(|r| r.starts_with("DELETE /api/v1/namespaces/default/pods/failed-95")),
+        "{:?}",
+        api.requests()
+    );
+}
+
+#[test]
+fn label_mode_labels_and_the_api_server_may_go_away() {
+    let Some((api, node, _server, tree)) = setup() else {
+        return;
+    };
+    tree.write_primary();
+    let (plain, _) = nets(&node);
+    let first = TestPod::new(&node, "web-first", &plain);
+    api.put_pod(&running_meshed("web-first"), first.cg.pod_uid());
+    let mut agent = Agent::start(&tree, &api, &[]);
+    assert!(wait_until(T, || first.table().is_some()), "{}", agent.log());
+
+    // The API server goes away; a pod appears meanwhile; it comes back.
+    api.set_down(true);
+    let second = TestPod::new(&node, "web-second", &plain);
+    api.put_pod(&running_meshed("web-second"), second.cg.pod_uid());
+    assert!(wait_until(T, || agent
+        .metric(r#"meshnft_errors_total{stage="api"}"#)
+        >= 1.0));
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(second.table().is_none());
+    assert!(agent.alive());
+    api.set_down(false);
+    assert!(
+        wait_until(Duration::from_secs(40), || second.table().is_some()),
+        "no repair after the API server came back:\n{}",
+        agent.log()
+    );
+    expect_reply(second.probe("app", APP_UID), "proxy-out", None);
+    assert!(agent.alive());
+    drop(agent);
+
+    // Label mode.
+    let third = TestPod::new(&node, "web-third", &plain);
+    api.put_pod(&running_meshed("web-third"), third.cg.pod_uid());
+    let labeller = Agent::start(&tree, &api, &["--repair-mode", "label"]);
+    assert!(
+        wait_until(
+            T,
+            || api.pod_labels("default", "web-third")["meshnft.io/uninitialized"] == "true"
+        ),
+        "{}",
+        labeller.log()
+    );
+    assert!(third.table().is_none());
+    assert_eq!(
+        labeller.metric(r#"meshnft_pod_labels_total{result="labelled"}"#),
+        1.0
+    );
+    assert!(events_for(&api, "MeshnftNotConfigured").contains(&"web-third".to_string()));
+}

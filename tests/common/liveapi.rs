@@ -1,0 +1,429 @@
+//! A stand-in Kubernetes API server with state, for the node agent: pods
+//! (list and watch with a field selector on `spec.nodeName`, get, delete,
+//! merge patch of labels), namespaces (get; any name exists), nodes (get,
+//! merge patch of `spec.taints`), `events.k8s.io/v1` events (create). Every
+//! change gets a `resourceVersion` and goes into a log that watches stream
+//! from, as JSON lines over chunked HTTP/1.1, like the API server.
+//! [`LiveApi::set_down`] answers 503 to everything and ends open watches
+//! (an API server that is away for a while).
+#![allow(dead_code)]
+
+use k8s_openapi::api::core::v1::Pod;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+#[derive(Default)]
+struct State {
+    rv: u64,
+    pods: BTreeMap<(String, String), Value>,
+    log: Vec<(u64, &'static str, Value)>,
+    nodes: BTreeMap<String, Value>,
+    events: Vec<Value>,
+    deletes: Vec<String>,
+    patches: Vec<(String, Value)>,
+    requests: Vec<String>,
+}
+
+struct Inner {
+    state: Mutex<State>,
+    stop: AtomicBool,
+    down: AtomicBool,
+}
+
+/// The running stand-in; stops on drop.
+pub struct LiveApi {
+    addr: SocketAddr,
+    inner: Arc<Inner>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+fn status(code: u16, reason: &str, message: &str) -> String {
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": message, "reason": reason, "code": code})
+    .to_string()
+}
+
+fn query(q: &str, key: &str) -> Option<String> {
+    q.split('&').find_map(|kv| {
+        let (k, v) = kv.split_once('=')?;
+        (k == key).then(|| {
+            v.replace("%3D", "=")
+                .replace("%3d", "=")
+                .replace("%2F", "/")
+        })
+    })
+}
+
+fn node_of(pod: &Value) -> &str {
+    pod["spec"]["nodeName"].as_str().unwrap_or("")
+}
+
+fn merge(dst: &mut Value, patch: &Value) {
+    match (dst, patch) {
+        (Value::Object(d), Value::Object(p)) => {
+            for (k, v) in p {
+                if v.is_null() {
+                    d.remove(k);
+                } else {
+                    merge(d.entry(k.clone()).or_insert(Value::Null), v);
+                }
+            }
+        }
+        (d, p) => *d = p.clone(),
+    }
+}
+
+impl Inner {
+    fn bump(st: &mut State, kind: &'static str, obj: &mut Value) {
+        st.rv += 1;
+        obj["metadata"]["resourceVersion"] = json!(st.rv.to_string());
+        st.log.push((st.rv, kind, obj.clone()));
+    }
+
+    fn answer(&self, s: &mut TcpStream, code: u16, body: String) {
+        let reason = match code {
+            200 => "OK",
+            201 => "Created",
+            404 => "Not Found",
+            _ => "Error",
+        };
+        let _ = write!(
+            s,
+            "HTTP/1.1 {code} {reason}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+    }
+
+    fn watch(&self, s: &mut TcpStream, node: Option<String>, from: u64, timeout: Duration) {
+        let _ = write!(
+            s,
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+        );
+        let end = Instant::now() + timeout;
+        let mut seen = from;
+        while Instant::now() < end
+            && !self.stop.load(Ordering::Relaxed)
+            && !self.down.load(Ordering::Relaxed)
+        {
+            let batch: Vec<(u64, &'static str, Value)> = {
+                let st = self.state.lock().unwrap();
+                st.log
+                    .iter()
+                    .filter(|(rv, _, _)| *rv > seen)
+                    .cloned()
+                    .collect()
+            };
+            for (rv, kind, obj) in batch {
+                seen = rv;
+                if node.as_deref().is_some_and(|n| n != node_of(&obj)) {
+                    continue;
+                }
+                let line = format!("{}\n", json!({"type": kind, "object": obj}));
+                if write!(s, "{:x}\r\n{line}\r\n", line.len()).is_err() {
+                    return;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = write!(s, "0\r\n\r\n");
+    }
+
+    fn serve(&self, mut s: TcpStream) {
+        let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+        let mut r = BufReader::new(match s.try_clone() {
+            Ok(c) => c,
+            Err(_) => return,
+        });
+        let mut line = String::new();
+        if r.read_line(&mut line).is_err() {
+            return;
+        }
+        let mut len = 0usize;
+        loop {
+            let mut h = String::new();
+            match r.read_line(&mut h) {
+                Ok(0) | Err(_) => break,
+                Ok(_) if h == "\r\n" => break,
+                Ok(_) => {
+                    if let Some((k, v)) = h.split_once(':')
+                        && k.eq_ignore_ascii_case("content-length")
+                    {
+                        len = v.trim().parse().unwrap_or(0);
+                    }
+                }
+            }
+        }
+        let mut body = vec![0u8; len];
+        if len > 0 && r.read_exact(&mut body).is_err() {
+            return;
+        }
+        let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        let mut parts = line.split_whitespace();
+        let method = parts.next().unwrap_or("").to_string();
+        let target = parts.next().unwrap_or("").to_string();
+        let (path, q) = target.split_once('?').unwrap_or((&target, ""));
+        self.state
+            .lock()
+            .unwrap()
+            .requests
+            .push(format!("{method} {target}"));
+        if self.down.load(Ordering::Relaxed) {
+            return self.answer(&mut s, 503, status(503, "ServiceUnavailable", "down"));
+        }
+        let seg: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+        match (method.as_str(), seg.as_slice()) {
+            ("GET", ["api", "v1", "pods"]) => {
+                let node = query(q, "fieldSelector")
+                    .and_then(|f| f.strip_prefix("spec.nodeName=").map(String::from));
+                if query(q, "watch").as_deref() == Some("true")
+                    || query(q, "watch").as_deref() == Some("1")
+                {
+                    let from = query(q, "resourceVersion")
+                        .and_then(|v| v.parse().ok())
+                        .unwrap_or(0);
+                    let secs = query(q, "timeoutSeconds")
+                        .and_then(|v| v.parse().ok())
+                        .unwrap_or(290u64);
+                    return self.watch(&mut s, node, from, Duration::from_secs(secs));
+                }
+                let st = self.state.lock().unwrap();
+                let items: Vec<&Value> = st
+                    .pods
+                    .values()
+                    .filter(|p| node.as_deref().is_none_or(|n| n == node_of(p)))
+                    .collect();
+                let list = json!({"kind": "PodList", "apiVersion": "v1",
+                    "metadata": {"resourceVersion": st.rv.to_string()}, "items": items});
+                drop(st);
+                self.answer(&mut s, 200, list.to_string())
+            }
+            ("GET", ["api", "v1", "namespaces", ns]) => self.answer(
+                &mut s,
+                200,
+                json!({"kind": "Namespace", "apiVersion": "v1", "metadata": {"name": ns}})
+                    .to_string(),
+            ),
+            (m @ ("GET" | "DELETE" | "PATCH"), ["api", "v1", "namespaces", ns, "pods", name]) => {
+                let key = (ns.to_string(), name.to_string());
+                let mut st = self.state.lock().unwrap();
+                let Some(mut pod) = st.pods.get(&key).cloned() else {
+                    drop(st);
+                    return self.answer(&mut s, 404, status(404, "NotFound", "pod not found"));
+                };
+                match m {
+                    "DELETE" => {
+                        st.pods.remove(&key);
+                        st.deletes.push(format!("{ns}/{name}"));
+                        Inner::bump(&mut st, "DELETED", &mut pod);
+                    }
+                    "PATCH" => {
+                        st.patches.push((format!("pods/{ns}/{name}"), body.clone()));
+                        merge(&mut pod, &body);
+                        Inner::bump(&mut st, "MODIFIED", &mut pod);
+                        st.pods.insert(key, pod.clone());
+                    }
+                    _ => {}
+                }
+                drop(st);
+                self.answer(&mut s, 200, pod.to_string())
+            }
+            ("POST", ["apis", "events.k8s.io", "v1", "namespaces", _ns, "events"]) => {
+                self.state.lock().unwrap().events.push(body.clone());
+                self.answer(&mut s, 201, body.to_string())
+            }
+            (m @ ("GET" | "PATCH"), ["api", "v1", "nodes", name]) => {
+                let mut st = self.state.lock().unwrap();
+                let Some(mut node) = st.nodes.get(*name).cloned() else {
+                    drop(st);
+                    return self.answer(&mut s, 404, status(404, "NotFound", "node not found"));
+                };
+                if m == "PATCH" {
+                    st.patches.push((format!("nodes/{name}"), body.clone()));
+                    let mut b = body.clone();
+                    if let Some(md) = b.get_mut("metadata").and_then(Value::as_object_mut) {
+                        md.remove("resourceVersion");
+                    }
+                    merge(&mut node, &b);
+                    Inner::bump(&mut st, "MODIFIED", &mut node);
+                    st.nodes.insert(name.to_string(), node.clone());
+                }
+                drop(st);
+                self.answer(&mut s, 200, node.to_string())
+            }
+            _ => self.answer(
+                &mut s,
+                404,
+                status(404, "NotFound", &format!("{path} not found")),
+            ),
+        }
+    }
+}
+
+impl LiveApi {
+    /// Starts an empty stand-in on 127.0.0.1.
+    pub fn start() -> LiveApi {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1");
+        listener.set_nonblocking(true).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let inner = Arc::new(Inner {
+            state: Mutex::new(State::default()),
+            stop: AtomicBool::new(false),
+            down: AtomicBool::new(false),
+        });
+        let i = inner.clone();
+        let thread = std::thread::spawn(move || {
+            let mut workers = Vec::new();
+            while !i.stop.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((s, _)) => {
+                        let _ = s.set_nonblocking(false);
+                        let i2 = i.clone();
+                        workers.push(std::thread::spawn(move || i2.serve(s)));
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+                workers.retain(|w| !w.is_finished());
+            }
+            for w in workers {
+                let _ = w.join();
+            }
+        });
+        LiveApi {
+            addr,
+            inner,
+            thread: Some(thread),
+        }
+    }
+
+    /// Adds or replaces a pod (a watch sees ADDED or MODIFIED). A missing
+    /// `metadata.uid` is filled in with `uid`.
+    pub fn put_pod(&self, pod: &Pod, uid: &str) {
+        let mut v = serde_json::to_value(pod).unwrap();
+        if v["metadata"]["uid"].is_null() {
+            v["metadata"]["uid"] = json!(uid);
+        }
+        let key = (
+            v["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or("")
+                .to_string(),
+            v["metadata"]["name"].as_str().unwrap_or("").to_string(),
+        );
+        let mut st = self.inner.state.lock().unwrap();
+        let kind = if st.pods.contains_key(&key) {
+            "MODIFIED"
+        } else {
+            "ADDED"
+        };
+        Inner::bump(&mut st, kind, &mut v);
+        st.pods.insert(key, v);
+    }
+
+    /// Adds a node with `taints` (as `{key, effect}`).
+    pub fn put_node(&self, name: &str, taints: &[(&str, &str)]) {
+        let t: Vec<Value> = taints
+            .iter()
+            .map(|(k, e)| json!({"key": k, "effect": e}))
+            .collect();
+        let mut v = json!({"kind": "Node", "apiVersion": "v1",
+            "metadata": {"name": name}, "spec": {"taints": t}});
+        let mut st = self.inner.state.lock().unwrap();
+        Inner::bump(&mut st, "ADDED", &mut v);
+        st.nodes.insert(name.into(), v);
+    }
+
+    /// The taint keys of node `name`.
+    pub fn taints(&self, name: &str) -> Vec<String> {
+        let st = self.inner.state.lock().unwrap();
+        st.nodes[name]["spec"]["taints"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|t| t["key"].as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Does pod `ns/name` exist?
+    pub fn has_pod(&self, ns: &str, name: &str) -> bool {
+        let st = self.inner.state.lock().unwrap();
+        st.pods.contains_key(&(ns.to_string(), name.to_string()))
+    }
+
+    /// A pod's labels.
+    pub fn pod_labels(&self, ns: &str, name: &str) -> Value {
+        let st = self.inner.state.lock().unwrap();
+        st.pods
+            .get(&(ns.to_string(), name.to_string()))
+            .map(|p| p["metadata"]["labels"].clone())
+            .unwrap_or(Value::Null)
+    }
+
+    /// Events created so far.
+    pub fn events(&self) -> Vec<Value> {
+        self.inner.state.lock().unwrap().events.clone()
+    }
+
+    /// (reason, regarding pod name) of the events created so far.
+    pub fn event_reasons(&self) -> Vec<(String, String)> {
+        self.events()
+            .iter()
+            .map(|e| {
+                (
+                    e["reason"].as_str().unwrap_or("").to_string(),
+                    e["regarding"]["name"].as_str().unwrap_or("").to_string(),
+                )
+            })
+            .collect()
+    }
+
+    /// `ns/name` of the pods deleted so far.
+    pub fn deletes(&self) -> Vec<String> {
+        self.inner.state.lock().unwrap().deletes.clone()
+    }
+
+    /// (object, body) of the patches so far.
+    pub fn patches(&self) -> Vec<(String, Value)> {
+        self.inner.state.lock().unwrap().patches.clone()
+    }
+
+    /// `METHOD target` of every request so far.
+    pub fn requests(&self) -> Vec<String> {
+        self.inner.state.lock().unwrap().requests.clone()
+    }
+
+    /// Down (503 to everything, open watches end) or back up.
+    pub fn set_down(&self, down: bool) {
+        self.inner.down.store(down, Ordering::Relaxed);
+    }
+
+    /// Writes a kubeconfig for it (bearer token) into `dir`.
+    pub fn kubeconfig(&self, dir: &Path) -> PathBuf {
+        let p = dir.join("agent-kubeconfig");
+        std::fs::write(
+            &p,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: live\n  cluster:\n    server: http://{}\nusers:\n- name: meshnft\n  user:\n    token: test-token\ncontexts:\n- name: live\n  context:\n    cluster: live\n    user: meshnft\ncurrent-context: live\n",
+                self.addr
+            ),
+        )
+        .unwrap();
+        p
+    }
+}
+
+impl Drop for LiveApi {
+    fn drop(&mut self) {
+        self.inner.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
