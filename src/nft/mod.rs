@@ -286,6 +286,13 @@ impl Nft {
             return;
         }
         let (r, w) = (pipe[0], pipe[1]);
+        // close_range(2) as a raw syscall: the libc crate has no close_range
+        // binding for the musl target (the image's static build).
+        // SAFETY (caller): only in the forked child, on descriptors it owns.
+        unsafe fn close_range(first: libc::c_uint, last: libc::c_uint) {
+            // SAFETY: close_range takes (first, last, flags) and touches no memory.
+            unsafe { libc::syscall(libc::SYS_close_range, first, last, 0 as libc::c_uint) };
+        }
         // SAFETY: the child runs only async-signal-safe syscalls (close,
         // close_range, poll, _exit) on memory prepared before the fork.
         match unsafe { libc::fork() } {
@@ -294,12 +301,12 @@ impl Nft {
                 // Every descriptor but the socket and the pipe's read end.
                 let (lo, hi) = (sock.min(r), sock.max(r));
                 if lo > 0 {
-                    libc::close_range(0, (lo - 1) as libc::c_uint, 0);
+                    close_range(0, (lo - 1) as libc::c_uint);
                 }
                 if hi > lo + 1 {
-                    libc::close_range((lo + 1) as libc::c_uint, (hi - 1) as libc::c_uint, 0);
+                    close_range((lo + 1) as libc::c_uint, (hi - 1) as libc::c_uint);
                 }
-                libc::close_range((hi + 1) as libc::c_uint, libc::c_uint::MAX, 0);
+                close_range((hi + 1) as libc::c_uint, libc::c_uint::MAX);
                 let mut pfd = libc::pollfd {
                     fd: r,
                     events: libc::POLLIN,
