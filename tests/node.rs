@@ -441,6 +441,9 @@ fn seed_pod_with(
 {resources}"#
     );
     let (init, main) = match layout {
+        // An unmeshed pod has no proxy either (meshnft also takes a `linkerd-proxy`
+        // container as the sign of a meshed pod).
+        "classic" if !meshed => (fetch, app),
         "classic" => (fetch, format!("{}{app}", proxy(""))),
         "native" => (
             format!(
