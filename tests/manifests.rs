@@ -69,18 +69,19 @@ fn every_document_matches_the_schema() {
         .iter()
         .map(|o| format!("{o:?}").split('(').next().unwrap().to_string())
         .collect();
+    // Helm's install order (the manifest is deploy/chart rendered, scripts/manifest.sh).
     assert_eq!(
         kinds,
         [
             "Namespace",
             "ServiceAccount",
+            "ConfigMap",
             "ClusterRole",
+            "ClusterRole",
+            "ClusterRoleBinding",
             "ClusterRoleBinding",
             "Role",
             "RoleBinding",
-            "ClusterRole",
-            "ClusterRoleBinding",
-            "ConfigMap",
             "DaemonSet"
         ]
     );

@@ -1,0 +1,585 @@
+#!/usr/bin/env bash
+# A real one-node Kubernetes cluster on this machine, for tests/node.rs:
+# etcd, kube-apiserver (RBAC + NodeRestriction), kube-controller-manager,
+# kube-scheduler, kubelet and containerd 2.x, built from their Go modules by
+# scripts/node-build.sh (pinned, cached), all of it inside private namespaces
+# so that nothing of the host changes:
+#
+#   * one network namespace, "the node": its loopback carries the control
+#     plane's ports (no clash with anything on the host), eth0 198.19.0.1/24
+#     is the node IP, 198.19.128.1 (the `kubernetes` service's ClusterIP:
+#     there is no kube-proxy) is on lo as well, pods get 198.18.0.0/24 from
+#     the bridge plugin + host-local;
+#   * one mount namespace (slave of the host's): /etc/cni, /opt/cni,
+#     /var/lib/cni, /var/lib/kubelet and /var/log/pods are private directories
+#     (a bind mount, or an overlay of the nearest existing parent when the
+#     path does not exist on the host), so deploy/meshnft.yaml's hostPaths
+#     work unchanged and the host's own CNI directories are never touched;
+#   * "outside": a second network namespace behind a veth (198.19.0.2) with a
+#     web server on port 80, the service the pods' init containers fetch;
+#   * the kubelet's cgroups under /<cgroup hierarchy>/meshnft-node-<id> in
+#     every hierarchy (cgroupRoot), removed at `down`;
+#   * the host sysctls kubelet rewrites (protectKernelDefaults: false) are
+#     saved at `up` and restored at `down`.
+#
+# Usage:
+#   scripts/node.sh up [DIR]      brings the node up (DIR: a new /tmp/meshnft-node-*
+#                                 by default); prints DIR as its last line
+#   scripts/node.sh down DIR      stops everything, restores the sysctls, removes
+#                                 cgroups, mounts and DIR; safe to call twice and
+#                                 after a failed `up`
+#   scripts/node.sh run DIR CMD   runs CMD in the node's namespaces with KUBECONFIG
+#                                 (cluster admin) and the node's binaries on PATH
+#   scripts/node.sh restart DIR NAME
+#                                 restarts one daemon (kubelet, containerd, ...) as it was
+#   scripts/node.sh image DIR NAME:TAG ROOTFS ENTRYPOINT-JSON
+#                                 builds a single-layer OCI image of ROOTFS and
+#                                 imports it into the node's containerd
+#
+# The primary CNI configuration is the first plugin of conflists/bridge-meshnft.conflist
+# (bridge + host-local); meshnft is chained by its own installer (deploy/).
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+NODE_NAME=meshnft-node
+NODE_IP=198.19.0.1
+OUTSIDE_IP=198.19.0.2
+SERVICE_CIDR=198.19.128.0/24
+KUBERNETES_SVC_IP=198.19.128.1
+SYSCTLS=(kernel.panic kernel.panic_on_oops vm.overcommit_memory vm.panic_on_oom kernel.keys.root_maxkeys kernel.keys.root_maxbytes)
+PRIVATE_PATHS=(/etc/cni /opt/cni /var/lib/cni /var/lib/kubelet /var/log/pods /var/log/containers)
+
+log() { printf 'node.sh: %s\n' "$*" >&2; }
+die() { log "$*"; exit 1; }
+elapsed() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }'; }
+
+# in DIR CMD...: CMD in the node's network and mount namespaces.
+in_node() {
+  local d=$1
+  shift
+  nsenter -t "$(cat "$d/holder.pid")" -n -m -- "$@"
+}
+
+env_file() { # the environment every node command gets
+  local d=$1
+  local path="" part
+  for part in kubernetes containerd etcd helm; do
+    path+="$(sed -n "s/^$part=//p" "$d/parts")/bin:"
+  done
+  printf 'PATH=%s/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n' "$path"
+  # helm's cache and config stay in the node's directory.
+  printf 'HELM_CACHE_HOME=%s\nHELM_CONFIG_HOME=%s\nHELM_DATA_HOME=%s\n' "$d/helm/cache" "$d/helm/config" "$d/helm/data"
+  printf 'KUBECONFIG=%s\n' "$d/pki/admin.kubeconfig"
+}
+
+run() {
+  local d=$1
+  shift
+  [[ -f $d/holder.pid ]] || die "$d: no node there"
+  local -a envs
+  mapfile -t envs <"$d/env"
+  in_node "$d" env "${envs[@]}" "$@"
+}
+
+# start DIR NAME CMD...: a daemon in the node, in its own session, logs appended to
+# DIR/logs/NAME.log, its command line kept for `restart`.
+start() {
+  local d=$1 name=$2
+  shift 2
+  local -a envs
+  mapfile -t envs <"$d/env"
+  mkdir -p "$d/cmd"
+  printf '%s\0' "$@" >"$d/cmd/$name"
+  setsid nsenter -t "$(cat "$d/holder.pid")" -n -m -- env "${envs[@]}" "$@" \
+    </dev/null >>"$d/logs/$name.log" 2>&1 &
+  echo $! >"$d/pids/$name"
+}
+
+# restart DIR NAME: SIGTERM to the daemon, wait for it to exit (10 s, then SIGKILL), start it
+# again with the same command line.
+restart() {
+  local d=$1 name=$2 pid
+  [[ -f $d/cmd/$name ]] || die "$d: no daemon $name"
+  pid=$(cat "$d/pids/$name")
+  kill -TERM "$pid" 2>/dev/null || true
+  for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -KILL "$pid" 2>/dev/null || true
+  local -a argv
+  mapfile -d '' -t argv <"$d/cmd/$name"
+  start "$d" "$name" "${argv[@]}"
+  log "$name restarted (pid $(cat "$d/pids/$name"))"
+}
+
+# wait_for WHAT SECONDS CMD...: retries CMD every 0.2 s.
+wait_for() {
+  local what=$1 secs=$2
+  shift 2
+  local t0=$EPOCHREALTIME
+  while ! "$@" >/dev/null 2>&1; do
+    if awk -v a="$t0" -v b="$EPOCHREALTIME" -v s="$secs" 'BEGIN { exit !(b - a > s) }'; then
+      die "timed out after ${secs}s waiting for $what"
+    fi
+    sleep 0.2
+  done
+}
+
+cgroup_mounts() { # every cgroup hierarchy's mount point (v1 controllers and v2)
+  awk '{ for (i = 7; i <= NF; i++) if ($i == "-") { if ($(i + 1) == "cgroup" || $(i + 1) == "cgroup2") print $5; break } }' /proc/self/mountinfo | sort -u
+}
+
+# ---- PKI --------------------------------------------------------------------------
+# cert DIR NAME CN O SANS: a key and a certificate signed by the node's CA.
+cert() {
+  local p=$1/pki name=$2 o=$4 sans=$5 subj="/CN=$3"
+  [[ -n $o ]] && subj="/O=$o$subj"
+  openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$p/$name.key" \
+    -subj "$subj" -out "$p/$name.csr" 2>/dev/null
+  {
+    echo "basicConstraints=CA:FALSE"
+    echo "keyUsage=critical,digitalSignature,keyEncipherment"
+    echo "extendedKeyUsage=serverAuth,clientAuth"
+    [[ -n $sans ]] && echo "subjectAltName=$sans"
+  } >"$p/$name.ext"
+  openssl x509 -req -in "$p/$name.csr" -CA "$p/ca.crt" -CAkey "$p/ca.key" -CAcreateserial \
+    -days 2 -extfile "$p/$name.ext" -out "$p/$name.crt" 2>/dev/null
+  rm -f "$p/$name.csr" "$p/$name.ext"
+}
+
+# kubeconfig DIR NAME SERVER: DIR/pki/NAME.kubeconfig for NAME.crt/key.
+kubeconfig() {
+  local p=$1/pki name=$2 server=$3
+  cat >"$p/$name.kubeconfig" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: node
+  cluster:
+    server: $server
+    certificate-authority: $p/ca.crt
+users:
+- name: $name
+  user:
+    client-certificate: $p/$name.crt
+    client-key: $p/$name.key
+contexts:
+- name: node
+  context: {cluster: node, user: $name}
+current-context: node
+EOF
+}
+
+pki() {
+  local d=$1 p=$1/pki
+  mkdir -p "$p"
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
+    -subj "/CN=meshnft-node-ca" -keyout "$p/ca.key" -out "$p/ca.crt" 2>/dev/null
+  cert "$d" apiserver kube-apiserver "" \
+    "IP:$KUBERNETES_SVC_IP,IP:$NODE_IP,IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+  cert "$d" admin kubernetes-admin system:masters ""
+  cert "$d" apiserver-kubelet-client kube-apiserver-kubelet-client system:masters ""
+  cert "$d" controller-manager system:kube-controller-manager "" ""
+  cert "$d" scheduler system:kube-scheduler "" ""
+  cert "$d" kubelet "system:node:$NODE_NAME" system:nodes ""
+  cert "$d" kubelet-serving "system:node:$NODE_NAME" system:nodes "IP:$NODE_IP,DNS:$NODE_NAME"
+  openssl genrsa -out "$p/sa.key" 2048 2>/dev/null
+  openssl rsa -in "$p/sa.key" -pubout -out "$p/sa.pub" 2>/dev/null
+  local server=https://127.0.0.1:443
+  kubeconfig "$d" admin "$server"
+  kubeconfig "$d" controller-manager "$server"
+  kubeconfig "$d" scheduler "$server"
+  kubeconfig "$d" kubelet "https://$NODE_IP:443"
+}
+
+# ---- mounts ----------------------------------------------------------------------------
+# Makes PRIVATE_PATHS private inside the node's mount namespace (run in it).
+private_mounts() {
+  local d=$1 p a
+  local -a overlays=() binds=()
+  for p in "${PRIVATE_PATHS[@]}"; do
+    if [[ -d $p ]]; then
+      binds+=("$p")
+    else
+      a=$(dirname "$p")
+      while [[ ! -d $a ]]; do a=$(dirname "$a"); done
+      [[ " ${overlays[*]} " == *" $a "* ]] || overlays+=("$a")
+    fi
+  done
+  for a in "${overlays[@]}"; do
+    mkdir -p "$d/ovl$a/upper" "$d/ovl$a/work"
+    mount -t overlay overlay -o "lowerdir=$a,upperdir=$d/ovl$a/upper,workdir=$d/ovl$a/work" "$a"
+  done
+  for p in "${PRIVATE_PATHS[@]}"; do mkdir -p "$p"; done
+  for p in "${binds[@]}"; do
+    mkdir -p "$d/bind$p"
+    mount --bind "$d/bind$p" "$p"
+  done
+  mkdir -p /etc/cni/net.d /opt/cni/bin
+  # Name lookups of the node's processes go to the outside namespace (nothing answers
+  # there), never to the host's resolver.
+  echo "nameserver $OUTSIDE_IP" >"$d/resolv.conf"
+  mount --bind "$d/resolv.conf" /etc/resolv.conf
+}
+
+# ---- images ------------------------------------------------------------------------------
+# oci_image OUT.tar NAME:TAG ROOTFS ENTRYPOINT-JSON: a one-layer OCI archive.
+oci_image() {
+  local out=$1 ref=$2 root=$3 entry=$4 work
+  work=$(mktemp -d "$(dirname "$out")/oci.XXXXXX")
+  local blobs=$work/oci/blobs/sha256
+  mkdir -p "$blobs"
+  tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C "$root" -cf "$work/layer.tar" .
+  blob() {
+    local h
+    h=$(sha256sum "$1" | cut -d' ' -f1)
+    cp "$1" "$blobs/$h"
+    echo "sha256:$h $(stat -c %s "$1")"
+  }
+  local ld ls cd cs md ms
+  read -r ld ls < <(blob "$work/layer.tar")
+  printf '{"architecture":"%s","os":"linux","config":{"Env":["PATH=/usr/local/bin:/bin"],"Entrypoint":%s,"WorkingDir":"/"},"rootfs":{"type":"layers","diff_ids":["%s"]}}\n' \
+    "$(dpkg --print-architecture)" "$entry" "$ld" >"$work/config.json"
+  read -r cd cs < <(blob "$work/config.json")
+  printf '{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"%s","size":%s},"layers":[{"mediaType":"application/vnd.oci.image.layer.v1.tar","digest":"%s","size":%s}]}\n' \
+    "$cd" "$cs" "$ld" "$ls" >"$work/manifest.json"
+  read -r md ms < <(blob "$work/manifest.json")
+  printf '{"imageLayoutVersion":"1.0.0"}\n' >"$work/oci/oci-layout"
+  printf '{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"%s","size":%s,"annotations":{"io.containerd.image.name":"%s","org.opencontainers.image.ref.name":"%s"}}]}\n' \
+    "$md" "$ms" "$ref" "${ref##*:}" >"$work/oci/index.json"
+  tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C "$work/oci" -cf "$out" .
+  rm -rf "$work"
+}
+
+import_images() {
+  local d=$1 tar=$2
+  run "$d" ctr -a "$d/c/containerd.sock" -n k8s.io images import --all-platforms "$tar" >/dev/null
+}
+
+up_failed() {
+  local d=$1 f
+  log "up failed; the last lines of each log:"
+  for f in "$d"/logs/*.log; do
+    [[ -f $f ]] || continue
+    log "--- ${f##*/}"
+    tail -n 15 "$f" >&2
+  done
+  if [[ -n ${MESHNFT_NODE_KEEP:-} ]]; then log "MESHNFT_NODE_KEEP set: $d left up"; return; fi
+  down "$d" >&2 || true
+}
+
+# ---- up ------------------------------------------------------------------------------
+up() {
+  local d=${1:-}
+  local t0=$EPOCHREALTIME
+  [[ $EUID -eq 0 ]] || die "needs root"
+  if [[ -z $d ]]; then d=$(mktemp -d /tmp/meshnft-node-XXXXXX); else mkdir -p "$d"; fi
+  d=$(cd "$d" && pwd)
+  local id=${d##*/}
+  id=${id#meshnft-node-}
+  echo "$id" >"$d/id"
+  mkdir -p "$d/logs" "$d/pids"
+  # shellcheck disable=SC2064
+  trap "up_failed '$d'" EXIT
+
+  log "building or finding the node's parts (scripts/node-build.sh) ..."
+  "$here/scripts/node-build.sh" >"$d/parts"
+  env_file "$d" >"$d/env"
+  local cbin k8s
+  cbin=$(sed -n 's/^containerd=//p' "$d/parts")/bin
+  k8s=$(sed -n 's/^kubernetes=//p' "$d/parts")/bin
+  local t1=$EPOCHREALTIME
+
+  # The host sysctls kubelet rewrites, to be put back at down.
+  for s in "${SYSCTLS[@]}"; do printf '%s=%s\n' "$s" "$(sysctl -n "$s")"; done >"$d/sysctls.saved"
+
+  pki "$d"
+
+  # The node's namespaces: a holder process keeps them alive until down.
+  # shellcheck disable=SC2016
+  setsid unshare --net --mount --propagation slave --fork -- \
+    sh -c 'echo $$ >"$1"; exec sleep infinity' holder "$d/holder.pid" </dev/null >/dev/null 2>&1 &
+  wait_for "the node's namespaces" 10 test -s "$d/holder.pid"
+  # shellcheck disable=SC2016
+  setsid unshare --net --fork -- \
+    sh -c 'echo $$ >"$1"; exec sleep infinity' holder "$d/outside.pid" </dev/null >/dev/null 2>&1 &
+  wait_for "the outside namespace" 10 test -s "$d/outside.pid"
+  local outside
+  outside=$(cat "$d/outside.pid")
+  in_node "$d" sh -ec "
+    ip link set lo up
+    ip link add eth0 type veth peer name eth0 netns /proc/$outside/ns/net
+    ip addr add $NODE_IP/24 dev eth0
+    ip addr add $KUBERNETES_SVC_IP/32 dev lo
+    ip link set eth0 up
+    ip route add default via $OUTSIDE_IP
+    # Linkerd's validator address (meshnft redirects it inside the pod): never routed on.
+    ip route add blackhole 1.1.1.1/32
+    sysctl -qw net.ipv4.ip_forward=1 net.ipv6.conf.all.forwarding=1
+  "
+  nsenter -t "$outside" -n -- sh -ec "
+    ip link set lo up
+    ip addr add $OUTSIDE_IP/24 dev eth0
+    ip link set eth0 up
+    ip route add 198.18.0.0/16 via $NODE_IP
+  "
+  mkdir -p "$d/www"
+  echo "outside ok" >"$d/www/index.html"
+  setsid nsenter -t "$outside" -n -- busybox httpd -f -p "$OUTSIDE_IP:80" -h "$d/www" \
+    </dev/null >"$d/logs/outside-web.log" 2>&1 &
+  echo $! >"$d/pids/outside-web"
+
+  # Private CNI/kubelet directories, then the primary CNI: bridge + host-local.
+  in_node "$d" bash -c "$(declare -p PRIVATE_PATHS OUTSIDE_IP); $(declare -f private_mounts); private_mounts '$d'"
+  in_node "$d" sh -ec "cp /usr/lib/cni/bridge /usr/lib/cni/host-local /usr/lib/cni/loopback /opt/cni/bin/"
+  python3 - "$here/conflists/bridge-meshnft.conflist" "$d/10-bridge.conflist" <<'EOF'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["plugins"] = [p for p in c["plugins"] if p["type"] != "meshnft"]
+json.dump(c, open(sys.argv[2], "w"), indent=2)
+EOF
+  in_node "$d" cp "$d/10-bridge.conflist" /etc/cni/net.d/10-bridge.conflist
+
+  # Cgroups: kubelet's cgroupRoot in every hierarchy (cpuset needs its cpus and mems).
+  local m
+  while read -r m; do
+    mkdir -p "$m/meshnft-node-$id"
+    if [[ -f $m/cpuset.cpus ]]; then
+      cat "$m/cpuset.cpus" >"$m/meshnft-node-$id/cpuset.cpus"
+      cat "$m/cpuset.mems" >"$m/meshnft-node-$id/cpuset.mems"
+    fi
+  done < <(cgroup_mounts)
+
+  # etcd, kube-apiserver.
+  start "$d" etcd etcd --name node --data-dir "$d/etcd" --unsafe-no-fsync \
+    --listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
+    --listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
+    --initial-cluster node=http://127.0.0.1:2380 --log-level warn
+  local p=$d/pki
+  # Audit: every request of meshnft's ServiceAccount (installer and plugin), so that
+  # tests/node.rs can fail on a refused one.
+  cat >"$d/audit-policy.yaml" <<EOF
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+  - level: Metadata
+    users: ["system:serviceaccount:meshnft:meshnft"]
+  - level: None
+EOF
+  start "$d" kube-apiserver kube-apiserver --etcd-servers=http://127.0.0.1:2379 \
+    --bind-address=0.0.0.0 --secure-port=443 --advertise-address="$NODE_IP" \
+    --service-cluster-ip-range="$SERVICE_CIDR" --allow-privileged=true \
+    --authorization-mode=Node,RBAC --enable-admission-plugins=NodeRestriction \
+    --client-ca-file="$p/ca.crt" --tls-cert-file="$p/apiserver.crt" --tls-private-key-file="$p/apiserver.key" \
+    --kubelet-client-certificate="$p/apiserver-kubelet-client.crt" --kubelet-client-key="$p/apiserver-kubelet-client.key" \
+    --kubelet-certificate-authority="$p/ca.crt" --kubelet-preferred-address-types=InternalIP \
+    --service-account-issuer=https://kubernetes.default.svc.cluster.local \
+    --service-account-key-file="$p/sa.pub" --service-account-signing-key-file="$p/sa.key" \
+    --audit-policy-file="$d/audit-policy.yaml" --audit-log-path="$d/logs/audit.log" \
+    --profiling=false --v=1
+  # containerd, meanwhile.
+  mkdir -p "$d/c/root" "$d/c/state" "$d/c/s" "$d/c/runc"
+  containerd_config "$d" >"$d/c/config.toml"
+  start "$d" containerd containerd --config "$d/c/config.toml"
+  wait_for "kube-apiserver" 120 run "$d" kubectl get --raw /readyz
+  wait_for "containerd" 30 run "$d" ctr -a "$d/c/containerd.sock" version
+  local imgs
+  imgs=$(sed -n 's/^containerd=//p' "$d/parts")/images.tar
+  import_images "$d" "$imgs"
+
+  start "$d" kube-controller-manager kube-controller-manager --kubeconfig="$p/controller-manager.kubeconfig" \
+    --authentication-kubeconfig="$p/controller-manager.kubeconfig" --authorization-kubeconfig="$p/controller-manager.kubeconfig" \
+    --service-account-private-key-file="$p/sa.key" --root-ca-file="$p/ca.crt" \
+    --use-service-account-credentials=true --leader-elect=false --bind-address=127.0.0.1 \
+    --cluster-signing-cert-file="$p/ca.crt" --cluster-signing-key-file="$p/ca.key" \
+    --v=1
+  start "$d" kube-scheduler kube-scheduler --kubeconfig="$p/scheduler.kubeconfig" \
+    --authentication-kubeconfig="$p/scheduler.kubeconfig" --authorization-kubeconfig="$p/scheduler.kubeconfig" \
+    --leader-elect=false --bind-address=127.0.0.1 --v=1
+
+  kubelet_config "$d" >"$d/kubelet.yaml"
+  start "$d" kubelet kubelet --config="$d/kubelet.yaml" --kubeconfig="$p/kubelet.kubeconfig" \
+    --hostname-override="$NODE_NAME" --node-ip="$NODE_IP" --v=1
+  wait_for "node $NODE_NAME Ready" 180 run "$d" kubectl wait --for=condition=Ready "node/$NODE_NAME" --timeout=5s
+  wait_for "the default service account" 60 run "$d" kubectl -n default get serviceaccount default
+  trap - EXIT
+  log "node up in $(elapsed "$t0") s (parts ready after $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }') s): kubernetes $("$k8s/kubelet" --version | cut -d' ' -f2), containerd $("$cbin/containerd" --version | cut -d' ' -f3)"
+  echo "$d"
+}
+
+containerd_config() {
+  local d=$1 c=$1/c
+  cat <<EOF
+version = 3
+root = "$c/root"
+state = "$c/state"
+imports = []
+disabled_plugins = ['io.containerd.nri.v1.nri', 'io.containerd.internal.v1.opt', 'io.containerd.snapshotter.v1.devmapper', 'io.containerd.snapshotter.v1.zfs', 'io.containerd.snapshotter.v1.blockfile', 'io.containerd.snapshotter.v1.erofs', 'io.containerd.differ.v1.erofs', 'io.containerd.image-verifier.v1.bindir', 'io.containerd.tracing.processor.v1.otlp', 'io.containerd.internal.v1.tracing']
+
+[grpc]
+  address = "$c/containerd.sock"
+[ttrpc]
+  address = "$c/containerd.sock.ttrpc"
+
+[plugins]
+  [plugins.'io.containerd.shim.v1.manager']
+    socket_dir = "$c/s"
+  [plugins.'io.containerd.cri.v1.images']
+    snapshotter = 'overlayfs'
+    [plugins.'io.containerd.cri.v1.images'.pinned_images]
+      sandbox = 'meshnft.test/pause:1'
+  [plugins.'io.containerd.grpc.v1.cri']
+    stream_server_address = '127.0.0.1'
+    stream_server_port = '0'
+  [plugins.'io.containerd.cri.v1.runtime']
+    restrict_oom_score_adj = true
+    netns_mounts_under_state_dir = true
+    enable_selinux = false
+    cdi_spec_dirs = []
+    [plugins.'io.containerd.cri.v1.runtime'.cni]
+      bin_dirs = ['/opt/cni/bin']
+      conf_dir = '/etc/cni/net.d'
+      max_conf_num = 1
+    [plugins.'io.containerd.cri.v1.runtime'.containerd]
+      default_runtime_name = 'runc'
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes]
+        [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+          runtime_type = 'io.containerd.runc.v2'
+          [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+            SystemdCgroup = false
+            Root = "$c/runc"
+EOF
+}
+
+kubelet_config() {
+  local d=$1 p=$1/pki
+  cat <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+# This VM's cgroups are hybrid (v1 controllers, v2 at /sys/fs/cgroup/unified).
+failCgroupV1: false
+cgroupDriver: cgroupfs
+cgroupRoot: /meshnft-node-$(cat "$d/id")
+containerRuntimeEndpoint: unix://$d/c/containerd.sock
+podLogsDir: /var/log/pods
+resolvConf: $d/resolv.conf
+staticPodPath: ""
+failSwapOn: false
+protectKernelDefaults: false
+readOnlyPort: 0
+port: 10250
+healthzBindAddress: 127.0.0.1
+tlsCertFile: $p/kubelet-serving.crt
+tlsPrivateKeyFile: $p/kubelet-serving.key
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: true}
+  x509: {clientCAFile: $p/ca.crt}
+authorization:
+  mode: Webhook
+serializeImagePulls: false
+imageGCHighThresholdPercent: 100
+evictionHard:
+  memory.available: 50Mi
+  nodefs.available: 1%
+  nodefs.inodesFree: 1%
+  imagefs.available: 1%
+syncFrequency: 10s
+nodeStatusUpdateFrequency: 2s
+EOF
+}
+
+# ---- down -----------------------------------------------------------------------------
+pids_in_netns() { # processes whose network namespace is the one of PID $1
+  local ns p
+  ns=$(readlink "/proc/$1/ns/net" 2>/dev/null) || return 0
+  for p in /proc/[0-9]*; do
+    [[ $(readlink "$p/ns/net" 2>/dev/null) == "$ns" ]] && echo "${p#/proc/}"
+  done
+}
+pids_mentioning() { # processes whose command line mentions $1 (containerd's shims)
+  local p
+  for p in /proc/[0-9]*; do
+    tr '\0' ' ' 2>/dev/null <"$p/cmdline" | grep -qF -- "$1" && echo "${p#/proc/}"
+  done
+  return 0
+}
+pids_in_cgroups() { # processes in any cgroup below meshnft-node-$1
+  local m
+  while read -r m; do
+    [[ -d $m/meshnft-node-$1 ]] && find "$m/meshnft-node-$1" -name cgroup.procs -exec cat {} + 2>/dev/null
+  done < <(cgroup_mounts)
+  return 0
+}
+
+down() {
+  local d=$1
+  [[ -d $d ]] || { log "$d: nothing to tear down"; return 0; }
+  d=$(cd "$d" && pwd)
+  local t0=$EPOCHREALTIME id
+  id=$(cat "$d/id" 2>/dev/null || true)
+  [[ -n $id ]] || die "$d: not a node dir (no id file)"
+  local pids=() n
+  # Pods first, through the API, so that every CNI DEL runs (bounded: 60 s).
+  if [[ -f $d/pids/kubelet ]] && kill -0 "$(cat "$d/pids/kubelet")" 2>/dev/null; then
+    timeout 60 "$0" run "$d" kubectl delete pods --all --all-namespaces --grace-period=1 --wait=true >/dev/null 2>&1 || true
+  fi
+  # The daemons in reverse order, gently, then everything of the node by force.
+  for n in kubelet kube-scheduler kube-controller-manager kube-apiserver containerd etcd outside-web; do
+    [[ -f $d/pids/$n ]] && pids+=("$(cat "$d/pids/$n")")
+  done
+  if ((${#pids[@]})); then kill -TERM "${pids[@]}" 2>/dev/null || true; fi
+  for _ in $(seq 50); do
+    local alive=0
+    for n in "${pids[@]}"; do kill -0 "$n" 2>/dev/null && alive=1; done
+    ((alive)) || break
+    sleep 0.1
+  done
+  local victims
+  for _ in 1 2 3 4 5 6 7 8 9 10; do
+    victims=$( { [[ -n $id ]] && pids_in_cgroups "$id"
+                 [[ -f $d/holder.pid ]] && pids_in_netns "$(cat "$d/holder.pid")"
+                 [[ -f $d/outside.pid ]] && pids_in_netns "$(cat "$d/outside.pid")"
+                 pids_mentioning "$d/c/"; } | sort -u | grep -vx "$$" || true)
+    [[ -z $victims ]] && break
+    # shellcheck disable=SC2086
+    kill -KILL $victims 2>/dev/null || true
+    sleep 0.2
+  done
+  [[ -z $victims ]] || log "processes still alive after teardown: $victims"
+  # Cgroups, deepest first.
+  local m
+  while read -r m; do
+    [[ -d $m/meshnft-node-$id ]] && find "$m/meshnft-node-$id" -depth -type d -exec rmdir {} + 2>/dev/null
+    [[ -d $m/meshnft-node-$id ]] && log "cgroup left: $m/meshnft-node-$id"
+  done < <(cgroup_mounts)
+  # Host sysctls as they were.
+  if [[ -f $d/sysctls.saved ]]; then
+    local line
+    while read -r line; do sysctl -qw "$line" || log "cannot restore $line"; done <"$d/sysctls.saved"
+  fi
+  # The namespaces died with their processes; nothing of the node is mounted
+  # in this mount namespace (it was a slave), but check before removing files.
+  if awk '{print $5}' /proc/self/mountinfo | grep -qF -- "$d"; then
+    awk '{print $5}' /proc/self/mountinfo | grep -F -- "$d" | sort -r | xargs -r -n1 umount -l
+  fi
+  rm -rf --one-file-system "$d"
+  log "node down in $(elapsed "$t0") s"
+}
+
+# ---- image ------------------------------------------------------------------------------
+image() {
+  local d=$1 ref=$2 root=$3 entry=$4
+  oci_image "$d/image.tar" "$ref" "$root" "$entry"
+  import_images "$d" "$d/image.tar"
+  rm -f "$d/image.tar"
+}
+
+cmd=${1:-}
+shift || true
+case $cmd in
+up) up "$@" ;;
+down) down "$@" ;;
+run) run "$@" ;;
+image) image "$@" ;;
+restart) restart "$@" ;;
+*) die "usage: node.sh up [DIR] | down DIR | run DIR CMD... | restart DIR DAEMON | image DIR NAME:TAG ROOTFS ENTRYPOINT-JSON" ;;
+esac

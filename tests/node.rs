@@ -1,0 +1,1097 @@
+//! meshnft on a real Kubernetes node (`scripts/node.sh`): etcd, kube-apiserver with RBAC and
+//! NodeRestriction, kube-controller-manager, kube-scheduler, kubelet and containerd 2.x built
+//! from their Go modules (`scripts/node-build.sh`, pinned and cached), in private network and
+//! mount namespaces. meshnft is installed the way users install it: its image built here from
+//! the static binary, `deploy/meshnft.yaml` applied with kubectl unchanged but for the image,
+//! the installer DaemonSet running as a real pod under its ServiceAccount. Every scenario goes
+//! through the API (kubectl); the kernel is read only to check the result (the pod's nft table,
+//! read with the test's nft oracle in the pod's network namespace).
+//!
+//! One test function: the node is expensive (cold: the builds; warm: ~1 min to come up), so
+//! the scenarios share it, in order; its Drop guard brings it down and the test then checks
+//! that nothing is left (processes, cgroups, mounts, files, host sysctls).
+//!
+//! Root only. `MESHNFT_NODE=0` skips it (e.g. for a quick `cargo test` on a laptop).
+
+mod support;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+/// The outside web server (`scripts/node.sh`: a netns behind the node's eth0).
+const OUTSIDE: &str = "198.19.0.2:80";
+/// What the outside web server answers.
+const OUTSIDE_BODY: &str = "outside ok";
+/// The local images (`scripts/containerd.sh`): busybox-static + `standin`.
+const BUSYBOX: &str = "meshnft.test/busybox:1";
+/// The host sysctls kubelet may rewrite; `scripts/node.sh down` restores them.
+const SYSCTLS: [&str; 6] = [
+    "kernel.panic",
+    "kernel.panic_on_oops",
+    "vm.overcommit_memory",
+    "vm.panic_on_oom",
+    "kernel.keys.root_maxkeys",
+    "kernel.keys.root_maxbytes",
+];
+
+fn script(name: &str) -> PathBuf {
+    Path::new(ROOT).join("scripts").join(name)
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// The node brought up by `scripts/node.sh up`; Drop brings it down.
+struct Node {
+    dir: PathBuf,
+    id: String,
+}
+
+impl Node {
+    fn up() -> Node {
+        let t0 = Instant::now();
+        let out = Command::new(script("node.sh"))
+            .arg("up")
+            .stdin(Stdio::null())
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("run scripts/node.sh up");
+        assert!(out.status.success(), "scripts/node.sh up failed");
+        let dir = PathBuf::from(text(&out.stdout).lines().last().unwrap_or("").trim());
+        let id = std::fs::read_to_string(dir.join("id"))
+            .expect("node id")
+            .trim()
+            .to_string();
+        eprintln!(
+            "node up: {:.1} s ({})",
+            t0.elapsed().as_secs_f64(),
+            dir.display()
+        );
+        Node { dir, id }
+    }
+
+    /// `argv` in the node's namespaces (`node.sh run`), with `stdin`.
+    fn run(&self, argv: &[&str], stdin: Option<&str>) -> Output {
+        let mut cmd = Command::new(script("node.sh"));
+        cmd.arg("run").arg(&self.dir).args(argv);
+        cmd.stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("spawn node.sh run");
+        if let Some(s) = stdin {
+            let mut w = child.stdin.take().expect("stdin");
+            w.write_all(s.as_bytes()).expect("write stdin");
+        }
+        child.wait_with_output().expect("wait node.sh run")
+    }
+
+    /// kubectl as cluster admin; Err(stderr) when it fails.
+    fn kubectl(&self, args: &[&str]) -> Result<String, String> {
+        let mut argv = vec!["kubectl"];
+        argv.extend_from_slice(args);
+        let out = self.run(&argv, None);
+        if out.status.success() {
+            Ok(text(&out.stdout))
+        } else {
+            Err(format!(
+                "kubectl {args:?}: {}{}",
+                text(&out.stderr),
+                text(&out.stdout)
+            ))
+        }
+    }
+
+    fn kubectl_ok(&self, args: &[&str]) -> String {
+        self.kubectl(args).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn apply(&self, yaml: &str) {
+        let out = self.run(&["kubectl", "apply", "-f", "-"], Some(yaml));
+        assert!(
+            out.status.success(),
+            "kubectl apply: {}\n{yaml}",
+            text(&out.stderr)
+        );
+    }
+
+    /// `jsonpath` of one object, "" when it does not exist (yet).
+    fn get(&self, ns: &str, what: &str, jsonpath: &str) -> String {
+        self.kubectl(&["-n", ns, "get", what, "-o", &format!("jsonpath={jsonpath}")])
+            .unwrap_or_default()
+    }
+
+    /// Waits until `cond` holds (polling every 0.5 s); panics after `secs` with `what` and
+    /// the object's description.
+    fn wait(&self, secs: u64, what: &str, ns: &str, obj: &str, mut cond: impl FnMut() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        while !cond() {
+            if Instant::now() > deadline {
+                let desc = self
+                    .kubectl(&["-n", ns, "describe", obj])
+                    .unwrap_or_else(|e| e);
+                panic!("timed out after {secs} s waiting for {what}\n{desc}");
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+
+    fn wait_ready(&self, ns: &str, pod: &str, secs: u64) {
+        self.wait(
+            secs,
+            &format!("pod {ns}/{pod} Ready"),
+            ns,
+            &format!("pod/{pod}"),
+            || {
+                self.get(
+                    ns,
+                    &format!("pod/{pod}"),
+                    "{.status.conditions[?(@.type==\"Ready\")].status}",
+                ) == "True"
+            },
+        );
+    }
+
+    /// A file of the node's private filesystem view (e.g. `/etc/cni/net.d/...`).
+    fn read_file(&self, path: &str) -> String {
+        text(&self.run(&["cat", path], None).stdout)
+    }
+
+    /// One process of pod `ns/name` (any container: they share the pod's netns), found in
+    /// the pod's cgroup below the node's cgroup root.
+    fn pod_pid(&self, ns: &str, name: &str) -> Option<u32> {
+        let uid = self.get(ns, &format!("pod/{name}"), "{.metadata.uid}");
+        if uid.is_empty() {
+            return None;
+        }
+        for m in cgroup_mounts() {
+            let root = m.join(format!("meshnft-node-{}", self.id));
+            if let Some(pid) = find_dir(&root, &format!("pod{uid}"), 4)
+                .and_then(|pod| procs_below(&pod).into_iter().next())
+            {
+                return Some(pid);
+            }
+        }
+        None
+    }
+
+    /// `nft list table inet meshnft` in the pod's netns (the test's nft oracle).
+    fn pod_table(&self, ns: &str, name: &str) -> Result<String, String> {
+        let pid = self
+            .pod_pid(ns, name)
+            .ok_or_else(|| format!("no process of pod {ns}/{name}"))?;
+        let nft = support::nft_bin();
+        let out = Command::new("nsenter")
+            .arg(format!("--net=/proc/{pid}/ns/net"))
+            .args([nft.as_str(), "list", "table", "inet", "meshnft"])
+            .output()
+            .map_err(|e| e.to_string())?;
+        if out.status.success() {
+            Ok(text(&out.stdout))
+        } else {
+            Err(text(&out.stderr))
+        }
+    }
+
+    fn logs(&self, ns: &str, pod: &str, container: &str) -> String {
+        self.kubectl(&["-n", ns, "logs", pod, "-c", container])
+            .unwrap_or_else(|e| e)
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let t0 = Instant::now();
+        let st = Command::new(script("node.sh"))
+            .arg("down")
+            .arg(&self.dir)
+            .stdin(Stdio::null())
+            .status();
+        eprintln!("node down: {:.1} s ({st:?})", t0.elapsed().as_secs_f64());
+    }
+}
+
+fn cgroup_mounts() -> Vec<PathBuf> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let mut v: Vec<PathBuf> = info
+        .lines()
+        .filter_map(|l| {
+            let (pre, post) = l.split_once(" - ")?;
+            let fstype = post.split_whitespace().next()?;
+            let mount = pre.split_whitespace().nth(4)?;
+            (fstype == "cgroup" || fstype == "cgroup2").then(|| PathBuf::from(mount))
+        })
+        .collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
+fn find_dir(root: &Path, name: &str, depth: usize) -> Option<PathBuf> {
+    let rd = std::fs::read_dir(root).ok()?;
+    for e in rd.flatten() {
+        if !e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+            continue;
+        }
+        if e.file_name().to_str() == Some(name) {
+            return Some(e.path());
+        }
+        if let Some(p) = (depth > 0)
+            .then(|| find_dir(&e.path(), name, depth - 1))
+            .flatten()
+        {
+            return Some(p);
+        }
+    }
+    None
+}
+
+fn procs_below(dir: &Path) -> Vec<u32> {
+    let mut v: Vec<u32> = std::fs::read_to_string(dir.join("cgroup.procs"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect();
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                v.extend(procs_below(&e.path()));
+            }
+        }
+    }
+    v
+}
+
+fn sysctls() -> Vec<(String, String)> {
+    SYSCTLS
+        .iter()
+        .map(|s| {
+            let p = format!("/proc/sys/{}", s.replace('.', "/"));
+            (
+                s.to_string(),
+                std::fs::read_to_string(p).unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+/// The static binary of deploy/Dockerfile's build stage (scripts/image-build-stage.sh,
+/// which test.sh runs first); built here when missing.
+fn static_meshnft() -> PathBuf {
+    let arch = std::env::consts::ARCH;
+    let bin = Path::new(ROOT).join(format!("target/{arch}-unknown-linux-musl/release/meshnft"));
+    if !bin.exists() {
+        let st = Command::new(script("image-build-stage.sh"))
+            .status()
+            .expect("run scripts/image-build-stage.sh");
+        assert!(st.success(), "scripts/image-build-stage.sh failed");
+    }
+    assert!(bin.exists(), "{} missing", bin.display());
+    bin
+}
+
+/// Builds the meshnft image `meshnft.test/meshnft:<tag>` (the static binary at
+/// /usr/local/bin/meshnft, as deploy/Dockerfile lays it out, plus /etc/meshnft-image
+/// naming the tag so that two tags differ) and imports it into the node's containerd.
+fn meshnft_image(node: &Node, tag: &str) -> String {
+    let root = node.dir.join(format!("image-{tag}"));
+    std::fs::create_dir_all(root.join("usr/local/bin")).expect("mkdir image root");
+    std::fs::create_dir_all(root.join("etc")).expect("mkdir image etc");
+    std::fs::copy(static_meshnft(), root.join("usr/local/bin/meshnft")).expect("copy binary");
+    std::fs::write(root.join("etc/meshnft-image"), tag).expect("write tag");
+    let reference = format!("meshnft.test/meshnft:{tag}");
+    let st = Command::new(script("node.sh"))
+        .arg("image")
+        .arg(&node.dir)
+        .arg(&reference)
+        .arg(&root)
+        .arg(r#"["/usr/local/bin/meshnft"]"#)
+        .status()
+        .expect("node.sh image");
+    assert!(st.success(), "node.sh image {reference} failed");
+    reference
+}
+
+/// deploy/meshnft.yaml with the image reference replaced, nothing else.
+fn manifest_with_image(image: &str) -> String {
+    let m = std::fs::read_to_string(Path::new(ROOT).join("deploy/meshnft.yaml"))
+        .expect("read deploy/meshnft.yaml");
+    assert_eq!(
+        m.matches("image: meshnft:0.1.0").count(),
+        1,
+        "one image line"
+    );
+    m.replace("image: meshnft:0.1.0", &format!("image: {image}"))
+}
+
+/// The primary conflist as the node's containerd reads it.
+const CONFLIST: &str = "/etc/cni/net.d/10-bridge.conflist";
+
+/// Waits for the installer to have chained meshnft into the primary conflist (or, with
+/// `present` false, removed it).
+fn wait_entry(node: &Node, present: bool) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let c = node.read_file(CONFLIST);
+        if c.contains("\"meshnft\"") == present {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "meshnft entry present={present} not reached; conflist:\n{c}\ninstaller log:\n{}",
+            node.kubectl(&["-n", "meshnft", "logs", "ds/meshnft"])
+                .unwrap_or_else(|e| e)
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// API calls of meshnft's ServiceAccount (installer and plugin) that the API server refused,
+/// from its audit log (`scripts/node.sh` logs that user's requests at Metadata level).
+fn refused_calls(node: &Node) -> Vec<String> {
+    let mut v = audited(node, 401);
+    v.extend(audited(node, 403));
+    v
+}
+
+/// `verb requestURI` of the audited requests (meshnft's ServiceAccount) answered with `code`.
+fn audited(node: &Node, code: u64) -> Vec<String> {
+    let log = std::fs::read_to_string(node.dir.join("logs/audit.log")).unwrap_or_default();
+    log.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| {
+            v["user"]["username"] == "system:serviceaccount:meshnft:meshnft"
+                && v["responseStatus"]["code"].as_u64() == Some(code)
+        })
+        .map(|v| {
+            format!(
+                "{} {}",
+                v["verb"].as_str().unwrap_or(""),
+                v["requestURI"].as_str().unwrap_or("")
+            )
+        })
+        .collect()
+}
+
+/// The seed pod. `layout`: "classic" (init container, then the proxy and the app as main
+/// containers) or "native" (the proxy a restartable init container, before the init
+/// container). `meshed`: the injector's annotation. `init_phase_off`: the per-pod opt-out.
+fn seed_pod(name: &str, layout: &str, meshed: bool, init_phase_off: bool) -> String {
+    seed_pod_with(
+        name,
+        layout,
+        meshed,
+        init_phase_off,
+        "",
+        r#"["sleep", "3600"]"#,
+    )
+}
+
+/// [`seed_pod`] with `resources` (a `resources:` block indented for a container, or "") on
+/// every container and the app container's `command` (a JSON array).
+fn seed_pod_with(
+    name: &str,
+    layout: &str,
+    meshed: bool,
+    init_phase_off: bool,
+    resources: &str,
+    app_command: &str,
+) -> String {
+    let mut ann = String::new();
+    if meshed {
+        ann.push_str("    linkerd.io/proxy-version: standin\n");
+    }
+    if init_phase_off {
+        ann.push_str("    meshnft.io/init-phase: disabled\n");
+    }
+    let annotations = if ann.is_empty() {
+        String::new()
+    } else {
+        format!("  annotations:\n{ann}")
+    };
+    let fetch = format!(
+        r#"    - name: fetch
+      image: {BUSYBOX}
+      imagePullPolicy: Never
+      command: ["sh", "-c", "timeout 10 wget -q -O- http://{OUTSIDE}/"]
+{resources}"#
+    );
+    let proxy = |extra: &str| {
+        format!(
+            r#"    - name: linkerd-proxy
+      image: {BUSYBOX}
+      imagePullPolicy: Never
+      command: ["/bin/standin", "proxy", "-listen", "4140,4143,4190,4191", "-dial", "{OUTSIDE}"]
+      securityContext: {{runAsUser: 2102, runAsGroup: 2102}}
+{resources}{extra}"#
+        )
+    };
+    let app = format!(
+        r#"    - name: app
+      image: {BUSYBOX}
+      imagePullPolicy: Never
+      command: {app_command}
+{resources}"#
+    );
+    let (init, main) = match layout {
+        // An unmeshed pod has no proxy either (meshnft also takes a `linkerd-proxy`
+        // container as the sign of a meshed pod).
+        "classic" if !meshed => (fetch, app),
+        "classic" => (fetch, format!("{}{app}", proxy(""))),
+        "native" => (
+            format!(
+                "{}{fetch}",
+                proxy(
+                    "      restartPolicy: Always\n      startupProbe:\n        tcpSocket: {port: 4191}\n        periodSeconds: 1\n        failureThreshold: 60\n"
+                )
+            ),
+            app,
+        ),
+        other => panic!("layout {other}"),
+    };
+    let restart = if init_phase_off { "Never" } else { "Always" };
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+  namespace: seed
+{annotations}spec:
+  restartPolicy: {restart}
+  terminationGracePeriodSeconds: 1
+  initContainers:
+{init}  containers:
+{main}"#
+    )
+}
+
+/// Whether set `name` of a `nft list table` listing has at least one element.
+fn set_has_elements(table: &str, name: &str) -> bool {
+    let Some(start) = table.find(&format!("set {name} {{")) else {
+        return false;
+    };
+    let body = &table[start..];
+    let end = body.find("\n\t}").unwrap_or(body.len());
+    body[..end].contains("elements = {")
+}
+
+/// A meshed pod is Ready, its init container fetched the outside service directly, and its
+/// table's init phase was closed by the proxy's first packet.
+fn assert_meshed_ready(node: &Node, pod: &str) {
+    let fetched = node.logs("seed", pod, "fetch");
+    assert!(
+        fetched.contains(OUTSIDE_BODY),
+        "{pod}: the init container reached the outside service directly: {fetched}"
+    );
+    let table = node
+        .pod_table("seed", pod)
+        .unwrap_or_else(|e| panic!("{pod}: no meshnft table: {e}"));
+    assert!(
+        set_has_elements(&table, "proxy_started"),
+        "{pod}: the proxy's first packet closed the init phase:\n{table}"
+    );
+}
+
+/// The table of a meshed pod that is running (its init container's log may be gone).
+fn assert_meshed_ready_table_only(node: &Node, pod: &str) {
+    let table = node
+        .pod_table("seed", pod)
+        .unwrap_or_else(|e| panic!("{pod}: no meshnft table: {e}"));
+    assert!(set_has_elements(&table, "proxy_started"), "{pod}:\n{table}");
+}
+
+/// The `elements = ...` line of set proxy_started (the pod cgroup whose proxy started).
+fn proxy_started_line(table: &str) -> String {
+    let Some(start) = table.find("set proxy_started {") else {
+        return String::new();
+    };
+    table[start..]
+        .lines()
+        .find(|l| l.contains("elements = {"))
+        .unwrap_or("")
+        .trim()
+        .to_string()
+}
+
+/// meshnft's attachment records (`<stateDir>/<containerID>/<ifname>.json`, the state dir
+/// inside the node's private /var/lib/cni) naming pod `uid`.
+fn records_of(node: &Node, uid: &str) -> Vec<String> {
+    let out = node.run(
+        &[
+            "sh",
+            "-c",
+            "cat /var/lib/cni/meshnft/*/*.json 2>/dev/null; true",
+        ],
+        None,
+    );
+    text(&out.stdout)
+        .split('}')
+        .filter(|r| r.contains(uid))
+        .map(str::to_string)
+        .collect()
+}
+
+/// `(dev, inode)` of a process's network namespace.
+fn netns_of(pid: u32) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(format!("/proc/{pid}/ns/net"))
+        .ok()
+        .map(|m| (m.dev(), m.ino()))
+}
+
+/// Processes whose network namespace is `ns`.
+fn procs_in_netns(ns: (u64, u64)) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| netns_of(*pid) == Some(ns))
+        .collect()
+}
+
+fn node_sh(node: &Node, args: &[&str]) {
+    let st = Command::new(script("node.sh"))
+        .args(args.iter().take(1))
+        .arg(&node.dir)
+        .args(args.iter().skip(1))
+        .stdin(Stdio::null())
+        .status()
+        .expect("node.sh");
+    assert!(st.success(), "node.sh {args:?} failed");
+}
+
+fn wait_node_ready(node: &Node) {
+    node.wait(120, "node Ready", "default", "node/meshnft-node", || {
+        node.get(
+            "default",
+            "node/meshnft-node",
+            "{.status.conditions[?(@.type==\"Ready\")].status}",
+        ) == "True"
+    });
+}
+
+/// Meshed seed pods `<prefix>-0..n` in one `kubectl apply`.
+fn many(prefix: &str, n: usize) -> String {
+    (0..n)
+        .map(|i| seed_pod(&format!("{prefix}-{i}"), "classic", true, false))
+        .collect::<Vec<_>>()
+        .join("---\n")
+}
+
+fn wait_all_ready(node: &Node, prefix: &str, n: usize, secs: u64) {
+    for i in 0..n {
+        node.wait_ready("seed", &format!("{prefix}-{i}"), secs);
+    }
+}
+
+/// The chart's directory as the node sees it (the repository is on the host's filesystem,
+/// visible in the node's mount namespace).
+fn chart() -> String {
+    format!("{ROOT}/deploy/chart")
+}
+
+#[test]
+fn real_node() {
+    if !support::root_or_skip("real_node") {
+        return;
+    }
+    if std::env::var("MESHNFT_NODE").as_deref() == Ok("0") {
+        eprintln!("SKIP real_node: MESHNFT_NODE=0");
+        return;
+    }
+    let before = sysctls();
+    let t0 = Instant::now();
+    let node = Node::up();
+    let (dir, id) = (node.dir.clone(), node.id.clone());
+    for ((k, was), (_, now)) in before.iter().zip(sysctls()) {
+        if *was != now {
+            eprintln!("kubelet changed {k}: {} -> {}", was.trim(), now.trim());
+        }
+    }
+
+    // ---- meshnft installed with deploy/meshnft.yaml ------------------------------------
+    let t = Instant::now();
+    let image = meshnft_image(&node, "a");
+    node.apply(&manifest_with_image(&image));
+    node.kubectl_ok(&[
+        "-n",
+        "meshnft",
+        "rollout",
+        "status",
+        "ds/meshnft",
+        "--timeout=180s",
+    ]);
+    wait_entry(&node, true);
+    eprintln!(
+        "meshnft installed (manifest): {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+    let conflist = node.read_file(CONFLIST);
+    assert!(conflist.contains("\"kubeconfig\""), "{conflist}");
+    assert!(
+        node.read_file("/opt/cni/bin/meshnft").len() > 1_000_000,
+        "the installer copied the plugin binary to /opt/cni/bin"
+    );
+
+    node.kubectl_ok(&["create", "namespace", "seed"]);
+
+    // ---- the seed pod, classic layout ---------------------------------------------------
+    let t = Instant::now();
+    node.apply(&seed_pod("classic", "classic", true, false));
+    node.wait_ready("seed", "classic", 120);
+    eprintln!(
+        "seed pod (classic) Ready: {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+    let fetched = node.logs("seed", "classic", "fetch");
+    assert!(
+        fetched.contains(OUTSIDE_BODY),
+        "the init container reached the outside service directly: {fetched}"
+    );
+    let table = node
+        .pod_table("seed", "classic")
+        .expect("classic pod's table");
+    assert!(table.contains("proxy_started"), "{table}");
+    // The app's connection goes to the proxy (4140), which reports the original destination.
+    let via = node
+        .kubectl(&[
+            "-n",
+            "seed",
+            "exec",
+            "classic",
+            "-c",
+            "app",
+            "--",
+            "timeout",
+            "10",
+            "wget",
+            "-q",
+            "-O-",
+            &format!("http://{OUTSIDE}/"),
+        ])
+        .unwrap_or_else(|e| e);
+    assert!(
+        via.contains("port 4140") && via.contains(OUTSIDE),
+        "the app's connection was redirected to the proxy: {via}"
+    );
+
+    // ---- init phase off: the init container is redirected before the proxy runs ---------
+    node.apply(&seed_pod("init-off", "classic", true, true));
+    node.wait(
+        90,
+        "the init container of seed/off failing",
+        "seed",
+        "pod/init-off",
+        || {
+            let code = node.get(
+                "seed",
+                "pod/init-off",
+                "{.status.initContainerStatuses[0].state.terminated.exitCode}",
+            );
+            !code.is_empty() && code != "0"
+        },
+    );
+    assert_ne!(
+        node.get("seed", "pod/init-off", "{.status.phase}"),
+        "Running"
+    );
+
+    // ---- the seed pod as a native sidecar ------------------------------------------------
+    node.apply(&seed_pod("native", "native", true, false));
+    node.wait_ready("seed", "native", 120);
+    let fetched = node.logs("seed", "native", "fetch");
+    assert!(
+        fetched.contains("port 4140") && fetched.contains(OUTSIDE),
+        "with the proxy already up, the init container goes through it: {fetched}"
+    );
+
+    // ---- an unmeshed pod: no table ---------------------------------------------------------
+    node.apply(&seed_pod("plain", "classic", false, false));
+    node.wait_ready("seed", "plain", 120);
+    let t = node.pod_table("seed", "plain");
+    assert!(t.is_err(), "an unmeshed pod has no meshnft table: {t:?}");
+    assert!(
+        node.pod_pid("seed", "plain").is_some(),
+        "the pod's process was found"
+    );
+
+    // ---- QoS classes: the pod cgroup under kubepods/ (Guaranteed) and burstable/ -----------
+    let guaranteed =
+        "      resources: {requests: {cpu: 20m, memory: 32Mi}, limits: {cpu: 20m, memory: 32Mi}}\n";
+    let burstable = "      resources: {requests: {cpu: 10m, memory: 16Mi}}\n";
+    node.apply(&seed_pod_with(
+        "guaranteed",
+        "classic",
+        true,
+        false,
+        guaranteed,
+        r#"["sleep", "3600"]"#,
+    ));
+    node.apply(&seed_pod_with(
+        "burstable",
+        "classic",
+        true,
+        false,
+        burstable,
+        r#"["sleep", "3600"]"#,
+    ));
+    for (pod, qos) in [
+        ("classic", "BestEffort"),
+        ("guaranteed", "Guaranteed"),
+        ("burstable", "Burstable"),
+    ] {
+        node.wait_ready("seed", pod, 120);
+        assert_eq!(
+            node.get("seed", &format!("pod/{pod}"), "{.status.qosClass}"),
+            qos
+        );
+        assert_meshed_ready(&node, pod);
+    }
+
+    // ---- the validator-style check: an init container whose probe must be redirected --------
+    let validator = seed_pod("validator", "classic", true, false).replace(
+        &format!("timeout 10 wget -q -O- http://{OUTSIDE}/"),
+        "/bin/standin proxy -listen 4140 & sleep 1; timeout 10 wget -q -O- http://1.1.1.1:20001/",
+    );
+    node.apply(&validator);
+    node.wait_ready("seed", "validator", 120);
+    let v = node.logs("seed", "validator", "fetch");
+    assert!(
+        v.contains("port 4140") && v.contains("1.1.1.1:20001"),
+        "the validator's probe was redirected to its own listener: {v}"
+    );
+
+    // ---- 20 pods created at once -------------------------------------------------------------
+    let t = Instant::now();
+    node.apply(&many("many", 20));
+    wait_all_ready(&node, "many", 20, 300);
+    eprintln!("20 meshed pods Ready: {:.1} s", t.elapsed().as_secs_f64());
+    for i in 0..20 {
+        assert_meshed_ready(&node, &format!("many-{i}"));
+    }
+
+    // ---- a pod whose containers restart: each new app container is still redirected -------
+    node.apply(&seed_pod_with(
+        "restarts",
+        "classic",
+        true,
+        false,
+        "",
+        &format!(r#"["sh", "-c", "timeout 10 wget -q -O- http://{OUTSIDE}/; sleep 1; exit 1"]"#),
+    ));
+    node.wait(
+        180,
+        "the app of seed/restarts restarted twice",
+        "seed",
+        "pod/restarts",
+        || {
+            node.get(
+                "seed",
+                "pod/restarts",
+                "{.status.containerStatuses[?(@.name==\"app\")].restartCount}",
+            )
+            .parse::<u32>()
+            .unwrap_or(0)
+                >= 2
+        },
+    );
+    let prev = node
+        .kubectl(&["-n", "seed", "logs", "restarts", "-c", "app", "--previous"])
+        .unwrap_or_else(|e| e);
+    assert!(
+        prev.contains("port 4140") && prev.contains(OUTSIDE),
+        "a restarted app container is redirected: {prev}"
+    );
+    assert_meshed_ready_table_only(&node, "restarts");
+
+    // ---- a pod deleted: its table, record and netns go -------------------------------------
+    let uid = node.get("seed", "pod/classic", "{.metadata.uid}");
+    let pid = node.pod_pid("seed", "classic").expect("classic's process");
+    let ns = netns_of(pid).expect("classic's netns");
+    let records_before = records_of(&node, &uid);
+    assert!(!records_before.is_empty(), "a record for the pod");
+    node.kubectl_ok(&[
+        "-n",
+        "seed",
+        "delete",
+        "pod",
+        "classic",
+        "--wait=true",
+        "--timeout=60s",
+    ]);
+    assert!(
+        support::wait_until(Duration::from_secs(30), || procs_in_netns(ns).is_empty()),
+        "the pod's netns has no process left"
+    );
+    assert!(
+        support::wait_until(Duration::from_secs(30), || records_of(&node, &uid)
+            .is_empty()),
+        "the pod's record was removed: {:?}",
+        records_of(&node, &uid)
+    );
+    let netns_file = records_before
+        .iter()
+        .find_map(|r| {
+            let i = r.find("\"netns\": \"")? + 10;
+            Some(r[i..].split('"').next()?.to_string())
+        })
+        .expect("the record names the pod's netns file");
+    assert!(
+        node.run(&["test", "-e", &netns_file], None).status.code() == Some(1),
+        "containerd's netns file {netns_file} was removed"
+    );
+
+    // ---- kubelet restarted while pods run -----------------------------------------------------
+    let before_table = node.pod_table("seed", "many-0").expect("many-0 table");
+    node_sh(&node, &["restart", "kubelet"]);
+    wait_node_ready(&node);
+    node.apply(&seed_pod("after-kubelet", "classic", true, false));
+    node.wait_ready("seed", "after-kubelet", 120);
+    assert_meshed_ready(&node, "after-kubelet");
+    node.wait_ready("seed", "many-0", 60);
+    let after_table = node.pod_table("seed", "many-0").expect("many-0 table");
+    assert_eq!(
+        proxy_started_line(&before_table),
+        proxy_started_line(&after_table),
+        "a running pod's table is untouched by kubelet's restart"
+    );
+
+    // ---- containerd restarted -------------------------------------------------------------------
+    node_sh(&node, &["restart", "containerd"]);
+    wait_node_ready(&node);
+    node.apply(&seed_pod("after-containerd", "classic", true, false));
+    node.wait_ready("seed", "after-containerd", 120);
+    assert_meshed_ready(&node, "after-containerd");
+    let after_table = node.pod_table("seed", "many-0").expect("many-0 table");
+    assert_eq!(
+        proxy_started_line(&before_table),
+        proxy_started_line(&after_table),
+        "a running pod's table is untouched by containerd's restart"
+    );
+
+    // ---- uninstall the manifest: the installer removes its entry and binary -------------------
+    let out = node.run(
+        &["kubectl", "delete", "-f", "-", "--wait=true"],
+        Some(&manifest_with_image(&image)),
+    );
+    assert!(
+        out.status.success(),
+        "kubectl delete: {}",
+        text(&out.stderr)
+    );
+    wait_entry(&node, false);
+    assert!(
+        node.run(&["test", "-e", "/opt/cni/bin/meshnft"], None)
+            .status
+            .code()
+            == Some(1),
+        "the installer removed /opt/cni/bin/meshnft"
+    );
+
+    // ---- the Helm chart: install, then upgrade to a new image while pods start ----------------
+    let t = Instant::now();
+    let chart = chart();
+    let image_b = meshnft_image(&node, "b");
+    node.wait(
+        120,
+        "namespace meshnft gone",
+        "default",
+        "namespace/meshnft",
+        || node.kubectl(&["get", "namespace", "meshnft"]).is_err(),
+    );
+    let out = node.run(
+        &[
+            "helm",
+            "install",
+            "meshnft",
+            &chart,
+            "--namespace",
+            "meshnft",
+            "--create-namespace",
+            "--set",
+            "image.repository=meshnft.test/meshnft",
+            "--set",
+            "image.tag=a",
+            // Upgrades keep the entry and the binary in place: with keepOnExit=false (the
+            // manifest's default) the old installer removes them on SIGTERM before the new one
+            // is up, and pods starting in between are not meshed (seen here: 3 of 12).
+            "--set",
+            "installer.keepOnExit=true",
+            "--wait",
+            "--timeout",
+            "3m",
+        ],
+        None,
+    );
+    assert!(
+        out.status.success(),
+        "helm install: {}{}",
+        text(&out.stderr),
+        text(&out.stdout)
+    );
+    wait_entry(&node, true);
+    eprintln!(
+        "meshnft installed (helm): {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+    // Pods keep being created, one every 300 ms, from before `helm upgrade` until 3 s after
+    // its rollout finished: some start while the old installer stops and the new one starts.
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (created, out) = std::thread::scope(|sc| {
+        let creator = sc.spawn(|| {
+            let mut n = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                node.apply(&seed_pod(&format!("roll-{n}"), "classic", true, false));
+                n += 1;
+                std::thread::sleep(Duration::from_millis(300));
+            }
+            n
+        });
+        std::thread::sleep(Duration::from_secs(1));
+        let out = node.run(
+            &[
+                "helm",
+                "upgrade",
+                "meshnft",
+                &chart,
+                "--namespace",
+                "meshnft",
+                "--reuse-values",
+                "--set",
+                "image.tag=b",
+                "--wait",
+                "--timeout",
+                "3m",
+            ],
+            None,
+        );
+        std::thread::sleep(Duration::from_secs(3));
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        (creator.join().expect("pod creator"), out)
+    });
+    assert!(
+        out.status.success(),
+        "helm upgrade: {}{}",
+        text(&out.stderr),
+        text(&out.stdout)
+    );
+    eprintln!("pods created during the helm upgrade: {created}");
+    assert!(image_b.ends_with(":b"));
+    assert_eq!(
+        node.get(
+            "meshnft",
+            "ds/meshnft",
+            "{.spec.template.spec.containers[0].image}"
+        ),
+        image_b
+    );
+    wait_entry(&node, true);
+    wait_all_ready(&node, "roll", created, 240);
+    let unmeshed: Vec<String> = (0..created)
+        .map(|i| format!("roll-{i}"))
+        .filter(|p| {
+            node.pod_table("seed", p)
+                .map(|t| !set_has_elements(&t, "proxy_started"))
+                .unwrap_or(true)
+        })
+        .collect();
+    assert!(
+        unmeshed.is_empty(),
+        "meshed pods started without meshnft during the DaemonSet's rollout: {unmeshed:?}"
+    );
+
+    // ---- initPhase.enabled: false through Helm: the init container is refused ----------------
+    let out = node.run(
+        &[
+            "helm",
+            "upgrade",
+            "meshnft",
+            &chart,
+            "--namespace",
+            "meshnft",
+            "--reuse-values",
+            "--set",
+            "initPhase.enabled=false",
+            "--wait",
+            "--timeout",
+            "3m",
+        ],
+        None,
+    );
+    assert!(out.status.success(), "helm upgrade: {}", text(&out.stderr));
+    let t = Instant::now();
+    let deadline = Instant::now() + Duration::from_secs(180);
+    while !node.read_file(CONFLIST).contains("\"enabled\": false") {
+        assert!(
+            Instant::now() < deadline,
+            "the installers did not pick up initPhase.enabled=false:\n{}",
+            node.read_file(CONFLIST)
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    eprintln!(
+        "ConfigMap change in the conflist after {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+    let cfg_off = seed_pod("cfg-off", "classic", true, false)
+        .replace("  restartPolicy: Always", "  restartPolicy: Never");
+    node.apply(&cfg_off);
+    node.wait(
+        90,
+        "the init container of seed/cfg-off failing",
+        "seed",
+        "pod/cfg-off",
+        || {
+            let code = node.get(
+                "seed",
+                "pod/cfg-off",
+                "{.status.initContainerStatuses[0].state.terminated.exitCode}",
+            );
+            !code.is_empty() && code != "0"
+        },
+    );
+    assert_ne!(
+        node.get("seed", "pod/cfg-off", "{.status.phase}"),
+        "Running"
+    );
+
+    // ---- RBAC: nothing meshnft asked for was refused ---------------------------------------
+    let refused = refused_calls(&node);
+    assert!(refused.is_empty(), "refused API calls: {refused:#?}");
+    let served = audited(&node, 200);
+    assert!(
+        served.iter().any(|l| l.contains("/pods/"))
+            && served.iter().any(|l| l.ends_with("/namespaces/seed")),
+        "the plugin read pods and namespaces as meshnft's ServiceAccount (audit log): {served:#?}"
+    );
+
+    // ---- teardown ----------------------------------------------------------------------------
+    drop(node);
+    eprintln!("real node: {:.1} s in all", t0.elapsed().as_secs_f64());
+    assert!(!dir.exists(), "{} left behind", dir.display());
+    for m in cgroup_mounts() {
+        let cg = m.join(format!("meshnft-node-{id}"));
+        assert!(!cg.exists(), "{} left behind", cg.display());
+    }
+    assert_eq!(sysctls(), before, "host sysctls restored");
+    let dir_s = dir.display().to_string();
+    let left: Vec<String> = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .map(|c| text(&c).replace('\0', " "))
+        .filter(|c| c.contains(&dir_s))
+        .collect();
+    assert!(left.is_empty(), "processes left: {left:#?}");
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    assert!(!mounts.contains(&dir_s), "mounts left under {dir_s}");
+}
