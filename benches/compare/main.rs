@@ -1486,12 +1486,12 @@ fn report(
     out += &format!(
         "What dominates: the floor's DEL commits in {} ms (sendto) and then waits {} ms in close(): the last release of a\n\
          NETLINK_NETFILTER socket runs nf_tables' NETLINK_URELEASE handler (nft_rcv_nl_event), which flushes the destroy\n\
-         work of transactions that freed objects (nf_tables_trans_destroy_flush_work): an RCU grace period. A first ADD frees\n\
-         nothing and does not pay it (the floor's ADD: {} ms in close()); a re-ADD (it flushes chains and static sets) and a\n\
-         DEL do: meshnft's re-ADD costs {} ms more than its first ADD (its first batch, refused with EEXIST, waits in\n\
-         the kernel's abort path, then the flushes wait at exit), and its DEL {} ms more with the table there than\n\
-         with the table gone (then DEL reads that there is none and commits nothing: no wait). iptables-nft's cleanup pays\n\
-         the wait too; iptables-legacy has no nf_tables transaction and does not.\n",
+         work of transactions that freed objects (nf_tables_trans_destroy_flush_work): an RCU grace period, for pending work\n\
+         of any transaction on the node. A first ADD frees nothing (the floor's ADD: {} ms in close()). The plugin hands\n\
+         every socket's last close to a detached child, so none of its verbs waits: its re-ADD (which flushes) costs {} ms\n\
+         more than its first ADD (a GETTABLE finds the table, no refused batch), and its DEL {} ms more with the table\n\
+         there than with it gone (then it commits nothing). iptables-nft's cleanup pays the wait; iptables-legacy has no\n\
+         nf_tables transaction and does not.\n",
         fmt_ms(floor_del_send),
         fmt_ms(floor_del_close),
         fmt_ms(floor_add_close),
