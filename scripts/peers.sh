@@ -17,6 +17,9 @@
 #               (2022, proxy-init alone, before cni-plugin moved into it); every
 #               later commit (cni-plugin/v1.5.1 .. v1.6.8 tags, the default
 #               branch) is refused, by commit hash and by pseudo-version.
+#   kuma-cni    app/cni/cmd/kuma-cni of github.com/kumahq/kuma: not built; the
+#               proxy refuses github.com/kumahq/kuma/v2 (v2.14.3, v2.12.14) and
+#               /v3 (default branch pseudo-version).
 #
 # Usage: scripts/peers.sh [name...]   (default: every built peer) prints one
 # line per peer, the path of its binary. MESHNFT_CACHE_DIR overrides <cache>

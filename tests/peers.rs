@@ -135,6 +135,15 @@ fn seed_scenario_istio_cni_refuses_the_init_fetch() {
         api.requests()
     );
 
+    // What istio-cni wrote: iptables rules (nat table, ISTIO_* chains) in
+    // the pod netns, through the node's iptables binaries.
+    let rules = pod.exec_ok(&["iptables-save", "-t", "nat"]);
+    assert!(rules.contains(":ISTIO_OUTPUT"), "{rules}");
+    eprintln!(
+        "istio-cni wrote {} nat rules (IPv4) in the pod netns",
+        rules.lines().filter(|l| l.starts_with("-A ")).count()
+    );
+
     // Before the proxy started: the init container's fetch is redirected
     // to 15001, where nothing listens yet.
     let err = fetch(&pod, &cg, "init", INIT_UID).unwrap_err();
