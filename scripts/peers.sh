@@ -16,7 +16,9 @@
 #               not built. The proxy serves that module only at v1.4.0-v1.6.2
 #               (2022, proxy-init alone, before cni-plugin moved into it); every
 #               later commit (cni-plugin/v1.5.1 .. v1.6.8 tags, the default
-#               branch) is refused, by commit hash and by pseudo-version.
+#               branch) is refused, by commit hash and by pseudo-version. Its
+#               older home, cni-plugin/ of github.com/linkerd/linkerd2, is refused
+#               too (stable-2.13.7's commit, by hash and by pseudo-version).
 #   kuma-cni    app/cni/cmd/kuma-cni of github.com/kumahq/kuma: not built; the
 #               proxy refuses github.com/kumahq/kuma/v2 (v2.14.3, v2.12.14) and
 #               /v3 (default branch pseudo-version).
