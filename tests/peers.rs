@@ -81,7 +81,7 @@ fn fetch(pod: &Netns, cg: &PodCgroups, container: &str, uid: u32) -> Result<Stri
 /// The seed scenario through `ptp` + istio-cni (sidecar mode, its iptables
 /// rules), reading the pod from the project's stand-in API server: the init
 /// container's fetch is refused; after the proxy started the app goes to
-/// 15001 and the proxy (UID 1337) goes out directly.
+/// 15001, the proxy (UID 1337) goes out directly, inbound goes to 15006.
 #[test]
 fn seed_scenario_istio_cni_refuses_the_init_fetch() {
     if !support::root_or_skip("seed_scenario_istio_cni_refuses_the_init_fetch") {
@@ -125,8 +125,10 @@ fn seed_scenario_istio_cni_refuses_the_init_fetch() {
         })],
     );
     let args = k8s_args(&cg, name);
-    node.cni("add", &cl, pod.path(), name, &args_ref(&args))
+    let result = node
+        .cni("add", &cl, pod.path(), name, &args_ref(&args))
         .expect("ADD through ptp + istio-cni");
+    let (pod4, _) = support::result_v4_v6(&result);
     assert!(
         api.requests()
             .iter()
@@ -161,6 +163,12 @@ fn seed_scenario_istio_cni_refuses_the_init_fetch() {
         "proxy-out",
         Some("198.19.0.1:80"),
     );
+    // Inbound from the node to the app's port lands on 15006.
+    expect_reply(
+        support::tcp_probe(node.netns.path(), None, 0, 0, pod4.into(), 8080),
+        "proxy-in",
+        Some(&format!("{pod4}:8080")),
+    );
     node.cni("del", &cl, pod.path(), name, &args_ref(&args))
         .expect("DEL through ptp + istio-cni");
     drop(listeners);
@@ -169,15 +177,17 @@ fn seed_scenario_istio_cni_refuses_the_init_fetch() {
 
 /// The same scenario through `ptp` + meshnft (Linkerd's ports): the init
 /// container's fetch reaches the server; after the proxy started the app
-/// goes to 4140 and the proxy (UID 2102) goes out directly.
+/// goes to 4140, the proxy (UID 2102) goes out directly, inbound goes to 4143.
 #[test]
 fn seed_scenario_meshnft_lets_the_init_fetch_through() {
     if !support::root_or_skip("seed_scenario_meshnft_lets_the_init_fetch_through") {
         return;
     }
     let mut f = Fixture::ptp(false, |_| {});
-    f.cni("add", "seed-meshnft", true)
+    let result = f
+        .cni("add", "seed-meshnft", true)
         .expect("ADD through ptp + meshnft");
+    let (pod4, _) = support::result_v4_v6(&result);
     expect_reply(fetch(&f.pod, &f.cg, "init", INIT_UID), "server", Some("-"));
     f.listeners = Some(proxy_listeners(&f.pod));
     expect_reply(
@@ -189,6 +199,12 @@ fn seed_scenario_meshnft_lets_the_init_fetch_through() {
         fetch(&f.pod, &f.cg, "app", APP_UID),
         "proxy-out",
         Some("198.19.0.1:80"),
+    );
+    // Inbound from the node to the app's port lands on 4143.
+    expect_reply(
+        support::tcp_probe(f.node.netns.path(), None, 0, 0, pod4.into(), 8080),
+        "proxy-in",
+        Some(&format!("{pod4}:8080")),
     );
     f.cni("del", "seed-meshnft", true)
         .expect("DEL through ptp + meshnft");
