@@ -33,6 +33,11 @@ ctr_start=$SECONDS
 scripts/containerd.sh >/dev/null
 echo "containerd ready in $((SECONDS - ctr_start)) s"
 
+echo "==> the real peer CNI plugins for tests/peers.rs (scripts/peers.sh; cached after the first build)"
+peers_start=$SECONDS
+scripts/peers.sh >/dev/null
+echo "peers ready in $((SECONDS - peers_start)) s"
+
 echo "==> cargo fmt --check"
 cargo fmt --all -- --check
 echo "==> cargo clippy --all-targets -- -D warnings"
