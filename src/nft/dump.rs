@@ -7,7 +7,7 @@
 use super::encode::RawElem;
 use super::expr::Expr;
 use super::model::Verdict;
-use super::netlink::{Attr, MsgBuilder, NLM_F_ACK, NLM_F_DUMP, attr, attrs, find, msg};
+use super::netlink::{MsgBuilder, NLM_F_ACK, NLM_F_DUMP, attr, attrs, find, msg};
 use super::sock::{Conn, DumpError};
 
 /// A chain as the kernel lists it.
@@ -94,14 +94,6 @@ pub fn udata_comment(udata: &[u8], ty: u8) -> Option<String> {
     None
 }
 
-fn nfgen_attrs(payload: &[u8]) -> Vec<Attr<'_>> {
-    attrs(payload)
-}
-
-fn request(m: u8, flags: u16) -> MsgBuilder {
-    MsgBuilder::nft(m, flags)
-}
-
 fn err(what: &str) -> impl FnOnce(DumpError) -> ReadError + '_ {
     move |source| ReadError::Dump {
         what: what.to_string(),
@@ -111,7 +103,7 @@ fn err(what: &str) -> impl FnOnce(DumpError) -> ReadError + '_ {
 
 /// Reads table `inet NAME`: `Ok(None)` when it does not exist.
 pub fn read(conn: &mut Conn, name: &str) -> Result<Option<Listing>, ReadError> {
-    let mut req = request(msg::GETTABLE, NLM_F_ACK);
+    let mut req = MsgBuilder::nft(msg::GETTABLE, NLM_F_ACK);
     req.str(attr::table::NAME, name);
     let tables = match conn.dump(req) {
         Ok(t) => t,
@@ -122,15 +114,14 @@ pub fn read(conn: &mut Conn, name: &str) -> Result<Option<Listing>, ReadError> {
         return Ok(None);
     };
     let mut l = Listing {
-        comment: find(&nfgen_attrs(t), attr::table::USERDATA)
-            .and_then(|u| udata_comment(u.value, 0)),
+        comment: find(&attrs(t), attr::table::USERDATA).and_then(|u| udata_comment(u.value, 0)),
         ..Default::default()
     };
 
-    let mut req = request(msg::GETCHAIN, NLM_F_DUMP);
+    let mut req = MsgBuilder::nft(msg::GETCHAIN, NLM_F_DUMP);
     req.str(attr::chain::TABLE, name);
     for c in conn.dump(req).map_err(err("chains"))? {
-        let a = nfgen_attrs(&c);
+        let a = attrs(&c);
         if find(&a, attr::chain::TABLE).map(|x| x.str()).as_deref() != Some(name) {
             continue;
         }
@@ -157,10 +148,10 @@ pub fn read(conn: &mut Conn, name: &str) -> Result<Option<Listing>, ReadError> {
         });
     }
 
-    let mut req = request(msg::GETSET, NLM_F_DUMP);
+    let mut req = MsgBuilder::nft(msg::GETSET, NLM_F_DUMP);
     req.str(attr::set::TABLE, name);
     for s in conn.dump(req).map_err(err("sets"))? {
-        let a = nfgen_attrs(&s);
+        let a = attrs(&s);
         if find(&a, attr::set::TABLE).map(|x| x.str()).as_deref() != Some(name) {
             continue;
         }
@@ -183,10 +174,10 @@ pub fn read(conn: &mut Conn, name: &str) -> Result<Option<Listing>, ReadError> {
         s.elems = read_elems(conn, name, &s.name)?;
     }
 
-    let mut req = request(msg::GETRULE, NLM_F_DUMP);
+    let mut req = MsgBuilder::nft(msg::GETRULE, NLM_F_DUMP);
     req.str(attr::rule::TABLE, name);
     for r in conn.dump(req).map_err(err("rules"))? {
-        let a = nfgen_attrs(&r);
+        let a = attrs(&r);
         if find(&a, attr::rule::TABLE).map(|x| x.str()).as_deref() != Some(name) {
             continue;
         }
@@ -217,13 +208,13 @@ pub fn read(conn: &mut Conn, name: &str) -> Result<Option<Listing>, ReadError> {
 
 /// Dumps the elements of set `set` in table `inet TABLE`.
 pub fn read_elems(conn: &mut Conn, table: &str, set: &str) -> Result<Vec<RawElem>, ReadError> {
-    let mut req = request(msg::GETSETELEM, NLM_F_DUMP);
+    let mut req = MsgBuilder::nft(msg::GETSETELEM, NLM_F_DUMP);
     req.str(attr::elem_list::TABLE, table)
         .str(attr::elem_list::SET, set);
     let what = format!("elements of set {set}");
     let mut out = Vec::new();
     for m in conn.dump(req).map_err(err(&what))? {
-        let a = nfgen_attrs(&m);
+        let a = attrs(&m);
         let Some(list) = find(&a, attr::elem_list::ELEMENTS) else {
             continue;
         };

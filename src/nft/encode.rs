@@ -269,10 +269,27 @@ pub fn elem_msgs(
     set_id: Option<u32>,
     elems: &[RawElem],
 ) -> Vec<MsgBuilder> {
+    set_elem_msgs(msg::NEWSETELEM, NLM_F_CREATE, table, set, set_id, elems)
+}
+
+/// `DELSETELEM` messages removing `elems` from an existing set.
+pub fn del_elem_msgs(table: &str, set: &str, elems: &[RawElem]) -> Vec<MsgBuilder> {
+    set_elem_msgs(msg::DELSETELEM, 0, table, set, None, elems)
+}
+
+/// Element messages of type `ty`, at most [`ELEMS_PER_MSG`] elements each.
+fn set_elem_msgs(
+    ty: u8,
+    flags: u16,
+    table: &str,
+    set: &str,
+    set_id: Option<u32>,
+    elems: &[RawElem],
+) -> Vec<MsgBuilder> {
     elems
         .chunks(ELEMS_PER_MSG)
         .map(|chunk| {
-            let mut m = MsgBuilder::nft(msg::NEWSETELEM, NLM_F_CREATE);
+            let mut m = MsgBuilder::nft(ty, flags);
             m.str(attr::elem_list::TABLE, table)
                 .str(attr::elem_list::SET, set);
             if let Some(id) = set_id {
@@ -296,20 +313,6 @@ pub fn elem_msgs(
             }
             m.end();
             m
-        })
-        .collect()
-}
-
-/// `DELSETELEM` messages removing `elems` from an existing set.
-pub fn del_elem_msgs(table: &str, set: &str, elems: &[RawElem]) -> Vec<MsgBuilder> {
-    elem_msgs(table, set, None, elems)
-        .into_iter()
-        .map(|m| {
-            // Same body; only the message type differs.
-            let mut b = m.finish(0);
-            let ty = (super::netlink::NFNL_SUBSYS_NFTABLES << 8) | u16::from(msg::DELSETELEM);
-            b[4..6].copy_from_slice(&ty.to_ne_bytes());
-            MsgBuilder::from_raw(b)
         })
         .collect()
 }

@@ -172,14 +172,6 @@ impl MsgBuilder {
         )
     }
 
-    /// A builder continuing a finished message (headers included).
-    pub fn from_raw(buf: Vec<u8>) -> MsgBuilder {
-        MsgBuilder {
-            buf,
-            nests: Vec::new(),
-        }
-    }
-
     /// Appends an attribute with a raw value.
     pub fn bytes(&mut self, ty: u16, value: &[u8]) -> &mut Self {
         let len = 4 + value.len();
