@@ -8,7 +8,7 @@
 //! `/proc/self/mountinfo`, never assumed.
 
 use crate::error::{Code, Error, Result};
-use crate::ruleset::Levels;
+use crate::table::ruleset::Levels;
 use std::collections::VecDeque;
 use std::path::{Component, Path, PathBuf};
 

@@ -2,7 +2,7 @@
 
 use crate::config::{self, NetConf};
 use crate::opcli;
-use crate::ruleset::{self, Levels};
+use crate::table::ruleset::{self, Levels};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde_json::Value;
 use std::io::Read;

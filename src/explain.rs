@@ -5,7 +5,7 @@
 //! pod's actual table in their actual order, starting at `prerouting`
 //! (inbound) or `output` (outbound), following `jump`, `goto` and `return`
 //! as nftables does. Each rule is recognised by its comment (unique per
-//! chain; [`crate::ruleset::build`] writes them) and evaluated with the
+//! chain; [`crate::table::ruleset::build`] writes them) and evaluated with the
 //! parameters the table itself carries: set elements, `meta skuid/skgid`,
 //! `redirect to :PORT`, and the level of `socket cgroupv2 level N`.
 //!
@@ -15,7 +15,7 @@
 //! against built tables; the integration tests compare the verdicts with
 //! where real connections land.
 
-use crate::readback::{RuleView, TableView, Verdict};
+use crate::table::readback::{RuleView, TableView, Verdict};
 use serde::Serialize;
 use std::net::IpAddr;
 
@@ -554,7 +554,7 @@ pub fn decide(
 mod tests {
     use super::*;
     use crate::config::{InitPhaseConf, LinkerdConf, Settings};
-    use crate::ruleset::{self, Levels};
+    use crate::table::ruleset::{self, Levels};
     use serde_json::json;
 
     const L: Levels = Levels {

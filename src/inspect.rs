@@ -1,7 +1,7 @@
 //! `meshnft inspect`: a pod's redirect state, read back from its table.
 //!
 //! Everything shown comes from the kernel's copy of `table inet meshnft`
-//! ([`crate::readback`]): the configuration the table was written with
+//! ([`crate::table::readback`]): the configuration the table was written with
 //! (set elements; ports, proxy UID/GID and levels from the rules), the init
 //! phase (`proxy_started`), the containers that used the bypass
 //! (`init_containers`), the pins (`init_phase`) and every rule counter.
@@ -13,7 +13,7 @@ use crate::cgroup::Cgroup2Mount;
 use crate::cgroupid::{self, CgroupKey, CgroupRef};
 use crate::explain;
 use crate::podns::PodNetns;
-use crate::readback::{Elem, TableView, Verdict};
+use crate::table::readback::{Elem, TableView, Verdict};
 use serde::Serialize;
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -566,7 +566,7 @@ pub fn summary(found: &crate::podns::Found, t: &TableView) -> Summary {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ruleset::{self, Levels};
+    use crate::table::ruleset::{self, Levels};
 
     #[test]
     fn configuration_comes_back_from_the_model() {

@@ -8,15 +8,16 @@
 //!   VERSION);
 //! - [`config`]: the conflist entry (Linkerd's `linkerd-cni` keys + ours);
 //! - [`ports`], [`subnets`]: list parsing and merging for interval sets;
-//! - [`ruleset`]: the table model and its nft text;
+//! - [`table`]: the table model and its nft text ([`table::ruleset`]), and
+//!   reading it back ([`table::readback`]);
 //! - [`nft`]: running nft transactions inside a network namespace;
 //! - [`netns`], [`cgroup`]: finding the pod's namespace and cgroup;
 //! - [`kernel`]: whether the kernel has `socket cgroupv2` (Linux >= 5.13);
 //! - [`state`]: per-attachment records for GC;
 //! - [`safefs`]: reading and writing paths meshnft is given without
 //!   trusting them (no hang, no link followed, size caps);
-//! - operator commands: [`podns`] (choosing a pod netns), [`readback`]
-//!   (reading the table back), [`cgroupid`] (cgroup ids and paths),
+//! - operator commands: [`podns`] (choosing a pod netns), [`cgroupid`]
+//!   (cgroup ids and paths),
 //!   [`inspect`], [`explain`], [`pin`], [`opcli`], [`operror`];
 //! - [`install`]: `meshnft install`, the DaemonSet's installer;
 //! - [`cli`], [`logging`].
@@ -42,11 +43,10 @@ pub mod operror;
 pub mod pin;
 pub mod podns;
 pub mod ports;
-pub mod readback;
-pub mod ruleset;
 pub mod safefs;
 pub mod state;
 pub mod subnets;
+pub mod table;
 
 /// Entry point of the `meshnft` binary; returns the process exit code.
 ///

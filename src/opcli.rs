@@ -1,6 +1,6 @@
 //! The operator subcommands behind the CLI: `inspect`, `explain`, `pin`,
 //! `unpin`. Each turns parsed arguments into calls of [`crate::podns`],
-//! [`crate::readback`], [`crate::inspect`], [`crate::explain`] and
+//! [`crate::table::readback`], [`crate::inspect`], [`crate::explain`] and
 //! [`crate::pin`], and returns the text for stdout (errors go to stderr via
 //! [`finish`]).
 
@@ -13,7 +13,7 @@ use crate::nft::Nft;
 use crate::operror::{OpError, OpResult};
 use crate::pin::{self, PinVerdict};
 use crate::podns::{self, PodNetns, Selector};
-use crate::readback::{self, TableView};
+use crate::table::readback::{self, TableView};
 use serde::Serialize;
 use std::fmt::Write as _;
 use std::io::Write as _;

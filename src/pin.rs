@@ -18,8 +18,8 @@ use crate::cgroupid::{self, Located};
 use crate::nft::encode::{self, Batch, Msg, RawElem};
 use crate::nft::{Nft, TABLE_NAME};
 use crate::operror::{OpError, OpResult};
-use crate::readback::{self, Verdict};
-use crate::ruleset::TABLE;
+use crate::table::readback::{self, Verdict};
+use crate::table::ruleset::TABLE;
 use std::path::Path;
 
 /// The verdict a pin sets.

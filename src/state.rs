@@ -15,8 +15,8 @@
 //! unpredictable temporary name created exclusively, then renamed.
 
 use crate::error::{Code, Error};
-use crate::ruleset::Levels;
 use crate::safefs;
+use crate::table::ruleset::Levels;
 use nix::errno::Errno;
 use nix::fcntl::{OFlag, openat, renameat};
 use nix::sys::stat::{Mode, fstat, mkdirat};

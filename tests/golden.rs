@@ -1,4 +1,4 @@
-//! Golden tests of the exact nft text ADD applies (`src/ruleset.rs`).
+//! Golden tests of the exact nft text ADD applies (`src/table/ruleset.rs`).
 //!
 //! The expected transactions live in `tests/golden/*.nft`; a change to the
 //! ruleset shows up as a diff there, reviewed like code. Regenerate with
@@ -9,7 +9,7 @@
 mod support;
 
 use meshnft::config::{self, NetConf};
-use meshnft::ruleset::{self, Levels};
+use meshnft::table::ruleset::{self, Levels};
 use serde_json::json;
 use std::path::PathBuf;
 

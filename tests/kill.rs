@@ -91,7 +91,7 @@ fn sigkill_at_any_instant_leaves_no_table_or_the_complete_one() {
         .unwrap()
         .settings()
         .unwrap();
-    let t = meshnft::ruleset::build(&settings, None, "x");
+    let t = meshnft::table::ruleset::build(&settings, None, "x");
     let bytes: usize = meshnft::nft::encode::fresh(&t)
         .msgs
         .into_iter()

@@ -11,7 +11,7 @@ mod support;
 
 use meshnft::config::{self, NetConf};
 use meshnft::nft::{Nft, encode};
-use meshnft::ruleset::{self, Levels, Table};
+use meshnft::table::ruleset::{self, Levels, Table};
 use serde_json::json;
 use std::fs::File;
 

@@ -79,7 +79,7 @@ pub fn add_batch(conf: &[u8], id: &str, pod: Option<&PodCg>) -> Result<Vec<u8>> 
         k8s.pod_uid.as_deref().unwrap_or("-"),
         meshnft::cni::pod_label(&k8s),
     );
-    let table = meshnft::ruleset::build(&settings, cg.levels, &comment);
+    let table = meshnft::table::ruleset::build(&settings, cg.levels, &comment);
     Ok(encode::fresh(&table).frame(1).bytes)
 }
 

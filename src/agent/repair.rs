@@ -16,7 +16,7 @@ use crate::config::Settings;
 use crate::netns::Netns;
 use crate::nft::dump::Listing;
 use crate::nft::{self, Nft, encode};
-use crate::ruleset::{self, Levels};
+use crate::table::ruleset::{self, Levels};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 

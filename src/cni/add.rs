@@ -7,7 +7,8 @@ use crate::config::NetConf;
 use crate::error::{Code, Error, Result};
 use crate::k8s::{self, Meshing, PodInfo};
 use crate::nft::{self, Nft, encode};
-use crate::{ruleset, state};
+use crate::state;
+use crate::table::ruleset;
 
 /// ADD. Order: validate everything (env, config, prevResult, netns, pod
 /// cgroup), then one nf_tables transaction (one netlink batch), then the
@@ -158,8 +159,8 @@ pub enum Phase {
 /// Reads the init phase of the existing `table inet meshnft` over `nft`;
 /// `None` when there is no table.
 pub fn existing_phase(nft: &mut Nft) -> Result<Option<Phase>> {
-    let Some(view) =
-        crate::readback::read(nft).map_err(|e| Error::new(Code::NftTransaction, e.to_string()))?
+    let Some(view) = crate::table::readback::read(nft)
+        .map_err(|e| Error::new(Code::NftTransaction, e.to_string()))?
     else {
         return Ok(None);
     };

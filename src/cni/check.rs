@@ -14,8 +14,8 @@ use crate::config::NetConf;
 use crate::error::{Code, Error, Result};
 use crate::nft::dump::Listing;
 use crate::nft::{self, Nft, encode};
-use crate::ruleset::{self, Table};
 use crate::state;
+use crate::table::ruleset::{self, Table};
 
 /// CHECK. Errors: 1 (config version before 0.4.0), 4 (env), 7 (config,
 /// missing prevResult), 102/103 (netns), 104 (table missing or different,

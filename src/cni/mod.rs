@@ -17,7 +17,7 @@ use crate::cgroup;
 use crate::config::{self, NetConf, Settings};
 use crate::error::{Code, Error, Result};
 use crate::netns::Netns;
-use crate::ruleset::Levels;
+use crate::table::ruleset::Levels;
 use env::{CniEnv, Command, K8sArgs};
 use serde_json::{Value, json};
 use std::io::{Read, Write};

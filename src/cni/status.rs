@@ -4,7 +4,7 @@ use super::Output;
 use crate::config::NetConf;
 use crate::error::{Code, Error, Result};
 use crate::nft::{Nft, encode};
-use crate::ruleset::{self, Levels};
+use crate::table::ruleset::{self, Levels};
 
 /// One host check and its outcome.
 #[derive(Debug, Clone)]

@@ -1,7 +1,7 @@
 //! Reading one table back from the kernel: `GETTABLE`, then dumps of its
 //! chains, sets (and each set's elements) and rules, decoded into a
 //! [`Listing`]: the kernel's objects with their expressions, in the
-//! kernel's own terms. [`crate::readback`] turns a listing into the view the
+//! kernel's own terms. [`crate::table::readback`] turns a listing into the view the
 //! operator commands use; CHECK compares two listings.
 
 use super::encode::RawElem;

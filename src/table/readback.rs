@@ -7,8 +7,8 @@
 //! and ADD's re-ADD check.
 //!
 //! [`TableView::from_model`] builds the same view from the table ADD would
-//! write ([`crate::ruleset::Table`]), so the decision logic of
-//! [`crate::explain`] can be tested against [`crate::ruleset::build`]
+//! write ([`crate::table::ruleset::Table`]), so the decision logic of
+//! [`crate::explain`] can be tested against [`crate::table::ruleset::build`]
 //! without a kernel.
 
 use crate::cgroupid::CgroupKey;
@@ -17,7 +17,7 @@ use crate::nft::expr::{Expr, ImmediateData, MetaKey};
 use crate::nft::{Nft, model};
 use crate::operror::OpResult;
 use crate::ports::PortRange;
-use crate::ruleset;
+use crate::table::ruleset;
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 

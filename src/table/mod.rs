@@ -1,0 +1,15 @@
+//! meshnft's table, `table inet meshnft`: what it holds and how it is read.
+//!
+//! - [`ruleset`]: the table ADD writes and CHECK expects, built from the
+//!   plugin's [`crate::config::Settings`] and the pod's cgroup levels (a
+//!   [`crate::nft::model::Table`]);
+//! - [`readback`]: the table read back from a network namespace (over
+//!   [`crate::nft::dump`]) as the view the operator commands and a re-ADD
+//!   use.
+//!
+//! Below: [`crate::nft`] (the typed model and the kernel client) and the
+//! settings. Above: the pod, the CNI verbs, the operator commands and the
+//! node agent.
+
+pub mod readback;
+pub mod ruleset;
