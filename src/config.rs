@@ -123,7 +123,7 @@ pub struct InitPhaseConf {
     /// network validator, [`DEFAULT_INIT_REDIRECT`]).
     pub redirect_destinations: Option<Vec<Value>>,
     /// Added to the computed cgroup levels: a number, or `"auto"` (the
-    /// default: measured once per boot by [`crate::levelprobe`]). Only
+    /// default: measured once per boot by [`crate::pod::levelprobe`]). Only
     /// differs from 0 in a nested cgroup namespace on a kernel that
     /// compares absolute levels.
     pub level_offset: Option<Value>,
@@ -155,11 +155,11 @@ pub struct KubernetesConf {
 impl KubernetesConf {
     /// The API client settings, when a kubeconfig is configured.
     /// Errors: code 7 for an out-of-range timeout or attempt count.
-    pub fn api(&self) -> Result<Option<crate::k8s::api::ApiConfig>> {
+    pub fn api(&self) -> Result<Option<crate::pod::k8s::api::ApiConfig>> {
         // Validated whether or not a kubeconfig is set: a bad value is
         // refused where it is written, not once a kubeconfig is added.
         let timeout = match self.timeout_seconds {
-            None => crate::k8s::api::DEFAULT_TIMEOUT,
+            None => crate::pod::k8s::api::DEFAULT_TIMEOUT,
             Some(t) if t > 0.0 && t <= 60.0 => std::time::Duration::from_secs_f64(t),
             Some(t) => {
                 return Err(Error::config(
@@ -170,7 +170,7 @@ impl KubernetesConf {
             }
         };
         let attempts = match self.attempts {
-            None => crate::k8s::api::DEFAULT_ATTEMPTS,
+            None => crate::pod::k8s::api::DEFAULT_ATTEMPTS,
             Some(a) if (1..=10).contains(&a) => a,
             Some(a) => {
                 return Err(Error::config(
@@ -183,7 +183,7 @@ impl KubernetesConf {
         let Some(kubeconfig) = self.kubeconfig.clone() else {
             return Ok(None);
         };
-        Ok(Some(crate::k8s::api::ApiConfig {
+        Ok(Some(crate::pod::k8s::api::ApiConfig {
             kubeconfig,
             timeout,
             attempts,
@@ -210,7 +210,7 @@ pub struct InitPhase {
     /// Destinations redirected even during the init phase.
     pub redirect: InitRedirect,
     /// Added to computed cgroup levels (-255..=255); `None` = measure
-    /// ([`crate::levelprobe`]).
+    /// ([`crate::pod::levelprobe`]).
     pub level_offset: Option<i32>,
     /// Search root for the pod cgroup, relative to the cgroup2 mount.
     pub cgroup_root: PathBuf,

@@ -9,9 +9,9 @@
 //! [`Report`] is also the stable JSON document of `inspect --json`
 //! (`"version": 1`; fields are only ever added).
 
-use crate::cgroup::Cgroup2Mount;
 use crate::cgroupid::{self, CgroupKey, CgroupRef};
 use crate::explain;
+use crate::pod::cgroup::Cgroup2Mount;
 use crate::podns::PodNetns;
 use crate::table::readback::{Elem, TableView, Verdict};
 use serde::Serialize;

@@ -11,7 +11,8 @@
 //! - [`table`]: the table model and its nft text ([`table::ruleset`]), and
 //!   reading it back ([`table::readback`]);
 //! - [`nft`]: running nft transactions inside a network namespace;
-//! - [`netns`], [`cgroup`]: finding the pod's namespace and cgroup;
+//! - [`pod`]: finding the pod's namespace and cgroup, its levels, and its
+//!   Kubernetes annotations;
 //! - [`kernel`]: whether the kernel has `socket cgroupv2` (Linux >= 5.13);
 //! - [`state`]: per-attachment records for GC;
 //! - [`safefs`]: reading and writing paths meshnft is given without
@@ -23,7 +24,6 @@
 //! - [`cli`], [`logging`].
 
 pub mod agent;
-pub mod cgroup;
 pub mod cgroupid;
 pub mod cli;
 pub mod cni;
@@ -32,15 +32,13 @@ pub mod error;
 pub mod explain;
 pub mod inspect;
 pub mod install;
-pub mod k8s;
 pub mod kernel;
-pub mod levelprobe;
 pub mod logging;
-pub mod netns;
 pub mod nft;
 pub mod opcli;
 pub mod operror;
 pub mod pin;
+pub mod pod;
 pub mod podns;
 pub mod ports;
 pub mod safefs;

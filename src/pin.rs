@@ -13,11 +13,11 @@
 //! stays until the table goes (it can never match again: cgroup ids are not
 //! reused).
 
-use crate::cgroup::Cgroup2Mount;
 use crate::cgroupid::{self, Located};
 use crate::nft::encode::{self, Batch, Msg, RawElem};
 use crate::nft::{Nft, TABLE_NAME};
 use crate::operror::{OpError, OpResult};
+use crate::pod::cgroup::Cgroup2Mount;
 use crate::table::readback::{self, Verdict};
 use crate::table::ruleset::TABLE;
 use std::path::Path;

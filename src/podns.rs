@@ -8,8 +8,8 @@
 //! `/var/run/netns` and `/run/netns`, the state records, and every
 //! process's `/proc/PID/ns/net`, deduplicated by (device, inode).
 
-use crate::netns::Netns;
 use crate::operror::{OpError, OpResult};
+use crate::pod::netns::Netns;
 use crate::state;
 use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;

@@ -132,7 +132,7 @@ fn a_refused_batch_leaves_nothing_and_names_the_object() {
     // A redirect in the filter-type probe chain: the kernel accepts every
     // message up to the last rule, then refuses it (redir needs a nat chain);
     // the whole transaction must vanish.
-    let mut t = meshnft::levelprobe::probe_table();
+    let mut t = meshnft::pod::levelprobe::probe_table();
     t.rules.push(ruleset::Rule {
         chain: "o",
         stmts: vec![

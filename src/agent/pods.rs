@@ -5,7 +5,7 @@
 //! Pure functions over `k8s_openapi`'s `Pod` (the watch's objects), so they
 //! are unit-tested without an API server.
 
-use crate::k8s::{self, Meshing};
+use crate::pod::k8s::{self, Meshing};
 use k8s_openapi::api::core::v1::{ContainerState, ContainerStatus, Pod};
 
 /// Linkerd's network validator init container.

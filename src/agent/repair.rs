@@ -10,12 +10,12 @@
 //! host's).
 
 use super::AgentError;
-use crate::cgroup::{self, Cgroup2Mount};
 use crate::cni::check;
 use crate::config::Settings;
-use crate::netns::Netns;
 use crate::nft::dump::Listing;
 use crate::nft::{self, Nft, encode};
+use crate::pod::cgroup::{self, Cgroup2Mount};
+use crate::pod::netns::Netns;
 use crate::table::ruleset::{self, Levels};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -35,7 +35,7 @@ pub struct Host {
     /// Identity of the host's network namespace (`/proc/1/ns/net`); a pod
     /// process there is in the host network, never the pod's namespace.
     pub host_netns: Option<(u64, u64)>,
-    /// Level offset measured once (see [`crate::levelprobe`]).
+    /// Level offset measured once (see [`crate::pod::levelprobe`]).
     offset: Mutex<Option<i32>>,
 }
 
@@ -140,7 +140,7 @@ impl Host {
         if let Some(o) = *cached {
             return o;
         }
-        let o = match crate::levelprobe::measure(&self.mount, &s.init_phase.cgroup_root) {
+        let o = match crate::pod::levelprobe::measure(&self.mount, &s.init_phase.cgroup_root) {
             Ok(o) => o,
             Err(e) => {
                 tracing::warn!("agent: {e}; assuming cgroup levels need no offset");

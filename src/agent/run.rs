@@ -7,7 +7,7 @@ use super::repair::{Gap, Host};
 use super::{AgentError, Args, RepairMode, Shared};
 use crate::config::Settings;
 use crate::install::{self, Layout};
-use crate::k8s::Meshing;
+use crate::pod::k8s::Meshing;
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service};
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
@@ -516,11 +516,12 @@ impl Worker {
         let ns = pod.metadata.namespace.clone().unwrap_or_default();
         let nsapi: Api<Namespace> = Api::all(self.client.clone());
         let nso = timed(format!("get namespace {ns}"), nsapi.get(&ns)).await?;
-        let mut info = crate::k8s::api::pod_info(pod, nso.metadata.annotations.unwrap_or_default());
+        let mut info =
+            crate::pod::k8s::api::pod_info(pod, nso.metadata.annotations.unwrap_or_default());
         if info.is_control_plane() {
             let svc: Api<Service> = Api::namespaced(self.client.clone(), "default");
             match timed("get service default/kubernetes", svc.get("kubernetes")).await {
-                Ok(s) => info.api_server_ports = crate::k8s::api::service_ports(&s),
+                Ok(s) => info.api_server_ports = crate::pod::k8s::api::service_ports(&s),
                 Err(e) => {
                     tracing::warn!("agent: control-plane pod: {e}; using Linkerd's fallback ports")
                 }

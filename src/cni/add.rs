@@ -5,8 +5,8 @@ use super::env::{CniEnv, K8sArgs};
 use super::{Output, pod_cgroup, pod_label, pod_netns, version};
 use crate::config::NetConf;
 use crate::error::{Code, Error, Result};
-use crate::k8s::{self, Meshing, PodInfo};
 use crate::nft::{self, Nft, encode};
+use crate::pod::k8s::{self, Meshing, PodInfo};
 use crate::state;
 use crate::table::ruleset;
 
@@ -217,7 +217,7 @@ fn record(
     container_id: &str,
     ifname: &str,
     k8s: &K8sArgs,
-    ns: &crate::netns::Netns,
+    ns: &crate::pod::netns::Netns,
     pod: Option<&super::PodCgroup>,
     meshed: bool,
     settings: Option<crate::config::Settings>,

@@ -5,8 +5,8 @@
 use super::{Output, env::CniEnv, version};
 use crate::config::DEFAULT_STATE_DIR;
 use crate::error::Result;
-use crate::netns::Netns;
 use crate::nft::{self, Nft};
+use crate::pod::netns::Netns;
 use crate::state;
 use serde_json::Value;
 use std::path::PathBuf;

@@ -9,8 +9,8 @@
 use super::{Output, version};
 use crate::config::NetConf;
 use crate::error::{Code, Error, Result};
-use crate::netns::Netns;
 use crate::nft::{self, Nft};
+use crate::pod::netns::Netns;
 use crate::state;
 use serde::Deserialize;
 use std::collections::BTreeSet;

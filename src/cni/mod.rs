@@ -13,10 +13,10 @@ pub mod gc;
 pub mod status;
 pub mod version;
 
-use crate::cgroup;
 use crate::config::{self, NetConf, Settings};
 use crate::error::{Code, Error, Result};
-use crate::netns::Netns;
+use crate::pod::cgroup;
+use crate::pod::netns::Netns;
 use crate::table::ruleset::Levels;
 use env::{CniEnv, Command, K8sArgs};
 use serde_json::{Value, json};
@@ -311,7 +311,7 @@ pub fn pod_cgroup(
     }
     let offset = match settings.init_phase.level_offset {
         Some(o) => o,
-        None => match crate::levelprobe::offset(state_dir, &mount, root) {
+        None => match crate::pod::levelprobe::offset(state_dir, &mount, root) {
             Ok(o) => o,
             Err(e) => {
                 tracing::warn!(

@@ -100,7 +100,7 @@ pub fn probes(conf: &NetConf) -> Vec<Probe> {
     ));
     out.push(Probe::new(
         "cgroup v2 mount",
-        match crate::cgroup::cgroup2_mount() {
+        match crate::pod::cgroup::cgroup2_mount() {
             Ok(Some(m)) => Ok(m.mount_point.display().to_string()),
             Ok(None) => Err(
                 "no cgroup2 mount in /proc/self/mountinfo (the init phase needs cgroup v2)".into(),

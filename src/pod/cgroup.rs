@@ -167,7 +167,7 @@ pub fn signed_depth(p: &Path) -> i64 {
 /// this process's cgroup-namespace root, which is what kernels with
 /// "nft_socket: make cgroupsv2 matching work with namespaces" (6.11, and
 /// stable backports) compare; older kernels compare absolute levels, and
-/// `offset` (see [`crate::levelprobe`]) makes up the difference. Error: code 7
+/// `offset` (see [`crate::pod::levelprobe`]) makes up the difference. Error: code 7
 /// when the result is outside 1..=254 (C = P + 1 must fit nft's 0-255).
 pub fn levels(mount_root: &Path, rel: &Path, offset: i32) -> Result<Levels> {
     let p = signed_depth(mount_root) + signed_depth(rel) + i64::from(offset);

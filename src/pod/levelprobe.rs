@@ -4,7 +4,7 @@
 //! namespaces" (mainline 6.11, backported to some stable lines) add the
 //! level of the rule writer's cgroup-namespace root to N; older kernels
 //! take N as an absolute level. meshnft computes levels relative to its own
-//! cgroup-namespace root ([`crate::cgroup::levels`]), so on older kernels
+//! cgroup-namespace root ([`crate::pod::cgroup::levels`]), so on older kernels
 //! inside a nested cgroup namespace (kind nodes) they are short by the
 //! namespace root's depth. The probe measures that difference:
 //!
@@ -19,11 +19,11 @@
 //!
 //! The result is cached per boot and cgroup namespace in the state dir.
 
-use crate::cgroup::{self, Cgroup2Mount};
 use crate::error::{Code, Error, Result};
 use crate::nft::Nft;
 use crate::nft::encode;
 use crate::nft::model::{self, Chain, Hook, Key, KeyType, Rule, Set, Stmt, Table};
+use crate::pod::cgroup::{self, Cgroup2Mount};
 use serde::{Deserialize, Serialize};
 use std::ffi::CString;
 use std::os::fd::AsRawFd;
