@@ -1,7 +1,7 @@
 //! The command-line interface (when `CNI_COMMAND` is not set).
 
 use crate::config::{self, NetConf};
-use crate::opcli;
+use crate::ops::commands;
 use crate::table::ruleset::{self, Levels};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde_json::Value;
@@ -313,9 +313,9 @@ pub fn run() -> i32 {
             if ok { 0 } else { 1 }
         }
         Cmd::Inspect { pod, all, json } => {
-            opcli::finish("inspect", opcli::inspect(&pod, all, json))
+            commands::finish("inspect", commands::inspect(&pod, all, json))
         }
-        Cmd::Explain(args) => opcli::finish("explain", opcli::explain(&args)),
+        Cmd::Explain(args) => commands::finish("explain", commands::explain(&args)),
         Cmd::Pin {
             pod,
             cgroup,
@@ -324,14 +324,14 @@ pub fn run() -> i32 {
             any_level,
         } => {
             let v = if bypass {
-                crate::pin::PinVerdict::Bypass
+                crate::ops::pin::PinVerdict::Bypass
             } else {
-                crate::pin::PinVerdict::Redirect
+                crate::ops::pin::PinVerdict::Redirect
             };
-            opcli::finish("pin", opcli::pin(&pod, &cgroup, Some(v), any_level))
+            commands::finish("pin", commands::pin(&pod, &cgroup, Some(v), any_level))
         }
         Cmd::Unpin { pod, cgroup } => {
-            opcli::finish("unpin", opcli::pin(&pod, &cgroup, None, false))
+            commands::finish("unpin", commands::pin(&pod, &cgroup, None, false))
         }
         Cmd::Install(args) => crate::install::run(*args),
     }

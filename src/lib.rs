@@ -17,29 +17,21 @@
 //! - [`state`]: per-attachment records for GC;
 //! - [`safefs`]: reading and writing paths meshnft is given without
 //!   trusting them (no hang, no link followed, size caps);
-//! - operator commands: [`podns`] (choosing a pod netns), [`cgroupid`]
-//!   (cgroup ids and paths),
-//!   [`inspect`], [`explain`], [`pin`], [`opcli`], [`operror`];
+//! - [`ops`]: the operator commands (inspect, explain, pin, unpin);
 //! - [`install`]: `meshnft install`, the DaemonSet's installer;
 //! - [`cli`], [`logging`].
 
 pub mod agent;
-pub mod cgroupid;
 pub mod cli;
 pub mod cni;
 pub mod config;
 pub mod error;
-pub mod explain;
-pub mod inspect;
 pub mod install;
 pub mod kernel;
 pub mod logging;
 pub mod nft;
-pub mod opcli;
-pub mod operror;
-pub mod pin;
+pub mod ops;
 pub mod pod;
-pub mod podns;
 pub mod ports;
 pub mod safefs;
 pub mod state;

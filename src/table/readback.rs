@@ -8,14 +8,14 @@
 //!
 //! [`TableView::from_model`] builds the same view from the table ADD would
 //! write ([`crate::table::ruleset::Table`]), so the decision logic of
-//! [`crate::explain`] can be tested against [`crate::table::ruleset::build`]
+//! [`crate::ops::explain`] can be tested against [`crate::table::ruleset::build`]
 //! without a kernel.
 
-use crate::cgroupid::CgroupKey;
 use crate::nft::dump::{Listing, SetInfo, intervals};
 use crate::nft::expr::{Expr, ImmediateData, MetaKey};
 use crate::nft::{Nft, model};
-use crate::operror::OpResult;
+use crate::ops::cgroupid::CgroupKey;
+use crate::ops::error::OpResult;
 use crate::ports::PortRange;
 use crate::table::ruleset;
 use std::collections::BTreeMap;

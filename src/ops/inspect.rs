@@ -9,10 +9,10 @@
 //! [`Report`] is also the stable JSON document of `inspect --json`
 //! (`"version": 1`; fields are only ever added).
 
-use crate::cgroupid::{self, CgroupKey, CgroupRef};
-use crate::explain;
+use crate::ops::cgroupid::{self, CgroupKey, CgroupRef};
+use crate::ops::explain;
+use crate::ops::podns::PodNetns;
 use crate::pod::cgroup::Cgroup2Mount;
-use crate::podns::PodNetns;
 use crate::table::readback::{Elem, TableView, Verdict};
 use serde::Serialize;
 use std::fmt::Write as _;
@@ -550,7 +550,7 @@ pub fn render_all(all: &AllReport) -> String {
 }
 
 /// The summary line of a namespace's table.
-pub fn summary(found: &crate::podns::Found, t: &TableView) -> Summary {
+pub fn summary(found: &crate::ops::podns::Found, t: &TableView) -> Summary {
     Summary {
         netns: found.paths.first().cloned().unwrap_or_default(),
         ino: found.id.1,

@@ -8,7 +8,7 @@
 //! `/var/run/netns` and `/run/netns`, the state records, and every
 //! process's `/proc/PID/ns/net`, deduplicated by (device, inode).
 
-use crate::operror::{OpError, OpResult};
+use crate::ops::error::{OpError, OpResult};
 use crate::pod::netns::Netns;
 use crate::state;
 use std::collections::BTreeMap;

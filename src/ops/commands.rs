@@ -1,18 +1,18 @@
 //! The operator subcommands behind the CLI: `inspect`, `explain`, `pin`,
-//! `unpin`. Each turns parsed arguments into calls of [`crate::podns`],
-//! [`crate::table::readback`], [`crate::inspect`], [`crate::explain`] and
-//! [`crate::pin`], and returns the text for stdout (errors go to stderr via
+//! `unpin`. Each turns parsed arguments into calls of [`crate::ops::podns`],
+//! [`crate::table::readback`], [`crate::ops::inspect`], [`crate::ops::explain`] and
+//! [`crate::ops::pin`], and returns the text for stdout (errors go to stderr via
 //! [`finish`]).
 
-use crate::cgroupid;
 use crate::cli::{DirectionArg, ExplainArgs, PodArgs, ProtoArg};
-use crate::explain::{self, Direction, Flow, Proto, SocketCgroup};
-use crate::inspect::{self, AllReport, JSON_VERSION};
 use crate::nft::Nft;
-use crate::operror::{OpError, OpResult};
-use crate::pin::{self, PinVerdict};
+use crate::ops::cgroupid;
+use crate::ops::error::{OpError, OpResult};
+use crate::ops::explain::{self, Direction, Flow, Proto, SocketCgroup};
+use crate::ops::inspect::{self, AllReport, JSON_VERSION};
+use crate::ops::pin::{self, PinVerdict};
+use crate::ops::podns::{self, PodNetns, Selector};
 use crate::pod::netns::Netns;
-use crate::podns::{self, PodNetns, Selector};
 use crate::table::readback::{self, TableView};
 use serde::Serialize;
 use std::fmt::Write as _;

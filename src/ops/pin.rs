@@ -13,10 +13,10 @@
 //! stays until the table goes (it can never match again: cgroup ids are not
 //! reused).
 
-use crate::cgroupid::{self, Located};
 use crate::nft::encode::{self, Batch, Msg, RawElem};
 use crate::nft::{Nft, TABLE_NAME};
-use crate::operror::{OpError, OpResult};
+use crate::ops::cgroupid::{self, Located};
+use crate::ops::error::{OpError, OpResult};
 use crate::pod::cgroup::Cgroup2Mount;
 use crate::table::readback::{self, Verdict};
 use crate::table::ruleset::TABLE;
@@ -157,7 +157,7 @@ pub fn set(
 /// One line for stdout describing `c`.
 pub fn describe(c: &Change) -> String {
     let name = format!("{} (id {})", c.cgroup.abs.display(), c.cgroup.id);
-    let kind = |v: &Verdict| format!("{} ({v})", crate::inspect::pin_kind(v));
+    let kind = |v: &Verdict| format!("{} ({v})", crate::ops::inspect::pin_kind(v));
     match (&c.before, &c.after) {
         (b, a) if b == a => match a {
             Some(v) => format!("already pinned: {name}: {}", kind(v)),

@@ -11,7 +11,7 @@
 //! paths (a bounded walk of the cgroup2 mount read from
 //! `/proc/self/mountinfo`), and paths into nft's element form.
 
-use crate::operror::{OpError, OpResult};
+use crate::ops::error::{OpError, OpResult};
 use crate::pod::cgroup::{self, Cgroup2Mount};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
