@@ -97,7 +97,7 @@ pub enum Cmd {
     },
     /// Install meshnft on this node and keep it chained into the primary
     /// CNI's network configuration until SIGTERM (the DaemonSet's command).
-    Install(Box<crate::install::Args>),
+    Install(Box<crate::node::install::Args>),
 }
 
 /// Which pod network namespace an operator command works on.
@@ -333,6 +333,6 @@ pub fn run() -> i32 {
         Cmd::Unpin { pod, cgroup } => {
             commands::finish("unpin", commands::pin(&pod, &cgroup, None, false))
         }
-        Cmd::Install(args) => crate::install::run(*args),
+        Cmd::Install(args) => crate::node::install::run(*args),
     }
 }

@@ -13,23 +13,20 @@
 //! - [`nft`]: running nft transactions inside a network namespace;
 //! - [`pod`]: finding the pod's namespace and cgroup, its levels, and its
 //!   Kubernetes annotations;
-//! - [`kernel`]: whether the kernel has `socket cgroupv2` (Linux >= 5.13);
 //! - [`state`]: per-attachment records for GC;
 //! - [`safefs`]: reading and writing paths meshnft is given without
 //!   trusting them (no hang, no link followed, size caps);
 //! - [`ops`]: the operator commands (inspect, explain, pin, unpin);
-//! - [`install`]: `meshnft install`, the DaemonSet's installer;
+//! - [`node`]: `meshnft install`, the DaemonSet's installer and node agent;
 //! - [`cli`], [`logging`].
 
-pub mod agent;
 pub mod cli;
 pub mod cni;
 pub mod config;
 pub mod error;
-pub mod install;
-pub mod kernel;
 pub mod logging;
 pub mod nft;
+pub mod node;
 pub mod ops;
 pub mod pod;
 pub mod ports;

@@ -734,7 +734,8 @@ fn the_installed_chain_runs_through_libcni() {
     primary["plugins"][0]["mtu"] = json!(1400);
     tree.write_conf("10-ptp.conflist", &primary);
     // The ConfigMap's entry, with state kept in the node's temp dir.
-    let mut entry: Value = serde_json::from_str(meshnft::install::entry::DEFAULT_ENTRY).unwrap();
+    let mut entry: Value =
+        serde_json::from_str(meshnft::node::install::entry::DEFAULT_ENTRY).unwrap();
     entry["stateDir"] = json!(node.dir().join("state"));
     let ef = tree.dir.join("entry.json");
     std::fs::write(&ef, entry.to_string()).unwrap();

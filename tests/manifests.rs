@@ -326,10 +326,10 @@ fn configmap_entry_is_the_installers_default() {
     let f = dir.join("entry.json");
     std::fs::write(&f, text).unwrap();
     let kc = Path::new("/etc/cni/net.d/meshnft.d/kubeconfig");
-    let from_cm = meshnft::install::entry::load(Some(&f), Some(kc));
+    let from_cm = meshnft::node::install::entry::load(Some(&f), Some(kc));
     std::fs::remove_dir_all(&dir).unwrap();
     let from_cm = from_cm.unwrap();
-    let default = meshnft::install::entry::load(None, Some(kc)).unwrap();
+    let default = meshnft::node::install::entry::load(None, Some(kc)).unwrap();
     assert_eq!(from_cm, default);
 }
 

@@ -4,12 +4,22 @@
 //! CNI spec 1.1.0 ("CNI operations", "Result", "Error"), with the older
 //! versions listed in [`version::SUPPORTED`]. The protocol layer is ours, on
 //! serde types, with `prevResult` kept as raw JSON (see README, design notes).
+//!
+//! One verb per module ([`add`], [`del`], [`check`], [`status`], [`gc`],
+//! [`version`]), the runtime's environment in [`env`], and [`kernel`]:
+//! whether this kernel has `socket cgroupv2` (asked by ADD and STATUS).
+//!
+//! Below: the pod ([`crate::pod`]), the table ([`crate::table`]), the
+//! state records, the settings and [`crate::nft`]. Above: the node agent
+//! (which reuses CHECK's comparison and STATUS's checks) and the entry
+//! point ([`crate::main_entry`]).
 
 pub mod add;
 pub mod check;
 pub mod del;
 pub mod env;
 pub mod gc;
+pub mod kernel;
 pub mod status;
 pub mod version;
 
@@ -247,7 +257,7 @@ pub struct PodCgroup {
 /// Finds the pod cgroup from `K8S_POD_UID` (DESIGN.md 5). Never fails:
 /// without it the table is written without the init phase (DESIGN.md 4.7);
 /// `why_not` says why (also when the kernel lacks `socket cgroupv2`, see
-/// [`crate::kernel`]). With the init phase off, `levels` is `None` and no
+/// [`crate::cni::kernel`]). With the init phase off, `levels` is `None` and no
 /// level probe runs. A bad `levelOffset` is the only error (code 7).
 pub fn pod_cgroup(
     settings: &Settings,
@@ -303,9 +313,9 @@ pub fn pod_cgroup(
     }
     // Without `socket cgroupv2` (Linux < 5.13) no level can be used: the
     // plain redirect table, with the one warning ADD logs for `why_not`.
-    if let Ok(false) = crate::kernel::socket_cgroupv2(state_dir) {
+    if let Ok(false) = crate::cni::kernel::socket_cgroupv2(state_dir) {
         return Ok(PodCgroup {
-            why_not: Some(crate::kernel::MISSING.into()),
+            why_not: Some(crate::cni::kernel::MISSING.into()),
             ..Default::default()
         });
     }

@@ -30,7 +30,7 @@ impl Probe {
 
 /// Runs every check ADD depends on, for `conf`'s settings: an nf_tables
 /// netlink socket; whether the kernel has `socket cgroupv2`
-/// ([`crate::kernel`]; a passed check with a warning when it lacks it and
+/// ([`crate::cni::kernel`]; a passed check with a warning when it lacks it and
 /// the init phase is on); a dry run of the full table ADD would write on
 /// this kernel, committed in a scratch network namespace that vanishes with
 /// the socket, so the kernel validates every expression (nat hooks, `socket
@@ -50,20 +50,20 @@ pub fn probes(conf: &NetConf) -> Vec<Probe> {
     if nft.is_ok() {
         // socket cgroupv2 (Linux >= 5.13): without it ADD writes the plain
         // redirect table (no init phase), so STATUS passes but says so.
-        let feature = crate::kernel::measure();
+        let feature = crate::cni::kernel::measure();
         let init_phase = settings.as_ref().is_ok_and(|s| s.init_phase.enabled);
         let mut p = Probe::new(
             "kernel: socket cgroupv2",
             match &feature {
                 Ok(true) => Ok("present".into()),
-                Ok(false) => Ok(format!("missing: {}", crate::kernel::MISSING)),
+                Ok(false) => Ok(format!("missing: {}", crate::cni::kernel::MISSING)),
                 Err(e) => Err(e.to_string()),
             },
         );
         if let (Ok(false), true) = (&feature, init_phase) {
             let w = format!(
                 "{}: ADD writes the plain redirect table, without the init phase (init containers are redirected, as with linkerd-cni)",
-                crate::kernel::MISSING
+                crate::cni::kernel::MISSING
             );
             tracing::warn!("{w}");
             p.warning = Some(w);

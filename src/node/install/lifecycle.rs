@@ -509,7 +509,7 @@ pub fn run(args: Args) -> i32 {
             .unwrap_or_else(|| "(none)".into())
     );
     let mut reporter = Reporter { last: None };
-    let mut agent = crate::agent::start(&args);
+    let mut agent = crate::node::agent::start(&args);
     let signal = 'run: loop {
         let mut all_watched = true;
         if let Some(w) = watches.as_mut() {

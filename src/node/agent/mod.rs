@@ -218,7 +218,7 @@ impl Handle {
 /// Starts the agent for `install` (its settings are the installer's:
 /// host root, entry, retry interval, plus [`Args`]). Without a node name and
 /// without a listen address nothing is started.
-pub fn start(install: &crate::install::Args) -> Handle {
+pub fn start(install: &crate::node::install::Args) -> Handle {
     let shared = Arc::new(Shared::default());
     let a = &install.agent;
     if a.node_name.is_none() && a.agent_listen.is_none() {

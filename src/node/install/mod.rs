@@ -86,9 +86,9 @@ pub struct Args {
     /// trigger one at once).
     #[arg(long, env = "MESHNFT_RESYNC_SECONDS", default_value = "60", value_parser = positive_secs)]
     pub resync_seconds: f64,
-    /// The node agent's options (repair, readiness, metrics): [`crate::agent`].
+    /// The node agent's options (repair, readiness, metrics): [`crate::node::agent`].
     #[command(flatten)]
-    pub agent: crate::agent::Args,
+    pub agent: crate::node::agent::Args,
 }
 
 fn positive_secs(s: &str) -> Result<f64, String> {

@@ -121,7 +121,7 @@ mod tests {
 
     #[test]
     fn kube_reads_what_we_write() {
-        let td = crate::install::fsutil::TestDir::new("kc");
+        let td = crate::node::install::fsutil::TestDir::new("kc");
         let d = td.0.clone();
         std::fs::write(d.join("token"), b"tok.en-1\n").unwrap();
         std::fs::write(
