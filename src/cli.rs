@@ -1,9 +1,10 @@
 //! The command-line interface (when `CNI_COMMAND` is not set).
 
 use crate::config::{self, NetConf};
+use crate::ops::args::{ExplainArgs, PodArgs};
 use crate::ops::commands;
 use crate::table::ruleset::{self, Levels};
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
 use serde_json::Value;
 use std::io::Read;
 use std::path::PathBuf;
@@ -98,82 +99,6 @@ pub enum Cmd {
     /// Install meshnft on this node and keep it chained into the primary
     /// CNI's network configuration until SIGTERM (the DaemonSet's command).
     Install(Box<crate::node::install::Args>),
-}
-
-/// Which pod network namespace an operator command works on.
-#[derive(Debug, Args)]
-pub struct PodArgs {
-    /// The pod's network namespace file (`CNI_NETNS`, e.g. /var/run/netns/NAME or /proc/PID/ns/net).
-    #[arg(long, value_name = "PATH", conflicts_with_all = ["pid", "container_id"])]
-    pub netns: Option<PathBuf>,
-    /// Any process of the pod (its /proc/PID/ns/net is used).
-    #[arg(long, value_name = "PID", conflicts_with = "container_id")]
-    pub pid: Option<u32>,
-    /// The pod sandbox id (`CNI_CONTAINERID`), looked up in the state records.
-    #[arg(long, value_name = "ID")]
-    pub container_id: Option<String>,
-    /// meshnft's state directory (the conflist's `stateDir`).
-    #[arg(long, value_name = "DIR", default_value = config::DEFAULT_STATE_DIR)]
-    pub state_dir: PathBuf,
-}
-
-/// Direction of a flow, seen from the pod.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum DirectionArg {
-    /// Into the pod.
-    In,
-    /// Out of the pod.
-    Out,
-}
-
-/// Transport protocol of a flow.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ProtoArg {
-    /// TCP.
-    Tcp,
-    /// UDP.
-    Udp,
-}
-
-/// Arguments of `meshnft explain`: the pod and the first packet of a connection.
-#[derive(Debug, Args)]
-pub struct ExplainArgs {
-    /// The pod whose table decides (one of --netns, --pid, --container-id).
-    #[command(flatten)]
-    pub pod: PodArgs,
-    /// `out` (from a container) or `in` (to the pod).
-    #[arg(long, value_enum)]
-    pub direction: DirectionArg,
-    /// Transport protocol.
-    #[arg(long, value_enum, default_value = "tcp")]
-    pub proto: ProtoArg,
-    /// Destination address (inbound: one of the pod's addresses).
-    #[arg(long, value_name = "ADDR")]
-    pub dst: std::net::IpAddr,
-    /// Destination port.
-    #[arg(long, value_name = "PORT")]
-    pub dport: u16,
-    /// Source address (inbound: the peer; checked against ignored source subnets).
-    #[arg(long, value_name = "ADDR")]
-    pub src: Option<std::net::IpAddr>,
-    /// UID owning the socket (outbound).
-    #[arg(long, default_value_t = 0)]
-    pub uid: u32,
-    /// GID owning the socket (outbound).
-    #[arg(long, default_value_t = 0)]
-    pub gid: u32,
-    /// The container's cgroup (outbound): an absolute path under the cgroup2
-    /// mount, or the path /proc/PID/cgroup shows. Without it the socket is
-    /// taken to be in the root cgroup.
-    #[arg(long, value_name = "PATH")]
-    pub cgroup: Option<PathBuf>,
-    /// The packet leaves through `lo` (the pod's own addresses); implied for
-    /// 127.0.0.0/8 and ::1.
-    #[arg(long)]
-    pub lo: bool,
-    /// Print a JSON document instead of text.
-    #[arg(long)]
-    pub json: bool,
 }
 
 /// Largest configuration `render`/`status` read, in bytes (as the plugin's stdin).

@@ -1,11 +1,11 @@
 //! The operator subcommands behind the CLI: `inspect`, `explain`, `pin`,
-//! `unpin`. Each turns parsed arguments into calls of [`crate::ops::podns`],
-//! [`crate::table::readback`], [`crate::ops::inspect`], [`crate::ops::explain`] and
-//! [`crate::ops::pin`], and returns the text for stdout (errors go to stderr via
-//! [`finish`]).
+//! `unpin`. Each turns parsed arguments ([`super::args`]) into calls of
+//! [`super::podns`], [`crate::table::readback`], [`super::inspect`],
+//! [`super::explain`] and [`super::pin`], and returns the text for stdout
+//! (errors go to stderr via [`finish`]).
 
-use crate::cli::{DirectionArg, ExplainArgs, PodArgs, ProtoArg};
 use crate::nft::Nft;
+use crate::ops::args::{DirectionArg, ExplainArgs, PodArgs, ProtoArg};
 use crate::ops::cgroupid;
 use crate::ops::error::{OpError, OpResult};
 use crate::ops::explain::{self, Direction, Flow, Proto, SocketCgroup};

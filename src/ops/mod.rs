@@ -1,6 +1,7 @@
 //! The operator commands: `meshnft inspect`, `explain`, `pin` and `unpin`,
 //! run by hand on a node against one pod's table.
 //!
+//! - [`args`]: the subcommands' arguments, as the command line parses them;
 //! - [`commands`]: each subcommand, from parsed arguments to the text for
 //!   stdout (and the exit code);
 //! - [`podns`]: which pod network namespace a command works on
@@ -16,6 +17,7 @@
 //! ([`crate::pod`]), the state records and [`crate::nft`]. Above: only the
 //! command line ([`crate::cli`]).
 
+pub mod args;
 pub mod cgroupid;
 pub mod commands;
 pub mod error;
