@@ -93,7 +93,7 @@ pub fn cmd_add(env: &CniEnv, conf: &NetConf) -> Result<Output> {
                     // A re-ADD must never open or reopen the init phase of a
                     // running pod (DESIGN.md 4.4): mark this pod's cgroup as
                     // started, in the same transaction.
-                    match pod.abs.as_deref().and_then(crate::ops::cgroupid::id_of) {
+                    match pod.abs.as_deref().and_then(crate::pod::cgroup::id_of) {
                         Some(id) => mark = Some(id),
                         None => settings.init_phase.enabled = false,
                     }

@@ -12,10 +12,11 @@
 //! `/proc/self/mountinfo`), and paths into nft's element form.
 
 use crate::ops::error::{OpError, OpResult};
-use crate::pod::cgroup::{self, Cgroup2Mount};
+use crate::pod::cgroup::{self, Cgroup2Mount, id_of};
+use crate::table::readback::CgroupKey;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::os::unix::fs::{DirEntryExt, MetadataExt};
+use std::os::unix::fs::DirEntryExt;
 use std::path::{Component, Path, PathBuf};
 
 /// `CGROUP2_SUPER_MAGIC` (linux/magic.h): the filesystem type of cgroup2.
@@ -27,36 +28,6 @@ pub const MAX_WALK_DIRS: usize = 100_000;
 /// Deepest level (below the mount) [`find_ids`] descends to.
 pub const MAX_WALK_DEPTH: usize = 32;
 
-/// A cgroupsv2 element as nft lists it: the cgroup id, or a path relative
-/// to `/sys/fs/cgroup` when nft found the directory.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub enum CgroupKey {
-    /// The bare cgroup id (nft could not name the directory).
-    Id(u64),
-    /// Path relative to `/sys/fs/cgroup` (e.g. `unified/kubepods/pod1/c1`).
-    Path(String),
-}
-
-impl std::fmt::Display for CgroupKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            CgroupKey::Id(id) => write!(f, "{id}"),
-            CgroupKey::Path(p) => write!(f, "{p}"),
-        }
-    }
-}
-
-impl CgroupKey {
-    /// The cgroup id this element stands for: the id itself, or the inode of
-    /// `/sys/fs/cgroup/<path>` (`None` when that directory is gone).
-    pub fn id(&self) -> Option<u64> {
-        match self {
-            CgroupKey::Id(id) => Some(*id),
-            CgroupKey::Path(p) => id_of(&Path::new(NFT_CGROUP_BASE).join(p)),
-        }
-    }
-}
-
 /// A cgroup element resolved for display (`inspect`, stable JSON).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct CgroupRef {
@@ -67,14 +38,6 @@ pub struct CgroupRef {
     /// The element exactly as nft lists it (path relative to
     /// `/sys/fs/cgroup`, or the id as a decimal string).
     pub nft: String,
-}
-
-/// The cgroup id of directory `dir` (its inode number), if it exists.
-pub fn id_of(dir: &Path) -> Option<u64> {
-    std::fs::metadata(dir)
-        .ok()
-        .filter(|m| m.is_dir())
-        .map(|m| m.ino())
 }
 
 /// True when `dir` is a directory of a cgroup2 filesystem.
@@ -200,8 +163,8 @@ pub enum NftPathError {
 }
 
 /// The cgroupsv2 element nft needs for cgroup directory `abs`: its path
-/// relative to `/sys/fs/cgroup`, plain path characters only. Used by ADD
-/// (marking a re-ADDed pod started) and by `pin`/`unpin`.
+/// relative to `/sys/fs/cgroup`, plain path characters only (what
+/// [`nft_element`] gives `pin`/`unpin`).
 pub fn nft_path(abs: &Path) -> Result<String, NftPathError> {
     let rel = abs
         .strip_prefix(NFT_CGROUP_BASE)
@@ -253,6 +216,15 @@ pub fn find_ids(mount_point: &Path, ids: &BTreeSet<u64>) -> BTreeMap<u64, PathBu
         }
     }
     found
+}
+
+/// The cgroup id element `k` stands for: the id itself, or the inode of
+/// `/sys/fs/cgroup/<path>` (`None` when that directory is gone).
+pub fn key_id(k: &CgroupKey) -> Option<u64> {
+    match k {
+        CgroupKey::Id(id) => Some(*id),
+        CgroupKey::Path(p) => id_of(&Path::new(NFT_CGROUP_BASE).join(p)),
+    }
 }
 
 /// Resolves listed elements for display: paths are checked (and their id

@@ -98,7 +98,7 @@ fn inspect_all(state_dir: &Path, json: bool) -> OpResult<String> {
             .find_map(|p| Netns::open(p).ok().flatten().filter(|ns| ns.id == found.id));
         let Some(ns) = ns else { continue };
         let read = Nft::open(&ns.file)
-            .map_err(|e| crate::error::Error::from(e).into())
+            .map_err(crate::error::Error::from)
             .and_then(|mut nft| readback::read(&mut nft));
         match read {
             Ok(Some(t)) => namespaces.push(inspect::summary(&found, &t)),
@@ -177,12 +177,12 @@ pub fn explain(a: &ExplainArgs) -> OpResult<String> {
     let started: Vec<u64> = t
         .cgroups("proxy_started")
         .iter()
-        .filter_map(|k| k.id())
+        .filter_map(cgroupid::key_id)
         .collect();
     let pins: Vec<(u64, readback::Verdict)> = t
         .verdicts("init_phase")
         .into_iter()
-        .filter_map(|(k, v)| Some((k.id()?, v)))
+        .filter_map(|(k, v)| Some((cgroupid::key_id(&k)?, v)))
         .collect();
     let d = explain::decide(&t, &flow, &started, &pins);
     let phase = inspect::phase(&t);

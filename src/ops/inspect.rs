@@ -9,11 +9,11 @@
 //! [`Report`] is also the stable JSON document of `inspect --json`
 //! (`"version": 1`; fields are only ever added).
 
-use crate::ops::cgroupid::{self, CgroupKey, CgroupRef};
+use crate::ops::cgroupid::{self, CgroupRef};
 use crate::ops::explain;
 use crate::ops::podns::PodNetns;
 use crate::pod::cgroup::Cgroup2Mount;
-use crate::table::readback::{Elem, TableView, Verdict};
+use crate::table::readback::{CgroupKey, Elem, TableView, Verdict};
 use serde::Serialize;
 use std::fmt::Write as _;
 use std::path::PathBuf;

@@ -105,7 +105,7 @@ pub fn set(
     let before = t
         .verdicts("init_phase")
         .into_iter()
-        .find(|(k, _)| k.id() == Some(loc.id))
+        .find(|(k, _)| cgroupid::key_id(k) == Some(loc.id))
         .map(|(_, v)| v);
     let after = pin.map(PinVerdict::verdict);
     let del = format!("delete element {TABLE} init_phase {{ \"{element}\" }}\n");

@@ -10,6 +10,7 @@
 use crate::error::{Code, Error, Result};
 use crate::table::ruleset::Levels;
 use std::collections::VecDeque;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 
 /// Deepest directory (below the search root) the fallback walk descends to.
@@ -182,6 +183,14 @@ pub fn levels(mount_root: &Path, rel: &Path, offset: i32) -> Result<Levels> {
         pod: p as u8,
         container: p as u8 + 1,
     })
+}
+
+/// The cgroup id of directory `dir` (its inode number), if it exists.
+pub fn id_of(dir: &Path) -> Option<u64> {
+    std::fs::metadata(dir)
+        .ok()
+        .filter(|m| m.is_dir())
+        .map(|m| m.ino())
 }
 
 #[cfg(test)]

@@ -14,14 +14,31 @@
 use crate::nft::dump::{Listing, SetInfo, intervals};
 use crate::nft::expr::{Expr, ImmediateData, MetaKey};
 use crate::nft::{Nft, model};
-use crate::ops::cgroupid::CgroupKey;
-use crate::ops::error::OpResult;
 use crate::ports::PortRange;
 use crate::table::ruleset;
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 pub use crate::nft::model::Verdict;
+
+/// A cgroupsv2 element as nft lists it: the cgroup id, or a path relative
+/// to `/sys/fs/cgroup` when nft found the directory.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum CgroupKey {
+    /// The bare cgroup id (nft could not name the directory).
+    Id(u64),
+    /// Path relative to `/sys/fs/cgroup` (e.g. `unified/kubepods/pod1/c1`).
+    Path(String),
+}
+
+impl std::fmt::Display for CgroupKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CgroupKey::Id(id) => write!(f, "{id}"),
+            CgroupKey::Path(p) => write!(f, "{p}"),
+        }
+    }
+}
 
 /// One set or map element, typed by the set's type.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -288,11 +305,12 @@ pub fn from_listing(l: &Listing) -> TableView {
 
 /// Reads `table inet meshnft` over `nft`: `Ok(None)` when there is none.
 ///
-/// Errors: the kernel could not be read ([`OpError::Nft`]).
-pub fn read(nft: &mut Nft) -> OpResult<Option<TableView>> {
+/// Errors: the kernel could not be read (its nf_tables error, as
+/// [`crate::error::Error`]).
+pub fn read(nft: &mut Nft) -> crate::error::Result<Option<TableView>> {
     match nft.read(crate::nft::TABLE_NAME) {
         Ok(l) => Ok(l.as_ref().map(from_listing)),
-        Err(e) => Err(crate::error::Error::from(e).into()),
+        Err(e) => Err(crate::error::Error::from(e)),
     }
 }
 

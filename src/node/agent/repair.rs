@@ -252,7 +252,7 @@ impl Host {
             .is_some_and(|s| !s.elems.is_empty());
         let mut mark = None;
         if gate && (close.is_some() || was_closed) {
-            match crate::ops::cgroupid::id_of(&dir) {
+            match crate::pod::cgroup::id_of(&dir) {
                 Some(id) => mark = Some(id),
                 // Cannot close it: never write it open for a running pod.
                 None => settings.init_phase.enabled = false,
