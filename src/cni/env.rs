@@ -1,6 +1,7 @@
 //! The `CNI_*` environment (CNI spec 1.1, section "Parameters").
 
 use crate::error::{Error, Result};
+use crate::pod::k8s::names::{is_dns1123_label, is_dns1123_subdomain};
 use std::ffi::OsString;
 use std::path::PathBuf;
 
@@ -182,23 +183,6 @@ impl CniEnv {
         }
         Ok(out)
     }
-}
-
-/// Kubernetes' DNS-1123 label (namespace names): 1-63 of `[a-z0-9-]`,
-/// starting and ending with an alphanumeric.
-pub fn is_dns1123_label(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
-}
-
-/// Kubernetes' DNS-1123 subdomain (pod names): at most 253 bytes of
-/// DNS-1123 labels joined by `.`.
-pub fn is_dns1123_subdomain(s: &str) -> bool {
-    s.len() <= 253 && s.split('.').all(is_dns1123_label)
 }
 
 #[cfg(test)]

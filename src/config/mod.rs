@@ -10,6 +10,8 @@
 //! error is CNI code 6 (not JSON / wrong shape) or 7 (bad value) and names
 //! the field (dotted path) and the token.
 
+pub mod kubernetes;
+
 use crate::error::{Code, Error, Result};
 use crate::ports::{self, PortRange};
 use crate::subnets::Subnets;
@@ -155,11 +157,11 @@ pub struct KubernetesConf {
 impl KubernetesConf {
     /// The API client settings, when a kubeconfig is configured.
     /// Errors: code 7 for an out-of-range timeout or attempt count.
-    pub fn api(&self) -> Result<Option<crate::pod::k8s::api::ApiConfig>> {
+    pub fn api(&self) -> Result<Option<kubernetes::ApiConfig>> {
         // Validated whether or not a kubeconfig is set: a bad value is
         // refused where it is written, not once a kubeconfig is added.
         let timeout = match self.timeout_seconds {
-            None => crate::pod::k8s::api::DEFAULT_TIMEOUT,
+            None => kubernetes::DEFAULT_TIMEOUT,
             Some(t) if t > 0.0 && t <= 60.0 => std::time::Duration::from_secs_f64(t),
             Some(t) => {
                 return Err(Error::config(
@@ -170,7 +172,7 @@ impl KubernetesConf {
             }
         };
         let attempts = match self.attempts {
-            None => crate::pod::k8s::api::DEFAULT_ATTEMPTS,
+            None => kubernetes::DEFAULT_ATTEMPTS,
             Some(a) if (1..=10).contains(&a) => a,
             Some(a) => {
                 return Err(Error::config(
@@ -183,7 +185,7 @@ impl KubernetesConf {
         let Some(kubeconfig) = self.kubeconfig.clone() else {
             return Ok(None);
         };
-        Ok(Some(crate::pod::k8s::api::ApiConfig {
+        Ok(Some(kubernetes::ApiConfig {
             kubeconfig,
             timeout,
             attempts,

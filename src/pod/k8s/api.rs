@@ -5,32 +5,18 @@
 //! (RBAC, credentials, unreachable API server); it never skips redirection.
 
 use super::{Container, PodInfo, PodSource};
+use crate::config::kubernetes::ApiConfig;
 use crate::error::{Code, Error, Result};
 use crate::safefs;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::Client;
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
-/// Default timeout of one API request (connect, and read).
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
-/// Default number of attempts for transient failures.
-pub const DEFAULT_ATTEMPTS: u32 = 3;
 /// Delay before the second attempt; doubled for each further one.
 pub const RETRY_BASE: Duration = Duration::from_millis(200);
-
-/// How to reach the API server.
-#[derive(Debug, Clone)]
-pub struct ApiConfig {
-    /// Kubeconfig file (`kubernetes.kubeconfig`).
-    pub kubeconfig: PathBuf,
-    /// Per-request timeout (`kubernetes.timeoutSeconds`).
-    pub timeout: Duration,
-    /// Attempts for transient failures (`kubernetes.attempts`, 1-10).
-    pub attempts: u32,
-}
 
 /// Largest kubeconfig read, in bytes.
 pub const MAX_KUBECONFIG: u64 = 4 << 20;
@@ -320,13 +306,13 @@ where
 pub fn read_pod(cfg: &ApiConfig, namespace: &str, name: &str) -> Result<PodInfo> {
     // Request paths are built from these: re-checked here so that no caller
     // can pass an unvalidated name.
-    if !crate::cni::env::is_dns1123_label(namespace) {
+    if !super::names::is_dns1123_label(namespace) {
         return Err(Error::env(
             "CNI_ARGS",
             format!("K8S_POD_NAMESPACE={namespace:?} is not a Kubernetes namespace name"),
         ));
     }
-    if !crate::cni::env::is_dns1123_subdomain(name) {
+    if !super::names::is_dns1123_subdomain(name) {
         return Err(Error::env(
             "CNI_ARGS",
             format!("K8S_POD_NAME={name:?} is not a Kubernetes pod name"),

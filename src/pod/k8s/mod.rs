@@ -13,6 +13,7 @@
 //! `cni-plugin/main.go`), so existing pods work unchanged.
 
 pub mod api;
+pub mod names;
 
 use crate::config::{DEFAULT_INBOUND_IGNORE, Settings};
 use crate::error::{Code, Error, Result};
