@@ -17,7 +17,8 @@
 //! The result is cached per boot in the state dir.
 
 use crate::error::{Error, Result};
-use crate::nft::model::{Chain, Hook, IPPROTO_UDP, Key, KeyType, Rule, Set, Stmt, Table, Verdict};
+use crate::nft::model::{Chain, Hook, IPPROTO_UDP, Key, KeyType, Rule, Set, Stmt, Table};
+use crate::nft::verdict::Verdict;
 use crate::nft::{Nft, encode};
 use serde::{Deserialize, Serialize};
 use std::path::Path;

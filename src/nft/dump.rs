@@ -6,9 +6,9 @@
 
 use super::encode::RawElem;
 use super::expr::Expr;
-use super::model::Verdict;
 use super::netlink::{MsgBuilder, NLM_F_ACK, NLM_F_DUMP, attr, attrs, find, msg};
 use super::sock::{Conn, DumpError};
+use super::verdict::Verdict;
 
 /// A chain as the kernel lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -16,10 +16,11 @@
 //! * rules: `NEWRULE` with `NLM_F_APPEND | NLM_F_CREATE`, expressions, and
 //!   the comment in `NFTA_RULE_USERDATA` (`NFTNL_UDATA_RULE_COMMENT`).
 
-use super::model::{Elem, KeyType, Rule, Set, Table, Verdict};
+use super::model::{Elem, KeyType, Rule, Set, Table};
 use super::netlink::{
     ELEM_INTERVAL_END, MsgBuilder, NLM_F_APPEND, NLM_F_CREATE, NLM_F_EXCL, attr, msg, set_flags,
 };
+use super::verdict::Verdict;
 
 /// Elements per `NEWSETELEM` message.
 pub const ELEMS_PER_MSG: usize = 1000;

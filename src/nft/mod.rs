@@ -6,6 +6,8 @@
 //!
 //! * [`model`]: the typed objects of a table (sets, elements, chains,
 //!   rules made of statements) — the single description;
+//! * [`verdict`]: a verdict (a rule's last statement, a map's data, an
+//!   `immediate`'s value), its netlink form and its text;
 //! * [`text`]: their nft text rendering, for people (`meshnft render`, the
 //!   golden files); `nft -f` of it gives the same table;
 //! * [`expr`]: kernel expressions, one file each, encode and decode side by
@@ -27,6 +29,7 @@ pub mod model;
 pub mod netlink;
 pub mod sock;
 pub mod text;
+pub mod verdict;
 
 use crate::error::{Code, Error};
 use encode::Batch;

@@ -19,7 +19,7 @@ use crate::table::ruleset;
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-pub use crate::nft::model::Verdict;
+pub use crate::nft::verdict::Verdict;
 
 /// A cgroupsv2 element as nft lists it: the cgroup id, or a path relative
 /// to `/sys/fs/cgroup` when nft found the directory.

@@ -34,8 +34,9 @@ pub struct Levels {
     pub container: u8,
 }
 
-pub use crate::nft::model::{Chain, Elem, Hook, Key, KeyType, Rule, Set, Stmt, Table, Verdict};
+pub use crate::nft::model::{Chain, Elem, Hook, Key, KeyType, Rule, Set, Stmt, Table};
 use crate::nft::model::{IPPROTO_TCP, NFPROTO_IPV6};
+pub use crate::nft::verdict::Verdict;
 
 fn port_elems(r: &[PortRange]) -> Vec<Elem> {
     r.iter().copied().map(Elem::Ports).collect()
