@@ -98,7 +98,7 @@ pub enum Cmd {
     },
     /// Install meshnft on this node and keep it chained into the primary
     /// CNI's network configuration until SIGTERM (the DaemonSet's command).
-    Install(Box<crate::node::install::Args>),
+    Install(Box<crate::node::Args>),
 }
 
 /// Largest configuration `render`/`status` read, in bytes (as the plugin's stdin).
@@ -258,6 +258,6 @@ pub fn run() -> i32 {
         Cmd::Unpin { pod, cgroup } => {
             commands::finish("unpin", commands::pin(&pod, &cgroup, None, false))
         }
-        Cmd::Install(args) => crate::node::install::run(*args),
+        Cmd::Install(args) => crate::node::run(*args),
     }
 }

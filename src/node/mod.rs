@@ -1,13 +1,185 @@
 //! `meshnft install`: the DaemonSet's process on every node.
 //!
-//! - [`install`]: puts the plugin on the node and keeps it chained into
-//!   the primary CNI's network configuration; takes it out on SIGTERM;
-//! - [`agent`]: beside the installer, watches the node's meshed pods and
-//!   repairs those running without their table; readiness and metrics.
+//! [`run`] is its main loop: a reconcile pass of the installer at start,
+//! on file events and signals ([`watch`]) and on timers; the node agent
+//! beside it on a thread of its own; on SIGTERM the agent stops and the
+//! installer uninstalls.
 //!
-//! Below: the CNI verbs (CHECK's comparison, STATUS's checks), the pod,
-//! the table and the settings. Above: only the command line
-//! ([`crate::cli`]).
+//! - [`install`]: puts the plugin on the node and keeps it chained into
+//!   the primary CNI's network configuration; takes it out again;
+//! - [`agent`]: watches the node's meshed pods and repairs those running
+//!   without their table; readiness, node taint and metrics.
+//!
+//! The agent reads the installer's options and entry (agent -> install);
+//! only this loop knows both. Below: the CNI verbs (CHECK's comparison,
+//! STATUS's checks), the pod, the table and the settings. Above: only the
+//! command line ([`crate::cli`]).
 
 pub mod agent;
 pub mod install;
+pub mod watch;
+
+use install::error::InstallError;
+use install::lifecycle::{Installer, Outcome};
+use std::path::Path;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+use watch::{Wake, Watches};
+
+/// Options of `meshnft install`: the installer's, then the node agent's;
+/// each also reads an environment variable.
+#[derive(Debug, Clone, clap::Args)]
+#[group(skip)]
+pub struct Args {
+    /// The installer's options: [`install::Args`].
+    #[command(flatten)]
+    pub install: install::Args,
+    /// The node agent's options (repair, readiness, metrics): [`agent::Args`].
+    #[command(flatten)]
+    pub agent: agent::Args,
+}
+
+/// Logs a pass's result, once per change (a problem that persists is
+/// logged again only at debug level).
+struct Reporter {
+    last: Option<String>,
+}
+
+impl Reporter {
+    fn report(&mut self, net_dir: &Path, r: &Result<Outcome, InstallError>) {
+        let (msg, problem) = match r {
+            Ok(Outcome::Waiting) => (
+                format!(
+                    "waiting for the primary CNI: no network configuration (*.conf, *.conflist, *.json) loads in {}",
+                    net_dir.display()
+                ),
+                false,
+            ),
+            Ok(Outcome::Chained { path, .. }) => {
+                (format!("meshnft is chained into {}", path.display()), false)
+            }
+            Err(e) => (format!("{e}; retrying"), true),
+        };
+        if self.last.as_deref() == Some(msg.as_str()) {
+            tracing::debug!("{msg}");
+        } else if problem {
+            tracing::warn!("{msg}");
+        } else {
+            tracing::info!("{msg}");
+        }
+        self.last = Some(msg);
+    }
+}
+
+/// Runs `meshnft install` until SIGTERM: a reconcile pass at start, on
+/// file events and on timers, the agent beside it; then cleans up unless
+/// `--keep-on-exit`. Returns the process exit code: 0 after a clean exit,
+/// 1 when cleanup failed or signal handling could not be set up.
+pub fn run(args: Args) -> i32 {
+    let (tx, rx) = mpsc::channel::<Wake>();
+    if let Err(e) = watch::signals(tx.clone()) {
+        tracing::error!("cannot set up signal handling: {e}");
+        return 1;
+    }
+    let mut inst = Installer::new(args.install.clone());
+    let l = inst.layout().clone();
+    let mut watches = match Watches::new(tx) {
+        Ok(w) => Some(w),
+        Err(e) => {
+            tracing::warn!(
+                "cannot watch files ({e}); falling back to checking every {:?}",
+                l.retry
+            );
+            None
+        }
+    };
+    let mut dirs = vec![l.net_dir.clone()];
+    if l.kubeconfig.is_some() {
+        dirs.push(args.install.service_account_dir.clone());
+    }
+    if let Some(parent) = args.install.entry_file.as_deref().and_then(Path::parent) {
+        dirs.push(parent.to_path_buf());
+    }
+    tracing::info!(
+        "meshnft {} installer: bin dir {}, config dir {}, kubeconfig {}",
+        env!("CARGO_PKG_VERSION"),
+        l.bin_dir.display(),
+        l.net_dir.display(),
+        l.kubeconfig
+            .as_ref()
+            .map(|(_, here)| here.display().to_string())
+            .unwrap_or_else(|| "(none)".into())
+    );
+    let mut reporter = Reporter { last: None };
+    let mut agent = agent::start(&args.install, &args.agent);
+    let signal = 'run: loop {
+        let mut all_watched = true;
+        if let Some(w) = watches.as_mut() {
+            for d in &dirs {
+                if let Err(e) = w.ensure(d) {
+                    tracing::debug!("{e}");
+                    all_watched = false;
+                }
+            }
+        }
+        let r = inst.reconcile();
+        reporter.report(&l.net_dir, &r);
+        agent.set_chained(matches!(r, Ok(Outcome::Chained { .. })));
+        let wait = if r.is_err() || !all_watched || watches.is_none() {
+            l.retry
+        } else {
+            l.resync
+        };
+        // Wait for an event, a signal or the timer; then let a burst of
+        // events settle (up to 1 s) before the next pass.
+        match rx.recv_timeout(wait) {
+            Ok(Wake::Signal(s)) => break 'run s,
+            Ok(Wake::Fs { path, removed }) => {
+                forget_lost(&mut watches, &path, removed);
+                let settle = Instant::now() + Duration::from_secs(1);
+                loop {
+                    match rx.recv_timeout(Duration::from_millis(50)) {
+                        Ok(Wake::Signal(s)) => break 'run s,
+                        Ok(Wake::Fs { path, removed }) => {
+                            forget_lost(&mut watches, &path, removed);
+                            if Instant::now() >= settle {
+                                break;
+                            }
+                        }
+                        Err(_) => break,
+                    }
+                }
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => std::thread::sleep(wait),
+        }
+    };
+    tracing::info!("received {signal}");
+    agent.stop();
+    drop(watches);
+    if args.install.keep_on_exit {
+        tracing::info!("--keep-on-exit: leaving the entry, the kubeconfig and the binary in place");
+        return 0;
+    }
+    match inst.uninstall() {
+        Ok(()) => {
+            tracing::info!("uninstall complete");
+            0
+        }
+        Err(errs) => {
+            for e in errs {
+                tracing::error!("uninstall: {e}");
+            }
+            1
+        }
+    }
+}
+
+fn forget_lost(watches: &mut Option<Watches>, path: &Path, removed: bool) {
+    if removed
+        && let Some(w) = watches.as_mut()
+        && w.is_watched(path)
+    {
+        w.forget(path);
+    }
+}

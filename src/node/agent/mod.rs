@@ -215,20 +215,20 @@ impl Handle {
     }
 }
 
-/// Starts the agent for `install` (its settings are the installer's:
-/// host root, entry, retry interval, plus [`Args`]). Without a node name and
-/// without a listen address nothing is started.
-pub fn start(install: &crate::node::install::Args) -> Handle {
+/// Starts the agent beside the installer: its settings are the
+/// installer's (`install`: host root, entry, retry interval) and its own
+/// (`agent`). Without a node name and without a listen address nothing is
+/// started.
+pub fn start(install: &crate::node::install::Args, agent: &Args) -> Handle {
     let shared = Arc::new(Shared::default());
-    let a = &install.agent;
-    if a.node_name.is_none() && a.agent_listen.is_none() {
+    if agent.node_name.is_none() && agent.agent_listen.is_none() {
         return Handle { shared, stop: None };
     }
     let (tx, rx) = tokio::sync::watch::channel(false);
-    let (s, cfg) = (shared.clone(), install.clone());
+    let (s, cfg, a) = (shared.clone(), install.clone(), agent.clone());
     let spawned = std::thread::Builder::new()
         .name("meshnft-agent".into())
-        .spawn(move || run::thread(cfg, s, rx));
+        .spawn(move || run::thread(cfg, a, s, rx));
     if let Err(e) = spawned {
         tracing::error!("agent: cannot start its thread: {e}; running the installer alone");
     }

@@ -34,10 +34,11 @@ struct Ctx {
 /// The thread's body (see [`super::start`]).
 pub(super) fn thread(
     cfg: install::Args,
+    agent: Args,
     shared: Arc<Shared>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
-    if cfg.agent.node_name.is_some() {
+    if agent.node_name.is_some() {
         enter_host_cgroupns();
     }
     let rt = match tokio::runtime::Builder::new_current_thread()
@@ -51,9 +52,9 @@ pub(super) fn thread(
         }
     };
     let ctx = Arc::new(Ctx {
-        agent: cfg.agent.clone(),
         retry: Duration::from_secs_f64(cfg.retry_seconds),
-        resync: Duration::from_secs_f64(cfg.agent.agent_resync_seconds),
+        resync: Duration::from_secs_f64(agent.agent_resync_seconds),
+        agent,
         install: cfg,
         shared,
     });

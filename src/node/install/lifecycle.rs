@@ -1,5 +1,7 @@
-//! The installer's life: reconcile, wait for an event or a timer, repeat;
-//! on SIGTERM uninstall in order (entry, kubeconfig, binary).
+//! The installer's passes and its uninstall. [`crate::node::run`] calls
+//! [`Installer::reconcile`] at start, on file events and on timers, and
+//! [`Installer::uninstall`] on SIGTERM (in order: entry, kubeconfig,
+//! binary).
 //!
 //! A reconcile pass is idempotent and does, in this order, stopping at the
 //! first problem (which is logged; the pass is retried after
@@ -16,13 +18,10 @@
 //!    lacks the entry).
 
 use super::error::InstallError;
-use super::watch::{Wake, Watches};
 use super::{Args, Layout, checks, conflist, discover, entry, fsutil, kubeconfig};
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
 
 /// What a successful pass found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -438,146 +437,4 @@ pub fn remaining_entries(dir: &Path) -> Vec<(PathBuf, Value)> {
         }
     }
     out
-}
-
-/// Logs a pass's result, once per change (a problem that persists is
-/// logged again only at debug level).
-struct Reporter {
-    last: Option<String>,
-}
-
-impl Reporter {
-    fn report(&mut self, net_dir: &Path, r: &Result<Outcome, InstallError>) {
-        let (msg, problem) = match r {
-            Ok(Outcome::Waiting) => (
-                format!(
-                    "waiting for the primary CNI: no network configuration (*.conf, *.conflist, *.json) loads in {}",
-                    net_dir.display()
-                ),
-                false,
-            ),
-            Ok(Outcome::Chained { path, .. }) => {
-                (format!("meshnft is chained into {}", path.display()), false)
-            }
-            Err(e) => (format!("{e}; retrying"), true),
-        };
-        if self.last.as_deref() == Some(msg.as_str()) {
-            tracing::debug!("{msg}");
-        } else if problem {
-            tracing::warn!("{msg}");
-        } else {
-            tracing::info!("{msg}");
-        }
-        self.last = Some(msg);
-    }
-}
-
-/// The main loop (see [`super::run`]).
-pub fn run(args: Args) -> i32 {
-    let (tx, rx) = mpsc::channel::<Wake>();
-    if let Err(e) = super::watch::signals(tx.clone()) {
-        tracing::error!("cannot set up signal handling: {e}");
-        return 1;
-    }
-    let mut inst = Installer::new(args.clone());
-    let l = inst.layout().clone();
-    let mut watches = match Watches::new(tx) {
-        Ok(w) => Some(w),
-        Err(e) => {
-            tracing::warn!(
-                "cannot watch files ({e}); falling back to checking every {:?}",
-                l.retry
-            );
-            None
-        }
-    };
-    let mut dirs = vec![l.net_dir.clone()];
-    if l.kubeconfig.is_some() {
-        dirs.push(args.service_account_dir.clone());
-    }
-    if let Some(parent) = args.entry_file.as_deref().and_then(Path::parent) {
-        dirs.push(parent.to_path_buf());
-    }
-    tracing::info!(
-        "meshnft {} installer: bin dir {}, config dir {}, kubeconfig {}",
-        env!("CARGO_PKG_VERSION"),
-        l.bin_dir.display(),
-        l.net_dir.display(),
-        l.kubeconfig
-            .as_ref()
-            .map(|(_, here)| here.display().to_string())
-            .unwrap_or_else(|| "(none)".into())
-    );
-    let mut reporter = Reporter { last: None };
-    let mut agent = crate::node::agent::start(&args);
-    let signal = 'run: loop {
-        let mut all_watched = true;
-        if let Some(w) = watches.as_mut() {
-            for d in &dirs {
-                if let Err(e) = w.ensure(d) {
-                    tracing::debug!("{e}");
-                    all_watched = false;
-                }
-            }
-        }
-        let r = inst.reconcile();
-        reporter.report(&l.net_dir, &r);
-        agent.set_chained(matches!(r, Ok(Outcome::Chained { .. })));
-        let wait = if r.is_err() || !all_watched || watches.is_none() {
-            l.retry
-        } else {
-            l.resync
-        };
-        // Wait for an event, a signal or the timer; then let a burst of
-        // events settle (up to 1 s) before the next pass.
-        match rx.recv_timeout(wait) {
-            Ok(Wake::Signal(s)) => break 'run s,
-            Ok(Wake::Fs { path, removed }) => {
-                forget_lost(&mut watches, &path, removed);
-                let settle = Instant::now() + Duration::from_secs(1);
-                loop {
-                    match rx.recv_timeout(Duration::from_millis(50)) {
-                        Ok(Wake::Signal(s)) => break 'run s,
-                        Ok(Wake::Fs { path, removed }) => {
-                            forget_lost(&mut watches, &path, removed);
-                            if Instant::now() >= settle {
-                                break;
-                            }
-                        }
-                        Err(_) => break,
-                    }
-                }
-            }
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
-            Err(mpsc::RecvTimeoutError::Disconnected) => std::thread::sleep(wait),
-        }
-    };
-    tracing::info!("received {signal}");
-    agent.stop();
-    drop(watches);
-    if args.keep_on_exit {
-        tracing::info!("--keep-on-exit: leaving the entry, the kubeconfig and the binary in place");
-        return 0;
-    }
-    match inst.uninstall() {
-        Ok(()) => {
-            tracing::info!("uninstall complete");
-            0
-        }
-        Err(errs) => {
-            for e in errs {
-                tracing::error!("uninstall: {e}");
-            }
-            1
-        }
-    }
-}
-
-fn forget_lost(watches: &mut Option<Watches>, path: &Path, removed: bool) {
-    if removed
-        && let Some(w) = watches.as_mut()
-        && w.is_watched(path)
-    {
-        w.forget(path);
-    }
 }

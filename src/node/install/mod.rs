@@ -1,6 +1,7 @@
-//! `meshnft install`: the DaemonSet's container command. It puts the plugin
-//! on the node and keeps it chained into the node's primary network
-//! configuration, and takes it out again on SIGTERM.
+//! The installer of `meshnft install` (the DaemonSet's container command,
+//! see [`crate::node`]). It puts the plugin on the node and keeps it
+//! chained into the node's primary network configuration, and takes it out
+//! again on SIGTERM.
 //!
 //! One concern per module:
 //! - [`discover`]: which file runtimes use (libcni's rules);
@@ -8,8 +9,7 @@
 //! - [`entry`]: the entry to insert (ConfigMap file or built-in default);
 //! - [`kubeconfig`]: the plugin's kubeconfig from the service account;
 //! - [`checks`]: STATUS checks before inserting;
-//! - [`watch`]: file events and signals;
-//! - [`lifecycle`]: the reconcile loop, install and uninstall;
+//! - [`lifecycle`]: one reconcile pass, and the uninstall;
 //! - [`fsutil`], [`error`]: atomic writes and error messages.
 //!
 //! Paths given on the command line are *host* paths (as they go into the
@@ -23,7 +23,6 @@ pub mod error;
 pub mod fsutil;
 pub mod kubeconfig;
 pub mod lifecycle;
-pub mod watch;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -33,7 +32,8 @@ use std::time::Duration;
 /// originals of converted `.conf` files live there.
 pub const STATE_SUBDIR: &str = "meshnft.d";
 
-/// Options of `meshnft install`; each also reads an environment variable.
+/// The installer's options (part of `meshnft install`, see
+/// [`crate::node::Args`]); each also reads an environment variable.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
     /// Where the host's file system is mounted in this container; the host
@@ -86,9 +86,6 @@ pub struct Args {
     /// trigger one at once).
     #[arg(long, env = "MESHNFT_RESYNC_SECONDS", default_value = "60", value_parser = positive_secs)]
     pub resync_seconds: f64,
-    /// The node agent's options (repair, readiness, metrics): [`crate::node::agent`].
-    #[command(flatten)]
-    pub agent: crate::node::agent::Args,
 }
 
 fn positive_secs(s: &str) -> Result<f64, String> {
@@ -159,11 +156,4 @@ impl Layout {
             resync: Duration::from_secs_f64(args.resync_seconds),
         }
     }
-}
-
-/// Runs the installer until SIGTERM (then cleans up unless
-/// `--keep-on-exit`). Returns the process exit code: 0 after a clean exit,
-/// 1 when cleanup failed or the watcher could not start.
-pub fn run(args: Args) -> i32 {
-    lifecycle::run(args)
 }

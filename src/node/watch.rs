@@ -1,4 +1,4 @@
-//! What wakes the installer up: file events in the watched directories
+//! What wakes [`super::run`]'s loop up: file events in the watched directories
 //! (the `notify` crate, inotify on Linux) and termination signals.
 //!
 //! Directories are watched non-recursively: the CNI configuration
