@@ -17,7 +17,11 @@
 //! Both loops are bounded in time (the measurement window, plus a hard cap
 //! on the number of connects) and stop on SIGINT/SIGTERM.
 
+use crate::ctx::{Ctx, Plan};
+use crate::rules::{self, Skips};
+use crate::stats::Stats;
 use crate::sys::{self, Ns, Result};
+use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -299,4 +303,136 @@ pub fn client_rate(client: &Ns, port: u16, warmup: Duration, window: Duration) -
         .map_err(|_| "connect loop panicked".to_string())??;
     sys::check_stop()?;
     Ok(r)
+}
+
+// The measurement: per size of the ignored lists, each contender in turn.
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum DV {
+    None,
+    Mesh,
+    Legacy,
+    Nft,
+}
+
+impl DV {
+    pub fn id(self) -> &'static str {
+        match self {
+            DV::None => "no-rules",
+            DV::Mesh => "meshnft",
+            DV::Legacy => "iptables-legacy",
+            DV::Nft => "iptables-nft",
+        }
+    }
+}
+
+pub struct DpResult {
+    pub rates: Vec<Rate>,
+    /// Time to write the rules (one per round).
+    pub setup_ms: Vec<f64>,
+    /// meshnft DEL of that table (one per round).
+    pub del_ms: Vec<f64>,
+    pub rules: usize,
+}
+
+impl DpResult {
+    /// Mean connects/s over the rounds.
+    pub fn per_sec(&self) -> f64 {
+        let v: Vec<f64> = self.rates.iter().map(|r| r.per_sec()).collect();
+        v.iter().sum::<f64>() / v.len().max(1) as f64
+    }
+    pub fn setup(&self) -> f64 {
+        Stats::of(&self.setup_ms).median
+    }
+}
+
+fn dp_once(ctx: &Ctx, plan: &Plan, v: DV, size: usize) -> Result<(Rate, f64, f64, usize)> {
+    let server = ctx.ns("s")?;
+    let client = ctx.ns("k")?;
+    wire(&client, &server)?;
+    let skips = Skips::sized(size);
+    let id = ctx.name("d");
+    let (setup, rules_n) = match v {
+        DV::None => (None, 0),
+        DV::Mesh => {
+            let conf = serde_json::to_vec(&ctx.conf(false, &skips)).map_err(|e| e.to_string())?;
+            let r = ctx.meshnft("ADD", &server, &id, Some(&ctx.pod), &conf)?;
+            (Some(r), 0)
+        }
+        DV::Legacy | DV::Nft => {
+            let b = if v == DV::Legacy { "legacy" } else { "nft" };
+            let text = rules::restore_add(&skips, false);
+            let r = ctx.restore(&server, b, false, &text, false)?;
+            let save = ctx.tools.ipt[b][3].to_string_lossy().into_owned();
+            let listed = ctx.listing(&server, &[&save, "-t", "nat"])?;
+            let n = listed
+                .lines()
+                .filter(|l| l.starts_with("-A PROXY_INIT_REDIRECT"))
+                .count();
+            (Some(r), n)
+        }
+    };
+    let srv = Server::start(&server, rules::INBOUND_PORT)?;
+    let port = if v == DV::None {
+        rules::INBOUND_PORT
+    } else {
+        SERVICE_PORT
+    };
+    let mut rate = client_rate(&client, port, plan.warmup, plan.window)?;
+    // Let the last accepts land before reading the count.
+    std::thread::sleep(Duration::from_millis(60));
+    rate.accepted = srv.accepted();
+    drop(srv);
+    let mut del_ms = f64::NAN;
+    if v == DV::Mesh {
+        let conf = serde_json::to_vec(&ctx.conf(false, &skips)).map_err(|e| e.to_string())?;
+        del_ms = ctx
+            .meshnft("DEL", &server, &id, Some(&ctx.pod), &conf)?
+            .ms();
+    }
+    if rate.connects == 0 || rate.failures * 1000 > rate.connects + rate.failures {
+        return Err(format!(
+            "datapath {} size {size}: {} connects ok, {} failed: the rules did not redirect as expected",
+            v.id(),
+            rate.connects,
+            rate.failures
+        ));
+    }
+    let ms = setup.map(|r| r.ms()).unwrap_or(f64::NAN);
+    Ok((rate, ms, del_ms, rules_n))
+}
+
+pub fn bench_datapath(ctx: &Ctx, plan: &Plan) -> Result<BTreeMap<(usize, DV), DpResult>> {
+    let mut out: BTreeMap<(usize, DV), DpResult> = BTreeMap::new();
+    for round in 0..plan.dp_rounds {
+        for &size in &plan.sizes {
+            let mut order = vec![DV::Mesh, DV::Legacy, DV::Nft];
+            if size == 0 {
+                order.insert(0, DV::None);
+            }
+            let len = order.len();
+            order.rotate_left(round % len);
+            for v in order {
+                sys::check_stop()?;
+                eprintln!(
+                    "  datapath: round {}/{}, {} ignored ports + subnets, {}",
+                    round + 1,
+                    plan.dp_rounds,
+                    size,
+                    v.id()
+                );
+                let (rate, ms, del_ms, n) = dp_once(ctx, plan, v, size)?;
+                let e = out.entry((size, v)).or_insert(DpResult {
+                    rates: vec![],
+                    setup_ms: vec![],
+                    del_ms: vec![],
+                    rules: n,
+                });
+                e.rates.push(rate);
+                e.setup_ms.push(ms);
+                e.del_ms.push(del_ms);
+            }
+        }
+    }
+    Ok(out)
 }

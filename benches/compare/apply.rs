@@ -1,0 +1,379 @@
+//! 1 + 2. Apply and remove: rules into a fresh pod netns, per contender,
+//! interleaved runs; the remove right after each apply, in the same netns
+//! (and meshnft's DEL once more, with the table gone). The first apply and
+//! remove of each contender is checked against the listing.
+
+use crate::ctx::{Ctx, Plan};
+use crate::rules::{self, Skips};
+use crate::sys::{self, Ns, Result, Run, run_timed};
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum V {
+    MeshAdd,
+    MeshAddV46,
+    MeshAddNoCg,
+    MeshReAdd,
+    Floor,
+    NftTable,
+    LegacyV4,
+    NftV4,
+    LegacyV46,
+    NftV46,
+    CniLegacy,
+    CniNft,
+    /// A second meshnft DEL, the table already gone (a remove row only).
+    MeshDelAbsent,
+}
+
+impl V {
+    /// The contenders of the apply/remove loop, in their first order.
+    pub const ALL: [V; 12] = [
+        V::MeshAdd,
+        V::MeshAddV46,
+        V::MeshAddNoCg,
+        V::MeshReAdd,
+        V::Floor,
+        V::NftTable,
+        V::LegacyV4,
+        V::NftV4,
+        V::LegacyV46,
+        V::NftV46,
+        V::CniLegacy,
+        V::CniNft,
+    ];
+
+    /// The rows of the remove table, in order.
+    pub const DEL_ROWS: [V; 9] = [
+        V::MeshAdd,
+        V::MeshDelAbsent,
+        V::MeshAddV46,
+        V::Floor,
+        V::NftTable,
+        V::LegacyV4,
+        V::NftV4,
+        V::LegacyV46,
+        V::NftV46,
+    ];
+
+    pub fn id(self) -> &'static str {
+        match self {
+            V::MeshAdd => "meshnft-add-v4",
+            V::MeshAddV46 => "meshnft-add-v4v6",
+            V::MeshAddNoCg => "meshnft-add-no-pod-cgroup",
+            V::MeshReAdd => "meshnft-re-add-v4",
+            V::Floor => "floor-static-c-same-batch",
+            V::NftTable => "old-path-nft-f-meshnft-table",
+            V::LegacyV4 => "iptables-legacy-restore-v4",
+            V::NftV4 => "iptables-nft-restore-v4",
+            V::LegacyV46 => "iptables-legacy-restore-v4v6",
+            V::NftV46 => "iptables-nft-restore-v4v6",
+            V::CniLegacy => "linkerd-cni-commands-legacy-v4",
+            V::CniNft => "linkerd-cni-commands-nft-v4",
+            V::MeshDelAbsent => "meshnft-del-no-table",
+        }
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            V::MeshAdd => "meshnft ADD, init phase on (v4)",
+            V::MeshAddV46 => "meshnft ADD, init phase on (v4+v6)",
+            V::MeshAddNoCg => "meshnft ADD, no pod cgroup (v4)",
+            V::MeshReAdd => "meshnft re-ADD over its table (v4, flushes)",
+            V::Floor => "floor: static C, same batch, one sendto",
+            V::NftTable => "old path: nft -f of meshnft's transaction",
+            V::LegacyV4 => "iptables-legacy-restore (v4)",
+            V::NftV4 => "iptables-nft-restore (v4)",
+            V::LegacyV46 => "iptables+ip6tables-legacy-restore",
+            V::NftV46 => "iptables+ip6tables-nft-restore",
+            V::CniLegacy => "linkerd-cni style: 11 iptables-legacy cmds",
+            V::CniNft => "linkerd-cni style: 11 iptables-nft cmds",
+            V::MeshDelAbsent => "meshnft DEL, no table (second DEL)",
+        }
+    }
+
+    /// Runs every `every`-th iteration (the slow per-command rows).
+    fn every(self) -> usize {
+        match self {
+            V::CniLegacy | V::CniNft => 4,
+            _ => 1,
+        }
+    }
+
+    /// The row this contender's apply is compared with.
+    pub fn baseline(self) -> V {
+        match self {
+            V::MeshAddV46 | V::LegacyV46 | V::NftV46 => V::LegacyV46,
+            _ => V::LegacyV4,
+        }
+    }
+
+    pub fn del_label(self) -> Option<&'static str> {
+        Some(match self {
+            V::MeshAdd => "meshnft DEL (v4)",
+            V::MeshAddV46 => "meshnft DEL (v4+v6)",
+            V::MeshDelAbsent => "meshnft DEL, table already gone",
+            V::Floor => "floor: static C, delete batch, one sendto",
+            V::NftTable => "old path: nft delete table inet meshnft",
+            V::LegacyV4 => "iptables-legacy-restore cleanup (v4)",
+            V::NftV4 => "iptables-nft-restore cleanup (v4)",
+            V::LegacyV46 => "ip(6)tables-legacy-restore cleanup",
+            V::NftV46 => "ip(6)tables-nft-restore cleanup",
+            _ => return None,
+        })
+    }
+
+    /// The row this contender's remove is compared with.
+    pub fn del_baseline(self) -> V {
+        self.baseline()
+    }
+}
+
+/// One apply (or remove) of a contender: wall time over all its processes.
+#[derive(Debug, Clone, Copy)]
+pub struct Sample {
+    pub ms: f64,
+    /// CPU time of its processes (user + system, from wait4), ms.
+    pub cpu_ms: f64,
+    /// The floor program's own split (ms): time in `sendto`, time in `close`.
+    pub split: Option<(f64, f64)>,
+}
+
+fn sample_of(runs: &[Run], t0: Instant) -> Sample {
+    debug_assert!(runs.iter().all(Run::ok));
+    Sample {
+        ms: t0.elapsed().as_secs_f64() * 1e3,
+        cpu_ms: runs.iter().map(|r| r.cpu.as_secs_f64() * 1e3).sum(),
+        split: None,
+    }
+}
+
+/// The floor program's `send_us=N close_us=N` line, in ms.
+fn floor_split(out: &str) -> Result<(f64, f64)> {
+    let field = |k: &str| -> Option<f64> {
+        out.split_whitespace()
+            .find_map(|w| w.strip_prefix(k))
+            .and_then(|v| v.parse::<f64>().ok())
+            .map(|us| us / 1e3)
+    };
+    match (field("send_us="), field("close_us=")) {
+        (Some(s), Some(c)) => Ok((s, c)),
+        _ => Err(format!("floor program: unexpected output {out:?}")),
+    }
+}
+
+pub fn apply(ctx: &Ctx, v: V, ns: &Ns, id: &str) -> Result<Sample> {
+    if v == V::MeshReAdd {
+        // The table is there already (untimed): the timed ADD is a re-ADD.
+        ctx.meshnft("ADD", ns, id, Some(&ctx.pod), &ctx.conf_v4)?;
+    }
+    let t0 = Instant::now();
+    let runs = match v {
+        V::MeshAdd | V::MeshReAdd => {
+            vec![ctx.meshnft("ADD", ns, id, Some(&ctx.pod), &ctx.conf_v4)?]
+        }
+        V::MeshAddV46 => vec![ctx.meshnft("ADD", ns, id, Some(&ctx.pod), &ctx.conf_v46)?],
+        V::MeshAddNoCg => vec![ctx.meshnft("ADD", ns, id, None, &ctx.conf_v4)?],
+        V::Floor => {
+            let r = ctx.floor(ns, &ctx.floor_add)?;
+            let mut s = sample_of(std::slice::from_ref(&r), t0);
+            s.split = Some(floor_split(&r.stdout)?);
+            return Ok(s);
+        }
+        V::NftTable => vec![ctx.nft(ns, &ctx.rendered)?],
+        V::LegacyV4 | V::NftV4 | V::LegacyV46 | V::NftV46 => {
+            let b = backend(v);
+            let mut r = vec![ctx.restore(
+                ns,
+                b,
+                false,
+                &rules::restore_add(&Skips::default(), false),
+                false,
+            )?];
+            if matches!(v, V::LegacyV46 | V::NftV46) {
+                r.push(ctx.restore(
+                    ns,
+                    b,
+                    true,
+                    &rules::restore_add(&Skips::default(), true),
+                    false,
+                )?);
+            }
+            r
+        }
+        V::CniLegacy | V::CniNft => {
+            let b = backend(v);
+            let bin = format!("iptables-{b}");
+            let save = format!("iptables-{b}-save");
+            let mut r = vec![];
+            for argv in rules::commands(&bin, &save) {
+                let mut c = Command::new(&ctx.tools.nsenter);
+                c.arg(format!("--net={}", ns.path().display()))
+                    .arg("--")
+                    .args(&argv);
+                r.push(run_timed(&mut c, b"")?.check(&argv.join(" "))?);
+            }
+            r
+        }
+        V::MeshDelAbsent => return Err("meshnft-del-no-table has no apply".into()),
+    };
+    Ok(sample_of(&runs, t0))
+}
+
+pub fn backend(v: V) -> &'static str {
+    match v {
+        V::LegacyV4 | V::LegacyV46 | V::CniLegacy => "legacy",
+        _ => "nft",
+    }
+}
+
+pub fn remove(ctx: &Ctx, v: V, ns: &Ns, id: &str) -> Result<Option<Sample>> {
+    let t0 = Instant::now();
+    let runs = match v {
+        V::MeshAdd | V::MeshDelAbsent => {
+            vec![ctx.meshnft("DEL", ns, id, Some(&ctx.pod), &ctx.conf_v4)?]
+        }
+        V::MeshAddV46 => vec![ctx.meshnft("DEL", ns, id, Some(&ctx.pod), &ctx.conf_v46)?],
+        V::Floor => {
+            let r = ctx.floor(ns, &ctx.floor_del)?;
+            let mut s = sample_of(std::slice::from_ref(&r), t0);
+            s.split = Some(floor_split(&r.stdout)?);
+            return Ok(Some(s));
+        }
+        V::NftTable => vec![ctx.nft(ns, "delete table inet meshnft\n")?],
+        V::LegacyV4 | V::NftV4 | V::LegacyV46 | V::NftV46 => {
+            let b = backend(v);
+            let mut r = vec![ctx.restore(ns, b, false, &rules::restore_del(), true)?];
+            if matches!(v, V::LegacyV46 | V::NftV46) {
+                r.push(ctx.restore(ns, b, true, &rules::restore_del(), true)?);
+            }
+            r
+        }
+        // Untimed cleanup: a DEL without the pod UID, or after a re-ADD, is
+        // the same DEL as MeshAdd's.
+        V::MeshAddNoCg => {
+            ctx.meshnft("DEL", ns, id, None, &ctx.conf_v4)?;
+            return Ok(None);
+        }
+        V::MeshReAdd => {
+            ctx.meshnft("DEL", ns, id, Some(&ctx.pod), &ctx.conf_v4)?;
+            return Ok(None);
+        }
+        // linkerd-cni's DEL is a no-op.
+        V::CniLegacy | V::CniNft => return Ok(None),
+    };
+    Ok(Some(sample_of(&runs, t0)))
+}
+
+/// After the first apply and remove of each contender: are the rules there
+/// (and then gone)? Untimed.
+pub fn verify(ctx: &Ctx, v: V, ns: &Ns, present: bool) -> Result<()> {
+    let nft = ctx.tools.nft.to_string_lossy().into_owned();
+    let (listing, needle) = match v {
+        V::MeshAdd
+        | V::MeshAddV46
+        | V::MeshAddNoCg
+        | V::MeshReAdd
+        | V::MeshDelAbsent
+        | V::Floor
+        | V::NftTable => (
+            ctx.listing(ns, &[&nft, "list", "ruleset"])?,
+            "redirect to :4143",
+        ),
+        _ => {
+            let save = ctx.tools.ipt[backend(v)][3].to_string_lossy().into_owned();
+            (
+                ctx.listing(ns, &[&save, "-t", "nat"])?,
+                "-A PROXY_INIT_REDIRECT -p tcp -m comment --comment \"proxy-init/redirect-all-incoming-to-proxy-port\" -j REDIRECT --to-ports 4143",
+            )
+        }
+    };
+    if listing.contains(needle) != present {
+        return Err(format!(
+            "{}: after {}, {:?} {} in the pod netns:\n{listing}",
+            v.label(),
+            if present { "apply" } else { "remove" },
+            needle,
+            if present {
+                "is missing"
+            } else {
+                "is still there"
+            }
+        ));
+    }
+    if present && matches!(v, V::MeshAdd | V::MeshAddV46 | V::MeshReAdd | V::Floor) {
+        let gate = "socket cgroupv2 level 4 != @proxy_started";
+        if !listing.contains(gate) {
+            return Err(format!(
+                "{}: the init phase is off (no {gate:?}):\n{listing}",
+                v.label()
+            ));
+        }
+    }
+    if present && matches!(v, V::LegacyV46 | V::NftV46) {
+        let save6 = ctx.tools.ipt[backend(v)][3]
+            .to_string_lossy()
+            .replace("iptables", "ip6tables");
+        if !ctx
+            .listing(ns, &[&save6, "-t", "nat"])?
+            .contains("PROXY_INIT_REDIRECT")
+        {
+            return Err(format!("{}: no IPv6 rules", v.label()));
+        }
+    }
+    Ok(())
+}
+
+#[derive(Default)]
+pub struct Series {
+    pub add: Vec<Sample>,
+    pub del: Vec<Sample>,
+}
+
+/// Pause after an iteration's namespaces are dropped.
+const SETTLE: Duration = Duration::from_millis(40);
+
+pub fn bench_apply(ctx: &Ctx, plan: &Plan) -> Result<BTreeMap<V, Series>> {
+    let mut out: BTreeMap<V, Series> = BTreeMap::new();
+    let n = V::ALL.len();
+    for it in 0..plan.apply_iters {
+        if it % (plan.apply_iters / 5).max(1) == 0 {
+            eprintln!("  apply/remove: iteration {}/{}", it + 1, plan.apply_iters);
+        }
+        // This iteration's namespaces are made before and torn down after
+        // all its measurements (then a pause for the kernel's asynchronous
+        // netns cleanup), so that no contender's timing overlaps the
+        // teardown of the namespace the previous one used.
+        let nss: Vec<Ns> = (0..n).map(|_| ctx.ns("a")).collect::<Result<_>>()?;
+        for (k, ns) in nss.iter().enumerate() {
+            // Rotate the order so that no contender always follows another.
+            let v = V::ALL[(k + it) % n];
+            if it % v.every() != 0 {
+                continue;
+            }
+            sys::check_stop()?;
+            let id = ctx.name("c");
+            let add = apply(ctx, v, ns, &id)?;
+            if it == 0 {
+                verify(ctx, v, ns, true)?;
+            }
+            let del = remove(ctx, v, ns, &id)?;
+            if it == 0 && del.is_some() {
+                verify(ctx, v, ns, false)?;
+            }
+            let s = out.entry(v).or_default();
+            s.add.push(add);
+            s.del.extend(del);
+            if v == V::MeshAdd {
+                // DEL once more: no table now, so no transaction either.
+                let again = remove(ctx, V::MeshDelAbsent, ns, &id)?;
+                out.entry(V::MeshDelAbsent).or_default().del.extend(again);
+            }
+        }
+        drop(nss);
+        std::thread::sleep(SETTLE);
+    }
+    Ok(out)
+}
