@@ -1,4 +1,5 @@
-//! What every measurement shares: the run's sizes ([`Plan`]), the peers'
+//! What every measurement shares: the arguments ([`Opts`]), the run's
+//! sizes ([`Plan`]), the peers'
 //! tools ([`Tools`]), and the context ([`Ctx`]) that runs each contender
 //! as its runtime would, with the inputs built once per run (a real
 //! `prevResult` from the reference `ptp` plugin, meshnft's transaction as
@@ -250,4 +251,33 @@ pub fn render(ctx_bin: &Path, work: &Work, conf: &Value) -> Result<String> {
         .arg(&f)
         .args(["--pod-level", "4"]);
     Ok(run_timed(&mut cmd, b"")?.check("meshnft render")?.stdout)
+}
+
+/// The arguments (see main.rs): mode, JSON file, plugin binary.
+pub struct Opts {
+    pub quick: bool,
+    pub json: Option<PathBuf>,
+    pub bin: PathBuf,
+}
+
+pub fn parse_args() -> Result<Opts> {
+    let mut o = Opts {
+        quick: false,
+        json: None,
+        bin: PathBuf::from(env!("CARGO_BIN_EXE_meshnft")),
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--quick" => o.quick = true,
+            "--json" => o.json = Some(it.next().ok_or("--json needs a file")?.into()),
+            "--bin" => o.bin = it.next().ok_or("--bin needs a file")?.into(),
+            "--bench" => {} // added by `cargo bench`
+            "-h" | "--help" => {
+                return Err("usage: compare [--quick] [--json FILE] [--bin MESHNFT] (as root; see bench.sh)".into());
+            }
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    Ok(o)
 }

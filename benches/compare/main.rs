@@ -40,7 +40,7 @@ mod rules;
 mod stats;
 mod sys;
 
-use ctx::{Ctx, EXAMPLE, Plan, Tools};
+use ctx::{Ctx, EXAMPLE, Opts, Plan, Tools};
 use rules::Skips;
 use serde_json::{Value, json};
 use std::path::PathBuf;
@@ -48,35 +48,6 @@ use std::process::ExitCode;
 use std::sync::atomic::AtomicU64;
 use std::time::Instant;
 use sys::{PodCg, Result, Work};
-
-/// The arguments (see above): mode, JSON file, plugin binary.
-pub struct Opts {
-    quick: bool,
-    pub json: Option<PathBuf>,
-    pub bin: PathBuf,
-}
-
-fn parse_args() -> Result<Opts> {
-    let mut o = Opts {
-        quick: false,
-        json: None,
-        bin: PathBuf::from(env!("CARGO_BIN_EXE_meshnft")),
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--quick" => o.quick = true,
-            "--json" => o.json = Some(it.next().ok_or("--json needs a file")?.into()),
-            "--bin" => o.bin = it.next().ok_or("--bin needs a file")?.into(),
-            "--bench" => {} // added by `cargo bench`
-            "-h" | "--help" => {
-                return Err("usage: compare [--quick] [--json FILE] [--bin MESHNFT] (as root; see bench.sh)".into());
-            }
-            other => return Err(format!("unknown argument {other:?}")),
-        }
-    }
-    Ok(o)
-}
 
 fn main() -> ExitCode {
     sys::install_signal_handlers();
@@ -89,8 +60,8 @@ fn main() -> ExitCode {
     }
 }
 
-pub fn run() -> Result<()> {
-    let opts = parse_args()?;
+fn run() -> Result<()> {
+    let opts = ctx::parse_args()?;
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         return Err("needs root (network namespaces, nft, iptables): run sudo ./bench.sh".into());
@@ -176,7 +147,7 @@ fn check_floor(ctx: &Ctx) -> Result<()> {
     Ok(())
 }
 
-pub fn measure(ctx: &Ctx, plan: &Plan, opts: &Opts, started: Instant) -> Result<()> {
+fn measure(ctx: &Ctx, plan: &Plan, opts: &Opts, started: Instant) -> Result<()> {
     let mut machine = machine::machine(ctx);
     let (busy0, steal0) = machine::cpu_times();
     let own0 = machine::own_cpu();

@@ -1,10 +1,9 @@
 //! The results of a run: the table printed on stdout, the targets with
 //! their outcome (reported, never enforced), and the JSON document.
 
-use crate::Opts;
 use crate::apply::{Sample, Series, V};
 use crate::concurrency::{CV, ConcSeries};
-use crate::ctx::Plan;
+use crate::ctx::{Opts, Plan};
 use crate::datapath::{DV, DpResult};
 use crate::footprint::{FK, FpRow};
 use crate::rules;
