@@ -3,22 +3,26 @@
 //! namespace, and lets init containers use the network until the proxy has
 //! started (the "init phase", keyed by the socket's cgroup v2 id).
 //!
-//! Layout, one concern per module:
+//! Layout (docs/layout.md), one concern per module, each using only the
+//! modules listed below it (`tests/layout.rs` checks it):
+//! - [`cli`]: the command line (when `CNI_COMMAND` is not set);
+//! - [`node`]: `meshnft install`, the DaemonSet's process: the installer
+//!   and the node agent;
 //! - [`cni`]: the CNI protocol and the verbs (ADD, DEL, CHECK, STATUS, GC,
-//!   VERSION);
-//! - [`config`]: the conflist entry (Linkerd's `linkerd-cni` keys + ours);
-//! - [`ports`], [`subnets`]: list parsing and merging for interval sets;
-//! - [`table`]: the table model and its nft text ([`table::ruleset`]), and
-//!   reading it back ([`table::readback`]);
-//! - [`nft`]: running nft transactions inside a network namespace;
-//! - [`pod`]: finding the pod's namespace and cgroup, its levels, and its
+//!   VERSION); [`ops`]: the operator commands (inspect, explain, pin,
+//!   unpin);
+//! - [`pod`]: the pod on the node: its netns, its cgroup and levels, its
 //!   Kubernetes annotations;
 //! - [`state`]: per-attachment records for GC;
-//! - [`safefs`]: reading and writing paths meshnft is given without
-//!   trusting them (no hang, no link followed, size caps);
-//! - [`ops`]: the operator commands (inspect, explain, pin, unpin);
-//! - [`node`]: `meshnft install`, the DaemonSet's installer and node agent;
-//! - [`cli`], [`logging`].
+//! - [`table`]: meshnft's table, built from the settings
+//!   ([`table::ruleset`]) and read back ([`table::readback`]);
+//! - [`nft`]: nf_tables over netlink, meshnft's own client; [`config`]:
+//!   the conflist entry (Linkerd's `linkerd-cni` keys + ours);
+//! - [`ports`], [`subnets`]: list parsing and merging for interval sets;
+//!   [`logging`];
+//! - [`error`]: errors and their CNI codes; [`safefs`]: reading and
+//!   writing paths meshnft is given without trusting them (no hang, no
+//!   link followed, size caps).
 
 pub mod cli;
 pub mod cni;

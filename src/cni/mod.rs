@@ -11,8 +11,8 @@
 //!
 //! Below: the pod ([`crate::pod`]), the table ([`crate::table`]), the
 //! state records, the settings and [`crate::nft`]. Above: the node agent
-//! (which reuses CHECK's comparison and STATUS's checks) and the entry
-//! point ([`crate::main_entry`]).
+//! (which reuses CHECK's comparison and STATUS's checks), the command line
+//! (`meshnft status`) and the entry point ([`crate::main_entry`]).
 
 pub mod add;
 pub mod check;

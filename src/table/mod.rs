@@ -8,8 +8,8 @@
 //!   use.
 //!
 //! Below: [`crate::nft`] (the typed model and the kernel client) and the
-//! settings. Above: the pod, the CNI verbs, the operator commands and the
-//! node agent.
+//! settings. Above: the state records, the pod, the CNI verbs, the
+//! operator commands and the node agent.
 
 pub mod readback;
 pub mod ruleset;
