@@ -3,7 +3,7 @@
 //!
 //! CNI spec 1.1.0 ("CNI operations", "Result", "Error"), with the older
 //! versions listed in [`version::SUPPORTED`]. The protocol layer is ours, on
-//! serde types, with `prevResult` kept as raw JSON (see README, design notes).
+//! serde types, with `prevResult` kept as raw JSON (see docs/design.md).
 
 pub mod add;
 pub mod check;

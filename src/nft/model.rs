@@ -2,7 +2,7 @@
 //! elements, chains, and rules made of statements.
 //!
 //! This is the single description of a table. [`super::text`] renders it as
-//! nft text (for people, the README and the golden files) and
+//! nft text (for people, docs/table.md and the golden files) and
 //! [`super::encode`] lowers the same objects to netlink messages, so the two
 //! cannot drift. A [`Stmt`] is what a person writes in nft syntax (`tcp
 //! dport @skip_outbound_ports`); [`Stmt::lower`] gives the kernel
