@@ -288,7 +288,7 @@ pub fn from_listing(l: &Listing) -> TableView {
 
 /// Reads `table inet meshnft` over `nft`: `Ok(None)` when there is none.
 ///
-/// Errors: the kernel could not be read ([`OpError::Nft`]).
+/// Errors: the kernel could not be read ([`OpError::Nft`](crate::operror::OpError::Nft)).
 pub fn read(nft: &mut Nft) -> OpResult<Option<TableView>> {
     match nft.read(crate::nft::TABLE_NAME) {
         Ok(l) => Ok(l.as_ref().map(from_listing)),

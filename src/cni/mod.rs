@@ -94,7 +94,7 @@ pub fn error_json(e: &Error, cni_version: Option<&str>) -> Value {
 
 /// `cniVersion` from stdin, for error documents: the top-level key's string
 /// value, found even when the document is cut short (stdin larger than
-/// [`MAX_STDIN`], a read error half-way), has trailing bytes, or has a bad
+/// `MAX_STDIN`, a read error half-way), has trailing bytes, or has a bad
 /// value after it, so that the error still names the conflist's version.
 pub fn peek_version(stdin: &[u8]) -> Option<String> {
     use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, Visitor};
