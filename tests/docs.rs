@@ -155,15 +155,15 @@ fn links(text: &str) -> Vec<Link> {
         }
         // Reference definitions: [label]: target.
         let t = line.trim_start();
-        if t.starts_with('[') && line.len() - t.len() <= 3 {
-            if let Some(p) = t.find("]:").filter(|&p| !t[..p].contains("](")) {
-                if let Some(target) = t[p + 2..].split_whitespace().next() {
-                    out.push(Link {
-                        line: n,
-                        target: target.trim_matches(['<', '>']).to_string(),
-                    });
-                }
-            }
+        if t.starts_with('[')
+            && line.len() - t.len() <= 3
+            && let Some(p) = t.find("]:").filter(|&p| !t[..p].contains("]("))
+            && let Some(target) = t[p + 2..].split_whitespace().next()
+        {
+            out.push(Link {
+                line: n,
+                target: target.trim_matches(['<', '>']).to_string(),
+            });
         }
         // HTML: href="..." and src="...".
         for attr in ["href=\"", "src=\""] {
