@@ -10,9 +10,11 @@
 #   etcd-<v>/bin/etcd        from tests/node/gomod/etcd (same reason: etcd's
 #                            server module replaces its sibling modules).
 #   helm-<v>/bin/helm        helm.sh/helm/v4 with go install.
+#   crictl-<v>/bin/crictl    from tests/node/gomod/cri-tools (sigs.k8s.io/cri-tools):
+#                            the node suite's view of pod sandboxes through CRI.
 #   containerd-<v>/...       scripts/containerd.sh (containerd 2.x + local images).
 #
-# Usage: scripts/node-build.sh [part...]   (parts: kubernetes etcd helm containerd;
+# Usage: scripts/node-build.sh [part...]   (parts: kubernetes etcd helm crictl containerd;
 # default all). Prints `NAME=DIR` lines on stdout, one per part, and the
 # time it took on stderr. MESHNFT_CACHE_DIR overrides <cache> (default
 # /var/cache/meshnft). MESHNFT_GO_P sets go build -p (default: Go's own); MESHNFT_NICE
@@ -23,6 +25,7 @@ cd "$(dirname "$0")/.."
 KUBERNETES_VERSION=v1.35.4
 ETCD_VERSION=v3.6.16
 HELM_VERSION=v4.3.2
+CRICTL_VERSION=v1.37.0
 
 cache=${MESHNFT_CACHE_DIR:-/var/cache/meshnft}
 if ! mkdir -p "$cache" 2>/dev/null || [[ ! -w $cache ]]; then
@@ -76,7 +79,7 @@ build() {
 }
 
 parts=("$@")
-((${#parts[@]})) || parts=(kubernetes etcd helm containerd)
+((${#parts[@]})) || parts=(kubernetes etcd helm crictl containerd)
 for part in "${parts[@]}"; do
   case $part in
   kubernetes)
@@ -96,6 +99,10 @@ for part in "${parts[@]}"; do
   helm)
     build helm "$HELM_VERSION" tests/node/gomod/helm \
       "-s -w -X helm.sh/helm/v4/internal/version.version=$HELM_VERSION" helm.sh/helm/v4/cmd/helm
+    ;;
+  crictl)
+    build crictl "$CRICTL_VERSION" tests/node/gomod/cri-tools \
+      "-s -w -X sigs.k8s.io/cri-tools/pkg/version.Version=$CRICTL_VERSION" sigs.k8s.io/cri-tools/cmd/crictl
     ;;
   containerd)
     echo "containerd=$(scripts/containerd.sh)"
