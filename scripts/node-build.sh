@@ -36,15 +36,10 @@ start=$EPOCHREALTIME
 log() { printf 'node-build.sh: %s\n' "$*" >&2; }
 # Go: the newest go among PATH's and /usr/local/go's (Debian 12's golang-go, used for the
 # libcni driver, is 1.19; the wrapper modules need >= 1.26.0).
-GO_MIN=1.26.0
-go_ver() { "$1" env GOVERSION 2>/dev/null | sed 's/^go//'; }
-newer_or_equal() { [[ $(printf '%s\n%s\n' "$2" "$1" | sort -V | head -n1) == "$2" ]]; }
-go=""
-for g in $(type -P -a go) /usr/local/go/bin/go; do
-  [[ -x $g ]] || continue
-  v=$(go_ver "$g")
-  if [[ -n $v ]] && newer_or_equal "$v" "$GO_MIN" && { [[ -z $go ]] || newer_or_equal "$v" "$(go_ver "$go")"; }; then go=$g; fi
-done
+GO_MIN=1.26.6
+# shellcheck source=scripts/go-env.sh
+source scripts/go-env.sh
+pick_go "$GO_MIN"
 goflags=(-trimpath)
 [[ -n ${MESHNFT_GO_P:-} ]] && goflags+=("-p=$MESHNFT_GO_P")
 export CGO_ENABLED=0 GOFLAGS=-buildvcs=false GOTOOLCHAIN=local
