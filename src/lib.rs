@@ -35,6 +35,7 @@ pub mod k8s;
 pub mod kernel;
 pub mod levelprobe;
 pub mod logging;
+pub mod mesh;
 pub mod netns;
 pub mod nft;
 pub mod opcli;
