@@ -418,6 +418,8 @@ fn unmeshed_pods_and_refused_annotations() {
     }
     let istio = [
         apiserver::pod("default", "plain", &[], &["app"], &[], &[]),
+        // A proxy container but no sidecar.istio.io/status: not injected.
+        apiserver::pod("default", "nostatus", &[], &["app", "istio-proxy"], &[], &[]),
         apiserver::pod(
             "default",
             "optout",
@@ -439,7 +441,7 @@ fn unmeshed_pods_and_refused_annotations() {
         ),
     ];
     let n = MeshNode::start("istio", &istio);
-    for name in ["plain", "optout"] {
+    for name in ["plain", "nostatus", "optout"] {
         let p = MeshPod::new(&n, name);
         p.add();
         assert!(!has_table(&p.pod), "{name}: an unmeshed pod got a table");
