@@ -178,6 +178,46 @@ impl<'a> MeshPod<'a> {
     }
 }
 
+/// `meshnft ARGS --netns POD --json` (inspect, explain) as a document.
+fn op(p: &MeshPod, args: &[&str]) -> serde_json::Value {
+    let mut cmd = std::process::Command::new(MESHNFT);
+    cmd.args(args)
+        .args(["--netns", p.pod.path().to_str().unwrap(), "--json"])
+        .arg("--state-dir")
+        .arg(p.n.node.dir().join("state"));
+    let out = cmd.output().expect("run meshnft");
+    assert!(out.status.success(), "meshnft {args:?}: {out:?}");
+    serde_json::from_slice(&out.stdout).expect("one JSON document")
+}
+
+/// What `explain` says of the validator's connection (the proxy UID over
+/// loopback from 127.0.0.1 to 127.0.0.6:`port`, from `container`).
+fn explain_validator(p: &MeshPod, container: &str, uid: u32, port: u16) -> serde_json::Value {
+    let cg = p.cg.container(container);
+    let (uid, port) = (uid.to_string(), port.to_string());
+    op(
+        p,
+        &[
+            "explain",
+            "--direction",
+            "out",
+            "--dst",
+            "127.0.0.6",
+            "--dport",
+            &port,
+            "--uid",
+            &uid,
+            "--gid",
+            &uid,
+            "--src",
+            "127.0.0.1",
+            "--lo",
+            "--cgroup",
+            cg.to_str().unwrap(),
+        ],
+    )
+}
+
 /// The validator stand-in: what `istio-validation` / `kuma-validation` do,
 /// listen on 127.0.0.1 at the capture ports and connect, as the proxy UID,
 /// to 127.0.0.6; the reply tells where the connection landed and its
@@ -227,7 +267,17 @@ fn istio_pod_classic_layout() {
     assert!(t.contains("mesh istio pod uid"), "{t}");
 
     // istio-validation (UID 1337): 127.0.0.1 -> 127.0.0.6:15002 lands on
-    // its 15006 listener through the proxy's loopback rule.
+    // its 15006 listener through the proxy's loopback rule, as explain says.
+    let d = explain_validator(&p, "istio-validation", ISTIO_UID, 15002);
+    assert_eq!(
+        d["outcome"],
+        json!({"kind": "redirect", "port": 15006}),
+        "{d:#}"
+    );
+    assert_eq!(
+        d["decided_by"]["comment"],
+        "the proxy to an IPv4 pod address over loopback goes to the inbound port (uid 1337)"
+    );
     validate(&p, "istio-validation", ISTIO_UID, &[15001, 15006], 15002);
     // The init container goes out directly (the proxy is not there yet).
     expect_reply(
@@ -245,6 +295,20 @@ fn istio_pod_classic_layout() {
         Some("-"),
     );
     assert!(p.phase_closed(), "{}", list_table(&p.pod).unwrap());
+    // inspect shows the mesh and Istio's proxy identity (UID or GID).
+    let i = op(&p, &["inspect"]);
+    let c = &i["config"];
+    assert_eq!(
+        (&c["mesh"], &c["proxy_uid"], &c["proxy_gid_alone"]),
+        (&json!("istio"), &json!(1337), &json!(1337)),
+        "{i:#}"
+    );
+    assert_eq!(
+        (&c["inbound_port"], &c["outbound_port"]),
+        (&json!(15006), &json!(15001))
+    );
+    assert_eq!(i["init_phase"]["state"], "closed");
+    assert_eq!(i["warnings"], json!([]), "{i:#}");
     // The app goes to 15001 with its original destination; the excluded
     // port and range go out directly.
     expect_reply(
@@ -362,6 +426,12 @@ fn kuma_pod_classic_layout() {
     assert!(p.bypassed("init"));
     // kuma-validation (UID 5678): 127.0.0.1 -> 127.0.0.6:15006 lands on its
     // 127.0.0.1:15006 listener through the proxy's loopback rule.
+    let d = explain_validator(&p, "kuma-validation", KUMA_UID, 15006);
+    assert_eq!(
+        d["outcome"],
+        json!({"kind": "redirect", "port": 15006}),
+        "{d:#}"
+    );
     validate(&p, "kuma-validation", KUMA_UID, &[15006], 15006);
 
     let _l = p.sidecar(&[8080, 8081, 9001]);
@@ -419,7 +489,14 @@ fn unmeshed_pods_and_refused_annotations() {
     let istio = [
         apiserver::pod("default", "plain", &[], &["app"], &[], &[]),
         // A proxy container but no sidecar.istio.io/status: not injected.
-        apiserver::pod("default", "nostatus", &[], &["app", "istio-proxy"], &[], &[]),
+        apiserver::pod(
+            "default",
+            "nostatus",
+            &[],
+            &["app", "istio-proxy"],
+            &[],
+            &[],
+        ),
         apiserver::pod(
             "default",
             "optout",
