@@ -64,10 +64,14 @@ pub struct LevelsInfo {
 /// port or range for "any address".
 #[derive(Debug, Clone, Serialize)]
 pub struct Config {
-    /// The mesh the table was written for (`linkerd`, `istio`, `kuma`), from
-    /// the table comment; `null` when the comment is not meshnft's.
+    /// The mesh the table was written for when it is not Linkerd (`istio`,
+    /// `kuma`), from the table comment; absent for Linkerd's tables (as
+    /// before meshes) and comments that are not meshnft's.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub mesh: Option<String>,
-    /// Istio: the GID whose sockets are the proxy's too, whatever their UID.
+    /// Istio: the GID whose sockets are the proxy's too, whatever their UID
+    /// (absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub proxy_gid_alone: Option<u32>,
     /// Proxy inbound port (`linkerd.incoming-proxy-port`).
     pub inbound_port: Option<u16>,
@@ -248,8 +252,8 @@ pub fn config(t: &TableView) -> Config {
     }
 }
 
-/// The mesh named by a table comment ADD wrote: `meshnft VERSION mesh M
-/// pod uid ...`, or `meshnft VERSION pod uid ...` for Linkerd.
+/// The mesh named by a table comment ADD wrote for Istio or Kuma:
+/// `meshnft VERSION mesh M pod uid ...` (Linkerd's names none).
 fn mesh_of(comment: &str) -> Option<String> {
     let mut w = comment.split_whitespace();
     if w.next() != Some("meshnft") {
@@ -258,7 +262,6 @@ fn mesh_of(comment: &str) -> Option<String> {
     w.next()?;
     match (w.next(), w.next()) {
         (Some("mesh"), Some(m)) => Some(m.to_string()),
-        (Some("pod"), _) => Some("linkerd".into()),
         _ => None,
     }
 }
@@ -411,7 +414,7 @@ pub fn render(r: &Report) -> String {
         (Some(u), None, None) => format!("uid {u} (any gid)"),
         _ => "?".into(),
     };
-    if let Some(m) = c.mesh.as_deref().filter(|m| *m != "linkerd") {
+    if let Some(m) = c.mesh.as_deref() {
         kv(&mut o, "  mesh", m);
     }
     for (k, v) in [
