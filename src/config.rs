@@ -3,7 +3,9 @@
 //! Accepts Linkerd's `linkerd-cni` entry verbatim (same `linkerd` block, same
 //! kebab-case keys, same top-level `log_level` and `kubernetes`), so an
 //! operator switches by changing `"type"`. meshnft's own settings live in the
-//! `initPhase` block and in a few documented extension keys.
+//! `initPhase` block and in a few documented extension keys. The top-level
+//! `mesh` key selects Istio or Kuma instead, with their own blocks
+//! ([`crate::mesh`], docs/meshes.md).
 //!
 //! Parsing happens in two steps: serde reads the raw shapes ([`NetConf`]),
 //! then [`NetConf::settings`] validates every value into [`Settings`]. Each
@@ -235,7 +237,9 @@ pub struct Settings {
     pub outbound_port: u16,
     /// Proxy UID (`meta skuid`).
     pub proxy_uid: u32,
-    /// Proxy GID; when set, UID *and* GID must match (`meta skgid`).
+    /// Proxy GID; when set, UID *and* GID must match (`meta skgid`), except
+    /// with [`crate::mesh::MeshRules::gid_alone`] (Istio), where either one
+    /// marks the proxy.
     pub proxy_gid: Option<u32>,
     /// Inbound ports to redirect; empty means all.
     pub redirect_inbound_ports: Vec<PortRange>,

@@ -7,6 +7,7 @@
 //! - [`cni`]: the CNI protocol and the verbs (ADD, DEL, CHECK, STATUS, GC,
 //!   VERSION);
 //! - [`config`]: the conflist entry (Linkerd's `linkerd-cni` keys + ours);
+//! - [`mesh`]: the meshes served (Linkerd, Istio, Kuma) and their blocks;
 //! - [`ports`], [`subnets`]: list parsing and merging for interval sets;
 //! - [`ruleset`]: the table model and its nft text;
 //! - [`nft`]: running nft transactions inside a network namespace;

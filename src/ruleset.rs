@@ -14,7 +14,9 @@
 //! keeps pins.
 //!
 //! Semantics follow `DESIGN.md` sections 3 and 4 (the contract), with the
-//! rule order of Linkerd's proxy-init (`pkg/iptables/iptables.go`).
+//! rule order of Linkerd's proxy-init (`pkg/iptables/iptables.go`); tables
+//! for Istio and Kuma ([`crate::mesh`]) follow istio-iptables' and Kuma's
+//! order and add their rules for the proxy's loopback traffic.
 
 use crate::config::Settings;
 use crate::ports::PortRange;
