@@ -42,6 +42,7 @@ echo "==> cargo fmt --check"
 cargo fmt --all -- --check
 echo "==> cargo clippy --all-targets -- -D warnings"
 cargo clippy --quiet --all-targets -- -D warnings
+echo "==> cargo doc --no-deps, warnings as errors (intra-doc links)"; RUSTDOCFLAGS="-D warnings" cargo doc --quiet --no-deps
 echo "==> deploy/Dockerfile's build stage, outside Docker (scripts/image-build-stage.sh)"
 scripts/image-build-stage.sh
 

@@ -41,14 +41,9 @@ log() { printf 'containerd.sh: %s\n' "$*" >&2; }
 # containerd's go.mod asks for Go >= 1.26.6; Debian 12's golang-go (used for the
 # libcni driver) is 1.19, so take the newest go among PATH's and /usr/local/go's.
 GO_MIN=1.26.6
-go_ver() { "$1" env GOVERSION 2>/dev/null | sed 's/^go//'; }
-newer_or_equal() { [[ $(printf '%s\n%s\n' "$2" "$1" | sort -V | head -n1) == "$2" ]]; }
-go=""
-for g in $(type -P -a go) /usr/local/go/bin/go; do
-  [[ -x $g ]] || continue
-  v=$(go_ver "$g")
-  if [[ -n $v ]] && newer_or_equal "$v" "$GO_MIN" && { [[ -z $go ]] || newer_or_equal "$v" "$(go_ver "$go")"; }; then go=$g; fi
-done
+# shellcheck source=scripts/go-env.sh
+source scripts/go-env.sh
+pick_go "$GO_MIN"
 
 # ---- containerd, its runc shim, ctr ---------------------------------------------
 want=(containerd containerd-shim-runc-v2 ctr)
@@ -56,7 +51,7 @@ missing=()
 for b in "${want[@]}"; do [[ -x $bin/$b ]] || missing+=("$b"); done
 if ((${#missing[@]})); then
   if [[ -z $go ]]; then
-    log "containerd $CONTAINERD_VERSION needs Go >= $GO_MIN; found: $(for g in $(type -P -a go); do printf '%s ' "$g=$(go_ver "$g")"; done)"
+    log "containerd $CONTAINERD_VERSION needs Go >= $GO_MIN; found: $(gos_found)"
     exit 1
   fi
   log "building containerd $CONTAINERD_VERSION (${missing[*]}) from its Go module with $go ($(go_ver "$go")), first run only (a few minutes) ..."

@@ -20,7 +20,7 @@ render() {
 # One DaemonSet pod per node runs `meshnft install`: it copies the plugin binary to the host's
 # /opt/cni/bin, writes the plugin's kubeconfig, appends the entry below to the primary CNI's
 # conflist in /etc/cni/net.d (and keeps it there when the primary CNI rewrites its file), and
-# removes all of it again when the pod is deleted (SIGTERM). See README "Install on a cluster".
+# removes all of it again when the pod is deleted (SIGTERM). See docs/install.md.
 #
 # Generated from the Helm chart in deploy/chart (its defaults, createNamespace=true) by
 # scripts/manifest.sh: edit the chart, then run the script. With Helm:

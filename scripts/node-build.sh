@@ -10,9 +10,11 @@
 #   etcd-<v>/bin/etcd        from tests/node/gomod/etcd (same reason: etcd's
 #                            server module replaces its sibling modules).
 #   helm-<v>/bin/helm        helm.sh/helm/v4 with go install.
+#   crictl-<v>/bin/crictl    from tests/node/gomod/cri-tools (sigs.k8s.io/cri-tools):
+#                            the node suite's view of pod sandboxes through CRI.
 #   containerd-<v>/...       scripts/containerd.sh (containerd 2.x + local images).
 #
-# Usage: scripts/node-build.sh [part...]   (parts: kubernetes etcd helm containerd;
+# Usage: scripts/node-build.sh [part...]   (parts: kubernetes etcd helm crictl containerd;
 # default all). Prints `NAME=DIR` lines on stdout, one per part, and the
 # time it took on stderr. MESHNFT_CACHE_DIR overrides <cache> (default
 # /var/cache/meshnft). MESHNFT_GO_P sets go build -p (default: Go's own); MESHNFT_NICE
@@ -23,6 +25,7 @@ cd "$(dirname "$0")/.."
 KUBERNETES_VERSION=v1.35.4
 ETCD_VERSION=v3.6.16
 HELM_VERSION=v4.3.2
+CRICTL_VERSION=v1.37.0
 
 cache=${MESHNFT_CACHE_DIR:-/var/cache/meshnft}
 if ! mkdir -p "$cache" 2>/dev/null || [[ ! -w $cache ]]; then
@@ -33,15 +36,10 @@ start=$EPOCHREALTIME
 log() { printf 'node-build.sh: %s\n' "$*" >&2; }
 # Go: the newest go among PATH's and /usr/local/go's (Debian 12's golang-go, used for the
 # libcni driver, is 1.19; the wrapper modules need >= 1.26.0).
-GO_MIN=1.26.0
-go_ver() { "$1" env GOVERSION 2>/dev/null | sed 's/^go//'; }
-newer_or_equal() { [[ $(printf '%s\n%s\n' "$2" "$1" | sort -V | head -n1) == "$2" ]]; }
-go=""
-for g in $(type -P -a go) /usr/local/go/bin/go; do
-  [[ -x $g ]] || continue
-  v=$(go_ver "$g")
-  if [[ -n $v ]] && newer_or_equal "$v" "$GO_MIN" && { [[ -z $go ]] || newer_or_equal "$v" "$(go_ver "$go")"; }; then go=$g; fi
-done
+GO_MIN=1.26.6
+# shellcheck source=scripts/go-env.sh
+source scripts/go-env.sh
+pick_go "$GO_MIN"
 goflags=(-trimpath)
 [[ -n ${MESHNFT_GO_P:-} ]] && goflags+=("-p=$MESHNFT_GO_P")
 export CGO_ENABLED=0 GOFLAGS=-buildvcs=false GOTOOLCHAIN=local
@@ -76,7 +74,7 @@ build() {
 }
 
 parts=("$@")
-((${#parts[@]})) || parts=(kubernetes etcd helm containerd)
+((${#parts[@]})) || parts=(kubernetes etcd helm crictl containerd)
 for part in "${parts[@]}"; do
   case $part in
   kubernetes)
@@ -96,6 +94,10 @@ for part in "${parts[@]}"; do
   helm)
     build helm "$HELM_VERSION" tests/node/gomod/helm \
       "-s -w -X helm.sh/helm/v4/internal/version.version=$HELM_VERSION" helm.sh/helm/v4/cmd/helm
+    ;;
+  crictl)
+    build crictl "$CRICTL_VERSION" tests/node/gomod/cri-tools \
+      "-s -w -X sigs.k8s.io/cri-tools/pkg/version.Version=$CRICTL_VERSION" sigs.k8s.io/cri-tools/cmd/crictl
     ;;
   containerd)
     echo "containerd=$(scripts/containerd.sh)"

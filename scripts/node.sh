@@ -62,13 +62,15 @@ in_node() {
 env_file() { # the environment every node command gets
   local d=$1
   local path="" part
-  for part in kubernetes containerd etcd helm; do
+  for part in kubernetes containerd etcd helm crictl; do
     path+="$(sed -n "s/^$part=//p" "$d/parts")/bin:"
   done
   printf 'PATH=%s/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n' "$path"
   # helm's cache and config stay in the node's directory.
   printf 'HELM_CACHE_HOME=%s\nHELM_CONFIG_HOME=%s\nHELM_DATA_HOME=%s\n' "$d/helm/cache" "$d/helm/config" "$d/helm/data"
   printf 'KUBECONFIG=%s\n' "$d/pki/admin.kubeconfig"
+  # crictl talks to the node's containerd.
+  printf 'CONTAINER_RUNTIME_ENDPOINT=unix://%s\nIMAGE_SERVICE_ENDPOINT=unix://%s\n' "$d/c/containerd.sock" "$d/c/containerd.sock"
 }
 
 run() {

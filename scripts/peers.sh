@@ -40,15 +40,10 @@ if ! mkdir -p "$cache/peers" 2>/dev/null || [[ ! -w $cache/peers ]]; then
 fi
 log() { printf 'peers.sh: %s\n' "$*" >&2; }
 
-GO_MIN=1.26.0
-go_ver() { "$1" env GOVERSION 2>/dev/null | sed 's/^go//'; }
-newer_or_equal() { [[ $(printf '%s\n%s\n' "$2" "$1" | sort -V | head -n1) == "$2" ]]; }
-go=""
-for g in $(type -P -a go) /usr/local/go/bin/go; do
-  [[ -x $g ]] || continue
-  v=$(go_ver "$g")
-  if [[ -n $v ]] && newer_or_equal "$v" "$GO_MIN" && { [[ -z $go ]] || newer_or_equal "$v" "$(go_ver "$go")"; }; then go=$g; fi
-done
+GO_MIN=1.26.6
+# shellcheck source=scripts/go-env.sh
+source scripts/go-env.sh
+pick_go "$GO_MIN"
 
 for name in "${peers[@]}"; do
   mod=tests/peers/$name
@@ -61,7 +56,7 @@ for name in "${peers[@]}"; do
   dir=$cache/peers/$name-$version
   if [[ ! -x $dir/$name ]]; then
     if [[ -z $go ]]; then
-      log "$name needs Go >= $GO_MIN; found: $(for g in $(type -P -a go); do printf '%s ' "$g=$(go_ver "$g")"; done)"
+      log "$name needs Go >= $GO_MIN; found: $(gos_found)"
       exit 1
     fi
     log "building $name ($module $version) with $go ($(go_ver "$go")), first run only ..."

@@ -56,7 +56,7 @@ pub enum Cmd {
         /// List every network namespace of the node that has a meshnft table, one line each.
         #[arg(long, conflicts_with_all = ["netns", "pid", "container_id"])]
         all: bool,
-        /// Print a JSON document (documented in the README) instead of text.
+        /// Print a JSON document (documented in docs/debugging.md) instead of text.
         #[arg(long)]
         json: bool,
     },

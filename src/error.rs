@@ -3,7 +3,7 @@
 //! Every failure of a CNI verb becomes one CNI error result on stdout
 //! (CNI spec 1.1, section "Error"): `{"cniVersion", "code", "msg", "details"}`.
 //! Codes 1-99 are the spec's well-known codes; meshnft's own codes start at 100
-//! and are listed in [`Code`] and in the README.
+//! and are listed in [`Code`] and in docs/cni.md#error-codes.
 
 use std::fmt;
 

@@ -359,7 +359,7 @@ pub fn read_file(dir: &Path, name: &str) -> Option<Vec<u8>> {
 }
 
 /// Writes the file `name` at the top of the state directory atomically
-/// (see [`write`]). Errors: the OS error, or why the directory is refused.
+/// (see [`write()`]). Errors: the OS error, or why the directory is refused.
 pub fn write_file(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<()> {
     let Some(root) = open_dir(dir, true)? else {
         return Err(io::Error::from(io::ErrorKind::NotFound));

@@ -3,7 +3,8 @@
 //! 1. Each file is loaded with libcni's `ConfListFromFile` (what runtimes
 //!    do with a `.conflist`), and its plugin list checked (meshnft last).
 //! 2. Each chain runs ADD, CHECK and DEL in a throwaway node netns, with a
-//!    pod netns, and meshnft's table is there after ADD and gone after DEL.
+//!    pod netns, and meshnft's table is there after ADD (redirecting to the
+//!    entry's mesh's ports) and gone after DEL.
 //!    Plugins that are not installed here (Debian's reference plugins are)
 //!    are substituted by the reference plugin that does the same job for
 //!    the chain, and nothing else is changed:
@@ -35,9 +36,11 @@ use support::{Netns, Node};
 const MESHNFT: &str = env!("CARGO_BIN_EXE_meshnft");
 
 /// Every example and how it is exercised (checked against the directory).
-const EXAMPLES: [&str; 6] = [
+const EXAMPLES: [&str; 8] = [
     "bridge-meshnft.conflist",
     "ptp-meshnft.conflist",
+    "ptp-istio-meshnft.conflist",
+    "ptp-kuma-meshnft.conflist",
     "kindnet-meshnft.conflist",
     "calico-meshnft.conflist",
     "flannel-meshnft.conflist",
@@ -163,6 +166,19 @@ fn runnable(node: &Node, plugin: &Value) -> Value {
     p
 }
 
+/// The proxy's (outbound, inbound) ports meshnft redirects to for the
+/// example's entry, by meshnft's own reading of it (Linkerd's 4140/4143,
+/// Istio's and Kuma's 15001/15006).
+fn proxy_ports(raw: &Value) -> (u16, u16) {
+    let mut e = raw["plugins"].as_array().unwrap().last().unwrap().clone();
+    e["cniVersion"] = raw["cniVersion"].clone();
+    e["name"] = raw["name"].clone();
+    let s = meshnft::config::decode(e.to_string().as_bytes())
+        .and_then(|c| c.settings())
+        .unwrap();
+    (s.outbound_port, s.inbound_port)
+}
+
 fn exercise(name: &str) {
     if !support::root_or_skip(name) {
         return;
@@ -199,8 +215,10 @@ fn exercise(name: &str) {
         assert_eq!(res["cniVersion"], json!(version), "{name}");
         assert!(!support::result_ips(&res).is_empty(), "{name}: {res}");
         let t = pod.exec_ok(&["nft", "list", "table", "inet", "meshnft"]);
+        let (out, inb) = proxy_ports(&raw);
         assert!(
-            t.contains("redirect to :4140") && t.contains("redirect to :4143"),
+            t.contains(&format!("redirect to :{out}"))
+                && t.contains(&format!("redirect to :{inb}")),
             "{t}"
         );
         if version != "0.3.1" && version != "0.3.0" {
@@ -230,6 +248,16 @@ fn bridge_example_runs() {
 #[test]
 fn ptp_example_runs() {
     exercise("ptp-meshnft.conflist");
+}
+
+#[test]
+fn ptp_istio_example_runs() {
+    exercise("ptp-istio-meshnft.conflist");
+}
+
+#[test]
+fn ptp_kuma_example_runs() {
+    exercise("ptp-kuma-meshnft.conflist");
 }
 
 #[test]

@@ -358,7 +358,7 @@ fn classic(rt: Runtime) {
         "{st:?}"
     );
 
-    // What containerd 2.x called, for the record (the README's CNI protocol notes).
+    // What containerd 2.x called, for the record (docs/testing.md#what-runs-against-what).
     let calls = f.cri.calls();
     let summary: Vec<String> = calls
         .iter()

@@ -52,7 +52,20 @@ fn cases() -> Vec<(&'static str, String)> {
         "ipv6": true
     });
     full["initPhase"] = json!({"redirectDestinations": ["198.18.9.9:20001", "[2001:db8:9::9]:20001", "15000-15001"]});
+    let [istio, istio_full, kuma, kuma_full] = mesh_cases(&base);
+    let l3 = Some(Levels {
+        pod: 3,
+        container: 4,
+    });
+    let l5 = Some(Levels {
+        pod: 5,
+        container: 6,
+    });
     vec![
+        ("istio-defaults-level3.nft", render(istio, l3)),
+        ("istio-full-level5.nft", render(istio_full, l5)),
+        ("kuma-defaults-level3.nft", render(kuma, l3)),
+        ("kuma-full-level5.nft", render(kuma_full, l5)),
         (
             "linkerd-defaults-level3.fresh.nft",
             render_fresh(
@@ -85,6 +98,34 @@ fn cases() -> Vec<(&'static str, String)> {
             ),
         ),
     ]
+}
+
+/// Entries for Istio and Kuma (docs/meshes.md): the defaults, and every
+/// key of the block set, IPv6 on.
+fn mesh_cases(base: &serde_json::Value) -> [serde_json::Value; 4] {
+    let mut istio = base.clone();
+    istio["mesh"] = json!("istio");
+    let mut istio_full = istio.clone();
+    istio_full["istio"] = json!({
+        "proxyListenPort": 15001, "proxyInboundListenPort": 15006, "proxyUID": 1337, "proxyGID": 1338,
+        "includeInboundPorts": "*", "excludeInboundPorts": "8081,8082",
+        "includeOutboundIPRanges": "198.18.0.0/15,2001:db8::/32", "excludeOutboundIPRanges": "198.19.1.0/24,2001:db8:3::/64",
+        "includeOutboundPorts": "443,8443", "excludeOutboundPorts": "3306,5432",
+        "ipv6": true
+    });
+    let mut kuma = base.clone();
+    kuma["mesh"] = json!("kuma");
+    let mut kuma_full = kuma.clone();
+    kuma_full["kuma"] = json!({
+        "kumaDPUser": 5678, "ipFamilyMode": "dualstack", "applicationProbeProxyPort": 9001,
+        "redirect": {
+            "inbound": {"port": 15006, "excludePorts": [9901, 8081], "excludePortsForIPs": ["198.18.6.0/24", "2001:db8:6::/48"]},
+            "outbound": {"port": 15001, "excludePorts": [9901, 3306], "excludePortsForIPs": ["198.19.1.0/24", "2001:db8:3::/64"]},
+            "dns": {"enabled": true}
+        }
+    });
+    kuma_full["initPhase"] = json!({"redirectDestinations": ["198.18.9.9:20001"]});
+    [istio, istio_full, kuma, kuma_full]
 }
 
 #[test]

@@ -29,7 +29,7 @@ use support::Netns;
 /// The watchdog's limit: far above any normal run (a few ms to a few s).
 const LIMIT: Duration = Duration::from_secs(30);
 
-/// The codes of the README's error table.
+/// The codes of the error table (docs/cni.md#error-codes).
 const CODES: [u64; 15] = [1, 2, 4, 5, 6, 7, 11, 50, 100, 101, 102, 103, 104, 105, 106];
 
 /// A pod netns made by the test, and a sandbox dir holding the state dir,
@@ -84,7 +84,7 @@ impl Pod {
 }
 
 /// Checks that `inv` is exactly one CNI error document with a code from
-/// the README's table (`code` when given) whose message names `field`; no
+/// docs/cni.md's table (`code` when given) whose message names `field`; no
 /// panic, no hang. Returns the document, or what is wrong.
 fn check_error(
     inv: &Invocation,
@@ -110,7 +110,7 @@ fn check_error(
     };
     let c = d["code"].as_u64().unwrap_or(0);
     if !CODES.contains(&c) {
-        return Err(format!("{what}: code {c} not in the README's table: {d}"));
+        return Err(format!("{what}: code {c} not in docs/cni.md's table: {d}"));
     }
     if code.is_some_and(|want| want != c) {
         return Err(format!("{what}: expected code {code:?}: {d}"));
@@ -1275,7 +1275,7 @@ fn snapshot(dir: &Path) -> Vec<(PathBuf, u32, u64, i64)> {
 }
 
 /// Every generated bad input, through every verb that reads it: exactly one
-/// CNI error document with a code from the README's table whose message
+/// CNI error document with a code from docs/cni.md's table whose message
 /// names the field, no panic, no hang, nothing written outside `stateDir`
 /// and `log_file`, and no table in the netns the test made.
 #[test]

@@ -56,12 +56,32 @@ fn cases() -> Vec<(&'static str, Table)> {
             container: pod + 1,
         })
     };
+    let mut istio = base.clone();
+    istio["mesh"] = json!("istio");
+    istio["istio"] = json!({
+        "proxyGID": 1338, "excludeInboundPorts": "8081",
+        "includeOutboundIPRanges": "198.18.0.0/15,2001:db8::/32", "excludeOutboundIPRanges": "198.19.1.0/24,2001:db8:3::/64",
+        "includeOutboundPorts": "443", "excludeOutboundPorts": "3306", "ipv6": true
+    });
+    let mut kuma = base.clone();
+    kuma["mesh"] = json!("kuma");
+    kuma["kuma"] = json!({"redirect": {
+        "inbound": {"excludePortsForIPs": ["198.18.6.0/24", "2001:db8:6::/48"]},
+        "outbound": {"excludePortsForIPs": ["198.19.1.0/24", "2001:db8:3::/64"]}
+    }});
+    let mut kuma4 = base.clone();
+    kuma4["mesh"] = json!("kuma");
+    kuma4["kuma"] = json!({"ipFamilyMode": "ipv4"});
     vec![
         ("defaults, level 3", table(base.clone(), l(3))),
         ("defaults, no pod cgroup", table(base.clone(), None)),
         ("full v4+v6, level 5", table(full.clone(), l(5))),
         ("full v4+v6, no pod cgroup", table(full, None)),
         ("10 000 ports and 10 000 subnets", table(big, l(3))),
+        ("istio v4+v6, level 3", table(istio.clone(), l(3))),
+        ("istio v4+v6, no pod cgroup", table(istio, None)),
+        ("kuma dualstack, level 4", table(kuma, l(4))),
+        ("kuma ipv4, level 3", table(kuma4, l(3))),
     ]
 }
 

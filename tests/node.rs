@@ -539,6 +539,47 @@ fn records_of(node: &Node, uid: &str) -> Vec<String> {
 }
 
 /// `(dev, inode)` of a process's network namespace.
+/// The pod sandboxes containerd holds for pod `ns/name`, as crictl (built from
+/// `sigs.k8s.io/cri-tools` by scripts/node-build.sh) lists them through CRI:
+/// `(id, state)` pairs, state `SANDBOX_READY` or `SANDBOX_NOTREADY`.
+fn sandboxes(node: &Node, ns: &str, name: &str) -> Vec<(String, String)> {
+    let pattern = format!("^{name}$");
+    let out = node.run(
+        &[
+            "crictl",
+            "pods",
+            "--namespace",
+            ns,
+            "--name",
+            &pattern,
+            "-o",
+            "json",
+        ],
+        None,
+    );
+    assert!(out.status.success(), "crictl pods: {}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("crictl pods -o json");
+    v["items"]
+        .as_array()
+        .map(|items| {
+            items
+                .iter()
+                .map(|p| {
+                    (
+                        p["id"].as_str().unwrap_or_default().to_string(),
+                        p["state"].as_str().unwrap_or_default().to_string(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Whether pod `ns/name` has exactly one sandbox and it is ready (crictl's view).
+fn sandbox_ready(node: &Node, ns: &str, name: &str) -> bool {
+    matches!(sandboxes(node, ns, name).as_slice(), [(_, state)] if state == "SANDBOX_READY")
+}
+
 fn netns_of(pid: u32) -> Option<(u64, u64)> {
     use std::os::unix::fs::MetadataExt;
     std::fs::metadata(format!("/proc/{pid}/ns/net"))
@@ -818,6 +859,11 @@ fn real_node() {
     let ns = netns_of(pid).expect("classic's netns");
     let records_before = records_of(&node, &uid);
     assert!(!records_before.is_empty(), "a record for the pod");
+    assert!(
+        sandbox_ready(&node, "seed", "classic"),
+        "containerd holds classic's sandbox: {:?}",
+        sandboxes(&node, "seed", "classic")
+    );
     node.kubectl_ok(&[
         "-n",
         "seed",
@@ -848,6 +894,14 @@ fn real_node() {
         node.run(&["test", "-e", &netns_file], None).status.code() == Some(1),
         "containerd's netns file {netns_file} was removed"
     );
+    assert!(
+        support::wait_until(Duration::from_secs(30), || sandboxes(
+            &node, "seed", "classic"
+        )
+        .is_empty()),
+        "containerd removed classic's sandbox: {:?}",
+        sandboxes(&node, "seed", "classic")
+    );
 
     // ---- kubelet restarted while pods run -----------------------------------------------------
     let before_table = node.pod_table("seed", "many-0").expect("many-0 table");
@@ -875,6 +929,11 @@ fn real_node() {
         proxy_started_line(&before_table),
         proxy_started_line(&after_table),
         "a running pod's table is untouched by containerd's restart"
+    );
+    assert!(
+        sandbox_ready(&node, "seed", "many-0"),
+        "many-0 keeps its one sandbox across containerd's restart: {:?}",
+        sandboxes(&node, "seed", "many-0")
     );
 
     // ---- uninstall the manifest: the installer removes its entry and binary -------------------

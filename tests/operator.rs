@@ -138,7 +138,7 @@ impl Pod {
 }
 
 /// With `MESHNFT_SHOW=1` (and `--nocapture`), prints a command and its
-/// output: the real runs quoted in the README's Debugging section.
+/// output: the real runs quoted in docs/debugging.md.
 fn show(cmd: &str, out: &str) {
     if std::env::var_os("MESHNFT_SHOW").is_some() {
         eprintln!("$ {cmd}\n{out}");
@@ -491,7 +491,7 @@ fn inspect_follows_the_init_phase() {
     let level = p.cg.level(p.cg.pod_dir()) as u64;
 
     let v = p.inspect();
-    // The document's shape (README: "inspect --json").
+    // The document's shape (docs/debugging.md#inspect---json).
     let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
     assert_eq!(
         keys,

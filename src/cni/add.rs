@@ -40,8 +40,9 @@ pub fn cmd_add(env: &CniEnv, conf: &NetConf) -> Result<Output> {
 
     // Pod awareness: is the pod meshed, and what do its annotations say?
     let mut settings = settings;
-    if let Some(info) = pod_info(conf, &k8s)? {
-        match info.meshing() {
+    let mesh = settings.mesh.mesh;
+    if let Some(info) = pod_info(conf, &k8s, mesh)? {
+        match info.meshing_for(mesh) {
             Meshing::NotMeshed(why) => {
                 tracing::info!(pod = ?pod_label(&k8s), container_id, "pod not meshed ({why}): no table");
                 let rec = record(env, container_id, ifname, &k8s, &ns, None, false, None);
@@ -62,10 +63,15 @@ pub fn cmd_add(env: &CniEnv, conf: &NetConf) -> Result<Output> {
     }
 
     // Written once, at the first ADD (nft keeps an existing table's
-    // comment): the pod UID first so that truncation keeps it.
+    // comment): the pod UID first so that truncation keeps it; the mesh
+    // before it when it is not Linkerd (`inspect` shows it).
     let comment = format!(
-        "meshnft {} pod uid {} {}",
+        "meshnft {}{} pod uid {} {}",
         env!("CARGO_PKG_VERSION"),
+        match mesh {
+            crate::mesh::Mesh::Linkerd => String::new(),
+            m => format!(" mesh {m}"),
+        },
         k8s.pod_uid.as_deref().unwrap_or("-"),
         label,
     );
@@ -186,11 +192,11 @@ pub fn existing_phase(nft: &mut Nft) -> Result<Option<Phase>> {
 ///   native sidecars) and namespace annotations are only there.
 ///
 /// `None` means the conflist settings apply to every pod (no pod awareness).
-fn pod_info(conf: &NetConf, k8s: &K8sArgs) -> Result<Option<PodInfo>> {
+fn pod_info(conf: &NetConf, k8s: &K8sArgs, mesh: crate::mesh::Mesh) -> Result<Option<PodInfo>> {
     let from_runtime =
         k8s::runtime_annotations(conf.runtime_config.as_ref())?.map(PodInfo::from_annotations);
     if let Some(info) = &from_runtime
-        && matches!(info.meshing(), Meshing::NotMeshed(_))
+        && matches!(info.meshing_for(mesh), Meshing::NotMeshed(_))
     {
         return Ok(from_runtime);
     }

@@ -3,10 +3,10 @@
 //!
 //! CNI spec 1.1.0 ("CNI operations", "Result", "Error"), with the older
 //! versions listed in [`version::SUPPORTED`]. The protocol layer is ours, on
-//! serde types, with `prevResult` kept as raw JSON (see README, design notes).
+//! serde types, with `prevResult` kept as raw JSON (see docs/design.md).
 //!
 //! One verb per module ([`add`], [`del`], [`check`], [`status`], [`gc`],
-//! [`version`]), the runtime's environment in [`env`], and [`kernel`]:
+//! [`version`]), the runtime's environment in [`mod@env`], and [`kernel`]:
 //! whether this kernel has `socket cgroupv2` (asked by ADD and STATUS).
 //!
 //! Below: the pod ([`crate::pod`]), the table ([`crate::table`]), the
@@ -104,7 +104,7 @@ pub fn error_json(e: &Error, cni_version: Option<&str>) -> Value {
 
 /// `cniVersion` from stdin, for error documents: the top-level key's string
 /// value, found even when the document is cut short (stdin larger than
-/// [`MAX_STDIN`], a read error half-way), has trailing bytes, or has a bad
+/// `MAX_STDIN`, a read error half-way), has trailing bytes, or has a bad
 /// value after it, so that the error still names the conflist's version.
 pub fn peek_version(stdin: &[u8]) -> Option<String> {
     use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, Visitor};

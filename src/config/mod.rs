@@ -3,7 +3,9 @@
 //! Accepts Linkerd's `linkerd-cni` entry verbatim (same `linkerd` block, same
 //! kebab-case keys, same top-level `log_level` and `kubernetes`), so an
 //! operator switches by changing `"type"`. meshnft's own settings live in the
-//! `initPhase` block and in a few documented extension keys.
+//! `initPhase` block and in a few documented extension keys. The top-level
+//! `mesh` key selects Istio or Kuma instead, with their own blocks
+//! ([`crate::mesh`], docs/meshes.md).
 //!
 //! Parsing happens in two steps: serde reads the raw shapes ([`NetConf`]),
 //! then [`NetConf::settings`] validates every value into [`Settings`]. Each
@@ -61,6 +63,16 @@ pub struct NetConf {
     /// Linkerd's `linkerd` block.
     #[serde(default)]
     pub linkerd: LinkerdConf,
+    /// The mesh the pods are redirected for: `"linkerd"` (the default),
+    /// `"istio"` or `"kuma"` ([`crate::mesh`]).
+    #[serde(default)]
+    pub mesh: Option<Value>,
+    /// The `istio` block (with `"mesh": "istio"`).
+    #[serde(default)]
+    pub istio: Option<crate::mesh::IstioConf>,
+    /// The `kuma` block (with `"mesh": "kuma"`).
+    #[serde(default)]
+    pub kuma: Option<crate::mesh::KumaConf>,
     /// meshnft's init-phase settings.
     #[serde(rename = "initPhase", default)]
     pub init_phase: InitPhaseConf,
@@ -82,7 +94,7 @@ pub struct NetConf {
 }
 
 /// Linkerd's `linkerd` block (linkerd2-proxy-init `cni-plugin`, `ProxyInit`).
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct LinkerdConf {
     /// Proxy inbound port (default 4143).
@@ -227,7 +239,9 @@ pub struct Settings {
     pub outbound_port: u16,
     /// Proxy UID (`meta skuid`).
     pub proxy_uid: u32,
-    /// Proxy GID; when set, UID *and* GID must match (`meta skgid`).
+    /// Proxy GID; when set, UID *and* GID must match (`meta skgid`), except
+    /// with [`crate::mesh::MeshRules::gid_alone`] (Istio), where either one
+    /// marks the proxy.
     pub proxy_gid: Option<u32>,
     /// Inbound ports to redirect; empty means all.
     pub redirect_inbound_ports: Vec<PortRange>,
@@ -243,6 +257,10 @@ pub struct Settings {
     pub ipv6: bool,
     /// Init-phase settings.
     pub init_phase: InitPhase,
+    /// The mesh the table is written for and its own rules (Linkerd's, the
+    /// default, add none; absent from records written before meshes).
+    #[serde(default)]
+    pub mesh: crate::mesh::MeshRules,
 }
 
 impl Default for Settings {
@@ -316,7 +334,7 @@ fn check_blocks(bytes: &[u8]) -> Result<()> {
     let Ok(Value::Object(top)) = serde_json::from_slice::<Value>(bytes) else {
         return Ok(());
     };
-    for key in ["linkerd", "initPhase", "kubernetes"] {
+    for key in ["linkerd", "initPhase", "kubernetes", "istio", "kuma"] {
         match top.get(key) {
             None | Some(Value::Object(_)) => {}
             Some(Value::Null) if key == "kubernetes" => {}
@@ -325,11 +343,11 @@ fn check_blocks(bytes: &[u8]) -> Result<()> {
             }
         }
     }
-    Ok(())
+    crate::mesh::check_blocks(&top)
 }
 
 /// A JSON value as a token in an error message: strings without quotes.
-fn tok(v: &Value) -> String {
+pub(crate) fn tok(v: &Value) -> String {
     match v {
         Value::String(s) => s.clone(),
         other => other.to_string(),
@@ -337,7 +355,11 @@ fn tok(v: &Value) -> String {
 }
 
 /// Reads a port list (`["4190", 4191, "4000-4010"]`), merged.
-fn port_list(field: &str, v: &Option<Vec<Value>>, default: &[u16]) -> Result<Vec<PortRange>> {
+pub(crate) fn port_list(
+    field: &str,
+    v: &Option<Vec<Value>>,
+    default: &[u16],
+) -> Result<Vec<PortRange>> {
     let Some(items) = v else {
         return Ok(ports::merge(
             default
@@ -364,7 +386,7 @@ fn port_list(field: &str, v: &Option<Vec<Value>>, default: &[u16]) -> Result<Vec
 }
 
 /// Reads a string list of subnets.
-fn subnet_list(field: &str, v: &Option<Vec<Value>>) -> Result<Subnets> {
+pub(crate) fn subnet_list(field: &str, v: &Option<Vec<Value>>) -> Result<Subnets> {
     let mut toks = Vec::new();
     for item in v.iter().flatten() {
         match item {
@@ -378,7 +400,7 @@ fn subnet_list(field: &str, v: &Option<Vec<Value>>) -> Result<Subnets> {
 }
 
 /// Reads one port given as number or string.
-fn single_port(field: &str, v: &Option<Value>, default: u16) -> Result<u16> {
+pub(crate) fn single_port(field: &str, v: &Option<Value>, default: u16) -> Result<u16> {
     match v {
         None => Ok(default),
         Some(Value::Number(n)) => ports::parse_port(field, &n.to_string()),
@@ -388,7 +410,7 @@ fn single_port(field: &str, v: &Option<Value>, default: u16) -> Result<u16> {
 }
 
 /// Reads an id (UID/GID) given as number or numeric string.
-fn id_value(field: &str, v: &Value) -> Result<i64> {
+pub(crate) fn id_value(field: &str, v: &Value) -> Result<i64> {
     let parsed = match v {
         Value::Number(n) => n.as_i64(),
         Value::String(s) => {
@@ -403,11 +425,8 @@ fn id_value(field: &str, v: &Value) -> Result<i64> {
     parsed.ok_or_else(|| Error::config(field, &tok(v), "expected an integer id"))
 }
 
-fn init_redirect(field: &str, v: &Option<Vec<Value>>) -> Result<InitRedirect> {
-    let defaults: Vec<Value> = DEFAULT_INIT_REDIRECT
-        .iter()
-        .map(|s| Value::from(*s))
-        .collect();
+fn init_redirect(field: &str, v: &Option<Vec<Value>>, default: &[&str]) -> Result<InitRedirect> {
+    let defaults: Vec<Value> = default.iter().map(|s| Value::from(*s)).collect();
     let items = v.as_ref().unwrap_or(&defaults);
     let mut out = InitRedirect::default();
     let mut ports_acc = Vec::new();
@@ -533,6 +552,46 @@ impl LinkerdConf {
                 "must differ from incoming-proxy-port",
             ));
         }
+        Ok(Settings {
+            inbound_port,
+            outbound_port,
+            proxy_uid,
+            proxy_gid,
+            redirect_inbound_ports: port_list(
+                "linkerd.ports-to-redirect",
+                &self.ports_to_redirect,
+                &[],
+            )?,
+            skip_inbound_ports: port_list(
+                "linkerd.inbound-ports-to-ignore",
+                &self.inbound_ports_to_ignore,
+                &DEFAULT_INBOUND_IGNORE,
+            )?,
+            skip_outbound_ports: port_list(
+                "linkerd.outbound-ports-to-ignore",
+                &self.outbound_ports_to_ignore,
+                &[],
+            )?,
+            skip_inbound_nets: subnet_list("linkerd.subnets-to-ignore", &self.subnets_to_ignore)?,
+            skip_outbound_nets: subnet_list(
+                "linkerd.outbound-subnets-to-ignore",
+                &self.outbound_subnets_to_ignore,
+            )?,
+            ipv6: self.ipv6.unwrap_or(false),
+            init_phase: init.validate(&DEFAULT_INIT_REDIRECT)?,
+            mesh: Default::default(),
+        })
+    }
+}
+
+impl InitPhaseConf {
+    /// Validates this block into [`InitPhase`]; `default_redirect` is the
+    /// mesh's `redirectDestinations` when the block has none (Linkerd's
+    /// network validator, [`DEFAULT_INIT_REDIRECT`]).
+    ///
+    /// Errors: code 7 naming the field (`initPhase.<key>`) and the token.
+    pub fn validate(&self, default_redirect: &[&str]) -> Result<InitPhase> {
+        let init = self;
         let level_offset = match &init.level_offset {
             None => None,
             Some(Value::String(a)) if a == "auto" => None,
@@ -563,47 +622,22 @@ impl LinkerdConf {
             .components()
             .filter(|c| matches!(c, std::path::Component::Normal(_)))
             .collect();
-        Ok(Settings {
-            inbound_port,
-            outbound_port,
-            proxy_uid,
-            proxy_gid,
-            redirect_inbound_ports: port_list(
-                "linkerd.ports-to-redirect",
-                &self.ports_to_redirect,
-                &[],
+        Ok(InitPhase {
+            enabled: init.enabled.unwrap_or(true),
+            redirect: init_redirect(
+                "initPhase.redirectDestinations",
+                &init.redirect_destinations,
+                default_redirect,
             )?,
-            skip_inbound_ports: port_list(
-                "linkerd.inbound-ports-to-ignore",
-                &self.inbound_ports_to_ignore,
-                &DEFAULT_INBOUND_IGNORE,
-            )?,
-            skip_outbound_ports: port_list(
-                "linkerd.outbound-ports-to-ignore",
-                &self.outbound_ports_to_ignore,
-                &[],
-            )?,
-            skip_inbound_nets: subnet_list("linkerd.subnets-to-ignore", &self.subnets_to_ignore)?,
-            skip_outbound_nets: subnet_list(
-                "linkerd.outbound-subnets-to-ignore",
-                &self.outbound_subnets_to_ignore,
-            )?,
-            ipv6: self.ipv6.unwrap_or(false),
-            init_phase: InitPhase {
-                enabled: init.enabled.unwrap_or(true),
-                redirect: init_redirect(
-                    "initPhase.redirectDestinations",
-                    &init.redirect_destinations,
-                )?,
-                level_offset,
-                cgroup_root,
-            },
+            level_offset,
+            cgroup_root,
         })
     }
 }
 
 impl NetConf {
-    /// Validated settings of this configuration (see [`LinkerdConf::settings`]),
+    /// Validated settings of this configuration for its mesh (see
+    /// [`crate::mesh::settings`] and [`LinkerdConf::settings`]),
     /// after checking that `stateDir` and `log_file` are absolute paths
     /// (a plugin's working directory is unspecified).
     pub fn settings(&self) -> Result<Settings> {
@@ -627,7 +661,7 @@ impl NetConf {
         if let Some(t) = &self.linkerd.iptables_mode {
             tracing::debug!(iptables_mode = %t, "linkerd.iptables-mode is ignored: meshnft writes nftables directly");
         }
-        self.linkerd.settings(&self.init_phase)
+        crate::mesh::settings(self)
     }
 
     /// The state directory for per-attachment records.

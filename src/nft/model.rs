@@ -2,7 +2,7 @@
 //! elements, chains, and rules made of statements.
 //!
 //! This is the single description of a table. [`super::text`] renders it as
-//! nft text (for people, the README and the golden files) and
+//! nft text (for people, docs/table.md and the golden files) and
 //! [`super::encode`] lowers the same objects to netlink messages, so the two
 //! cannot drift. A [`Stmt`] is what a person writes in nft syntax (`tcp
 //! dport @skip_outbound_ports`); [`Stmt::lower`] gives the kernel
@@ -17,7 +17,7 @@ use super::expr::{
 use super::verdict::Verdict;
 use crate::ports::PortRange;
 use std::fmt;
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// A set's key type (nft's datatypes, `NFTA_SET_KEY_TYPE` ids from nft's
 /// `enum datatypes`; a concatenation is `(a << 6) | b`).
@@ -286,6 +286,34 @@ impl Key {
     }
 }
 
+/// A constant a [`Stmt::Cmp`] compares with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Const {
+    /// An address (network byte order in the register).
+    Addr(IpAddr),
+    /// A port (network byte order in the register).
+    Port(u16),
+}
+
+impl Const {
+    fn bytes(self) -> Vec<u8> {
+        match self {
+            Const::Addr(IpAddr::V4(a)) => a.octets().to_vec(),
+            Const::Addr(IpAddr::V6(a)) => a.octets().to_vec(),
+            Const::Port(p) => p.to_be_bytes().to_vec(),
+        }
+    }
+}
+
+impl fmt::Display for Const {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Const::Addr(a) => write!(f, "{a}"),
+            Const::Port(p) => write!(f, "{p}"),
+        }
+    }
+}
+
 /// One statement of a rule, as written in nft syntax.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Stmt {
@@ -304,6 +332,19 @@ pub enum Stmt {
     Skgid(u32),
     /// `oifname "NAME"`.
     Oifname(&'static str),
+    /// `oifname != "NAME"`.
+    OifnameNe(&'static str),
+    /// `KEY VALUE` or `KEY != VALUE` with `negate`: a comparison with a
+    /// constant (`ip daddr != 127.0.0.1`, `tcp dport != 15008`). The key is
+    /// one of the address keys or `tcp dport`, and the value of its type.
+    Cmp {
+        /// What is compared.
+        key: Key,
+        /// The constant.
+        value: Const,
+        /// `!=`.
+        negate: bool,
+    },
     /// `KEY @set` or `KEY != @set`.
     InSet {
         /// What is looked up.
@@ -360,6 +401,10 @@ impl fmt::Display for Stmt {
             Stmt::Skuid(u) => write!(f, "meta skuid {u}"),
             Stmt::Skgid(g) => write!(f, "meta skgid {g}"),
             Stmt::Oifname(n) => write!(f, "oifname \"{n}\""),
+            Stmt::OifnameNe(n) => write!(f, "oifname != \"{n}\""),
+            Stmt::Cmp { key, value, negate } => {
+                write!(f, "{key} {}{value}", if *negate { "!= " } else { "" })
+            }
             Stmt::InSet { key, set, negate } => {
                 write!(f, "{key} {}@{set}", if *negate { "!= " } else { "" })
             }
@@ -396,13 +441,29 @@ impl Stmt {
                 out.push(meta(MetaKey::Skgid));
                 out.push(cmp_eq(g.to_ne_bytes().to_vec()));
             }
-            Stmt::Oifname(n) => {
+            Stmt::Oifname(n) | Stmt::OifnameNe(n) => {
                 out.push(meta(MetaKey::Oifname));
                 let mut v = [0u8; 16];
                 let b = n.as_bytes();
                 let k = b.len().min(15);
                 v[..k].copy_from_slice(&b[..k]);
-                out.push(cmp_eq(v.to_vec()));
+                out.push(Expr::Cmp(Cmp {
+                    sreg: REG_1,
+                    op: if matches!(self, Stmt::OifnameNe(_)) {
+                        CmpOp::Neq
+                    } else {
+                        CmpOp::Eq
+                    },
+                    data: v.to_vec(),
+                }));
+            }
+            Stmt::Cmp { key, value, negate } => {
+                key.load(out);
+                out.push(Expr::Cmp(Cmp {
+                    sreg: REG_1,
+                    op: if *negate { CmpOp::Neq } else { CmpOp::Eq },
+                    data: value.bytes(),
+                }));
             }
             Stmt::InSet { key, set, negate } => {
                 key.load(out);

@@ -1,6 +1,6 @@
 //! The nft text rendering of a [`Table`]: the human-readable form of
 //! exactly what [`super::encode`] sends (`meshnft render`, the golden files,
-//! the README). `nft -f` of this text and the netlink batch give the same
+//! docs/table.md). `nft -f` of this text and the netlink batch give the same
 //! `nft list table` (tests/nft_oracle.rs checks it).
 
 use super::model::{Set, Table};

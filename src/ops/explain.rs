@@ -193,13 +193,28 @@ pub enum Kind {
     InitAccept,
     /// `goto outbound_redirect` at the end of `output`.
     ToProxy,
+    /// Istio, Kuma: proxy UID, not `oifname "lo"`: `add @proxy_started`.
+    ProxyStartsNotLo,
+    /// Istio, Kuma: `oifname "lo" ip saddr 127.0.0.6 return`.
+    Passthrough4,
+    /// Istio, Kuma: `oifname "lo" ip6 saddr ::6 return`.
+    Passthrough6,
+    /// Istio, Kuma: the proxy over `lo` to a pod address (not 127.0.0.1):
+    /// `redirect to :INBOUND`.
+    ProxyLoopback4,
+    /// The same for IPv6 (not ::1).
+    ProxyLoopback6,
+    /// Istio: `ip daddr != @redirect_outbound_nets4 tcp dport !=
+    /// @redirect_outbound_ports return`.
+    NotIncluded4,
+    /// The same for IPv6.
+    NotIncluded6,
 }
 
 /// Recognises a rule by its chain and comment.
 pub fn classify(chain: &str, comment: &str) -> Option<Kind> {
     use Kind::*;
     let exact = match (chain, comment) {
-        (_, "IPv6 is not redirected (linkerd.ipv6 is false)") => Some(Ipv6Off),
         (_, "only TCP is redirected") => Some(OnlyTcp),
         ("inbound_redirect", "inbound port ignored") => Some(SkipInboundPort),
         ("inbound_redirect", "inbound IPv4 source ignored") => Some(SkipInboundSrc4),
@@ -219,10 +234,31 @@ pub fn classify(chain: &str, comment: &str) -> Option<Kind> {
         }
         ("init_phase_bypass", "port redirected even in the init phase") => Some(InitRedirectPort),
         ("init_phase_bypass", "init container goes out directly") => Some(InitAccept),
+        ("output", "inbound passthrough from the proxy (source 127.0.0.6)") => Some(Passthrough4),
+        ("output", "inbound passthrough from the proxy (source ::6)") => Some(Passthrough6),
+        ("output", "IPv4 destination not in the redirected ranges or ports") => Some(NotIncluded4),
+        ("output", "IPv6 destination not in the redirected ranges or ports") => Some(NotIncluded6),
         _ => None,
     };
     exact.or_else(|| {
-        let prefixed: [(&str, &str, Kind); 6] = [
+        let prefixed: [(&str, &str, Kind); 11] = [
+            ("inbound_redirect", "IPv6 is not redirected (", Ipv6Off),
+            ("output", "IPv6 is not redirected (", Ipv6Off),
+            (
+                "output",
+                "the proxy's first packet not over loopback ends the init phase (",
+                ProxyStartsNotLo,
+            ),
+            (
+                "output",
+                "the proxy to an IPv4 pod address over loopback goes to the inbound port (",
+                ProxyLoopback4,
+            ),
+            (
+                "output",
+                "the proxy to an IPv6 pod address over loopback goes to the inbound port (",
+                ProxyLoopback6,
+            ),
             (
                 "inbound_redirect",
                 "to the proxy's inbound port ",
@@ -285,6 +321,12 @@ struct Walk<'a> {
     notes: Vec<String>,
 }
 
+/// 127.0.0.1 or ::1: the addresses the proxy's loopback rule leaves alone
+/// (`! -d 127.0.0.1/32`, `! -d ::1/128` in istio-iptables and Kuma).
+fn loopback_host(a: IpAddr) -> bool {
+    a == IpAddr::from([127, 0, 0, 1]) || a == IpAddr::from(std::net::Ipv6Addr::LOCALHOST)
+}
+
 /// Most chains deep the walk follows (nft's own limit is 16 jumps).
 const MAX_DEPTH: usize = 16;
 
@@ -293,8 +335,12 @@ impl Walk<'_> {
         self.f.proto == Proto::Tcp
     }
 
+    /// Does the flow's owner match every id the rule tests (UID, GID, or
+    /// both)?
     fn is_proxy(&self, r: &RuleView) -> bool {
-        r.skuid == Some(self.f.uid) && r.skgid.is_none_or(|g| g == self.f.gid)
+        (r.skuid.is_some() || r.skgid.is_some())
+            && r.skuid.is_none_or(|u| u == self.f.uid)
+            && r.skgid.is_none_or(|g| g == self.f.gid)
     }
 
     fn cgroup_at(&self, level: Option<u8>) -> Option<u64> {
@@ -340,8 +386,8 @@ impl Walk<'_> {
                 None => Some(Act::Unknown("redirect rule without a port".into())),
             },
             InboundJump => Some(Act::Jump("inbound_redirect".into())),
-            ProxyStarts => {
-                if self.is_proxy(r) {
+            ProxyStarts | ProxyStartsNotLo => {
+                if self.is_proxy(r) && !(k == ProxyStartsNotLo && f.loopback) {
                     match self.cgroup_at(r.level) {
                         Some(id) if self.proxy_started.contains(&id) => {
                             self.effects.push(
@@ -410,6 +456,41 @@ impl Walk<'_> {
             }
             InitAccept => Some(Act::Accept),
             ToProxy => Some(Act::Goto("outbound_redirect".into())),
+            Passthrough4 | Passthrough6 => {
+                let src = if k == Passthrough4 {
+                    IpAddr::from([127, 0, 0, 6])
+                } else {
+                    IpAddr::from(std::net::Ipv6Addr::new(0, 0, 0, 0, 0, 0, 0, 6))
+                };
+                (f.loopback && f.src == Some(src)).then_some(Act::Return)
+            }
+            ProxyLoopback4 | ProxyLoopback6 => {
+                let fam = v4 == (k == ProxyLoopback4);
+                let matches = f.loopback
+                    && fam
+                    && self.is_tcp()
+                    && !loopback_host(f.dst)
+                    && r.dport_ne != Some(f.dport)
+                    && self.is_proxy(r);
+                if !matches {
+                    return None;
+                }
+                Some(match r.redirect_port {
+                    Some(p) => Act::Redirect(p),
+                    None => Act::Unknown("redirect rule without a port".into()),
+                })
+            }
+            NotIncluded4 | NotIncluded6 => {
+                let (fam, set) = if k == NotIncluded4 {
+                    (v4, "redirect_outbound_nets4")
+                } else {
+                    (!v4, "redirect_outbound_nets6")
+                };
+                (fam && self.is_tcp()
+                    && !t.has_addr(set, f.dst)
+                    && !t.has_port("redirect_outbound_ports", f.dport))
+                .then_some(Act::Return)
+            }
         }
     }
 

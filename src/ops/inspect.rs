@@ -64,6 +64,15 @@ pub struct LevelsInfo {
 /// port or range for "any address".
 #[derive(Debug, Clone, Serialize)]
 pub struct Config {
+    /// The mesh the table was written for when it is not Linkerd (`istio`,
+    /// `kuma`), from the table comment; absent for Linkerd's tables (as
+    /// before meshes) and comments that are not meshnft's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mesh: Option<String>,
+    /// Istio: the GID whose sockets are the proxy's too, whatever their UID
+    /// (absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub proxy_gid_alone: Option<u32>,
     /// Proxy inbound port (`linkerd.incoming-proxy-port`).
     pub inbound_port: Option<u16>,
     /// Proxy outbound port (`linkerd.outgoing-proxy-port`).
@@ -213,6 +222,10 @@ pub fn config(t: &TableView) -> Config {
         )
     });
     Config {
+        mesh: t.comment.as_deref().and_then(mesh_of),
+        proxy_gid_alone: t
+            .rule("output", "the proxy's own traffic (gid ")
+            .and_then(|r| r.skgid),
         inbound_port: t
             .rule("inbound_redirect", "to the proxy's inbound port")
             .and_then(|r| r.redirect_port),
@@ -236,6 +249,20 @@ pub fn config(t: &TableView) -> Config {
                 "init_redirect_ports",
             ],
         ),
+    }
+}
+
+/// The mesh named by a table comment ADD wrote for Istio or Kuma:
+/// `meshnft VERSION mesh M pod uid ...` (Linkerd's names none).
+fn mesh_of(comment: &str) -> Option<String> {
+    let mut w = comment.split_whitespace();
+    if w.next() != Some("meshnft") {
+        return None;
+    }
+    w.next()?;
+    match (w.next(), w.next()) {
+        (Some("mesh"), Some(m)) => Some(m.to_string()),
+        _ => None,
     }
 }
 
@@ -381,11 +408,15 @@ pub fn render(r: &Report) -> String {
         },
     );
     let _ = writeln!(o, "\nconfiguration (as written into the table)");
-    let proxy = match (c.proxy_uid, c.proxy_gid) {
-        (Some(u), Some(g)) => format!("uid {u} and gid {g}"),
-        (Some(u), None) => format!("uid {u} (any gid)"),
+    let proxy = match (c.proxy_uid, c.proxy_gid, c.proxy_gid_alone) {
+        (Some(u), _, Some(g)) => format!("uid {u} or gid {g}"),
+        (Some(u), Some(g), None) => format!("uid {u} and gid {g}"),
+        (Some(u), None, None) => format!("uid {u} (any gid)"),
         _ => "?".into(),
     };
+    if let Some(m) = c.mesh.as_deref() {
+        kv(&mut o, "  mesh", m);
+    }
     for (k, v) in [
         ("  proxy", proxy),
         ("  inbound port", opt(c.inbound_port)),

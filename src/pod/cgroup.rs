@@ -98,8 +98,8 @@ fn is_pod_dir(name: &str, uid: &str, uid_us: &str) -> bool {
 /// relative to the mount.
 ///
 /// Tries kubelet's well-known paths first (cgroupfs and systemd, every QoS
-/// class), then walks breadth-first (at most [`MAX_DEPTH`] levels,
-/// [`MAX_DIRS`] directories) for other cgroup roots such as kind's
+/// class), then walks breadth-first (at most `MAX_DEPTH` levels,
+/// `MAX_DIRS` directories) for other cgroup roots such as kind's
 /// `kubelet.slice/kubelet-kubepods.slice/...`.
 pub fn find_pod(mount: &Path, search_root: &Path, uid: &str) -> Option<PathBuf> {
     if !valid_pod_uid(uid) {

@@ -108,6 +108,9 @@ pub struct RuleView {
     pub redirect_port: Option<u16>,
     /// `socket cgroupv2 level N` (from the text listing: JSON drops it).
     pub level: Option<u8>,
+    /// `tcp dport != N` operand (Istio's loopback rule leaves its tunnel
+    /// port alone).
+    pub dport_ne: Option<u16>,
 }
 
 /// A set or map.
@@ -243,7 +246,12 @@ fn rule_view(chain: &str, comment: &str, handle: u64, exprs: &[Expr]) -> RuleVie
     };
     let mut last_meta = None;
     let mut last_imm: Option<&[u8]> = None;
+    let mut dport_loaded = false;
     for e in exprs {
+        if let Expr::Payload(p) = e {
+            dport_loaded =
+                p.base == crate::nft::expr::PayloadBase::Transport && p.offset == 2 && p.len == 2;
+        }
         match e {
             Expr::Counter(c) => {
                 rv.counter = Some(Counter {
@@ -261,6 +269,11 @@ fn rule_view(chain: &str, comment: &str, handle: u64, exprs: &[Expr]) -> RuleVie
                     Some(MetaKey::Skgid) => rv.skgid = v,
                     _ => {}
                 }
+            }
+            Expr::Cmp(c) if dport_loaded && c.op == crate::nft::expr::CmpOp::Neq => {
+                rv.dport_ne = <[u8; 2]>::try_from(&c.data[..])
+                    .ok()
+                    .map(u16::from_be_bytes);
             }
             Expr::Immediate(i) => {
                 if let ImmediateData::Value(v) = &i.data {

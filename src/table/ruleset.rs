@@ -14,7 +14,9 @@
 //! keeps pins.
 //!
 //! Semantics follow `DESIGN.md` sections 3 and 4 (the contract), with the
-//! rule order of Linkerd's proxy-init (`pkg/iptables/iptables.go`).
+//! rule order of Linkerd's proxy-init (`pkg/iptables/iptables.go`); tables
+//! for Istio and Kuma ([`crate::mesh`]) follow istio-iptables' and Kuma's
+//! order and add their rules for the proxy's loopback traffic.
 
 use crate::config::Settings;
 use crate::ports::PortRange;
@@ -34,9 +36,11 @@ pub struct Levels {
     pub container: u8,
 }
 
-pub use crate::nft::model::{Chain, Elem, Hook, Key, KeyType, Rule, Set, Stmt, Table};
+use crate::mesh::Mesh;
+pub use crate::nft::model::{Chain, Const, Elem, Hook, Key, KeyType, Rule, Set, Stmt, Table};
 use crate::nft::model::{IPPROTO_TCP, NFPROTO_IPV6};
 pub use crate::nft::verdict::Verdict;
+use std::net::{IpAddr, Ipv6Addr};
 
 fn port_elems(r: &[PortRange]) -> Vec<Elem> {
     r.iter().copied().map(Elem::Ports).collect()
@@ -68,6 +72,8 @@ pub fn sanitize_comment(s: &str) -> String {
 /// (DESIGN.md 4.7). With `initPhase.enabled` false the table is that plain
 /// one too: no rule uses `socket cgroupv2`. `comment` identifies the pod.
 pub fn build(s: &Settings, levels: Option<Levels>, comment: &str) -> Table {
+    let mesh = &s.mesh;
+    let comment_of = |name| crate::mesh::set_comment(mesh.mesh, name);
     let set = |name, key, comment, elements: Option<Vec<Elem>>| Set {
         name,
         key,
@@ -86,7 +92,7 @@ pub fn build(s: &Settings, levels: Option<Levels>, comment: &str) -> Table {
         comment,
         elements: None,
     };
-    let sets = vec![
+    let mut sets = vec![
         dynamic(
             "proxy_started",
             "pod cgroup, added by the proxy's first packet: the init phase is over",
@@ -107,19 +113,19 @@ pub fn build(s: &Settings, levels: Option<Levels>, comment: &str) -> Table {
         set(
             "redirect_inbound_ports",
             KeyType::Port,
-            "linkerd.ports-to-redirect: when not empty, only these inbound ports are redirected",
+            comment_of("redirect_inbound_ports"),
             Some(port_elems(&s.redirect_inbound_ports)),
         ),
         set(
             "skip_inbound_ports",
             KeyType::Port,
-            "linkerd.inbound-ports-to-ignore",
+            comment_of("skip_inbound_ports"),
             Some(port_elems(&s.skip_inbound_ports)),
         ),
         set(
             "skip_inbound_nets4",
             KeyType::Ipv4,
-            "linkerd.subnets-to-ignore (IPv4 sources)",
+            comment_of("skip_inbound_nets4"),
             Some(
                 s.skip_inbound_nets
                     .v4
@@ -132,7 +138,7 @@ pub fn build(s: &Settings, levels: Option<Levels>, comment: &str) -> Table {
         set(
             "skip_inbound_nets6",
             KeyType::Ipv6,
-            "linkerd.subnets-to-ignore (IPv6 sources)",
+            comment_of("skip_inbound_nets6"),
             Some(
                 s.skip_inbound_nets
                     .v6
@@ -145,13 +151,13 @@ pub fn build(s: &Settings, levels: Option<Levels>, comment: &str) -> Table {
         set(
             "skip_outbound_ports",
             KeyType::Port,
-            "linkerd.outbound-ports-to-ignore",
+            comment_of("skip_outbound_ports"),
             Some(port_elems(&s.skip_outbound_ports)),
         ),
         set(
             "skip_outbound_nets4",
             KeyType::Ipv4,
-            "linkerd.outbound-subnets-to-ignore (IPv4 destinations)",
+            comment_of("skip_outbound_nets4"),
             Some(
                 s.skip_outbound_nets
                     .v4
@@ -164,7 +170,7 @@ pub fn build(s: &Settings, levels: Option<Levels>, comment: &str) -> Table {
         set(
             "skip_outbound_nets6",
             KeyType::Ipv6,
-            "linkerd.outbound-subnets-to-ignore (IPv6 destinations)",
+            comment_of("skip_outbound_nets6"),
             Some(
                 s.skip_outbound_nets
                     .v6
@@ -208,6 +214,28 @@ pub fn build(s: &Settings, levels: Option<Levels>, comment: &str) -> Table {
         ),
     ];
 
+    if mesh.mesh == Mesh::Istio {
+        let include = mesh.redirect_outbound_nets.clone().unwrap_or_default();
+        sets.push(set(
+            "redirect_outbound_ports",
+            KeyType::Port,
+            comment_of("redirect_outbound_ports"),
+            Some(port_elems(&mesh.redirect_outbound_ports)),
+        ));
+        sets.push(set(
+            "redirect_outbound_nets4",
+            KeyType::Ipv4,
+            comment_of("redirect_outbound_nets4"),
+            Some(include.v4.iter().copied().map(Elem::Net4).collect()),
+        ));
+        sets.push(set(
+            "redirect_outbound_nets6",
+            KeyType::Ipv6,
+            comment_of("redirect_outbound_nets6"),
+            Some(include.v6.iter().copied().map(Elem::Net6).collect()),
+        ));
+    }
+
     let chain = |name, hook| Chain { name, hook };
     let chains = vec![
         chain("inbound_redirect", None),
@@ -241,12 +269,17 @@ pub fn build(s: &Settings, levels: Option<Levels>, comment: &str) -> Table {
         })
     };
 
-    // Inbound (Linkerd's PROXY_INIT_REDIRECT).
+    // Inbound (Linkerd's PROXY_INIT_REDIRECT; Istio's ISTIO_INBOUND and
+    // Kuma's KUMA_MESH_INBOUND have the same shape).
+    let ipv6_off = format!(
+        "IPv6 is not redirected ({})",
+        crate::mesh::ipv6_off_reason(mesh.mesh)
+    );
     if !s.ipv6 {
         r(
             "inbound_redirect",
             vec![Stmt::Nfproto(NFPROTO_IPV6), Counter, ret()],
-            "IPv6 is not redirected (linkerd.ipv6 is false)",
+            &ipv6_off,
         );
     }
     r(
@@ -302,69 +335,227 @@ pub fn build(s: &Settings, levels: Option<Levels>, comment: &str) -> Table {
         &format!("to the proxy's outbound port {}", s.outbound_port),
     );
 
-    // Outbound (Linkerd's PROXY_INIT_OUTPUT, plus the init phase).
+    // Outbound (Linkerd's PROXY_INIT_OUTPUT, plus the init phase; Istio's
+    // ISTIO_OUTPUT and Kuma's KUMA_MESH_OUTBOUND in their order).
     let mut proxy = vec![Stmt::Skuid(s.proxy_uid)];
     let who = match s.proxy_gid {
-        Some(g) => {
+        Some(g) if !mesh.gid_alone => {
             proxy.push(Stmt::Skgid(g));
             format!("uid {} gid {g}", s.proxy_uid)
         }
-        None => format!("uid {}", s.proxy_uid),
+        _ => format!("uid {}", s.proxy_uid),
     };
+    // The proxy's identities, one rule each: the UID (and GID) for Linkerd
+    // and Kuma; the UID or the GID for Istio (--uid-owner, --gid-owner).
+    let mut ids = vec![(proxy.clone(), who.clone())];
+    if let (true, Some(g)) = (mesh.gid_alone, s.proxy_gid) {
+        ids.push((vec![Stmt::Skgid(g)], format!("gid {g}")));
+    }
     let with = |mut a: Vec<Stmt>, b: Vec<Stmt>| {
         a.extend(b);
         a
     };
     let phase = levels.filter(|_| s.init_phase.enabled);
+    let sidecar = mesh.loopback_inbound.clone();
     if let Some(l) = phase {
+        if sidecar.is_some() {
+            // Istio's and Kuma's validators run as the proxy UID and talk
+            // over loopback: only the proxy's packets leaving the pod end the
+            // init phase.
+            r(
+                "output",
+                vec![
+                    Stmt::Skuid(s.proxy_uid),
+                    Stmt::OifnameNe("lo"),
+                    Stmt::AddToSet {
+                        set: "proxy_started",
+                        key: Key::Cgroup(l.pod),
+                    },
+                ],
+                &format!(
+                    "the proxy's first packet not over loopback ends the init phase (uid {}, pod cgroup level {})",
+                    s.proxy_uid, l.pod
+                ),
+            );
+        } else {
+            r(
+                "output",
+                with(
+                    proxy.clone(),
+                    vec![Stmt::AddToSet {
+                        set: "proxy_started",
+                        key: Key::Cgroup(l.pod),
+                    }],
+                ),
+                &format!(
+                    "the proxy's first packet ends the init phase ({who}, pod cgroup level {})",
+                    l.pod
+                ),
+            );
+        }
+    }
+    let skip_nets: [(Vec<Stmt>, &str); 2] = [
+        (
+            vec![in_set(Key::IpDaddr, "skip_outbound_nets4"), Counter, ret()],
+            "outbound IPv4 destination ignored",
+        ),
+        (
+            vec![in_set(Key::Ip6Daddr, "skip_outbound_nets6"), Counter, ret()],
+            "outbound IPv6 destination ignored",
+        ),
+    ];
+    if let Some(lb) = sidecar {
+        if mesh.skip_nets_first {
+            for (st, c) in skip_nets.clone() {
+                r("output", st, c);
+            }
+        }
+        if !s.ipv6 {
+            r(
+                "output",
+                vec![Stmt::Nfproto(NFPROTO_IPV6), Counter, ret()],
+                &ipv6_off,
+            );
+        }
+        r("output", vec![not_tcp(), ret()], "only TCP is redirected");
         r(
             "output",
-            with(
-                proxy.clone(),
-                vec![Stmt::AddToSet {
-                    set: "proxy_started",
-                    key: Key::Cgroup(l.pod),
-                }],
-            ),
-            &format!(
-                "the proxy's first packet ends the init phase ({who}, pod cgroup level {})",
-                l.pod
-            ),
+            vec![in_set(Key::TcpDport, "skip_outbound_ports"), Counter, ret()],
+            "outbound port ignored",
         );
-    }
-    r(
-        "output",
-        with(proxy, vec![Counter, ret()]),
-        &format!("the proxy's own traffic ({who})"),
-    );
-    r(
-        "output",
-        vec![Stmt::Oifname("lo"), Counter, ret()],
-        "loopback",
-    );
-    if !s.ipv6 {
+        // (family, source of the inbound passthrough, loopback address)
+        let mut fams = vec![(
+            "IPv4",
+            Key::IpSaddr,
+            Key::IpDaddr,
+            IpAddr::from([127, 0, 0, 6]),
+            IpAddr::from([127, 0, 0, 1]),
+        )];
+        if s.ipv6 {
+            fams.push((
+                "IPv6",
+                Key::Ip6Saddr,
+                Key::Ip6Daddr,
+                IpAddr::from(Ipv6Addr::new(0, 0, 0, 0, 0, 0, 0, 6)),
+                IpAddr::from(Ipv6Addr::LOCALHOST),
+            ));
+        }
+        for (_, saddr, _, passthrough, _) in &fams {
+            r(
+                "output",
+                vec![
+                    Stmt::Oifname("lo"),
+                    Stmt::Cmp {
+                        key: *saddr,
+                        value: Const::Addr(*passthrough),
+                        negate: false,
+                    },
+                    Counter,
+                    ret(),
+                ],
+                &format!("inbound passthrough from the proxy (source {passthrough})"),
+            );
+        }
+        for (fam, _, daddr, _, localhost) in &fams {
+            for (id, id_who) in &ids {
+                let mut st = vec![
+                    Stmt::Oifname("lo"),
+                    Stmt::Cmp {
+                        key: *daddr,
+                        value: Const::Addr(*localhost),
+                        negate: true,
+                    },
+                ];
+                st.push(match lb.except_port {
+                    Some(p) => Stmt::Cmp {
+                        key: Key::TcpDport,
+                        value: Const::Port(p),
+                        negate: true,
+                    },
+                    None => tcp(),
+                });
+                st.extend(id.iter().cloned());
+                st.extend([Counter, Stmt::Redirect(s.inbound_port)]);
+                r(
+                    "output",
+                    st,
+                    &format!(
+                        "the proxy to an {fam} pod address over loopback goes to the inbound port ({id_who})"
+                    ),
+                );
+            }
+        }
+        for (id, id_who) in &ids {
+            r(
+                "output",
+                with(id.clone(), vec![Counter, ret()]),
+                &format!("the proxy's own traffic ({id_who})"),
+            );
+        }
         r(
             "output",
-            vec![Stmt::Nfproto(NFPROTO_IPV6), Counter, ret()],
-            "IPv6 is not redirected (linkerd.ipv6 is false)",
+            vec![Stmt::Oifname("lo"), Counter, ret()],
+            "loopback",
         );
+        if !mesh.skip_nets_first {
+            for (st, c) in skip_nets.clone() {
+                r("output", st, c);
+            }
+        }
+        if mesh.redirect_outbound_nets.is_some() {
+            let mut fams = vec![("IPv4", Key::IpDaddr, "redirect_outbound_nets4")];
+            if s.ipv6 {
+                fams.push(("IPv6", Key::Ip6Daddr, "redirect_outbound_nets6"));
+            }
+            for (fam, key, set) in fams {
+                r(
+                    "output",
+                    vec![
+                        InSet {
+                            key,
+                            set,
+                            negate: true,
+                        },
+                        InSet {
+                            key: Key::TcpDport,
+                            set: "redirect_outbound_ports",
+                            negate: true,
+                        },
+                        Counter,
+                        ret(),
+                    ],
+                    &format!("{fam} destination not in the redirected ranges or ports"),
+                );
+            }
+        }
+    } else {
+        r(
+            "output",
+            with(proxy, vec![Counter, ret()]),
+            &format!("the proxy's own traffic ({who})"),
+        );
+        r(
+            "output",
+            vec![Stmt::Oifname("lo"), Counter, ret()],
+            "loopback",
+        );
+        if !s.ipv6 {
+            r(
+                "output",
+                vec![Stmt::Nfproto(NFPROTO_IPV6), Counter, ret()],
+                &ipv6_off,
+            );
+        }
+        r("output", vec![not_tcp(), ret()], "only TCP is redirected");
+        r(
+            "output",
+            vec![in_set(Key::TcpDport, "skip_outbound_ports"), Counter, ret()],
+            "outbound port ignored",
+        );
+        for (st, c) in skip_nets {
+            r("output", st, c);
+        }
     }
-    r("output", vec![not_tcp(), ret()], "only TCP is redirected");
-    r(
-        "output",
-        vec![in_set(Key::TcpDport, "skip_outbound_ports"), Counter, ret()],
-        "outbound port ignored",
-    );
-    r(
-        "output",
-        vec![in_set(Key::IpDaddr, "skip_outbound_nets4"), Counter, ret()],
-        "outbound IPv4 destination ignored",
-    );
-    r(
-        "output",
-        vec![in_set(Key::Ip6Daddr, "skip_outbound_nets6"), Counter, ret()],
-        "outbound IPv6 destination ignored",
-    );
     // Without the init phase the table holds no `socket cgroupv2` at all, so
     // kernels without it (< 5.13) take it; pins then have no rule to apply.
     if let (Some(l), true) = (levels, s.init_phase.enabled) {

@@ -21,7 +21,7 @@ use std::sync::atomic::AtomicU64;
 pub type Label = [(&'static str, &'static str); 1];
 
 /// Every metric of the agent (names as exposed; counters get `_total`).
-/// README "Node agent" documents each one.
+/// docs/install.md#node-agent-repair-readiness-metrics documents each one.
 #[derive(Default)]
 pub struct Metrics {
     /// `meshnft_chained`: 1 while the entry is in the node's primary network

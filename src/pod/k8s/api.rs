@@ -492,8 +492,8 @@ async fn read_pod_async(cfg: &ApiConfig, namespace: &str, name: &str) -> Result<
 }
 
 /// What meshnft needs of a pod object read from the API: annotations,
-/// labels and container names (with `restartPolicy`), plus the annotations
-/// of its namespace. `api_server_ports` is left unread (`None`).
+/// labels and containers (name, `restartPolicy`, `runAsUser`/`runAsGroup`,
+/// literal `env` values, `args`), plus the annotations of its namespace. `api_server_ports` is left unread (`None`).
 pub fn pod_info(
     pod: &Pod,
     namespace_annotations: std::collections::BTreeMap<String, String>,
@@ -501,6 +501,15 @@ pub fn pod_info(
     let container = |c: &k8s_openapi::api::core::v1::Container| Container {
         name: c.name.clone(),
         restart_policy: c.restart_policy.clone(),
+        run_as_user: c.security_context.as_ref().and_then(|s| s.run_as_user),
+        run_as_group: c.security_context.as_ref().and_then(|s| s.run_as_group),
+        env: c
+            .env
+            .iter()
+            .flatten()
+            .filter_map(|e| Some((e.name.clone(), e.value.clone()?)))
+            .collect(),
+        args: c.args.clone().unwrap_or_default(),
     };
     let spec = pod.spec.as_ref();
     PodInfo {

@@ -13,6 +13,7 @@
 //! `cni-plugin/main.go`), so existing pods work unchanged.
 
 pub mod api;
+pub mod meshes;
 pub mod names;
 
 use crate::config::{DEFAULT_INBOUND_IGNORE, Settings};
@@ -61,12 +62,20 @@ pub enum PodSource {
 }
 
 /// A container of the pod spec, as far as meshnft cares.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Container {
     /// Container name.
     pub name: String,
     /// `restartPolicy` (only init containers have one; `Always` = native sidecar).
     pub restart_policy: Option<String>,
+    /// `securityContext.runAsUser` (Istio takes its proxy's UID from it).
+    pub run_as_user: Option<i64>,
+    /// `securityContext.runAsGroup` (Istio: the proxy's GID).
+    pub run_as_group: Option<i64>,
+    /// `env` entries with a literal `value` (Istio reads a few on its proxy).
+    pub env: BTreeMap<String, String>,
+    /// `args` (Istio: `proxy sidecar` for a sidecar).
+    pub args: Vec<String>,
 }
 
 /// What meshnft knows about a pod.
@@ -169,7 +178,15 @@ impl PodInfo {
     /// Applies the pod's (then namespace's) annotations to `s`, with
     /// Linkerd's semantics. All values are checked before anything is
     /// changed. Errors: code 7 naming the annotation and the token.
+    ///
+    /// For Istio and Kuma entries the mesh's own annotations apply instead
+    /// ([`meshes`]).
     pub fn apply(&self, s: &Settings) -> Result<Settings> {
+        match s.mesh.mesh {
+            crate::mesh::Mesh::Linkerd => {}
+            crate::mesh::Mesh::Istio => return meshes::apply_istio(self, s),
+            crate::mesh::Mesh::Kuma => return meshes::apply_kuma(self, s),
+        }
         let mut out = s.clone();
         if let Some(v) = self.annotation(ANN_SKIP_INBOUND) {
             let mut all = s.skip_inbound_ports.clone();
@@ -449,6 +466,7 @@ mod tests {
         let c = |n: &str, rp: Option<&str>| Container {
             name: n.into(),
             restart_policy: rp.map(String::from),
+            ..Default::default()
         };
         let mut p = pod(&[]);
         p.source = PodSource::Api;

@@ -1,0 +1,577 @@
+//! Istio and Kuma pods end to end (docs/meshes.md): the examples
+//! `conflists/ptp-istio-meshnft.conflist` and `ptp-kuma-meshnft.conflist`
+//! run through the CNI project's libcni (Go driver, Debian's `ptp` +
+//! `host-local`) in a throwaway node netns, meshnft reading the pod from the
+//! stand-in API server (`tests/common/apiserver.rs`, listening in the node
+//! netns), with real processes in kubelet-like pod cgroups making real TCP
+//! connections.
+//!
+//! The classic layouts, as the peers' injectors write them: Istio's
+//! `istio-validation` first, user init containers, the app and `istio-proxy`;
+//! Kuma's user init containers, `kuma-validation` last, `kuma-sidecar` and
+//! the app. Asserted: the validator (the proxy's UID over loopback to
+//! 127.0.0.6) reaches its listener through the inbound port and does not
+//! end the init phase; an init container goes out directly; the proxy's
+//! first packet ends the phase; the app goes to 15001 with its original
+//! destination; an excluded outbound port and CIDR (pod annotations) go out
+//! directly; inbound goes to 15006 except the excluded ports; the proxy to
+//! its own pod address over loopback goes to 15006. Also Istio's native
+//! sidecar layout, unmeshed pods and refused annotations.
+//!
+//! Root only (`sudo cargo test`); skipped with a message otherwise.
+
+mod common;
+mod support;
+
+use common::apiserver::{self, FakeApi};
+use common::*;
+use k8s_openapi::api::core::v1::Pod;
+use serde_json::json;
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::{Path, PathBuf};
+use support::{Layout, Listener, Netns, Node, PodCgroups, Qos, SRV4_A, SRV4_B};
+
+/// Istio's proxy UID and GID (istio-cni's default).
+const ISTIO_UID: u32 = 1337;
+/// kuma-dp's UID (kuma-cni's default).
+const KUMA_UID: u32 = 5678;
+/// The inbound passthrough address the peers' validators connect to.
+const PASSTHROUGH: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 6);
+const LO4: Ipv4Addr = Ipv4Addr::LOCALHOST;
+
+const ISTIO_STATUS: (&str, &str) = (
+    "sidecar.istio.io/status",
+    "{\"initContainers\":[\"istio-validation\"],\"containers\":[\"istio-proxy\"]}",
+);
+const KUMA_INJECTED: (&str, &str) = ("kuma.io/sidecar-injected", "true");
+
+/// One node running the example conflist of `mesh` with a kubeconfig for
+/// the stand-in API server, and the pods it serves. Fields drop in
+/// declaration order: the API server's thread before the node netns.
+struct MeshNode {
+    api: FakeApi,
+    _server: Listener,
+    cl: PathBuf,
+    node: Node,
+}
+
+impl MeshNode {
+    fn start(mesh: &str, pods: &[Pod]) -> MeshNode {
+        let node = Node::new();
+        node.install_plugin("meshnft", Path::new(MESHNFT));
+        let server = node_listener(&node);
+        let api = support::in_netns(node.netns.path(), || FakeApi::serving(pods));
+        let kc = api.kubeconfig(node.dir());
+        let mut c = example_conflist(&format!("ptp-{mesh}-meshnft.conflist"));
+        c["plugins"][0]["ipam"]["dataDir"] = json!(node.ipam_dir());
+        let e = &mut c["plugins"][1];
+        e["stateDir"] = json!(node.dir().join("state"));
+        e["log_file"] = json!(node.dir().join("meshnft.log"));
+        e["log_level"] = json!("debug");
+        e["kubernetes"] = json!({"kubeconfig": kc, "timeoutSeconds": 2, "attempts": 2});
+        let cl = node.write_raw_conflist(&support::unique(mesh), &c);
+        MeshNode {
+            api,
+            _server: server,
+            cl,
+            node,
+        }
+    }
+}
+
+/// A pod of a [`MeshNode`]: its netns and cgroups.
+struct MeshPod<'a> {
+    n: &'a MeshNode,
+    name: String,
+    pod: Netns,
+    cg: PodCgroups,
+}
+
+impl<'a> MeshPod<'a> {
+    fn new(n: &'a MeshNode, name: &str) -> MeshPod<'a> {
+        MeshPod {
+            n,
+            name: name.into(),
+            pod: Netns::new("mtpod"),
+            cg: PodCgroups::new(Layout::Cgroupfs, Qos::Burstable),
+        }
+    }
+
+    fn cni(&self, cmd: &str) -> Result<serde_json::Value, String> {
+        let args = k8s_args(&self.cg, &self.name);
+        self.n.node.cni(
+            cmd,
+            &self.n.cl,
+            self.pod.path(),
+            &self.name,
+            &args_ref(&args),
+        )
+    }
+
+    /// ADD through libcni; the pod's IPv4 address.
+    fn add(&self) -> Ipv4Addr {
+        let res = self
+            .cni("add")
+            .unwrap_or_else(|e| panic!("{}: ADD through ptp + meshnft: {e}", self.name));
+        assert!(
+            self.n
+                .api
+                .requests()
+                .iter()
+                .any(|p| p.ends_with(&format!("/pods/{}", self.name))),
+            "meshnft did not read the pod: {:?}",
+            self.n.api.requests()
+        );
+        support::result_v4_v6(&res).0
+    }
+
+    /// A TCP probe from `container` as `uid`/`gid` to `addr:port`.
+    fn probe(
+        &self,
+        container: &str,
+        uid: u32,
+        gid: u32,
+        addr: impl Into<IpAddr>,
+        port: u16,
+    ) -> Result<String, String> {
+        let cg = self.cg.container(container);
+        support::tcp_probe(self.pod.path(), Some(&cg), uid, gid, addr.into(), port)
+    }
+
+    /// A TCP probe from the node to the pod's `addr:port`.
+    fn inbound(&self, addr: Ipv4Addr, port: u16) -> Result<String, String> {
+        support::tcp_probe(self.n.node.netns.path(), None, 0, 0, addr.into(), port)
+    }
+
+    fn phase_closed(&self) -> bool {
+        set_elements(&self.pod, "proxy_started")
+            .iter()
+            .any(|e| elem_is(e, self.cg.pod_dir()))
+    }
+
+    fn bypassed(&self, container: &str) -> bool {
+        set_elements(&self.pod, "init_containers")
+            .iter()
+            .any(|e| elem_is(e, &self.cg.container(container)))
+    }
+
+    /// The proxy stand-in (15001 out, 15006 in) and the app's ports.
+    fn sidecar(&self, app_ports: &[u16]) -> (Listener, Listener, Listener) {
+        let any4 = IpAddr::from([0, 0, 0, 0]);
+        let any6 = IpAddr::from([0u16; 8]);
+        let both = |p: u16| [sa(any4, p), sa(any6, p)];
+        let app: Vec<_> = app_ports.iter().flat_map(|&p| both(p)).collect();
+        (
+            Listener::start(self.pod.path(), "proxy-out", &both(15001)),
+            Listener::start(self.pod.path(), "proxy-in", &both(15006)),
+            Listener::start(self.pod.path(), "app", &app),
+        )
+    }
+
+    /// CHECK passes, DEL removes the table.
+    fn check_and_del(&self) {
+        self.cni("check")
+            .unwrap_or_else(|e| panic!("{}: CHECK: {e}", self.name));
+        self.cni("del")
+            .unwrap_or_else(|e| panic!("{}: DEL: {e}", self.name));
+        assert!(!has_table(&self.pod), "{}: table left after DEL", self.name);
+    }
+}
+
+/// `meshnft ARGS --netns POD --json` (inspect, explain) as a document.
+fn op(p: &MeshPod, args: &[&str]) -> serde_json::Value {
+    let mut cmd = std::process::Command::new(MESHNFT);
+    cmd.args(args)
+        .args(["--netns", p.pod.path().to_str().unwrap(), "--json"])
+        .arg("--state-dir")
+        .arg(p.n.node.dir().join("state"));
+    let out = cmd.output().expect("run meshnft");
+    assert!(out.status.success(), "meshnft {args:?}: {out:?}");
+    serde_json::from_slice(&out.stdout).expect("one JSON document")
+}
+
+/// What `explain` says of the validator's connection (the proxy UID over
+/// loopback from 127.0.0.1 to 127.0.0.6:`port`, from `container`).
+fn explain_validator(p: &MeshPod, container: &str, uid: u32, port: u16) -> serde_json::Value {
+    let cg = p.cg.container(container);
+    let (uid, port) = (uid.to_string(), port.to_string());
+    op(
+        p,
+        &[
+            "explain",
+            "--direction",
+            "out",
+            "--dst",
+            "127.0.0.6",
+            "--dport",
+            &port,
+            "--uid",
+            &uid,
+            "--gid",
+            &uid,
+            "--src",
+            "127.0.0.1",
+            "--lo",
+            "--cgroup",
+            cg.to_str().unwrap(),
+        ],
+    )
+}
+
+/// The validator stand-in: what `istio-validation` / `kuma-validation` do,
+/// listen on 127.0.0.1 at the capture ports and connect, as the proxy UID,
+/// to 127.0.0.6; the reply tells where the connection landed and its
+/// original destination.
+fn validate(p: &MeshPod, container: &str, uid: u32, listen: &[u16], port: u16) {
+    let l: Vec<_> = listen.iter().map(|&q| sa(LO4, q)).collect();
+    let v = Listener::start(p.pod.path(), "validator", &l);
+    expect_reply(
+        p.probe(container, uid, uid, PASSTHROUGH, port),
+        "validator",
+        Some(&format!("{PASSTHROUGH}:{port}")),
+    );
+    drop(v);
+    assert!(
+        !p.phase_closed(),
+        "{container}: the validator's loopback traffic (uid {uid}) ended the init phase:\n{}",
+        list_table(&p.pod).unwrap_or_default()
+    );
+}
+
+#[test]
+fn istio_pod_classic_layout() {
+    if !support::root_or_skip("istio_pod_classic_layout") {
+        return;
+    }
+    let name = "istio-web";
+    let spec = apiserver::pod(
+        "default",
+        name,
+        &[("istio-validation", None), ("init", None)],
+        &["app", "istio-proxy"],
+        &[
+            ISTIO_STATUS,
+            ("traffic.sidecar.istio.io/excludeOutboundPorts", "9100"),
+            (
+                "traffic.sidecar.istio.io/excludeOutboundIPRanges",
+                "198.19.1.0/24",
+            ),
+            ("traffic.sidecar.istio.io/excludeInboundPorts", "8081"),
+        ],
+        &[],
+    );
+    let n = MeshNode::start("istio", &[spec]);
+    let p = MeshPod::new(&n, name);
+    let pod4 = p.add();
+    let t = list_table(&p.pod).expect("table");
+    assert!(t.contains("mesh istio pod uid"), "{t}");
+
+    // istio-validation (UID 1337): 127.0.0.1 -> 127.0.0.6:15002 lands on
+    // its 15006 listener through the proxy's loopback rule, as explain says.
+    let d = explain_validator(&p, "istio-validation", ISTIO_UID, 15002);
+    assert_eq!(
+        d["outcome"],
+        json!({"kind": "redirect", "port": 15006}),
+        "{d:#}"
+    );
+    assert_eq!(
+        d["decided_by"]["comment"],
+        "the proxy to an IPv4 pod address over loopback goes to the inbound port (uid 1337)"
+    );
+    validate(&p, "istio-validation", ISTIO_UID, &[15001, 15006], 15002);
+    // The init container goes out directly (the proxy is not there yet).
+    expect_reply(
+        p.probe("init", INIT_UID, INIT_UID, SRV4_A, 80),
+        "server",
+        Some("-"),
+    );
+    assert!(p.bypassed("init"));
+
+    // The proxy starts; its first packet out ends the init phase.
+    let _l = p.sidecar(&[8080, 8081, 15021]);
+    expect_reply(
+        p.probe("istio-proxy", ISTIO_UID, ISTIO_UID, SRV4_A, 80),
+        "server",
+        Some("-"),
+    );
+    assert!(p.phase_closed(), "{}", list_table(&p.pod).unwrap());
+    // inspect shows the mesh and Istio's proxy identity (UID or GID).
+    let i = op(&p, &["inspect"]);
+    let c = &i["config"];
+    assert_eq!(
+        (&c["mesh"], &c["proxy_uid"], &c["proxy_gid_alone"]),
+        (&json!("istio"), &json!(1337), &json!(1337)),
+        "{i:#}"
+    );
+    assert_eq!(
+        (&c["inbound_port"], &c["outbound_port"]),
+        (&json!(15006), &json!(15001))
+    );
+    assert_eq!(i["init_phase"]["state"], "closed");
+    assert_eq!(i["warnings"], json!([]), "{i:#}");
+    // The app goes to 15001 with its original destination; the excluded
+    // port and range go out directly.
+    expect_reply(
+        p.probe("app", APP_UID, APP_UID, SRV4_A, 80),
+        "proxy-out",
+        Some("198.19.0.1:80"),
+    );
+    expect_reply(
+        p.probe("app", APP_UID, APP_UID, SRV4_A, 9100),
+        "server",
+        Some("-"),
+    );
+    expect_reply(
+        p.probe("app", APP_UID, APP_UID, SRV4_B, 80),
+        "server",
+        Some("-"),
+    );
+    // The proxy GID alone is the proxy (istio-iptables' --gid-owner rule).
+    expect_reply(
+        p.probe("app", APP_UID, ISTIO_UID, SRV4_A, 80),
+        "server",
+        Some("-"),
+    );
+    // Inbound to 15006, except the annotation's 8081 and Istio's 15021.
+    expect_reply(
+        p.inbound(pod4, 8080),
+        "proxy-in",
+        Some(&format!("{pod4}:8080")),
+    );
+    expect_reply(p.inbound(pod4, 8081), "app", None);
+    expect_reply(p.inbound(pod4, 15021), "app", None);
+    // The proxy to its pod's own address over loopback: inbound (15006);
+    // the app to it: directly.
+    expect_reply(
+        p.probe("istio-proxy", ISTIO_UID, ISTIO_UID, pod4, 8080),
+        "proxy-in",
+        Some(&format!("{pod4}:8080")),
+    );
+    expect_reply(p.probe("app", APP_UID, APP_UID, pod4, 8080), "app", None);
+    p.check_and_del();
+}
+
+/// Istio's native sidecar layout (`istio-validation`, `istio-proxy` with
+/// `restartPolicy: Always`, then the user's init containers): the proxy
+/// starts before them, so they are redirected.
+#[test]
+fn istio_pod_native_sidecar() {
+    if !support::root_or_skip("istio_pod_native_sidecar") {
+        return;
+    }
+    let name = "istio-native";
+    let spec = apiserver::pod(
+        "default",
+        name,
+        &[
+            ("istio-validation", None),
+            ("istio-proxy", Some("Always")),
+            ("init", None),
+        ],
+        &["app"],
+        &[ISTIO_STATUS],
+        &[],
+    );
+    let n = MeshNode::start("istio", &[spec]);
+    let p = MeshPod::new(&n, name);
+    p.add();
+    validate(&p, "istio-validation", ISTIO_UID, &[15001, 15006], 15002);
+    let _l = p.sidecar(&[8080]);
+    expect_reply(
+        p.probe("istio-proxy", ISTIO_UID, ISTIO_UID, SRV4_A, 80),
+        "server",
+        Some("-"),
+    );
+    assert!(p.phase_closed());
+    expect_reply(
+        p.probe("init", INIT_UID, INIT_UID, SRV4_A, 80),
+        "proxy-out",
+        Some("198.19.0.1:80"),
+    );
+    assert!(!p.bypassed("init"));
+    p.check_and_del();
+}
+
+#[test]
+fn kuma_pod_classic_layout() {
+    if !support::root_or_skip("kuma_pod_classic_layout") {
+        return;
+    }
+    let name = "kuma-web";
+    let spec = apiserver::pod(
+        "default",
+        name,
+        &[("init", None), ("kuma-validation", None)],
+        &["kuma-sidecar", "app"],
+        &[
+            KUMA_INJECTED,
+            ("kuma.io/sidecar-uid", "5678"),
+            ("kuma.io/transparent-proxying-inbound-port", "15006"),
+            ("kuma.io/transparent-proxying-outbound-port", "15001"),
+            ("traffic.kuma.io/exclude-outbound-ports", "9100"),
+            ("traffic.kuma.io/exclude-outbound-ips", "198.19.1.0/24"),
+            ("traffic.kuma.io/exclude-inbound-ports", "8081"),
+        ],
+        &[],
+    );
+    let n = MeshNode::start("kuma", &[spec]);
+    let p = MeshPod::new(&n, name);
+    let pod4 = p.add();
+    // The user's init container first: directly.
+    expect_reply(
+        p.probe("init", INIT_UID, INIT_UID, SRV4_A, 80),
+        "server",
+        Some("-"),
+    );
+    assert!(p.bypassed("init"));
+    // kuma-validation (UID 5678): 127.0.0.1 -> 127.0.0.6:15006 lands on its
+    // 127.0.0.1:15006 listener through the proxy's loopback rule.
+    let d = explain_validator(&p, "kuma-validation", KUMA_UID, 15006);
+    assert_eq!(
+        d["outcome"],
+        json!({"kind": "redirect", "port": 15006}),
+        "{d:#}"
+    );
+    validate(&p, "kuma-validation", KUMA_UID, &[15006], 15006);
+
+    let _l = p.sidecar(&[8080, 8081, 9001]);
+    expect_reply(
+        p.probe("kuma-sidecar", KUMA_UID, KUMA_UID, SRV4_A, 80),
+        "server",
+        Some("-"),
+    );
+    assert!(p.phase_closed(), "{}", list_table(&p.pod).unwrap());
+    expect_reply(
+        p.probe("app", APP_UID, APP_UID, SRV4_A, 80),
+        "proxy-out",
+        Some("198.19.0.1:80"),
+    );
+    expect_reply(
+        p.probe("app", APP_UID, APP_UID, SRV4_A, 9100),
+        "server",
+        Some("-"),
+    );
+    expect_reply(
+        p.probe("app", APP_UID, APP_UID, SRV4_B, 80),
+        "server",
+        Some("-"),
+    );
+    // Kuma has no GID rule: the app with kuma-dp's GID is redirected.
+    expect_reply(
+        p.probe("app", APP_UID, KUMA_UID, SRV4_A, 80),
+        "proxy-out",
+        Some("198.19.0.1:80"),
+    );
+    // Inbound to 15006, except the annotation's 8081 and the probe proxy
+    // port 9001.
+    expect_reply(
+        p.inbound(pod4, 8080),
+        "proxy-in",
+        Some(&format!("{pod4}:8080")),
+    );
+    expect_reply(p.inbound(pod4, 8081), "app", None);
+    expect_reply(p.inbound(pod4, 9001), "app", None);
+    expect_reply(
+        p.probe("kuma-sidecar", KUMA_UID, KUMA_UID, pod4, 8080),
+        "proxy-in",
+        Some(&format!("{pod4}:8080")),
+    );
+    p.check_and_del();
+}
+
+/// Pods the peers would not redirect get no table; values meshnft cannot
+/// honour fail ADD (code 7) naming the annotation, and write nothing.
+#[test]
+fn unmeshed_pods_and_refused_annotations() {
+    if !support::root_or_skip("unmeshed_pods_and_refused_annotations") {
+        return;
+    }
+    let istio = [
+        apiserver::pod("default", "plain", &[], &["app"], &[], &[]),
+        // A proxy container but no sidecar.istio.io/status: not injected.
+        apiserver::pod(
+            "default",
+            "nostatus",
+            &[],
+            &["app", "istio-proxy"],
+            &[],
+            &[],
+        ),
+        apiserver::pod(
+            "default",
+            "optout",
+            &[],
+            &["app", "istio-proxy"],
+            &[ISTIO_STATUS, ("sidecar.istio.io/inject", "false")],
+            &[],
+        ),
+        apiserver::pod(
+            "default",
+            "tproxy",
+            &[],
+            &["app", "istio-proxy"],
+            &[
+                ISTIO_STATUS,
+                ("sidecar.istio.io/interceptionMode", "TPROXY"),
+            ],
+            &[],
+        ),
+    ];
+    let n = MeshNode::start("istio", &istio);
+    for name in ["plain", "nostatus", "optout"] {
+        let p = MeshPod::new(&n, name);
+        p.add();
+        assert!(!has_table(&p.pod), "{name}: an unmeshed pod got a table");
+        p.check_and_del();
+    }
+    let p = MeshPod::new(&n, "tproxy");
+    let e = p.cni("add").expect_err("TPROXY must be refused");
+    assert!(
+        e.contains("sidecar.istio.io/interceptionMode") && e.contains("TPROXY"),
+        "{e}"
+    );
+    assert!(!has_table(&p.pod));
+    let _ = p.cni("del");
+    drop(p);
+    drop(n);
+
+    let kuma = [
+        apiserver::pod(
+            "default",
+            "linkerd-pod",
+            &[],
+            &["app", "linkerd-proxy"],
+            &[],
+            &[],
+        ),
+        apiserver::pod(
+            "default",
+            "uids",
+            &[],
+            &["kuma-sidecar", "app"],
+            &[
+                KUMA_INJECTED,
+                (
+                    "traffic.kuma.io/exclude-outbound-ports-for-uids",
+                    "tcp:22:1000",
+                ),
+            ],
+            &[],
+        ),
+    ];
+    let n = MeshNode::start("kuma", &kuma);
+    let p = MeshPod::new(&n, "linkerd-pod");
+    p.add();
+    assert!(!has_table(&p.pod));
+    p.check_and_del();
+    let p = MeshPod::new(&n, "uids");
+    let e = p
+        .cni("add")
+        .expect_err("per-UID exclusions must be refused");
+    assert!(
+        e.contains("traffic.kuma.io/exclude-outbound-ports-for-uids"),
+        "{e}"
+    );
+    assert!(!has_table(&p.pod));
+    let _ = p.cni("del");
+}
