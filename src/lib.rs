@@ -17,8 +17,8 @@
 //! - [`table`]: meshnft's table, built from the settings
 //!   ([`table::ruleset`]) and read back ([`table::readback`]);
 //! - [`nft`]: nf_tables over netlink, meshnft's own client; [`config`]:
-//!   the conflist entry (Linkerd's `linkerd-cni` keys + ours), and
-//!   [`mesh`]: the meshes served (Linkerd, Istio, Kuma) and their blocks;
+//!   the conflist entry (Linkerd's `linkerd-cni` keys + ours, the mesh and
+//!   its block: Linkerd, Istio or Kuma);
 //! - [`ports`], [`subnets`]: list parsing and merging for interval sets;
 //!   [`logging`];
 //! - [`error`]: errors and their CNI codes; [`safefs`]: reading and
@@ -30,7 +30,6 @@ pub mod cni;
 pub mod config;
 pub mod error;
 pub mod logging;
-pub mod mesh;
 pub mod nft;
 pub mod node;
 pub mod ops;

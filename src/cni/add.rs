@@ -69,7 +69,7 @@ pub fn cmd_add(env: &CniEnv, conf: &NetConf) -> Result<Output> {
         "meshnft {}{} pod uid {} {}",
         env!("CARGO_PKG_VERSION"),
         match mesh {
-            crate::mesh::Mesh::Linkerd => String::new(),
+            crate::config::mesh::Mesh::Linkerd => String::new(),
             m => format!(" mesh {m}"),
         },
         k8s.pod_uid.as_deref().unwrap_or("-"),
@@ -192,7 +192,11 @@ pub fn existing_phase(nft: &mut Nft) -> Result<Option<Phase>> {
 ///   native sidecars) and namespace annotations are only there.
 ///
 /// `None` means the conflist settings apply to every pod (no pod awareness).
-fn pod_info(conf: &NetConf, k8s: &K8sArgs, mesh: crate::mesh::Mesh) -> Result<Option<PodInfo>> {
+fn pod_info(
+    conf: &NetConf,
+    k8s: &K8sArgs,
+    mesh: crate::config::mesh::Mesh,
+) -> Result<Option<PodInfo>> {
     let from_runtime =
         k8s::runtime_annotations(conf.runtime_config.as_ref())?.map(PodInfo::from_annotations);
     if let Some(info) = &from_runtime

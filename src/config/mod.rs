@@ -5,14 +5,21 @@
 //! operator switches by changing `"type"`. meshnft's own settings live in the
 //! `initPhase` block and in a few documented extension keys. The top-level
 //! `mesh` key selects Istio or Kuma instead, with their own blocks
-//! ([`crate::mesh`], docs/meshes.md).
+//! ([`mesh`], docs/meshes.md).
 //!
 //! Parsing happens in two steps: serde reads the raw shapes ([`NetConf`]),
 //! then [`NetConf::settings`] validates every value into [`Settings`]. Each
 //! error is CNI code 6 (not JSON / wrong shape) or 7 (bad value) and names
 //! the field (dotted path) and the token.
+//!
+//! Beside this module: [`mesh`] (the meshes served, their blocks and the
+//! settings each one gets) and [`kubernetes`] (how the plugin reaches the
+//! API server). Below: only [`crate::ports`], [`crate::subnets`] and
+//! [`crate::error`]; everything that acts on a pod reads its settings from
+//! here.
 
 pub mod kubernetes;
+pub mod mesh;
 
 use crate::error::{Code, Error, Result};
 use crate::ports::{self, PortRange};
@@ -64,15 +71,15 @@ pub struct NetConf {
     #[serde(default)]
     pub linkerd: LinkerdConf,
     /// The mesh the pods are redirected for: `"linkerd"` (the default),
-    /// `"istio"` or `"kuma"` ([`crate::mesh`]).
+    /// `"istio"` or `"kuma"` ([`mesh`]).
     #[serde(default)]
     pub mesh: Option<Value>,
     /// The `istio` block (with `"mesh": "istio"`).
     #[serde(default)]
-    pub istio: Option<crate::mesh::IstioConf>,
+    pub istio: Option<mesh::IstioConf>,
     /// The `kuma` block (with `"mesh": "kuma"`).
     #[serde(default)]
-    pub kuma: Option<crate::mesh::KumaConf>,
+    pub kuma: Option<mesh::KumaConf>,
     /// meshnft's init-phase settings.
     #[serde(rename = "initPhase", default)]
     pub init_phase: InitPhaseConf,
@@ -240,7 +247,7 @@ pub struct Settings {
     /// Proxy UID (`meta skuid`).
     pub proxy_uid: u32,
     /// Proxy GID; when set, UID *and* GID must match (`meta skgid`), except
-    /// with [`crate::mesh::MeshRules::gid_alone`] (Istio), where either one
+    /// with [`mesh::MeshRules::gid_alone`] (Istio), where either one
     /// marks the proxy.
     pub proxy_gid: Option<u32>,
     /// Inbound ports to redirect; empty means all.
@@ -260,7 +267,7 @@ pub struct Settings {
     /// The mesh the table is written for and its own rules (Linkerd's, the
     /// default, add none; absent from records written before meshes).
     #[serde(default)]
-    pub mesh: crate::mesh::MeshRules,
+    pub mesh: mesh::MeshRules,
 }
 
 impl Default for Settings {
@@ -343,7 +350,7 @@ fn check_blocks(bytes: &[u8]) -> Result<()> {
             }
         }
     }
-    crate::mesh::check_blocks(&top)
+    mesh::check_blocks(&top)
 }
 
 /// A JSON value as a token in an error message: strings without quotes.
@@ -637,7 +644,7 @@ impl InitPhaseConf {
 
 impl NetConf {
     /// Validated settings of this configuration for its mesh (see
-    /// [`crate::mesh::settings`] and [`LinkerdConf::settings`]),
+    /// [`mesh::settings`] and [`LinkerdConf::settings`]),
     /// after checking that `stateDir` and `log_file` are absolute paths
     /// (a plugin's working directory is unspecified).
     pub fn settings(&self) -> Result<Settings> {
@@ -661,7 +668,7 @@ impl NetConf {
         if let Some(t) = &self.linkerd.iptables_mode {
             tracing::debug!(iptables_mode = %t, "linkerd.iptables-mode is ignored: meshnft writes nftables directly");
         }
-        crate::mesh::settings(self)
+        mesh::settings(self)
     }
 
     /// The state directory for per-attachment records.

@@ -15,7 +15,7 @@
 //!
 //! Semantics follow `DESIGN.md` sections 3 and 4 (the contract), with the
 //! rule order of Linkerd's proxy-init (`pkg/iptables/iptables.go`); tables
-//! for Istio and Kuma ([`crate::mesh`]) follow istio-iptables' and Kuma's
+//! for Istio and Kuma ([`crate::config::mesh`]) follow istio-iptables' and Kuma's
 //! order and add their rules for the proxy's loopback traffic.
 
 use crate::config::Settings;
@@ -36,7 +36,7 @@ pub struct Levels {
     pub container: u8,
 }
 
-use crate::mesh::Mesh;
+use crate::config::mesh::Mesh;
 pub use crate::nft::model::{Chain, Const, Elem, Hook, Key, KeyType, Rule, Set, Stmt, Table};
 use crate::nft::model::{IPPROTO_TCP, NFPROTO_IPV6};
 pub use crate::nft::verdict::Verdict;
@@ -73,7 +73,7 @@ pub fn sanitize_comment(s: &str) -> String {
 /// one too: no rule uses `socket cgroupv2`. `comment` identifies the pod.
 pub fn build(s: &Settings, levels: Option<Levels>, comment: &str) -> Table {
     let mesh = &s.mesh;
-    let comment_of = |name| crate::mesh::set_comment(mesh.mesh, name);
+    let comment_of = |name| crate::config::mesh::set_comment(mesh.mesh, name);
     let set = |name, key, comment, elements: Option<Vec<Elem>>| Set {
         name,
         key,
@@ -273,7 +273,7 @@ pub fn build(s: &Settings, levels: Option<Levels>, comment: &str) -> Table {
     // Kuma's KUMA_MESH_INBOUND have the same shape).
     let ipv6_off = format!(
         "IPv6 is not redirected ({})",
-        crate::mesh::ipv6_off_reason(mesh.mesh)
+        crate::config::mesh::ipv6_off_reason(mesh.mesh)
     );
     if !s.ipv6 {
         r(

@@ -19,9 +19,19 @@
 use super::{ANN_INIT_PHASE, Container, Meshing, PodInfo, PodSource};
 use super::{annotation_error, parse_id, relabel};
 use crate::config::Settings;
+use crate::config::mesh::{self, Mesh};
 use crate::error::{Code, Error, Result};
-use crate::mesh::{self, Mesh};
 use crate::ports;
+
+/// The name of the mesh's proxy container (`linkerd-proxy`,
+/// `istio-proxy`, `kuma-sidecar`).
+pub fn proxy_container_name(mesh: Mesh) -> &'static str {
+    match mesh {
+        Mesh::Linkerd => super::PROXY_CONTAINER,
+        Mesh::Istio => "istio-proxy",
+        Mesh::Kuma => "kuma-sidecar",
+    }
+}
 
 /// istio-cni skips pods that still have Istio's iptables init container.
 pub const ISTIO_INIT_CONTAINER: &str = "istio-init";
@@ -147,7 +157,7 @@ impl PodInfo {
     }
 
     fn istio_meshing(&self) -> Meshing {
-        let proxy = Mesh::Istio.proxy_container();
+        let proxy = proxy_container_name(Mesh::Istio);
         if self.source == PodSource::Api {
             if self
                 .init_containers
@@ -189,7 +199,7 @@ impl PodInfo {
     }
 
     fn kuma_meshing(&self) -> Meshing {
-        let proxy = Mesh::Kuma.proxy_container();
+        let proxy = proxy_container_name(Mesh::Kuma);
         if self.source == PodSource::Api {
             if self
                 .init_containers
@@ -316,7 +326,7 @@ pub(super) fn apply_istio(p: &PodInfo, s: &Settings) -> Result<Settings> {
     if let Some((key, v)) = ann(ISTIO_ANN_EXCLUDE_OUTBOUND_PORTS) {
         k.exclude_out_ports = mesh::port_list(key, v).map_err(relabel)?;
     }
-    let proxy = Mesh::Istio.proxy_container();
+    let proxy = proxy_container_name(Mesh::Istio);
     if let Some(c) = p.proxy_container(proxy) {
         if let Some(u) = container_id("istio-proxy securityContext.runAsUser", c.run_as_user)? {
             k.uid = u;
@@ -456,7 +466,7 @@ pub(super) fn apply_kuma(p: &PodInfo, s: &Settings) -> Result<Settings> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mesh::{ALL_PORTS, Mesh};
+    use crate::config::mesh::{ALL_PORTS, Mesh};
     use crate::ports::PortRange;
 
     fn r(lo: u16, hi: u16) -> PortRange {

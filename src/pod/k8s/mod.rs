@@ -183,9 +183,9 @@ impl PodInfo {
     /// ([`meshes`]).
     pub fn apply(&self, s: &Settings) -> Result<Settings> {
         match s.mesh.mesh {
-            crate::mesh::Mesh::Linkerd => {}
-            crate::mesh::Mesh::Istio => return meshes::apply_istio(self, s),
-            crate::mesh::Mesh::Kuma => return meshes::apply_kuma(self, s),
+            crate::config::mesh::Mesh::Linkerd => {}
+            crate::config::mesh::Mesh::Istio => return meshes::apply_istio(self, s),
+            crate::config::mesh::Mesh::Kuma => return meshes::apply_kuma(self, s),
         }
         let mut out = s.clone();
         if let Some(v) = self.annotation(ANN_SKIP_INBOUND) {
