@@ -250,6 +250,8 @@ struct Written {
     nft_rules: usize,
     nft_sets: usize,
     legacy_rules: usize,
+    /// Legacy xtables tables that exist (`family table`), rules or not.
+    legacy_tables: Vec<String>,
 }
 
 impl Written {
@@ -269,18 +271,21 @@ impl Written {
             w.nft_rules += usize::from(o.get("rule").is_some());
             w.nft_sets += usize::from(o.get("set").is_some() || o.get("map").is_some());
         }
-        for save in ["iptables-legacy-save", "ip6tables-legacy-save"] {
-            w.legacy_rules += pod
-                .exec_ok(&[save])
-                .lines()
-                .filter(|l| l.starts_with("-A "))
-                .count();
+        for (family, save) in [
+            ("ip", "iptables-legacy-save"),
+            ("ip6", "ip6tables-legacy-save"),
+        ] {
+            let out = pod.exec_ok(&[save]);
+            w.legacy_rules += out.lines().filter(|l| l.starts_with("-A ")).count();
+            for t in out.lines().filter_map(|l| l.strip_prefix('*')) {
+                w.legacy_tables.push(format!("{family} {t}"));
+            }
         }
         w
     }
 
     fn text(&self) -> String {
-        if self.nft_tables.is_empty() && self.legacy_rules == 0 {
+        if self.nft_tables.is_empty() && self.legacy_tables.is_empty() {
             return "nothing".into();
         }
         let mut s = format!(
@@ -290,8 +295,12 @@ impl Written {
             self.nft_sets,
             self.nft_tables.join(", ")
         );
-        if self.legacy_rules > 0 {
-            s += &format!("; legacy xtables: {} rules", self.legacy_rules);
+        if !self.legacy_tables.is_empty() {
+            s += &format!(
+                "; legacy xtables [{}]: {} rules",
+                self.legacy_tables.join(", "),
+                self.legacy_rules
+            );
         }
         s
     }
@@ -435,9 +444,10 @@ fn run_timeline(peer: Peer, shape: Shape, name: &str, timeline: &[Line]) -> Outc
 /// Prints the table of `outcomes` (one column per plugin, one row per
 /// connection, then what each wrote and what DEL left), then asserts every
 /// connection and the rules: istio-cni's iptables chains through
-/// iptables-nft (nf_tables' `ip nat` table, nothing in legacy xtables)
-/// after ADD and all still there after DEL (its DEL does nothing);
-/// meshnft's `table inet meshnft` alone after ADD, nothing after DEL.
+/// iptables-nft (nf_tables' `ip nat` table; no rule in legacy xtables,
+/// where its backend probe leaves empty `nat` tables) after ADD, and all
+/// still there after DEL (its DEL does nothing); meshnft's `table inet
+/// meshnft` alone after ADD, nothing after DEL.
 fn compare(title: &str, timeline: &[Line], outcomes: &[Outcome]) {
     const W: usize = 46;
     let mut t = format!("\n{title}\n{:<44}", "connection");
@@ -496,7 +506,9 @@ fn compare(title: &str, timeline: &[Line], outcomes: &[Outcome]) {
                     && d == a
             }
             Peer::Meshnft => {
-                a.nft_tables == ["inet meshnft"] && a.legacy_rules == 0 && *d == Written::default()
+                a.nft_tables == ["inet meshnft"]
+                    && a.legacy_tables.is_empty()
+                    && *d == Written::default()
             }
         };
         if !ok {
