@@ -6,7 +6,7 @@
 # new-connection rate through the nat hook with 0..10000 ignored ports and
 # subnets, binary size, peak RSS, and ADD with 1 and 20 pods at once; then
 # the real peer, istio-cni (scripts/peers.sh builds it once; the quick mode
-# uses it only when already built), beside meshnft with Istio's numbers. Needs
+# uses it only when already built), beside meshnft's istio preset. Needs
 # root; installs missing packages first; everything runs in throwaway
 # network namespaces and cgroups that are removed at the end, also on
 # failure or Ctrl-C.

@@ -5,9 +5,9 @@
 //! processes in kubelet-like pod cgroups making real TCP connections.
 //!
 //! Side by side (one Istio-shaped pod, one timeline, a table of where each
-//! connection landed with each plugin, printed by the test): istio-cni
-//! reads the pod from the project's stand-in API server; meshnft gets
-//! Istio's numbers in its conflist entry ([`MESHNFT_FOR_ISTIO`]).
+//! connection landed with each plugin, printed by the test): both read the
+//! pod from the project's stand-in API server; meshnft runs with its
+//! `"mesh": "istio"` preset ([`MESHNFT_FOR_ISTIO`]).
 //!
 //! * Classic sidecar, the seed scenario: an init container fetches from a
 //!   server outside the pod before the proxy has started. istio-cni
@@ -94,24 +94,22 @@ fn fetch(pod: &Netns, cg: &PodCgroups, container: &str, uid: u32) -> Result<Stri
 // ---------------------------------------------------------------------------
 
 /// How meshnft is told that it serves an Istio-shaped pod, merged into its
-/// conflist entry (also by the benchmark, benches/compare/peers.rs): for
-/// now Istio's numbers in meshnft's `linkerd` block (outbound 15001,
-/// inbound 15006, proxy UID 1337; the proxy's own ports 15020, 15021 and
-/// 15090 left alone inbound and 15020 outbound, as istio-cni does). Once
-/// the `"mesh": "istio"` preset is on main, switching to it is the one line
-/// of that file: `{"mesh": "istio"}`.
+/// conflist entry (also by the benchmark, benches/compare/peers.rs): the
+/// `"mesh": "istio"` preset, Istio's defaults (outbound 15001, inbound
+/// 15006, the proxy by UID or GID 1337, its own ports left alone) and
+/// istio-cni's rules for which pods are meshed.
 const MESHNFT_FOR_ISTIO: &str = include_str!("peers/meshnft-for-istio.json");
 
 /// meshnft's conflist entry for the side-by-side runs: state and log in the
-/// node dir, then [`MESHNFT_FOR_ISTIO`]. No kubeconfig: the conflist's
-/// settings apply to every pod (meshnft's own pod reading knows Linkerd's
-/// container names only).
-fn meshnft_istio_entry(node: &Node) -> Value {
+/// node dir, the pod read from the API stand-in through `kubeconfig` (the
+/// same pod istio-cni reads), then [`MESHNFT_FOR_ISTIO`].
+fn meshnft_istio_entry(node: &Node, kubeconfig: &Path) -> Value {
     let mut e = json!({
         "type": "meshnft",
         "log_level": "debug",
         "log_file": node.dir().join("meshnft.log"),
         "stateDir": node.dir().join("state"),
+        "kubernetes": {"kubeconfig": kubeconfig},
     });
     let extra: Value = serde_json::from_str(MESHNFT_FOR_ISTIO).expect("MESHNFT_FOR_ISTIO");
     for (k, v) in extra.as_object().expect("MESHNFT_FOR_ISTIO is an object") {
@@ -319,8 +317,8 @@ struct Outcome {
 struct PeerPod {
     peer: Peer,
     listeners: Option<(Listener, Listener)>,
-    /// The API stand-in (istio-cni's), alive until the pod goes.
-    _api: Option<FakeApi>,
+    /// The API stand-in, alive until the pod goes.
+    _api: FakeApi,
     /// The node's server, alive until the pod goes.
     _server: Listener,
     pod: Netns,
@@ -332,36 +330,35 @@ struct PeerPod {
 }
 
 impl PeerPod {
-    /// A node with `peer` installed, the API stand-in serving `spec` (for
-    /// istio-cni), a pod netns and cgroups; then ADD.
+    /// A node with `peer` installed, the API stand-in serving `spec`, a pod
+    /// netns and cgroups; then ADD, which must have read the pod.
     fn add(peer: Peer, spec: k8s_openapi::api::core::v1::Pod) -> PeerPod {
         let name = spec.metadata.name.clone().expect("pod name");
         let node = Node::new();
         let server = node_listener(&node);
         let cg = PodCgroups::new(support::Layout::Cgroupfs, support::Qos::Burstable);
         let pod = Netns::new("mtpod");
-        let (api, entry) = match peer {
+        // The chain runs inside the node netns, so the API stand-in listens
+        // on that netns's loopback.
+        let api = support::in_netns(node.netns.path(), || FakeApi::serving(&[spec]));
+        let entry = match peer {
             Peer::IstioCni => {
                 node.install_plugin("istio-cni", &peer_binary("istio-cni"));
-                // istio-cni runs inside the node netns (as the whole chain
-                // does), so the API stand-in listens on that netns's loopback;
-                // its kubeconfig goes where istio-cni looks for it.
-                let api = support::in_netns(node.netns.path(), || FakeApi::serving(&[spec]));
+                // The kubeconfig goes where istio-cni looks for it.
                 let run_dir = node.dir().join("istio-cni");
                 std::fs::create_dir_all(&run_dir).unwrap();
                 let kc = api.kubeconfig(&run_dir);
                 std::fs::rename(&kc, run_dir.join("istio-cni-kubeconfig")).unwrap();
-                let entry = json!({
+                json!({
                     "type": "istio-cni",
                     "plugin_log_level": "debug",
                     "cni_agent_run_dir": run_dir,
                     "ambient_enabled": false,
-                });
-                (Some(api), entry)
+                })
             }
             Peer::Meshnft => {
                 node.install_plugin("meshnft", Path::new(MESHNFT));
-                (None, meshnft_istio_entry(&node))
+                meshnft_istio_entry(&node, &api.kubeconfig(node.dir()))
             }
         };
         let cl = node.write_conflist("istio", "1.0.0", vec![entry]);
@@ -370,15 +367,14 @@ impl PeerPod {
             .cni("add", &cl, pod.path(), &name, &args_ref(&args))
             .unwrap_or_else(|e| panic!("ADD through ptp + {}: {e}", peer.name()));
         let (pod4, _) = support::result_v4_v6(&result);
-        if let Some(api) = &api {
-            assert!(
-                api.requests()
-                    .iter()
-                    .any(|p| p.ends_with(&format!("/pods/{name}"))),
-                "istio-cni did not read the pod: {:?}",
-                api.requests()
-            );
-        }
+        assert!(
+            api.requests()
+                .iter()
+                .any(|p| p.ends_with(&format!("/pods/{name}"))),
+            "{} did not read the pod: {:?}",
+            peer.name(),
+            api.requests()
+        );
         PeerPod {
             peer,
             listeners: None,

@@ -1,13 +1,13 @@
 //! The real peer beside meshnft (issue 16): istio-cni (sidecar mode, built
-//! from its Go module by `scripts/peers.sh`, cached) and meshnft with
-//! Istio's numbers (`tests/peers/meshnft-for-istio.json`, shared with
-//! `tests/peers.rs`), on the same prepared pod and node.
+//! from its Go module by `scripts/peers.sh`, cached) and meshnft with its
+//! `"mesh": "istio"` preset (`tests/peers/meshnft-for-istio.json`, shared
+//! with `tests/peers.rs`), on the same prepared pod and node.
 //!
 //! The node is a network namespace of the run; the stand-in API server of
 //! the tests (`tests/common/apiserver.rs`) listens on its loopback and
 //! serves the pod as Istio's injector leaves it (the `istio-proxy`
-//! container and the `sidecar.istio.io/status` annotation, which istio-cni
-//! needs), and a Linkerd-shaped twin for meshnft's own API reading. Every
+//! container and the `sidecar.istio.io/status` annotation, without which
+//! both leave the pod alone). Every
 //! round makes one fresh pod netns per contender and gives it an interface
 //! and addresses with the reference `ptp` plugin (untimed: istio-cni
 //! refuses a netns without a non-loopback address), then times the chained
@@ -39,10 +39,8 @@ use std::time::Duration;
 /// How meshnft is told it serves an Istio-shaped pod (see tests/peers.rs).
 const MESHNFT_FOR_ISTIO: &str = include_str!("../../tests/peers/meshnft-for-istio.json");
 
-/// The pod istio-cni reads (Istio-shaped).
+/// The pod (Istio-shaped), as the API stand-in serves it.
 const ISTIO_POD: &str = "bench-istio";
-/// Its Linkerd-shaped twin, for meshnft reading the pod from the API.
-const LINKERD_POD: &str = "bench-linkerd";
 
 /// The contenders.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -52,9 +50,10 @@ enum P {
     IstioIpt,
     /// istio-cni with `native_nftables: true`.
     IstioNft,
-    /// meshnft with Istio's numbers in the conflist, no API lookup.
+    /// meshnft with the istio preset, no API lookup (the conflist's
+    /// settings apply to the pod).
     MeshConf,
-    /// The same, plus a kubeconfig: it reads the pod and its namespace.
+    /// The same, plus a kubeconfig: it reads the pod, as istio-cni does.
     MeshApi,
 }
 
@@ -65,8 +64,8 @@ impl P {
         match self {
             P::IstioIpt => "istio-cni-iptables",
             P::IstioNft => "istio-cni-native-nftables",
-            P::MeshConf => "meshnft-istio-numbers",
-            P::MeshApi => "meshnft-istio-numbers-reads-pod",
+            P::MeshConf => "meshnft-istio-preset",
+            P::MeshApi => "meshnft-istio-preset-reads-pod",
         }
     }
 
@@ -154,24 +153,14 @@ impl Node {
             "sidecar.istio.io/status",
             "{\"containers\":[\"istio-proxy\"]}",
         );
-        let pods = vec![
-            apiserver::pod(
-                "default",
-                ISTIO_POD,
-                &[],
-                &["app", "istio-proxy"],
-                &[status],
-                &[],
-            ),
-            apiserver::pod(
-                "default",
-                LINKERD_POD,
-                &[],
-                &["app", "linkerd-proxy"],
-                &[],
-                &[],
-            ),
-        ];
+        let pods = vec![apiserver::pod(
+            "default",
+            ISTIO_POD,
+            &[],
+            &["app", "istio-proxy"],
+            &[status],
+            &[],
+        )];
         let api = ns
             .enter(move || FakeApi::serving(&pods))?
             .join()
@@ -228,11 +217,8 @@ impl Node {
     }
 
     /// CNI_* and PATH as a runtime on this node sets them for pod `id`.
-    fn env(&self, c: &mut Command, verb: &str, pod: &Ns, id: &str, p: Option<P>, uid: &str) {
-        let name = match p {
-            Some(P::MeshApi) => LINKERD_POD,
-            _ => ISTIO_POD,
-        };
+    fn env(&self, c: &mut Command, verb: &str, pod: &Ns, id: &str, uid: &str) {
+        let name = ISTIO_POD;
         c.env_clear()
             .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
             .env("CNI_COMMAND", verb)
@@ -262,7 +248,7 @@ impl Node {
             pod.sysctl(&format!("net/ipv6/conf/{k}/accept_dad"), "0")?;
         }
         let mut c = Command::new("/usr/lib/cni/ptp");
-        self.env(&mut c, "ADD", pod, id, None, uid);
+        self.env(&mut c, "ADD", pod, id, uid);
         let r =
             run_timed_in(&self.ns, &mut c, self.ptp.to_string().as_bytes())?.check("ptp ADD")?;
         serde_json::from_str(&r.stdout).map_err(|e| format!("ptp result: {e}"))
@@ -271,7 +257,7 @@ impl Node {
     /// `ptp` DEL (untimed): gives the address back.
     fn release(&self, pod: &Ns, id: &str, uid: &str) -> Result<()> {
         let mut c = Command::new("/usr/lib/cni/ptp");
-        self.env(&mut c, "DEL", pod, id, None, uid);
+        self.env(&mut c, "DEL", pod, id, uid);
         run_timed_in(&self.ns, &mut c, self.ptp.to_string().as_bytes())?.check("ptp DEL")?;
         Ok(())
     }
@@ -306,7 +292,7 @@ impl Node {
             }
             None => Command::new(&prog),
         };
-        self.env(&mut c, verb, pod, id, Some(p), uid);
+        self.env(&mut c, verb, pod, id, uid);
         run_timed_in(&self.ns, &mut c, &self.conf(p, prev))?.check(&format!("{} {verb}", p.label()))
     }
 }
@@ -722,8 +708,8 @@ fn report(
     api_requests: usize,
 ) -> PeersReport {
     let mut t = format!(
-        "\n6. The real peer: istio-cni (sidecar mode, istio.io/istio {version}) beside meshnft with Istio's numbers\n   \
-         (15001/15006, proxy uid 1337); each ADD into a fresh pod netns that ptp prepared (untimed), from the node netns,\n   \
+        "\n6. The real peer: istio-cni (sidecar mode, istio.io/istio {version}) beside meshnft with its istio preset\n   \
+         (15001/15006, proxy uid/gid 1337); each ADD into a fresh pod netns that ptp prepared (untimed), from the node netns,\n   \
          DEL right after; {rounds} rounds, order rotated; ms, CPU = user+system of the plugin and every process it ran\n"
     );
     t += &format!(
