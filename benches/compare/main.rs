@@ -14,6 +14,7 @@
 //! 3. Datapath: connects/s through the pod's nat prerouting hook with 0, 100,
 //!    1000, 10000 ignored ports and ignored source subnets.
 //! 4. Footprint: binary size, peak RSS, ADD with 1 and 20 concurrent pods.
+//! 6. The real peer, istio-cni, beside meshnft (`peers.rs`).
 //!
 //! Results: a table on stdout, JSON in `--json` (default
 //! `target/bench/results-{full,quick}.json`). Targets are printed with
@@ -24,6 +25,7 @@
 mod datapath;
 mod floor;
 mod footprint;
+mod peers;
 mod rules;
 mod stats;
 mod sys;
@@ -1173,6 +1175,7 @@ fn measure(ctx: &Ctx, plan: &Plan, opts: &Opts, started: Instant) -> Result<()> 
     let dp = bench_datapath(ctx, plan)?;
     eprintln!("4. peak RSS");
     let fp = bench_footprint(ctx, plan)?;
+    let peers = peers::bench(ctx, plan)?;
     let bin_bytes = std::fs::metadata(&opts.bin).map(|m| m.len()).unwrap_or(0);
     let elapsed = started.elapsed().as_secs_f64();
     machine["loadavg_at_end"] = json!(read_trim("/proc/loadavg"));
@@ -1188,7 +1191,7 @@ fn measure(ctx: &Ctx, plan: &Plan, opts: &Opts, started: Instant) -> Result<()> 
     });
 
     report(
-        plan, opts, machine, &ar, &conc, &dp, &fp, bin_bytes, elapsed,
+        plan, opts, machine, &ar, &conc, &dp, &fp, &peers, bin_bytes, elapsed,
     )
 }
 
@@ -1333,6 +1336,7 @@ fn report(
     conc: &BTreeMap<(CV, bool), ConcSeries>,
     dp: &BTreeMap<(usize, DV), DpResult>,
     fp: &(Vec<FpRow>, usize),
+    peers: &peers::PeersReport,
     bin_bytes: u64,
     elapsed: f64,
 ) -> Result<()> {
@@ -1736,6 +1740,7 @@ fn report(
             t.value
         );
     }
+    out += &peers.text;
     print!("{out}");
 
     let doc = json!({
@@ -1760,6 +1765,7 @@ fn report(
             "peak_rss": fp_json,
             "concurrency": conc_json,
         },
+        "peers": peers.json,
         "targets": targets.iter().map(|t| json!({"what": t.what, "goal": t.goal, "value": t.value, "met": t.met})).collect::<Vec<_>>(),
         "table": out,
     });
