@@ -4,7 +4,9 @@
 # floor: meshnft's own netlink batch sent by a small static C program,
 # benches/compare/floor.c, built with cc -O2 -static into target/bench/),
 # new-connection rate through the nat hook with 0..10000 ignored ports and
-# subnets, binary size, peak RSS, and ADD with 1 and 20 pods at once. Needs
+# subnets, binary size, peak RSS, and ADD with 1 and 20 pods at once; then
+# the real peer, istio-cni (scripts/peers.sh builds it once; the quick mode
+# uses it only when already built), beside meshnft's istio preset. Needs
 # root; installs missing packages first; everything runs in throwaway
 # network namespaces and cgroups that are removed at the end, also on
 # failure or Ctrl-C.
@@ -24,7 +26,7 @@ while (($#)); do
     --json)
       [[ $# -ge 2 ]] || { echo "bench.sh: --json needs a file" >&2; exit 2; }
       args+=(--json "$(realpath -m "$2")"); shift ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     *) echo "bench.sh: unknown argument $1 (try --help)" >&2; exit 2 ;;
   esac
   shift

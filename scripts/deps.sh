@@ -12,6 +12,7 @@
 #   musl-tools                    musl-gcc, for deploy/Dockerfile's static build stage run outside Docker
 #   iptables                      iptables-{legacy,nft}-restore and ip6tables-*: the peers bench.sh compares with
 #   time                          GNU time, bench.sh's peak-RSS probe
+#   strace                        bench.sh: the processes the real peer (istio-cni) and meshnft exec
 #   runc, busybox-static          containerd's OCI runtime and the local test image's userland
 #                                 (scripts/containerd.sh builds containerd itself from its Go module)
 #   protobuf-compiler             protoc, for the CRI client's build script (the k8s-cri dev-dependency)
@@ -25,7 +26,7 @@ set -euo pipefail
 
 need=()
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
-for p in nftables iproute2 util-linux iptables time gcc libc6-dev containernetworking-plugins golang-go golang-github-appc-cni-dev shellcheck ruby musl-tools runc busybox-static protobuf-compiler qemu-system-x86 cpio xz-utils kmod openssl; do
+for p in nftables iproute2 util-linux iptables time strace gcc libc6-dev containernetworking-plugins golang-go golang-github-appc-cni-dev shellcheck ruby musl-tools runc busybox-static protobuf-compiler qemu-system-x86 cpio xz-utils kmod openssl; do
   have_pkg "$p" || need+=("$p")
 done
 if ((${#need[@]})); then

@@ -333,7 +333,7 @@ pub struct Series {
 }
 
 /// Pause after an iteration's namespaces are dropped.
-const SETTLE: Duration = Duration::from_millis(40);
+pub const SETTLE: Duration = Duration::from_millis(40);
 
 pub fn bench_apply(ctx: &Ctx, plan: &Plan) -> Result<BTreeMap<V, Series>> {
     let mut out: BTreeMap<V, Series> = BTreeMap::new();

@@ -14,6 +14,7 @@
 //! 3. Datapath: connects/s through the pod's nat prerouting hook with 0, 100,
 //!    1000, 10000 ignored ports and ignored source subnets.
 //! 4. Footprint: binary size, peak RSS, ADD with 1 and 20 concurrent pods.
+//! 6. The real peer, istio-cni, beside meshnft (`peers.rs`).
 //!
 //! Results: a table on stdout, JSON in `--json` (default
 //! `target/bench/results-{full,quick}.json`). Targets are printed with
@@ -23,7 +24,8 @@
 //!
 //! One file per concern: [`ctx`] (run sizes, tools, how each contender is
 //! run), [`apply`] (1 + 2), [`datapath`] (3), [`footprint`] and
-//! [`concurrency`] (4), [`machine`] and [`report`] (the results); below
+//! [`concurrency`] (4), [`peers`] (6), [`machine`] and [`report`] (the
+//! results); below
 //! them [`rules`] (what each contender writes), [`floor`] (the floor
 //! program), [`stats`] and [`sys`] (throwaway namespaces, cgroups, timed
 //! processes).
@@ -35,6 +37,7 @@ mod datapath;
 mod floor;
 mod footprint;
 mod machine;
+mod peers;
 mod report;
 mod rules;
 mod stats;
@@ -165,6 +168,7 @@ fn measure(ctx: &Ctx, plan: &Plan, opts: &Opts, started: Instant) -> Result<()> 
     let dp = datapath::bench_datapath(ctx, plan)?;
     eprintln!("4. peak RSS");
     let fp = footprint::bench_footprint(ctx, plan)?;
+    let peers = peers::bench(ctx, plan)?;
     let bin_bytes = std::fs::metadata(&opts.bin).map(|m| m.len()).unwrap_or(0);
     let elapsed = started.elapsed().as_secs_f64();
     machine["loadavg_at_end"] = json!(machine::read_trim("/proc/loadavg"));
@@ -180,6 +184,6 @@ fn measure(ctx: &Ctx, plan: &Plan, opts: &Opts, started: Instant) -> Result<()> 
     });
 
     report::report(
-        plan, opts, machine, &ar, &conc, &dp, &fp, bin_bytes, elapsed,
+        plan, opts, machine, &ar, &conc, &dp, &fp, &peers, bin_bytes, elapsed,
     )
 }

@@ -6,6 +6,7 @@ use crate::concurrency::{CV, ConcSeries};
 use crate::ctx::{Opts, Plan};
 use crate::datapath::{DV, DpResult};
 use crate::footprint::{FK, FpRow};
+use crate::peers;
 use crate::rules;
 use crate::stats::{Stats, fmt_ms, fmt_ratio, ratio, round3};
 use crate::sys::Result;
@@ -52,6 +53,7 @@ pub fn report(
     conc: &BTreeMap<(CV, bool), ConcSeries>,
     dp: &BTreeMap<(usize, DV), DpResult>,
     fp: &(Vec<FpRow>, usize),
+    peers: &peers::PeersReport,
     bin_bytes: u64,
     elapsed: f64,
 ) -> Result<()> {
@@ -455,6 +457,7 @@ pub fn report(
             t.value
         );
     }
+    out += &peers.text;
     print!("{out}");
 
     let doc = json!({
@@ -479,6 +482,7 @@ pub fn report(
             "peak_rss": fp_json,
             "concurrency": conc_json,
         },
+        "peers": peers.json,
         "targets": targets.iter().map(|t| json!({"what": t.what, "goal": t.goal, "value": t.value, "met": t.met})).collect::<Vec<_>>(),
         "table": out,
     });
