@@ -1176,6 +1176,18 @@ mod mesh_tests {
             decide(&t, &f, &[POD]).1,
             "the proxy's own traffic (uid 1337)"
         );
+        // The GID alone over loopback to a pod address is not sent to the
+        // inbound port: istio-iptables' `-o lo ! --uid-owner 1337` RETURN
+        // comes before its --gid-owner loopback rule (tests/peers.rs).
+        for dst in ["198.18.0.2", "2001:db8:1::2"] {
+            let f = lo(out(dst, 8080, 1000, 1337, APP), None);
+            let (o, by, _) = decide(&t, &f, &[POD]);
+            assert_eq!(
+                (o, by.as_str()),
+                (Outcome::Direct, "the proxy's own traffic (gid 1337)"),
+                "{dst}"
+            );
+        }
         // Inbound: to 15006 except 15008, 15020, 15021, 15090.
         assert_eq!(decide(&t, &inbound(8080), &[]).0, r15006);
         for p in [15008, 15020, 15021, 15090] {

@@ -456,8 +456,12 @@ pub fn build(s: &Settings, levels: Option<Levels>, comment: &str) -> Table {
                 &format!("inbound passthrough from the proxy (source {passthrough})"),
             );
         }
+        // The UID alone, for Istio too: istio-iptables' `--gid-owner` copy
+        // of this rule is never reached, its `-o lo ! --uid-owner` RETURN
+        // comes first (capture/run.go), so a process with only the proxy's
+        // GID talks over loopback directly (tests/peers.rs).
         for (fam, _, daddr, _, localhost) in &fams {
-            for (id, id_who) in &ids {
+            for (id, id_who) in ids.iter().take(1) {
                 let mut st = vec![
                     Stmt::Oifname("lo"),
                     Stmt::Cmp {
