@@ -28,15 +28,25 @@ shellcheck "${scripts[@]}"
 ruby -c vagrant/Vagrantfile >/dev/null
 python3 -c "import ast, sys; ast.parse(open(sys.argv[1]).read())" vagrant/standin/standin.py
 
-echo "==> containerd for tests/containerd.rs and the demo (scripts/containerd.sh; cached after the first build)"
-ctr_start=$SECONDS
-scripts/containerd.sh >/dev/null
-echo "containerd ready in $((SECONDS - ctr_start)) s"
-
-echo "==> the real peer CNI plugins for tests/peers.rs (scripts/peers.sh; cached after the first build)"
-peers_start=$SECONDS
-scripts/peers.sh >/dev/null
-echo "peers ready in $((SECONDS - peers_start)) s"
+# The Go parts (containerd 2.x for tests/containerd.rs and the demo, the real peer CNI plugins
+# for tests/peers.rs, the real node's Kubernetes, etcd, Helm and crictl for tests/node.rs) are
+# built from their Go modules once and cached per version; the first run on a machine pays for
+# the builds. They run in the background, niced, while Rust builds in the foreground: module
+# downloads and rustc's single-threaded link steps leave a core to them.
+echo "==> the Go parts, in the background (scripts/containerd.sh, peers.sh, node-build.sh; cold: builds them, warm: finds them)"
+go_log=$(mktemp)
+log=$(mktemp)
+go_pid=""
+trap '[[ -n $go_pid ]] && kill "$go_pid" 2>/dev/null; rm -f "$go_log" "$log"' EXIT
+go_t0=$EPOCHREALTIME
+(
+  set -e
+  took() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", b - a }'; }
+  t=$EPOCHREALTIME; scripts/containerd.sh >/dev/null; echo "containerd ready in $(took "$t") s"
+  t=$EPOCHREALTIME; scripts/peers.sh >/dev/null; echo "peers ready in $(took "$t") s"
+  t=$EPOCHREALTIME; scripts/node-build.sh >/dev/null; echo "node parts ready in $(took "$t") s"
+) >"$go_log" 2>&1 &
+go_pid=$!
 
 echo "==> cargo fmt --check"
 cargo fmt --all -- --check
@@ -46,19 +56,22 @@ echo "==> cargo doc --no-deps, warnings as errors (intra-doc links)"; RUSTDOCFLA
 echo "==> deploy/Dockerfile's build stage, outside Docker (scripts/image-build-stage.sh)"
 scripts/image-build-stage.sh
 
-# The real node's parts (Kubernetes, etcd, Helm, containerd), built from their Go modules
-# once and cached per version: the first run on a machine pays for the builds.
-echo "==> the real node's parts (scripts/node-build.sh; cold: builds them, warm: finds them)"
-node_t0=$EPOCHREALTIME
-scripts/node-build.sh >/dev/null
-echo "node parts ready in $(awk -v a="$node_t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", b - a }') s"
+echo "==> cargo build --tests"
+cargo build --quiet --tests
+echo "==> waiting for the Go parts"
+if ! wait "$go_pid"; then
+  go_pid=""
+  cat "$go_log"
+  echo "test.sh: building the Go parts failed (log above)" >&2
+  exit 1
+fi
+go_pid=""
+grep -v '^go: downloading' "$go_log" || true
+echo "Go parts ready $(awk -v a="$go_t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", b - a }') s after they started"
 echo "==> deploy/chart: helm lint, and deploy/meshnft.yaml is what it renders (scripts/manifest.sh --check)"
 scripts/manifest.sh --check
 
 echo "==> cargo test (root tests required), with nft hidden from meshnft (scripts/without-nft.sh)"
-log=$(mktemp)
-trap 'rm -f "$log"' EXIT
-cargo build --quiet --tests
 MESHNFT_NODE=0 MESHNFT_REQUIRE_ROOT=1 scripts/without-nft.sh cargo test --lib --bins --tests "$@" 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 

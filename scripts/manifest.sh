@@ -39,6 +39,17 @@ case ${1:-} in
     exit 1
   fi
   echo "manifest.sh: deploy/meshnft.yaml is deploy/chart rendered"
+  # mesh=istio|kuma: the entry names the mesh and carries that mesh's block, not Linkerd's.
+  for mesh in istio kuma; do
+    "$helm" template meshnft deploy/chart --set "mesh=$mesh" --set "$mesh.ipv6=true" -s templates/configmap.yaml |
+      python3 -c '
+import json, sys, yaml
+mesh = sys.argv[1]
+entry = json.loads(yaml.safe_load(sys.stdin)["data"]["entry.json"])
+assert entry.get("mesh") == mesh and entry.get(mesh) == {"ipv6": True} and "linkerd" not in entry, entry
+' "$mesh" || { echo "manifest.sh: deploy/chart with mesh=$mesh renders a wrong entry" >&2; exit 1; }
+  done
+  echo "manifest.sh: deploy/chart with mesh=istio and mesh=kuma renders their entries"
   ;;
 "")
   render >deploy/meshnft.yaml.new
