@@ -45,6 +45,7 @@ go_t0=$EPOCHREALTIME
   t=$EPOCHREALTIME; scripts/containerd.sh >/dev/null; echo "containerd ready in $(took "$t") s"
   t=$EPOCHREALTIME; scripts/peers.sh >/dev/null; echo "peers ready in $(took "$t") s"
   t=$EPOCHREALTIME; scripts/node-build.sh >/dev/null; echo "node parts ready in $(took "$t") s"
+  echo "Go parts ready $(took "$go_t0") s after they started"
 ) >"$go_log" 2>&1 &
 go_pid=$!
 
@@ -67,7 +68,7 @@ if ! wait "$go_pid"; then
 fi
 go_pid=""
 grep -v '^go: downloading' "$go_log" || true
-echo "Go parts ready $(awk -v a="$go_t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", b - a }') s after they started"
+echo "waited for the Go parts until $(awk -v a="$go_t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", b - a }') s after they started"
 echo "==> deploy/chart: helm lint, and deploy/meshnft.yaml is what it renders (scripts/manifest.sh --check)"
 scripts/manifest.sh --check
 
