@@ -16,7 +16,7 @@
 //! `annotations_linux.go` (annotations, defaults), `injector_linux.go`
 //! (`mapToConfig`: what each one does).
 
-use super::{ANN_INIT_PHASE, Container, Meshing, PodInfo, PodSource};
+use super::{Container, Meshing, PodInfo, PodSource};
 use super::{annotation_error, parse_id, relabel};
 use crate::config::Settings;
 use crate::config::mesh::{self, Mesh};
@@ -220,24 +220,6 @@ impl PodInfo {
                 "{KUMA_ANN_SIDECAR_INJECTED} is not \"true\" (not injected)"
             )),
         }
-    }
-
-    /// meshnft's own `meshnft.io/init-phase`, as for Linkerd pods.
-    fn init_phase_annotation(&self, out: &mut Settings) -> Result<()> {
-        if let Some(v) = self.annotation(ANN_INIT_PHASE) {
-            out.init_phase.enabled = match v.trim() {
-                "disabled" => false,
-                "enabled" => true,
-                _ => {
-                    return Err(annotation_error(
-                        ANN_INIT_PHASE,
-                        v,
-                        "expected \"enabled\" or \"disabled\"",
-                    ));
-                }
-            };
-        }
-        Ok(())
     }
 }
 

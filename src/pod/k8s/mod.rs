@@ -108,6 +108,24 @@ pub enum Meshing {
 }
 
 impl PodInfo {
+    /// meshnft's own `meshnft.io/init-phase`, for the pods of every mesh.
+    fn init_phase_annotation(&self, out: &mut Settings) -> Result<()> {
+        if let Some(v) = self.annotation(ANN_INIT_PHASE) {
+            out.init_phase.enabled = match v.trim() {
+                "disabled" => false,
+                "enabled" => true,
+                _ => {
+                    return Err(annotation_error(
+                        ANN_INIT_PHASE,
+                        v,
+                        "expected \"enabled\" or \"disabled\"",
+                    ));
+                }
+            };
+        }
+        Ok(())
+    }
+
     /// Pods data from `runtimeConfig` (annotations only).
     pub fn from_annotations(annotations: BTreeMap<String, String>) -> PodInfo {
         PodInfo {
@@ -222,19 +240,7 @@ impl PodInfo {
         if let Some(v) = self.annotation(ANN_PROXY_GID) {
             out.proxy_gid = Some(parse_id(ANN_PROXY_GID, v)?).filter(|&g| g != 0);
         }
-        if let Some(v) = self.annotation(ANN_INIT_PHASE) {
-            out.init_phase.enabled = match v.trim() {
-                "disabled" => false,
-                "enabled" => true,
-                _ => {
-                    return Err(annotation_error(
-                        ANN_INIT_PHASE,
-                        v,
-                        "expected \"enabled\" or \"disabled\"",
-                    ));
-                }
-            };
-        }
+        self.init_phase_annotation(&mut out)?;
         if self.is_control_plane() {
             let api = self
                 .api_server_ports
