@@ -29,6 +29,9 @@ if [[ -n $target ]] && ! rustup target list --installed 2>/dev/null | grep -qx "
 fi
 echo "cargo build ${argv[*]}"
 cargo build --quiet "${argv[@]}"
-bin=target/${target:+$target/}release/meshnft
-"$bin" --version
-if [[ -n $target ]] && command -v file >/dev/null; then file "$bin" | grep -Eq 'static(-pie)? linked|statically linked' && echo "static binary: ok"; fi
+for name in meshnft meshnft-node; do
+  bin=target/${target:+$target/}release/$name
+  "$bin" --version
+  if [[ -n $target ]] && command -v file >/dev/null; then file "$bin" | grep -Eq 'static(-pie)? linked|statically linked' && echo "static binary: ok"; fi
+  echo "$name: $(stat -c %s "$bin") bytes"
+done

@@ -17,7 +17,7 @@ render() {
 #
 #   kubectl apply -f deploy/meshnft.yaml
 #
-# One DaemonSet pod per node runs `meshnft install`: it copies the plugin binary to the host's
+# One DaemonSet pod per node runs `meshnft-node install`: it copies the plugin binary to the host's
 # /opt/cni/bin, writes the plugin's kubeconfig, appends the entry below to the primary CNI's
 # conflist in /etc/cni/net.d (and keeps it there when the primary CNI rewrites its file), and
 # removes all of it again when the pod is deleted (SIGTERM). See docs/install.md.

@@ -1,4 +1,4 @@
-//! The node agent inside `meshnft install`: the built binary as a child
+//! The node agent inside `meshnft-node install`: the built binary as a child
 //! process, a stateful stand-in API server (list/watch of pods, events,
 //! deletes, label and node patches: `common::liveapi`), and pods made of
 //! real parts: a network namespace wired by the reference `ptp` plugin,
@@ -78,7 +78,7 @@ impl Drop for Tree {
     }
 }
 
-/// A running `meshnft install` with the agent on; stderr collected;
+/// A running `meshnft-node install` with the agent on; stderr collected;
 /// killed on drop.
 struct Agent {
     child: Child,
@@ -93,7 +93,7 @@ impl Agent {
             .local_addr()
             .unwrap()
             .port();
-        let mut c = Command::new(MESHNFT);
+        let mut c = Command::new(MESHNFT_NODE);
         c.env_clear()
             .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
             .env("MESHNFT_LOG", "debug")
@@ -120,7 +120,7 @@ impl Agent {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
-        let mut child = c.spawn().expect("spawn meshnft install");
+        let mut child = c.spawn().expect("spawn meshnft-node install");
         let log = Arc::new(Mutex::new(String::new()));
         let (l, err) = (log.clone(), child.stderr.take().unwrap());
         std::thread::spawn(move || {

@@ -1,4 +1,4 @@
-//! `meshnft install` as the DaemonSet runs it: the built binary as a child
+//! `meshnft-node install` as the DaemonSet runs it: the built binary as a child
 //! process, pointed (`--host-root`) at a real temporary host tree
 //! (`opt/cni/bin`, `etc/cni/net.d`), a kubelet-like
 //! projected service-account directory, real file events, real signals.
@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use support::wait_until;
 
 const MESHNFT: &str = env!("CARGO_BIN_EXE_meshnft");
+const MESHNFT_NODE: &str = env!("CARGO_BIN_EXE_meshnft-node");
 const T: Duration = Duration::from_secs(20);
 
 /// A fake host: `<dir>/host/{opt/cni/bin,etc/cni/net.d}` (no `nft`: meshnft needs none) and a
@@ -115,10 +116,10 @@ fn read_json(p: &Path) -> Option<Value> {
     serde_json::from_slice(&std::fs::read(p).ok()?).ok()
 }
 
-/// The base command: `meshnft install` on `tree`, 0.3 s retries, long
+/// The base command: `meshnft-node install` on `tree`, 0.3 s retries, long
 /// resync (so what happens within a test is driven by file events).
 fn install_cmd(tree: &Tree, extra: &[&str]) -> Command {
-    let mut c = Command::new(MESHNFT);
+    let mut c = Command::new(MESHNFT_NODE);
     c.env_clear()
         .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
         .env("MESHNFT_LOG", "debug")
@@ -151,7 +152,7 @@ impl Installer {
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
-            .expect("spawn meshnft install");
+            .expect("spawn meshnft-node install");
         let log = Arc::new(Mutex::new(String::new()));
         let err = child.stderr.take().unwrap();
         let l2 = log.clone();
@@ -981,7 +982,7 @@ fn fifo_service_account_files_never_block_sigterm() {
     c = Command::new("unshare");
     // --kill-child: the installer goes with unshare (which ignores SIGTERM).
     c.env_clear()
-        .args(["--pid", "--fork", "--kill-child", MESHNFT])
+        .args(["--pid", "--fork", "--kill-child", MESHNFT_NODE])
         .args(args);
     for (k, v) in envs {
         if let Some(v) = v {

@@ -152,7 +152,7 @@ fn daemonset_runs_everywhere_on_the_host_network_and_has_time_to_clean_up() {
     let c = &spec.containers[0];
     assert_eq!(
         c.command.as_deref().unwrap(),
-        ["/usr/local/bin/meshnft", "install"]
+        ["/usr/local/bin/meshnft-node", "install"]
     );
     let req = c.resources.as_ref().unwrap().requests.as_ref().unwrap();
     assert!(req.contains_key("cpu") && req.contains_key("memory"));
@@ -187,8 +187,8 @@ fn daemonset_runs_everywhere_on_the_host_network_and_has_time_to_clean_up() {
         "MESHNFT_ENTRY_FILE".into(),
         "/etc/meshnft/entry.json".into()
     )));
-    // The env the DaemonSet sets parses with `meshnft install`'s options.
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_meshnft"));
+    // The env the DaemonSet sets parses with `meshnft-node install`'s options.
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_meshnft-node"));
     cmd.args(["install", "--help"]).envs(env.iter().cloned());
     let out = cmd.output().unwrap();
     assert!(
@@ -200,7 +200,7 @@ fn daemonset_runs_everywhere_on_the_host_network_and_has_time_to_clean_up() {
         if k.starts_with("MESHNFT_") && k != "MESHNFT_LOG" {
             assert!(
                 String::from_utf8_lossy(&out.stdout).contains(k.as_str()),
-                "{k} is not an option of meshnft install"
+                "{k} is not an option of meshnft-node install"
             );
         }
     }

@@ -282,11 +282,12 @@ fn sysctls() -> Vec<(String, String)> {
         .collect()
 }
 
-/// The static binary of deploy/Dockerfile's build stage (scripts/image-build-stage.sh,
-/// which test.sh runs first); built here when missing.
-fn static_meshnft() -> PathBuf {
+/// A static binary of the image (`meshnft` or `meshnft-node`) from deploy/Dockerfile's
+/// build stage (scripts/image-build-stage.sh, which test.sh runs first); built here when
+/// missing.
+fn static_bin(name: &str) -> PathBuf {
     let arch = std::env::consts::ARCH;
-    let bin = Path::new(ROOT).join(format!("target/{arch}-unknown-linux-musl/release/meshnft"));
+    let bin = Path::new(ROOT).join(format!("target/{arch}-unknown-linux-musl/release/{name}"));
     if !bin.exists() {
         let st = Command::new(script("image-build-stage.sh"))
             .status()
@@ -297,14 +298,17 @@ fn static_meshnft() -> PathBuf {
     bin
 }
 
-/// Builds the meshnft image `meshnft.test/meshnft:<tag>` (the static binary at
-/// /usr/local/bin/meshnft, as deploy/Dockerfile lays it out, plus /etc/meshnft-image
-/// naming the tag so that two tags differ) and imports it into the node's containerd.
+/// Builds the meshnft image `meshnft.test/meshnft:<tag>` (the static binaries at
+/// /usr/local/bin/meshnft and /usr/local/bin/meshnft-node, as deploy/Dockerfile lays
+/// them out, plus /etc/meshnft-image naming the tag so that two tags differ) and
+/// imports it into the node's containerd.
 fn meshnft_image(node: &Node, tag: &str) -> String {
     let root = node.dir.join(format!("image-{tag}"));
     std::fs::create_dir_all(root.join("usr/local/bin")).expect("mkdir image root");
     std::fs::create_dir_all(root.join("etc")).expect("mkdir image etc");
-    std::fs::copy(static_meshnft(), root.join("usr/local/bin/meshnft")).expect("copy binary");
+    std::fs::copy(static_bin("meshnft"), root.join("usr/local/bin/meshnft")).expect("copy binary");
+    std::fs::copy(static_bin("meshnft-node"), root.join("usr/local/bin/meshnft-node"))
+        .expect("copy binary");
     std::fs::write(root.join("etc/meshnft-image"), tag).expect("write tag");
     let reference = format!("meshnft.test/meshnft:{tag}");
     let st = Command::new(script("node.sh"))
@@ -312,7 +316,7 @@ fn meshnft_image(node: &Node, tag: &str) -> String {
         .arg(&node.dir)
         .arg(&reference)
         .arg(&root)
-        .arg(r#"["/usr/local/bin/meshnft"]"#)
+        .arg(r#"["/usr/local/bin/meshnft-node"]"#)
         .status()
         .expect("node.sh image");
     assert!(st.success(), "node.sh image {reference} failed");

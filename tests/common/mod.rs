@@ -14,6 +14,9 @@ use support::{SRV4_A, SRV4_B, SRV6_A, SRV6_B};
 
 /// The plugin binary under test.
 pub const MESHNFT: &str = env!("CARGO_BIN_EXE_meshnft");
+/// The node process's binary (`meshnft-node install`, the DaemonSet's command).
+#[allow(dead_code)]
+pub const MESHNFT_NODE: &str = env!("CARGO_BIN_EXE_meshnft-node");
 
 /// Outcome of one direct plugin invocation.
 #[derive(Debug)]

@@ -114,3 +114,39 @@ impl Error {
 
 /// Result alias used across the crate.
 pub type Result<T> = std::result::Result<T, Error>;
+
+// The nf_tables client's errors, in CNI terms (the client knows nothing of CNI).
+impl From<crate::nft::NftError> for Error {
+    /// Codes: 100 (the kernel refused the transaction), 101 (no nf_tables
+    /// netlink in this kernel), 102 (the namespace could not be entered), 11
+    /// (the kernel did not answer within [`crate::nft::sock::RECV_TIMEOUT`]).
+    fn from(e: crate::nft::NftError) -> Error {
+        let code = match &e {
+            crate::nft::NftError::Refused { .. } => Code::NftTransaction,
+            crate::nft::NftError::Sock(crate::nft::sock::SockError::Setns(_)) => Code::Netns,
+            crate::nft::NftError::Sock(crate::nft::sock::SockError::Open(_)) => Code::NftUnavailable,
+            crate::nft::NftError::Sock(crate::nft::sock::SockError::Recv(io))
+            | crate::nft::NftError::Read(crate::nft::dump::ReadError::Dump {
+                source: crate::nft::sock::DumpError::Sock(crate::nft::sock::SockError::Recv(io)),
+                ..
+            }) if matches!(
+                io.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ) =>
+            {
+                Code::TryAgainLater
+            }
+            _ => Code::NftTransaction,
+        };
+        match e {
+            crate::nft::NftError::Refused {
+                what, reason, hint, ..
+            } => Error::with_details(
+                code,
+                format!("the kernel refused {what}"),
+                format!("{reason}{hint}"),
+            ),
+            e => Error::new(code, e.to_string()),
+        }
+    }
+}

@@ -9,29 +9,8 @@
 //! proxy-init, port 0 is refused (it matches nothing a proxy could serve).
 
 use crate::error::{Error, Result};
-use std::fmt;
 
-/// An inclusive TCP/UDP port range `lo..=hi`, `1 <= lo <= hi <= 65535`.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
-)]
-pub struct PortRange {
-    /// First port of the range.
-    pub lo: u16,
-    /// Last port of the range (equal to `lo` for a single port).
-    pub hi: u16,
-}
-
-impl fmt::Display for PortRange {
-    /// nft element syntax: `4190` or `4190-4191`.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.lo == self.hi {
-            write!(f, "{}", self.lo)
-        } else {
-            write!(f, "{}-{}", self.lo, self.hi)
-        }
-    }
-}
+pub use meshnft_nft::model::PortRange;
 
 /// Parses one port number: ASCII digits only, 1-65535.
 ///

@@ -1,7 +1,7 @@
 //! Reading one table back from the kernel: `GETTABLE`, then dumps of its
 //! chains, sets (and each set's elements) and rules, decoded into a
 //! [`Listing`]: the kernel's objects with their expressions, in the
-//! kernel's own terms. [`crate::table::readback`] turns a listing into the view the
+//! kernel's own terms. `meshnft_core::table::readback` turns a listing into the view the
 //! operator commands use; CHECK compares two listings.
 
 use super::encode::RawElem;
@@ -284,9 +284,9 @@ fn pred(v: &[u8]) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nft::encode::raw_elems;
-    use crate::nft::model::Elem;
-    use crate::ports::PortRange;
+    use crate::encode::raw_elems;
+    use crate::model::Elem;
+    use crate::model::PortRange;
 
     #[test]
     fn intervals_round_trip() {

@@ -31,7 +31,6 @@ pub mod sock;
 pub mod text;
 pub mod verdict;
 
-use crate::error::{Code, Error};
 use encode::Batch;
 use netlink::{MsgBuilder, NLM_F_ACK};
 use sock::{Conn, DumpError, SockError};
@@ -81,40 +80,6 @@ impl NftError {
     }
 }
 
-impl From<NftError> for Error {
-    /// Codes: 100 (the kernel refused the transaction), 101 (no nf_tables
-    /// netlink in this kernel), 102 (the namespace could not be entered), 11
-    /// (the kernel did not answer within [`sock::RECV_TIMEOUT`]).
-    fn from(e: NftError) -> Error {
-        let code = match &e {
-            NftError::Refused { .. } => Code::NftTransaction,
-            NftError::Sock(SockError::Setns(_)) => Code::Netns,
-            NftError::Sock(SockError::Open(_)) => Code::NftUnavailable,
-            NftError::Sock(SockError::Recv(io))
-            | NftError::Read(dump::ReadError::Dump {
-                source: DumpError::Sock(SockError::Recv(io)),
-                ..
-            }) if matches!(
-                io.kind(),
-                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-            ) =>
-            {
-                Code::TryAgainLater
-            }
-            _ => Code::NftTransaction,
-        };
-        match e {
-            NftError::Refused {
-                what, reason, hint, ..
-            } => Error::with_details(
-                code,
-                format!("the kernel refused {what}"),
-                format!("{reason}{hint}"),
-            ),
-            e => Error::new(code, e.to_string()),
-        }
-    }
-}
 
 /// Why the kernel usually refuses `expr` with `errno`.
 fn hint(errno: i32, expr: Option<&str>, what: &str) -> String {

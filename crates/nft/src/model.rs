@@ -15,9 +15,30 @@ use super::expr::{
     PayloadBase, REG_1, REG_2, REG_VERDICT, REG32_01, Redir, Socket,
 };
 use super::verdict::Verdict;
-use crate::ports::PortRange;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+/// An inclusive TCP/UDP port range `lo..=hi`, `1 <= lo <= hi <= 65535`.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+pub struct PortRange {
+    /// First port of the range.
+    pub lo: u16,
+    /// Last port of the range (equal to `lo` for a single port).
+    pub hi: u16,
+}
+
+impl fmt::Display for PortRange {
+    /// nft element syntax: `4190` or `4190-4191`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.lo == self.hi {
+            write!(f, "{}", self.lo)
+        } else {
+            write!(f, "{}-{}", self.lo, self.hi)
+        }
+    }
+}
 
 /// A set's key type (nft's datatypes, `NFTA_SET_KEY_TYPE` ids from nft's
 /// `enum datatypes`; a concatenation is `(a << 6) | b`).

@@ -1,4 +1,5 @@
-//! `meshnft install`: the DaemonSet's process on every node.
+//! `meshnft-node install`: the DaemonSet's process on every node (the
+//! `meshnft-node` binary; the plugin, `meshnft`, carries none of it).
 //!
 //! [`run`] is its main loop: a reconcile pass of the installer at start,
 //! on file events and signals ([`watch`]) and on timers; the node agent
@@ -13,11 +14,52 @@
 //! The agent reads the installer's options and entry (agent -> install);
 //! only this loop knows both. Below: the CNI verbs (CHECK's comparison,
 //! STATUS's checks), the pod, the table and the settings. Above: only the
-//! command line ([`crate::cli`]).
+//! command line ([`main_entry`]).
 
 pub mod agent;
 pub mod install;
 pub mod watch;
+
+// The layers below, under the names the plugin uses for them.
+pub(crate) use meshnft_plugin::{cni, config, error, nft, pod, safefs, table};
+
+/// `meshnft-node`'s command line.
+#[derive(Debug, clap::Parser)]
+#[command(name = "meshnft-node", version, about, long_about = None)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Cmd,
+}
+
+/// `meshnft-node`'s subcommands.
+#[derive(Debug, clap::Subcommand)]
+pub enum Cmd {
+    /// Install meshnft on this node and keep it chained into the primary
+    /// CNI's network configuration until SIGTERM (the DaemonSet's command).
+    Install(Box<Args>),
+}
+
+/// Entry point of the `meshnft-node` binary; returns the process exit code
+/// (0 ok, 1 failure, 2 usage). Logging as for the plugin's commands:
+/// `MESHNFT_LOG` sets the level.
+pub fn main_entry() -> i32 {
+    use clap::Parser;
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { 2 } else { 0 };
+        }
+    };
+    meshnft_plugin::logging::init(
+        meshnft_plugin::logging::level(std::env::var("MESHNFT_LOG").ok().as_deref()),
+        None,
+    );
+    match cli.command {
+        Cmd::Install(args) => run(*args),
+    }
+}
 
 use install::error::InstallError;
 use install::lifecycle::{Installer, Outcome};
@@ -26,7 +68,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 use watch::{Wake, Watches};
 
-/// Options of `meshnft install`: the installer's, then the node agent's;
+/// Options of `meshnft-node install`: the installer's, then the node agent's;
 /// each also reads an environment variable.
 #[derive(Debug, Clone, clap::Args)]
 #[group(skip)]
@@ -71,7 +113,7 @@ impl Reporter {
     }
 }
 
-/// Runs `meshnft install` until SIGTERM: a reconcile pass at start, on
+/// Runs `meshnft-node install` until SIGTERM: a reconcile pass at start, on
 /// file events and on timers, the agent beside it; then cleans up unless
 /// `--keep-on-exit`. Returns the process exit code: 0 after a clean exit,
 /// 1 when cleanup failed or signal handling could not be set up.

@@ -96,9 +96,14 @@ pub enum Cmd {
         #[arg(long, value_name = "PATH")]
         cgroup: PathBuf,
     },
-    /// Install meshnft on this node and keep it chained into the primary
-    /// CNI's network configuration until SIGTERM (the DaemonSet's command).
-    Install(Box<crate::node::Args>),
+    /// Moved: the DaemonSet's command is now `meshnft-node install`, a
+    /// binary of its own (the plugin carries no installer or node agent).
+    #[command(hide = true)]
+    Install {
+        /// Whatever followed `install`, ignored.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        rest: Vec<std::ffi::OsString>,
+    },
 }
 
 /// Largest configuration `render`/`status` read, in bytes (as the plugin's stdin).
@@ -258,6 +263,11 @@ pub fn run() -> i32 {
         Cmd::Unpin { pod, cgroup } => {
             commands::finish("unpin", commands::pin(&pod, &cgroup, None, false))
         }
-        Cmd::Install(args) => crate::node::run(*args),
+        Cmd::Install { .. } => {
+            eprintln!(
+                "meshnft install: the installer and node agent are now their own binary: run `meshnft-node install` (the image ships both; docs/install.md)"
+            );
+            2
+        }
     }
 }

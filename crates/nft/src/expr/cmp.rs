@@ -2,7 +2,7 @@
 //! `NFTA_CMP_DATA` 3 (`NFTA_DATA_VALUE` 1 inside).
 
 use super::be32;
-use crate::nft::netlink::{Attr, MsgBuilder, attr, find};
+use crate::netlink::{Attr, MsgBuilder, attr, find};
 
 /// `enum nft_cmp_ops` values meshnft uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

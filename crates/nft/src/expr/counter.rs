@@ -1,7 +1,7 @@
 //! `counter` (kernel `nft_counter.c`): `NFTA_COUNTER_BYTES` 1,
 //! `NFTA_COUNTER_PACKETS` 2 (big-endian u64).
 
-use crate::nft::netlink::{Attr, MsgBuilder, find};
+use crate::netlink::{Attr, MsgBuilder, find};
 
 /// `[ counter pkts P bytes B ]`. Written empty (the kernel starts at 0);
 /// read back with the kernel's values.

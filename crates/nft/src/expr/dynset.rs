@@ -3,7 +3,7 @@
 //! `NFT_SET_EVAL` (nft's `flags dynamic`).
 
 use super::be32;
-use crate::nft::netlink::{Attr, MsgBuilder, find};
+use crate::netlink::{Attr, MsgBuilder, find};
 
 /// `[ dynset add reg_key SREG set SET ]`: adds the register's key to the
 /// set from the packet path.

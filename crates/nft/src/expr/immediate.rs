@@ -3,8 +3,8 @@
 //! `NFTA_VERDICT_CODE` 1, `NFTA_VERDICT_CHAIN` 2 }).
 
 use super::be32;
-use crate::nft::netlink::{Attr, MsgBuilder, attr, find};
-use crate::nft::verdict::Verdict;
+use crate::netlink::{Attr, MsgBuilder, attr, find};
+use crate::verdict::Verdict;
 
 /// What an `immediate` loads.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -2,7 +2,7 @@
 //! `DREG` 3, `SET_ID` 4, `FLAGS` 5 (`NFT_LOOKUP_F_INV` = 1).
 
 use super::be32;
-use crate::nft::netlink::{Attr, MsgBuilder, find};
+use crate::netlink::{Attr, MsgBuilder, find};
 
 /// `[ lookup reg SREG set SET (dreg DREG) (inverted) ]`: matches when the
 /// register's key is (or, inverted, is not) in the set; with `dreg` 0 on a

@@ -1,7 +1,7 @@
 //! `meta` (kernel `nft_meta.c`): `NFTA_META_DREG` 1, `NFTA_META_KEY` 2.
 
 use super::be32;
-use crate::nft::netlink::{Attr, MsgBuilder};
+use crate::netlink::{Attr, MsgBuilder};
 
 /// `enum nft_meta_keys` values meshnft uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

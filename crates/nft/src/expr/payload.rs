@@ -2,7 +2,7 @@
 //! `OFFSET` 3, `LEN` 4.
 
 use super::be32;
-use crate::nft::netlink::{Attr, MsgBuilder};
+use crate::netlink::{Attr, MsgBuilder};
 
 /// `enum nft_payload_bases`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

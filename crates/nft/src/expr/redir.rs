@@ -3,7 +3,7 @@
 //! loaded into the register by an `immediate` before it.
 
 use super::be32;
-use crate::nft::netlink::{Attr, MsgBuilder};
+use crate::netlink::{Attr, MsgBuilder};
 
 /// `[ redir proto_min reg REG flags 0x2 ]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -4,7 +4,7 @@
 //! whose 8-byte cgroup id is loaded).
 
 use super::be32;
-use crate::nft::netlink::{Attr, MsgBuilder};
+use crate::netlink::{Attr, MsgBuilder};
 
 /// `[ socket load cgroupv2 => reg DREG, level LEVEL ]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

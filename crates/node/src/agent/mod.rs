@@ -1,4 +1,4 @@
-//! The node agent: runs inside `meshnft install` (the DaemonSet's process),
+//! The node agent: runs inside `meshnft-node install` (the DaemonSet's process),
 //! beside the installer's loop, on a thread of its own with a tokio
 //! runtime. It
 //! - watches the meshed pods of its node (`kube`'s watcher + reflector,
@@ -56,7 +56,7 @@ pub enum RepairMode {
     Off,
 }
 
-/// Options of the node agent (part of `meshnft install`); each also reads
+/// Options of the node agent (part of `meshnft-node install`); each also reads
 /// an environment variable.
 #[derive(Debug, Clone, clap::Args)]
 #[group(id = "agent")]
@@ -219,7 +219,7 @@ impl Handle {
 /// installer's (`install`: host root, entry, retry interval) and its own
 /// (`agent`). Without a node name and without a listen address nothing is
 /// started.
-pub fn start(install: &crate::node::install::Args, agent: &Args) -> Handle {
+pub fn start(install: &crate::install::Args, agent: &Args) -> Handle {
     let shared = Arc::new(Shared::default());
     if agent.node_name.is_none() && agent.agent_listen.is_none() {
         return Handle { shared, stop: None };

@@ -114,7 +114,7 @@ impl Host {
                 let m = cgroup::parse_mountinfo(&text).ok_or_else(|| {
                     AgentError::Host("no cgroup2 mount in /proc/1/mountinfo".into())
                 })?;
-                crate::node::install::under(host_root, &m.mount_point)
+                crate::install::under(host_root, &m.mount_point)
             }
         };
         use std::os::unix::fs::MetadataExt;

@@ -6,7 +6,7 @@ use super::pods;
 use super::repair::{Gap, Host};
 use super::{AgentError, Args, RepairMode, Shared};
 use crate::config::Settings;
-use crate::node::install::{self, Layout};
+use crate::install::{self, Layout};
 use crate::pod::k8s::Meshing;
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service};

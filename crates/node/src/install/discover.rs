@@ -242,7 +242,7 @@ mod tests {
 
     #[test]
     fn first_loadable_file_in_byte_order_wins() {
-        let td = crate::node::install::fsutil::TestDir::new("disc");
+        let td = crate::install::fsutil::TestDir::new("disc");
         let d = td.0.clone();
         fs::write(d.join("00-broken.conflist"), b"{not json").unwrap();
         fs::write(

@@ -50,7 +50,7 @@ pub fn load(file: Option<&Path>, kubeconfig: Option<&Path>) -> Result<Value, Ins
     let (name, text) = match file {
         Some(p) => (
             p.display().to_string(),
-            crate::node::install::discover::read_regular(p, 1 << 20)
+            crate::install::discover::read_regular(p, 1 << 20)
                 .and_then(|b| String::from_utf8(b).map_err(|e| format!("not UTF-8: {e}")))
                 .map_err(|reason| InstallError::Entry {
                     source_name: p.display().to_string(),
@@ -81,7 +81,7 @@ pub fn load(file: Option<&Path>, kubeconfig: Option<&Path>) -> Result<Value, Ins
     }
     // The fields runtimes decode into typed structs (libcni's NetConf):
     // a wrong type there would make the node's whole conflist unloadable.
-    crate::node::install::discover::check_plugin(&Value::Object(o.clone())).map_err(bad)?;
+    crate::install::discover::check_plugin(&Value::Object(o.clone())).map_err(bad)?;
     // A list's name and version are the conflist's, not the entry's.
     o.shift_remove("cniVersion");
     o.shift_remove("name");
@@ -152,7 +152,7 @@ mod tests {
     #[test]
     fn the_default_is_the_example_entry() {
         let ex: Value =
-            serde_json::from_str(include_str!("../../../conflists/ptp-meshnft.conflist")).unwrap();
+            serde_json::from_str(include_str!("../../../../conflists/ptp-meshnft.conflist")).unwrap();
         let mut d = load(None, None).unwrap();
         d.as_object_mut().unwrap().shift_remove("capabilities");
         assert_eq!(d, ex["plugins"][1]);
@@ -160,7 +160,7 @@ mod tests {
 
     #[test]
     fn wrong_type_is_refused() {
-        let td = crate::node::install::fsutil::TestDir::new("entry");
+        let td = crate::install::fsutil::TestDir::new("entry");
         let dir = td.0.clone();
         let f = dir.join("entry.json");
         std::fs::write(&f, br#"{"type":"linkerd-cni"}"#).unwrap();

@@ -91,7 +91,7 @@ pub fn render(m: &Material) -> String {
     let q = |s: &str| serde_json::Value::from(s).to_string();
     let ca = base64::engine::general_purpose::STANDARD.encode(&m.ca);
     format!(
-        "# Written by `meshnft install` from its service account; rewritten when the token rotates.\n\
+        "# Written by `meshnft-node install` from its service account; rewritten when the token rotates.\n\
          apiVersion: v1\n\
          kind: Config\n\
          clusters:\n\
@@ -121,7 +121,7 @@ mod tests {
 
     #[test]
     fn kube_reads_what_we_write() {
-        let td = crate::node::install::fsutil::TestDir::new("kc");
+        let td = crate::install::fsutil::TestDir::new("kc");
         let d = td.0.clone();
         std::fs::write(d.join("token"), b"tok.en-1\n").unwrap();
         std::fs::write(

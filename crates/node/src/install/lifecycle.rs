@@ -1,4 +1,4 @@
-//! The installer's passes and its uninstall. [`crate::node::run`] calls
+//! The installer's passes and its uninstall. [`crate::run`] calls
 //! [`Installer::reconcile`] at start, on file events and on timers, and
 //! [`Installer::uninstall`] on SIGTERM (in order: entry, kubeconfig,
 //! binary).

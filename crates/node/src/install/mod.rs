@@ -1,5 +1,5 @@
-//! The installer of `meshnft install` (the DaemonSet's container command,
-//! see [`crate::node`]). It puts the plugin on the node and keeps it
+//! The installer of `meshnft-node install` (the DaemonSet's container command,
+//! see the crate root). It puts the plugin on the node and keeps it
 //! chained into the node's primary network configuration, and takes it out
 //! again on SIGTERM.
 //!
@@ -32,8 +32,8 @@ use std::time::Duration;
 /// originals of converted `.conf` files live there.
 pub const STATE_SUBDIR: &str = "meshnft.d";
 
-/// The installer's options (part of `meshnft install`, see
-/// [`crate::node::Args`]); each also reads an environment variable.
+/// The installer's options (part of `meshnft-node install`, see
+/// [`crate::Args`]); each also reads an environment variable.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
     /// Where the host's file system is mounted in this container; the host
@@ -76,7 +76,8 @@ pub struct Args {
     /// On SIGTERM leave the entry, kubeconfig and binary in place.
     #[arg(long, env = "MESHNFT_KEEP_ON_EXIT")]
     pub keep_on_exit: bool,
-    /// The binary to copy to the host [default: this executable, /proc/self/exe].
+    /// The plugin binary to copy to the host [default: `meshnft` beside this
+    /// executable, as the image ships them].
     #[arg(long, env = "MESHNFT_SOURCE_BINARY")]
     pub source_binary: Option<PathBuf>,
     /// Seconds between attempts while something is missing or failing.
@@ -151,9 +152,18 @@ impl Layout {
             source_binary: args
                 .source_binary
                 .clone()
-                .unwrap_or_else(|| PathBuf::from("/proc/self/exe")),
+                .unwrap_or_else(plugin_beside_self),
             retry: Duration::from_secs_f64(args.retry_seconds),
             resync: Duration::from_secs_f64(args.resync_seconds),
         }
     }
+}
+
+/// `meshnft` in the directory of this executable (`/usr/local/bin/meshnft`
+/// in the image, beside `/usr/local/bin/meshnft-node`); `./meshnft` when
+/// `/proc/self/exe` cannot be read.
+fn plugin_beside_self() -> PathBuf {
+    std::env::current_exe()
+        .map(|exe| exe.with_file_name(entry::TYPE))
+        .unwrap_or_else(|_| PathBuf::from(entry::TYPE))
 }

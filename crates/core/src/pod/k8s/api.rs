@@ -404,7 +404,7 @@ pub fn load_kubeconfig(path: &Path) -> Result<Kubeconfig> {
         for key in ["exec", "auth-provider"] {
             if u.get(key).is_some_and(|v| !v.is_null()) {
                 return Err(bad(format!(
-                    "user {uname:?} uses {key}: refused (meshnft runs as root on every node and never runs a program a kubeconfig names); use a token, as `meshnft install` writes"
+                    "user {uname:?} uses {key}: refused (meshnft runs as root on every node and never runs a program a kubeconfig names); use a token, as `meshnft-node install` writes"
                 )));
             }
         }
