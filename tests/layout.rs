@@ -237,7 +237,15 @@ fn dependency_tree(pkg: &str) -> Vec<String> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = std::process::Command::new(cargo)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .args(["tree", "--offline", "--locked", "-e", "normal", "--prefix", "none"])
+        .args([
+            "tree",
+            "--offline",
+            "--locked",
+            "-e",
+            "normal",
+            "--prefix",
+            "none",
+        ])
         .args(["--format", "{p}", "-p", pkg])
         .output()
         .expect("run cargo tree");

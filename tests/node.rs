@@ -307,8 +307,11 @@ fn meshnft_image(node: &Node, tag: &str) -> String {
     std::fs::create_dir_all(root.join("usr/local/bin")).expect("mkdir image root");
     std::fs::create_dir_all(root.join("etc")).expect("mkdir image etc");
     std::fs::copy(static_bin("meshnft"), root.join("usr/local/bin/meshnft")).expect("copy binary");
-    std::fs::copy(static_bin("meshnft-node"), root.join("usr/local/bin/meshnft-node"))
-        .expect("copy binary");
+    std::fs::copy(
+        static_bin("meshnft-node"),
+        root.join("usr/local/bin/meshnft-node"),
+    )
+    .expect("copy binary");
     std::fs::write(root.join("etc/meshnft-image"), tag).expect("write tag");
     let reference = format!("meshnft.test/meshnft:{tag}");
     let st = Command::new(script("node.sh"))

@@ -116,18 +116,22 @@ impl Error {
 pub type Result<T> = std::result::Result<T, Error>;
 
 // The nf_tables client's errors, in CNI terms (the client knows nothing of CNI).
-impl From<crate::nft::NftError> for Error {
+use crate::nft::NftError;
+use crate::nft::dump::ReadError;
+use crate::nft::sock::{DumpError, SockError};
+
+impl From<NftError> for Error {
     /// Codes: 100 (the kernel refused the transaction), 101 (no nf_tables
     /// netlink in this kernel), 102 (the namespace could not be entered), 11
     /// (the kernel did not answer within [`crate::nft::sock::RECV_TIMEOUT`]).
-    fn from(e: crate::nft::NftError) -> Error {
+    fn from(e: NftError) -> Error {
         let code = match &e {
-            crate::nft::NftError::Refused { .. } => Code::NftTransaction,
-            crate::nft::NftError::Sock(crate::nft::sock::SockError::Setns(_)) => Code::Netns,
-            crate::nft::NftError::Sock(crate::nft::sock::SockError::Open(_)) => Code::NftUnavailable,
-            crate::nft::NftError::Sock(crate::nft::sock::SockError::Recv(io))
-            | crate::nft::NftError::Read(crate::nft::dump::ReadError::Dump {
-                source: crate::nft::sock::DumpError::Sock(crate::nft::sock::SockError::Recv(io)),
+            NftError::Refused { .. } => Code::NftTransaction,
+            NftError::Sock(SockError::Setns(_)) => Code::Netns,
+            NftError::Sock(SockError::Open(_)) => Code::NftUnavailable,
+            NftError::Sock(SockError::Recv(io))
+            | NftError::Read(ReadError::Dump {
+                source: DumpError::Sock(SockError::Recv(io)),
                 ..
             }) if matches!(
                 io.kind(),
@@ -139,7 +143,7 @@ impl From<crate::nft::NftError> for Error {
             _ => Code::NftTransaction,
         };
         match e {
-            crate::nft::NftError::Refused {
+            NftError::Refused {
                 what, reason, hint, ..
             } => Error::with_details(
                 code,

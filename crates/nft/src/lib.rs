@@ -80,7 +80,6 @@ impl NftError {
     }
 }
 
-
 /// Why the kernel usually refuses `expr` with `errno`.
 fn hint(errno: i32, expr: Option<&str>, what: &str) -> String {
     let h = match (errno, expr) {

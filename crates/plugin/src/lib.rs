@@ -13,9 +13,7 @@
 //!   [`pod`], [`state`], [`table`], [`config`], [`nft`], [`ports`],
 //!   [`subnets`], [`logging`], [`error`], [`safefs`].
 
-pub use meshnft_core::{
-    config, error, logging, nft, pod, ports, safefs, state, subnets, table,
-};
+pub use meshnft_core::{config, error, logging, nft, pod, ports, safefs, state, subnets, table};
 
 pub mod cli;
 pub mod cni;

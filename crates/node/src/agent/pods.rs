@@ -36,7 +36,39 @@ pub fn meshing(pod: &Pod) -> Meshing {
     {
         return Meshing::NotMeshed("host network".into());
     }
-    k8s::api::pod_info(pod, Default::default()).meshing()
+    pod_info(pod, Default::default()).meshing()
+}
+
+/// The pod as the plugin reads it from the API ([`k8s::doc::pod_info`]:
+/// one set of rules for both), from the agent's watched object and its
+/// namespace's annotations.
+pub fn pod_info(
+    pod: &Pod,
+    namespace_annotations: std::collections::BTreeMap<String, String>,
+) -> k8s::PodInfo {
+    let from_json = serde_json::to_value(pod)
+        .map_err(|e| e.to_string())
+        .and_then(|v| {
+            k8s::doc::pod_info_from_json(v, namespace_annotations.clone(), k8s::PodSource::Api)
+                .map_err(|e| e.to_string())
+        });
+    from_json.unwrap_or_else(|e| {
+        // Cannot happen with a decoded Pod; never guess a pod's containers.
+        tracing::warn!("agent: cannot read the watched pod as the plugin does: {e}");
+        let mut info =
+            k8s::PodInfo::from_annotations(pod.metadata.annotations.clone().unwrap_or_default());
+        info.namespace_annotations = namespace_annotations;
+        info
+    })
+}
+
+/// The `kubernetes` service's ports, read as the plugin reads them
+/// ([`k8s::doc::service_ports`]).
+pub fn service_ports(svc: &k8s_openapi::api::core::v1::Service) -> Option<Vec<u16>> {
+    let doc: k8s::doc::ServiceDoc = serde_json::to_value(svc)
+        .and_then(serde_json::from_value)
+        .ok()?;
+    k8s::doc::service_ports(&doc)
 }
 
 /// The pod is going away or is done: nothing to repair.

@@ -517,12 +517,11 @@ impl Worker {
         let ns = pod.metadata.namespace.clone().unwrap_or_default();
         let nsapi: Api<Namespace> = Api::all(self.client.clone());
         let nso = timed(format!("get namespace {ns}"), nsapi.get(&ns)).await?;
-        let mut info =
-            crate::pod::k8s::api::pod_info(pod, nso.metadata.annotations.unwrap_or_default());
+        let mut info = pods::pod_info(pod, nso.metadata.annotations.unwrap_or_default());
         if info.is_control_plane() {
             let svc: Api<Service> = Api::namespaced(self.client.clone(), "default");
             match timed("get service default/kubernetes", svc.get("kubernetes")).await {
-                Ok(s) => info.api_server_ports = crate::pod::k8s::api::service_ports(&s),
+                Ok(s) => info.api_server_ports = pods::service_ports(&s),
                 Err(e) => {
                     tracing::warn!("agent: control-plane pod: {e}; using Linkerd's fallback ports")
                 }

@@ -152,7 +152,8 @@ mod tests {
     #[test]
     fn the_default_is_the_example_entry() {
         let ex: Value =
-            serde_json::from_str(include_str!("../../../../conflists/ptp-meshnft.conflist")).unwrap();
+            serde_json::from_str(include_str!("../../../../conflists/ptp-meshnft.conflist"))
+                .unwrap();
         let mut d = load(None, None).unwrap();
         d.as_object_mut().unwrap().shift_remove("capabilities");
         assert_eq!(d, ex["plugins"][1]);

@@ -1,19 +1,24 @@
-//! Reading a pod from the Kubernetes API with the ecosystem's client
-//! (`kube` + `k8s-openapi`), with a short timeout and a bounded retry.
+//! Reading a pod from the Kubernetes API: blocking GETs (`ureq`, rustls
+//! with the kubeconfig's CA), a short timeout and a bounded retry, decoded
+//! into meshnft's own narrow types ([`super::doc`]).
+//!
+//! The plugin is exec'd on every pod start, so this is deliberately no
+//! Kubernetes client library: no async runtime, no watch machinery, one
+//! connection for the few GETs of one ADD.
 //!
 //! Fails closed: when the pod cannot be read, ADD fails and says why
 //! (RBAC, credentials, unreachable API server); it never skips redirection.
 
-use super::{Container, PodInfo, PodSource};
+use super::doc::{self, NamespaceDoc, PodDoc, ServiceDoc, StatusDoc};
+use super::{PodInfo, PodSource};
 use crate::config::kubernetes::ApiConfig;
 use crate::error::{Code, Error, Result};
 use crate::safefs;
-use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::Client;
-use kube::config::{KubeConfigOptions, Kubeconfig};
+use base64::Engine;
+use serde::Deserialize;
 use std::path::Path;
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// Delay before the second attempt; doubled for each further one.
 pub const RETRY_BASE: Duration = Duration::from_millis(200);
@@ -30,8 +35,8 @@ pub const MAX_ANSWER: usize = 8 << 20;
 /// Why one GET did not return the object.
 #[derive(Debug)]
 enum Failure {
-    /// The client failed (connect, TLS, I/O...).
-    Kube(kube::Error),
+    /// Connect, TLS or I/O failed; `timed_out` when a timeout ended it.
+    Transport { why: String, timed_out: bool },
     /// 4xx/5xx, with the `Status` the server sent (or its text).
     Status {
         code: u16,
@@ -53,7 +58,7 @@ enum Failure {
 impl std::fmt::Display for Failure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Failure::Kube(e) => write!(f, "{e}"),
+            Failure::Transport { why, .. } => write!(f, "{why}"),
             Failure::Status {
                 code,
                 reason,
@@ -70,7 +75,7 @@ impl std::fmt::Display for Failure {
 fn transient(e: &Failure) -> bool {
     match e {
         Failure::Status { code, .. } => *code >= 500 || *code == 429,
-        Failure::Kube(kube::Error::HyperError(_) | kube::Error::Service(_)) => true,
+        Failure::Transport { .. } => true,
         _ => false,
     }
 }
@@ -85,78 +90,227 @@ fn excerpt(body: &[u8]) -> String {
     }
 }
 
-/// GETs `path` (built from validated names only) and decodes the answer as
-/// a `T`, reading at most [`MAX_ANSWER`] bytes.
-async fn get<T: serde::de::DeserializeOwned>(
-    client: &Client,
-    path: &str,
-) -> std::result::Result<T, Failure> {
-    use http_body_util::BodyExt;
-    let req = http::Request::get(path)
-        .header(http::header::ACCEPT, "application/json")
-        .body(kube::client::Body::empty())
-        .map_err(|e| Failure::Kube(kube::Error::HttpError(e)))?;
-    let res = client.send(req).await.map_err(Failure::Kube)?;
-    let status = res.status();
-    let location = res
-        .headers()
-        .get(http::header::LOCATION)
-        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
-        .unwrap_or_default();
-    let body = http_body_util::Limited::new(res.into_body(), MAX_ANSWER)
-        .collect()
-        .await
-        .map_err(|e| {
-            if e.is::<http_body_util::LengthLimitError>() {
-                Failure::TooLarge
-            } else {
-                match e.downcast::<kube::Error>() {
-                    Ok(k) => Failure::Kube(*k),
-                    Err(e) => Failure::Kube(kube::Error::Service(e)),
+/// An error with all its sources, `outer: inner: ...`.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut cur = e.source();
+    while let Some(s) = cur {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        cur = s.source();
+    }
+    out
+}
+
+/// A transport failure of `ureq`, kept with its causes.
+fn transport(e: &ureq::Error) -> Failure {
+    Failure::Transport {
+        why: error_chain(e),
+        timed_out: matches!(e, ureq::Error::Timeout(_))
+            || matches!(e, ureq::Error::Io(io) if matches!(io.kind(), std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock)),
+    }
+}
+
+/// The API server as a kubeconfig names it: its URL, the bearer token to
+/// send, and an HTTP agent with its TLS settings (the cluster's CA, the
+/// user's client certificate) and timeouts. Built by [`Client::new`].
+pub struct Client {
+    /// `https://host:port` (or `http://` for a plain server), no trailing `/`.
+    pub server: String,
+    token: Option<String>,
+    agent: ureq::Agent,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("server", &self.server)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Client {
+    /// A client for the kubeconfig at `cfg.kubeconfig` ([`load_kubeconfig`]),
+    /// each request bounded by `cfg.timeout` (connect, send, answer).
+    ///
+    /// Errors: code 106 naming `kubernetes.kubeconfig` and what is wrong with
+    /// it (unreadable, not a kubeconfig, a program to run, an unusable
+    /// certificate or key).
+    pub fn new(cfg: &ApiConfig) -> Result<Client> {
+        let kc = load_kubeconfig(&cfg.kubeconfig)?;
+        let bad = |why: String| {
+            Error::new(
+                Code::KubernetesApi,
+                format!(
+                    "kubernetes.kubeconfig {} is not usable: {why}",
+                    cfg.kubeconfig.display()
+                ),
+            )
+        };
+        let pem = |what: &str, b64: &str| -> Result<Vec<u8>> {
+            base64::engine::general_purpose::STANDARD
+                .decode(b64.trim())
+                .map_err(|e| bad(format!("{what} is not base64: {e}")))
+        };
+        let mut tls = ureq::tls::TlsConfig::builder().provider(ureq::tls::TlsProvider::Rustls);
+        if let Some(ca) = &kc.cluster.certificate_authority_data {
+            let ca = pem("certificate-authority-data", ca)?;
+            let mut certs = Vec::new();
+            for item in ureq::tls::parse_pem(&ca) {
+                match item {
+                    Ok(ureq::tls::PemItem::Certificate(c)) => certs.push(c),
+                    Ok(_) => {}
+                    Err(e) => return Err(bad(format!("certificate-authority-data: {e}"))),
                 }
             }
-        })?
-        .to_bytes();
-    let code = status.as_u16();
-    if status.is_redirection() {
-        return Err(Failure::Redirect { code, location });
+            if certs.is_empty() {
+                return Err(bad("certificate-authority-data holds no certificate".into()));
+            }
+            tls = tls.root_certs(ureq::tls::RootCerts::Specific(Arc::new(certs)));
+        }
+        if kc.cluster.insecure_skip_tls_verify {
+            tls = tls.disable_verification(true);
+        }
+        match (&kc.user.client_certificate_data, &kc.user.client_key_data) {
+            (Some(cert), Some(key)) => {
+                let cert = pem("client-certificate-data", cert)?;
+                let chain: Vec<_> = ureq::tls::parse_pem(&cert)
+                    .filter_map(|i| match i {
+                        Ok(ureq::tls::PemItem::Certificate(c)) => Some(c),
+                        _ => None,
+                    })
+                    .collect();
+                let key = pem("client-key-data", key)?;
+                let key = ureq::tls::PrivateKey::from_pem(&key)
+                    .map_err(|e| bad(format!("client-key-data: {e}")))?;
+                if chain.is_empty() {
+                    return Err(bad("client-certificate-data holds no certificate".into()));
+                }
+                tls = tls.client_cert(Some(ureq::tls::ClientCert::new_with_certs(&chain, key)));
+            }
+            (None, None) => {}
+            _ => {
+                return Err(bad(
+                    "a client certificate needs both client-certificate and client-key".into(),
+                ));
+            }
+        }
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .tls_config(tls.build())
+            .proxy(None)
+            .max_redirects(0)
+            .http_status_as_error(false)
+            .user_agent(concat!("meshnft/", env!("CARGO_PKG_VERSION")))
+            .timeout_connect(Some(cfg.timeout))
+            .timeout_global(Some(cfg.timeout))
+            .build()
+            .into();
+        Ok(Client {
+            server: kc.cluster.server.trim_end_matches('/').to_string(),
+            token: kc.user.token,
+            agent,
+        })
     }
-    if status.is_client_error() || status.is_server_error() {
-        let (reason, message) = match serde_json::from_slice::<kube::core::Status>(&body) {
-            Ok(s) => (s.reason, s.message),
-            Err(_) => (
-                status.canonical_reason().unwrap_or("").to_string(),
-                excerpt(&body),
-            ),
+
+    /// GETs `path` (built from validated names only) and decodes the answer
+    /// as a `T`, reading at most [`MAX_ANSWER`] bytes.
+    fn get<T: serde::de::DeserializeOwned>(&self, path: &str) -> std::result::Result<T, Failure> {
+        let mut req = self
+            .agent
+            .get(format!("{}{path}", self.server))
+            .header("Accept", "application/json");
+        if let Some(t) = &self.token {
+            req = req.header("Authorization", format!("Bearer {t}"));
+        }
+        let mut res = req.call().map_err(|e| transport(&e))?;
+        let status = res.status();
+        let location = res
+            .headers()
+            .get("location")
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+            .unwrap_or_default();
+        let body = match res
+            .body_mut()
+            .with_config()
+            .limit(MAX_ANSWER as u64)
+            .read_to_vec()
+        {
+            Ok(b) => b,
+            Err(ureq::Error::BodyExceedsLimit(_)) => return Err(Failure::TooLarge),
+            Err(e) => return Err(transport(&e)),
         };
-        return Err(Failure::Status {
+        let code = status.as_u16();
+        if status.is_redirection() {
+            return Err(Failure::Redirect { code, location });
+        }
+        if status.is_client_error() || status.is_server_error() {
+            let (reason, message) = match serde_json::from_slice::<StatusDoc>(&body) {
+                Ok(s) => (s.reason, s.message),
+                Err(_) => (
+                    status.canonical_reason().unwrap_or("").to_string(),
+                    excerpt(&body),
+                ),
+            };
+            return Err(Failure::Status {
+                code,
+                reason,
+                message,
+            });
+        }
+        if !status.is_success() {
+            return Err(Failure::NotObject {
+                code,
+                why: "an unexpected status".into(),
+                body: excerpt(&body),
+            });
+        }
+        serde_json::from_slice(&body).map_err(|e| Failure::NotObject {
             code,
-            reason,
-            message,
-        });
-    }
-    if !status.is_success() {
-        return Err(Failure::NotObject {
-            code,
-            why: "an unexpected status".into(),
+            why: if serde_json::from_slice::<serde_json::Value>(&body).is_ok() {
+                format!(
+                    "JSON that is not a {}: {e}",
+                    std::any::type_name::<T>()
+                        .rsplit("::")
+                        .next()
+                        .unwrap_or("object")
+                        .trim_end_matches("Doc")
+                )
+            } else {
+                format!("a body that is not JSON: {e}")
+            },
             body: excerpt(&body),
-        });
+        })
     }
-    serde_json::from_slice(&body).map_err(|e| Failure::NotObject {
-        code,
-        why: if serde_json::from_slice::<serde_json::Value>(&body).is_ok() {
-            format!(
-                "JSON that is not a {}: {e}",
-                std::any::type_name::<T>()
-                    .rsplit("::")
-                    .next()
-                    .unwrap_or("object")
-            )
-        } else {
-            format!("a body that is not JSON: {e}")
-        },
-        body: excerpt(&body),
-    })
+
+    /// Runs [`Client::get`] up to `cfg.attempts` times while it fails
+    /// transiently, never past `until`.
+    fn get_retried<T: serde::de::DeserializeOwned>(
+        &self,
+        cfg: &ApiConfig,
+        what: &str,
+        path: &str,
+        until: Instant,
+    ) -> Result<T> {
+        let mut delay = RETRY_BASE;
+        let mut attempt = 1;
+        loop {
+            match self.get(path) {
+                Ok(v) => return Ok(v),
+                Err(e)
+                    if transient(&e)
+                        && attempt < cfg.attempts
+                        && Instant::now() + delay < until =>
+                {
+                    tracing::warn!(attempt, "reading {what} failed, retrying: {e}");
+                    std::thread::sleep(delay);
+                    delay *= 2;
+                    attempt += 1;
+                }
+                Err(e) => return Err(explain(&e, what, &self.server)),
+            }
+        }
+    }
 }
 
 /// Turns a failure into a CNI error that says what to fix.
@@ -226,68 +380,18 @@ fn explain(e: &Failure, what: &str, server: &str) -> Error {
                 "cannot read {what}: the server at {server} sent an answer larger than {MAX_ANSWER} bytes"
             ),
         ),
-        Failure::Kube(other) => {
-            let chain = error_chain(other);
-            let lc = chain.to_ascii_lowercase();
-            let why =
-                if lc.contains("timed out") || lc.contains("timeout") || lc.contains("elapsed") {
+        Failure::Transport { why, timed_out } => Error::with_details(
+            Code::TryAgainLater,
+            format!(
+                "cannot read {what}: the API server at {server} {}",
+                if *timed_out {
                     "did not answer in time"
                 } else {
                     "is unreachable"
-                };
-            Error::with_details(
-                Code::TryAgainLater,
-                format!("cannot read {what}: the API server at {server} {why}"),
-                chain,
-            )
-        }
-    }
-}
-
-/// An error with all its sources, `outer: inner: ...`.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut cur = e.source();
-    while let Some(s) = cur {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        cur = s.source();
-    }
-    out
-}
-
-/// Runs `f` up to `attempts` times while it fails transiently.
-async fn with_retry<T, F, Fut>(cfg: &ApiConfig, what: &str, server: &str, mut f: F) -> Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = std::result::Result<T, Failure>>,
-{
-    let mut delay = RETRY_BASE;
-    let mut attempt = 1;
-    loop {
-        // The client's own timeouts cover connect/read; this bounds the whole request.
-        let res = match tokio::time::timeout(cfg.timeout + Duration::from_millis(500), f()).await {
-            Ok(r) => r,
-            Err(_) => {
-                return Err(Error::new(
-                    Code::TryAgainLater,
-                    format!(
-                        "cannot read {what}: the API server at {server} did not answer within {:?}",
-                        cfg.timeout
-                    ),
-                ));
-            }
-        };
-        match res {
-            Ok(v) => return Ok(v),
-            Err(e) if transient(&e) && attempt < cfg.attempts => {
-                tracing::warn!(attempt, "reading {what} failed, retrying: {e}");
-                tokio::time::sleep(delay).await;
-                delay *= 2;
-                attempt += 1;
-            }
-            Err(e) => return Err(explain(&e, what, server)),
-        }
+                }
+            ),
+            why.clone(),
+        ),
     }
 }
 
@@ -296,7 +400,7 @@ where
 /// fallback 443, 6443 applies when that read fails).
 ///
 /// The whole lookup is bounded: each request by `cfg.timeout` (connect,
-/// read, write), all of them together by [`deadline`].
+/// send, answer), all of them together by [`deadline`].
 ///
 /// Errors: code 4 when `namespace` or `name` is not a Kubernetes name;
 /// code 106 for credentials, RBAC, not found, an unusable kubeconfig, or an
@@ -318,28 +422,32 @@ pub fn read_pod(cfg: &ApiConfig, namespace: &str, name: &str) -> Result<PodInfo>
             format!("K8S_POD_NAME={name:?} is not a Kubernetes pod name"),
         ));
     }
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| {
-            Error::with_details(
-                Code::Internal,
-                "cannot start the async runtime",
-                e.to_string(),
-            )
-        })?;
-    let limit = deadline(cfg);
-    rt.block_on(async {
-        match tokio::time::timeout(limit, read_pod_async(cfg, namespace, name)).await {
-            Ok(r) => r,
-            Err(_) => Err(Error::new(
-                Code::TryAgainLater,
-                format!(
-                    "cannot read pod {namespace}/{name}: the Kubernetes API lookups did not finish within {limit:?}"
-                ),
-            )),
+    let until = Instant::now() + deadline(cfg);
+    let client = Client::new(cfg)?;
+
+    // Names were checked above (DNS-1123): nothing to escape.
+    let what = format!("pod {namespace}/{name}");
+    let pod_path = format!("/api/v1/namespaces/{namespace}/pods/{name}");
+    let pod: PodDoc = client.get_retried(cfg, &what, &pod_path, until)?;
+    let ns_what = format!("namespace {namespace}");
+    let ns_path = format!("/api/v1/namespaces/{namespace}");
+    let ns: NamespaceDoc = client.get_retried(cfg, &ns_what, &ns_path, until)?;
+
+    let mut info = doc::pod_info(
+        &pod,
+        ns.metadata.annotations.unwrap_or_default(),
+        PodSource::Api,
+    );
+    if info.is_control_plane() {
+        let svc_path = "/api/v1/namespaces/default/services/kubernetes";
+        match client.get_retried::<ServiceDoc>(cfg, "service default/kubernetes", svc_path, until) {
+            Ok(svc) => info.api_server_ports = doc::service_ports(&svc),
+            Err(e) => tracing::warn!(
+                "control-plane pod: {e}; skipping Linkerd's fallback ports 443, 6443"
+            ),
         }
-    })
+    }
+    Ok(info)
 }
 
 /// Upper bound of a whole [`read_pod`]: three reads (pod, namespace,
@@ -351,7 +459,81 @@ pub fn deadline(cfg: &ApiConfig) -> Duration {
     (per_try * cfg.attempts + backoff) * 3 + Duration::from_secs(1)
 }
 
-/// Reads and checks the kubeconfig, and turns it into the client's config.
+/// The parts of a kubeconfig meshnft uses, for its current context: the
+/// cluster's server and trust, and the user's credentials (files already
+/// read and inlined by [`load_kubeconfig`]).
+#[derive(Debug, Clone)]
+pub struct Kubeconfig {
+    /// The current context's cluster.
+    pub cluster: ClusterConf,
+    /// The current context's user.
+    pub user: UserConf,
+}
+
+/// A kubeconfig `cluster`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, rename_all = "kebab-case")]
+pub struct ClusterConf {
+    /// `server`: `https://host:port`.
+    pub server: String,
+    /// `certificate-authority-data`: base64 of PEM certificates.
+    pub certificate_authority_data: Option<String>,
+    /// `insecure-skip-tls-verify`.
+    pub insecure_skip_tls_verify: bool,
+}
+
+/// A kubeconfig `user` (token or client certificate).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, rename_all = "kebab-case")]
+pub struct UserConf {
+    /// `token`.
+    pub token: Option<String>,
+    /// `client-certificate-data`: base64 of PEM.
+    pub client_certificate_data: Option<String>,
+    /// `client-key-data`: base64 of PEM.
+    pub client_key_data: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct NamedCluster {
+    name: String,
+    #[serde(default)]
+    cluster: ClusterConf,
+}
+
+#[derive(Deserialize)]
+struct NamedUser {
+    name: String,
+    #[serde(default)]
+    user: UserConf,
+}
+
+#[derive(Deserialize)]
+struct NamedContext {
+    name: String,
+    context: ContextConf,
+}
+
+#[derive(Deserialize)]
+struct ContextConf {
+    cluster: String,
+    #[serde(default)]
+    user: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct KubeconfigDoc {
+    #[serde(default)]
+    clusters: Vec<NamedCluster>,
+    #[serde(default)]
+    users: Vec<NamedUser>,
+    #[serde(default)]
+    contexts: Vec<NamedContext>,
+    #[serde(default, rename = "current-context")]
+    current_context: Option<String>,
+}
+
+/// Reads and checks the kubeconfig, and picks its current context.
 ///
 /// - The file is read like every path meshnft is given ([`safefs`]): a
 ///   regular file, never blocking, at most [`MAX_KUBECONFIG`] bytes.
@@ -360,6 +542,7 @@ pub fn deadline(cfg: &ApiConfig) -> Duration {
 /// - Files it refers to (`certificate-authority`, `client-certificate`,
 ///   `client-key`, `tokenFile`) are read the same way and inlined, so the
 ///   client opens no file itself.
+/// - The context is `current-context`, or the only one there is.
 ///
 /// Errors: code 106 naming `kubernetes.kubeconfig` and what is wrong.
 pub fn load_kubeconfig(path: &Path) -> Result<Kubeconfig> {
@@ -383,7 +566,6 @@ pub fn load_kubeconfig(path: &Path) -> Result<Kubeconfig> {
             .map_err(|e| bad(format!("{key} {}: {e}", p.display())))
     };
     let b64 = |b: Vec<u8>| base64::engine::general_purpose::STANDARD.encode(b);
-    use base64::Engine;
     for user in doc
         .get_mut("users")
         .and_then(serde_yaml::Value::as_sequence_mut)
@@ -437,108 +619,105 @@ pub fn load_kubeconfig(path: &Path) -> Result<Kubeconfig> {
             c.insert("certificate-authority-data".into(), b64(ca).into());
         }
     }
-    serde_yaml::from_value(doc).map_err(|e| bad(format!("not a kubeconfig: {e}")))
-}
-
-async fn read_pod_async(cfg: &ApiConfig, namespace: &str, name: &str) -> Result<PodInfo> {
-    let kc = load_kubeconfig(&cfg.kubeconfig)?;
-    let mut config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-        .await
-        .map_err(|e| {
-            Error::with_details(
-                Code::KubernetesApi,
-                format!(
-                    "kubernetes.kubeconfig {} is not usable",
-                    cfg.kubeconfig.display()
-                ),
-                e.to_string(),
-            )
-        })?;
-    config.connect_timeout = Some(cfg.timeout);
-    config.read_timeout = Some(cfg.timeout);
-    config.write_timeout = Some(cfg.timeout);
-    let server = config.cluster_url.to_string();
-    let client = Client::try_from(config).map_err(|e| {
-        Error::with_details(
-            Code::KubernetesApi,
-            "cannot build the Kubernetes client",
-            e.to_string(),
-        )
-    })?;
-
-    // Names were checked by `read_pod` (DNS-1123): nothing to escape.
-    let what = format!("pod {namespace}/{name}");
-    let pod_path = format!("/api/v1/namespaces/{namespace}/pods/{name}");
-    let pod: Pod = with_retry(cfg, &what, &server, || get(&client, &pod_path)).await?;
-    let ns_what = format!("namespace {namespace}");
-    let ns_path = format!("/api/v1/namespaces/{namespace}");
-    let ns: Namespace = with_retry(cfg, &ns_what, &server, || get(&client, &ns_path)).await?;
-
-    let mut info = pod_info(&pod, ns.metadata.annotations.unwrap_or_default());
-    if info.is_control_plane() {
-        let svc_path = "/api/v1/namespaces/default/services/kubernetes";
-        match with_retry(cfg, "service default/kubernetes", &server, || {
-            get::<Service>(&client, svc_path)
-        })
-        .await
-        {
-            Ok(svc) => info.api_server_ports = service_ports(&svc),
-            Err(e) => tracing::warn!(
-                "control-plane pod: {e}; skipping Linkerd's fallback ports 443, 6443"
-            ),
-        }
-    }
-    Ok(info)
-}
-
-/// What meshnft needs of a pod object read from the API: annotations,
-/// labels and containers (name, `restartPolicy`, `runAsUser`/`runAsGroup`,
-/// literal `env` values, `args`), plus the annotations of its namespace. `api_server_ports` is left unread (`None`).
-pub fn pod_info(
-    pod: &Pod,
-    namespace_annotations: std::collections::BTreeMap<String, String>,
-) -> PodInfo {
-    let container = |c: &k8s_openapi::api::core::v1::Container| Container {
-        name: c.name.clone(),
-        restart_policy: c.restart_policy.clone(),
-        run_as_user: c.security_context.as_ref().and_then(|s| s.run_as_user),
-        run_as_group: c.security_context.as_ref().and_then(|s| s.run_as_group),
-        env: c
-            .env
+    let doc: KubeconfigDoc =
+        serde_yaml::from_value(doc).map_err(|e| bad(format!("not a kubeconfig: {e}")))?;
+    let context = match (&doc.current_context, doc.contexts.as_slice()) {
+        (Some(name), _) if !name.is_empty() => doc
+            .contexts
             .iter()
-            .flatten()
-            .filter_map(|e| Some((e.name.clone(), e.value.clone()?)))
-            .collect(),
-        args: c.args.clone().unwrap_or_default(),
+            .find(|c| &c.name == name)
+            .ok_or_else(|| {
+                bad(format!(
+                    "current-context {name:?} is not among its contexts"
+                ))
+            })?,
+        (_, [only]) => only,
+        _ => return Err(bad("no current-context".into())),
     };
-    let spec = pod.spec.as_ref();
-    PodInfo {
-        source: PodSource::Api,
-        annotations: pod.metadata.annotations.clone().unwrap_or_default(),
-        namespace_annotations,
-        labels: pod.metadata.labels.clone().unwrap_or_default(),
-        containers: spec
-            .map(|s| s.containers.iter().map(container).collect())
-            .unwrap_or_default(),
-        init_containers: spec
-            .and_then(|s| s.init_containers.as_ref())
-            .map(|v| v.iter().map(container).collect())
-            .unwrap_or_default(),
-        api_server_ports: None,
+    let cluster = doc
+        .clusters
+        .iter()
+        .find(|c| c.name == context.context.cluster)
+        .ok_or_else(|| {
+            bad(format!(
+                "context {:?} names cluster {:?}, which it does not list",
+                context.name, context.context.cluster
+            ))
+        })?
+        .cluster
+        .clone();
+    if !(cluster.server.starts_with("https://") || cluster.server.starts_with("http://")) {
+        return Err(bad(format!(
+            "cluster {:?}: server {:?} is not an http(s) URL",
+            context.context.cluster, cluster.server
+        )));
     }
+    let user = match &context.context.user {
+        Some(u) => doc
+            .users
+            .iter()
+            .find(|x| &x.name == u)
+            .ok_or_else(|| {
+                bad(format!(
+                    "context {:?} names user {u:?}, which it does not list",
+                    context.name
+                ))
+            })?
+            .user
+            .clone(),
+        None => UserConf::default(),
+    };
+    Ok(Kubeconfig { cluster, user })
 }
 
-/// The ports of the `kubernetes` service (each `port` and numeric
-/// `targetPort`, 1-65535: port 0 is refused everywhere else too), `None`
-/// when it lists none.
-pub fn service_ports(svc: &Service) -> Option<Vec<u16>> {
-    let mut ports = Vec::new();
-    for p in svc.spec.iter().flat_map(|s| s.ports.iter().flatten()) {
-        ports.extend(u16::try_from(p.port).ok());
-        if let Some(IntOrString::Int(t)) = p.target_port {
-            ports.extend(u16::try_from(t).ok());
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kubeconfig(text: &str) -> Result<Kubeconfig> {
+        let dir = std::env::temp_dir().join(format!("meshnft-kc-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join(format!("kc-{}", text.len()));
+        std::fs::write(&p, text).unwrap();
+        let r = load_kubeconfig(&p);
+        let _ = std::fs::remove_dir_all(&dir);
+        r
+    }
+
+    const KC: &str = "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://198.18.0.1:6443\n    certificate-authority-data: AAAA\nusers:\n- name: u\n  user:\n    token: t0k\ncontexts:\n- name: x\n  context:\n    cluster: c\n    user: u\ncurrent-context: x\n";
+
+    #[test]
+    fn the_current_context_is_read() {
+        let kc = kubeconfig(KC).unwrap();
+        assert_eq!(kc.cluster.server, "https://198.18.0.1:6443");
+        assert_eq!(
+            kc.cluster.certificate_authority_data.as_deref(),
+            Some("AAAA")
+        );
+        assert_eq!(kc.user.token.as_deref(), Some("t0k"));
+    }
+
+    #[test]
+    fn a_broken_kubeconfig_is_named() {
+        for (text, words) in [
+            (
+                KC.replace("current-context: x", "current-context: y"),
+                "current-context \"y\"",
+            ),
+            (
+                KC.replace("cluster: c\n    user", "cluster: d\n    user"),
+                "cluster \"d\"",
+            ),
+            (KC.replace("https://198", "ftp://198"), "not an http(s) URL"),
+            (
+                KC.replace("token: t0k", "exec: {command: /bin/x}"),
+                "uses exec",
+            ),
+            ("- not a mapping\n".to_string(), "not a kubeconfig"),
+        ] {
+            let e = kubeconfig(&text).unwrap_err();
+            assert_eq!(e.code, Code::KubernetesApi);
+            assert!(e.msg.contains(words), "{words}: {}", e.msg);
         }
     }
-    ports.retain(|&p| p != 0);
-    Some(ports).filter(|p| !p.is_empty())
 }

@@ -13,6 +13,7 @@
 //! `cni-plugin/main.go`), so existing pods work unchanged.
 
 pub mod api;
+pub mod doc;
 pub mod meshes;
 pub mod names;
 
