@@ -641,3 +641,200 @@ fn label_mode_labels_and_the_api_server_may_go_away() {
     );
     assert!(events_for(&api, "MeshnftNotConfigured").contains(&"web-third".to_string()));
 }
+
+/// The socket the agent answers the plugin's pod lookups on, in `tree`'s
+/// host (`--host-root`): the default `/run/meshnft/agent.sock` under it.
+fn agent_socket(tree: &Tree) -> PathBuf {
+    tree.dir.join("host/run/meshnft/agent.sock")
+}
+
+/// Pod data from the node agent (issue 21): a meshed pod's ADD asks the
+/// agent over its unix socket and reads nothing from the API server. The
+/// plugin runs in the node netns, where the API stand-in (host loopback) is
+/// unreachable: an ADD that fell back to the API would fail with code 11.
+/// So the same ADD succeeding says the agent answered; failing, for a pod
+/// the agent does not know and with the agent stopped, says the plugin
+/// fails closed (no table, an error) rather than skipping the redirect.
+#[test]
+fn meshed_pods_get_their_data_from_the_agent() {
+    let Some((api, node, _server, tree)) = setup() else {
+        return;
+    };
+    tree.write_primary();
+    api.put_node(NODE, &[]);
+    // A namespace annotation only the agent's namespace watch can supply.
+    api.put_namespace(
+        "default",
+        &[("config.linkerd.io/skip-outbound-ports", "5432")],
+    );
+    let cg = PodCgroups::new(Layout::Cgroupfs, Qos::Burstable);
+    api.put_pod(&running_meshed("web-agent"), cg.pod_uid());
+    let dir = node.dir().join("agentpods");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut e = entry(&node);
+    e["kubernetes"] = json!({
+        "kubeconfig": api.kubeconfig(&dir),
+        "agentSocket": agent_socket(&tree),
+        "timeoutSeconds": 1,
+        "attempts": 1
+    });
+    let conflist = node.write_conflist("agentsock", "1.0.0", vec![e]);
+
+    let mut agent = Agent::start(&tree, &api, &[]);
+    assert!(
+        wait_until(T, || agent_socket(&tree).exists()),
+        "no socket; agent log:\n{}",
+        agent.log()
+    );
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&agent_socket(&tree)), 0o600);
+    assert_eq!(mode(agent_socket(&tree).parent().unwrap()), 0o700);
+
+    let before = api.requests().len();
+    let netns = Netns::new("mtpod");
+    let args = k8s_args(&cg, "web-agent");
+    node.cni(
+        "add",
+        &conflist,
+        netns.path(),
+        "web-agent",
+        &args_ref(&args),
+    )
+    .unwrap_or_else(|e| panic!("ADD with the agent: {e}\nagent log:\n{}", agent.log()));
+    let table = list_table(&netns).expect("the table");
+    assert!(
+        table.contains("5432"),
+        "the namespace's skip-outbound-ports reached the table:\n{table}"
+    );
+    let plugin_gets: Vec<String> = api.requests()[before..]
+        .iter()
+        .filter(|r| r.contains("/pods/web-agent"))
+        .cloned()
+        .collect();
+    assert!(plugin_gets.is_empty(), "the API was asked: {plugin_gets:?}");
+    node.cni(
+        "del",
+        &conflist,
+        netns.path(),
+        "web-agent",
+        &args_ref(&args),
+    )
+    .unwrap();
+
+    // A pod the watch never delivers: after the agent's wait the plugin
+    // reads the API, which it cannot reach here: code 11, no table.
+    let ghost_cg = PodCgroups::new(Layout::Cgroupfs, Qos::Burstable);
+    let ghost_ns = Netns::new("mtpod");
+    let ghost = k8s_args(&ghost_cg, "web-ghost");
+    let t = std::time::Instant::now();
+    let err = node
+        .cni(
+            "add",
+            &conflist,
+            ghost_ns.path(),
+            "web-ghost",
+            &args_ref(&ghost),
+        )
+        .expect_err("an unknown pod must not be meshed from nothing");
+    assert!(err.contains("11") || err.contains("unreachable"), "{err}");
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+    assert!(list_table(&ghost_ns).is_err(), "no table without pod data");
+
+    // The agent killed: the socket is left behind, nobody answers; the
+    // plugin falls back to the API (unreachable here): code 11, no table.
+    unsafe { libc::kill(agent.child.id() as i32, libc::SIGKILL) };
+    let _ = agent.child.wait();
+    let again = Netns::new("mtpod");
+    let err = node
+        .cni(
+            "add",
+            &conflist,
+            again.path(),
+            "web-agent",
+            &args_ref(&args),
+        )
+        .expect_err("no agent and no API: fail closed");
+    assert!(err.contains("11") || err.contains("unreachable"), "{err}");
+    assert!(list_table(&again).is_err());
+}
+
+/// The socket answers root only, and a malformed, oversized or slow
+/// request gets no answer (the plugin then reads the API), never a hang of
+/// the agent: a good lookup right after still gets its answer.
+#[test]
+fn the_agent_socket_refuses_bad_peers_and_requests() {
+    let Some((api, _node, _server, tree)) = setup() else {
+        return;
+    };
+    tree.write_primary();
+    api.put_node(NODE, &[]);
+    let cg = PodCgroups::new(Layout::Cgroupfs, Qos::Burstable);
+    api.put_pod(&running_meshed("web-sock"), cg.pod_uid());
+    let agent = Agent::start(&tree, &api, &[]);
+    let sock = agent_socket(&tree);
+    assert!(wait_until(T, || sock.exists()), "{}", agent.log());
+    let ask = |body: &[u8]| -> String {
+        let mut s = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let _ = s.write_all(body);
+        let _ = s.shutdown(std::net::Shutdown::Write);
+        let mut out = String::new();
+        let _ = s.read_to_string(&mut out);
+        out
+    };
+    let good = json!({"namespace": "default", "name": "web-sock", "uid": cg.pod_uid()});
+    let a = ask(good.to_string().as_bytes());
+    assert!(a.starts_with("{\"pod\":"), "{a}");
+    // Another UID (the pod recreated): unknown after the wait.
+    let other = json!({"namespace": "default", "name": "web-sock", "uid": "other"});
+    assert!(ask(other.to_string().as_bytes()).starts_with("{\"unknown\":"));
+    assert_eq!(ask(b"not json"), "", "malformed: closed unanswered");
+    assert_eq!(ask(&vec![b' '; 10_000]), "", "oversized: closed unanswered");
+    // Slow: connects, sends nothing, keeps the write side open.
+    let slow = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+    slow.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let t = std::time::Instant::now();
+    let mut out = String::new();
+    let _ = (&slow).read_to_string(&mut out);
+    assert!(
+        out.is_empty() && t.elapsed() < Duration::from_secs(8),
+        "{out:?} {:?}",
+        t.elapsed()
+    );
+    // A non-root peer is closed unanswered, even where the file modes
+    // would let it connect (they are loosened here for that, then restored).
+    use std::os::unix::fs::PermissionsExt;
+    let set = |p: &Path, m: u32| std::fs::set_permissions(p, std::fs::Permissions::from_mode(m));
+    let dir = sock.parent().unwrap().to_path_buf();
+    set(&dir, 0o755).unwrap();
+    set(&sock, 0o666).unwrap();
+    let uid_out = Command::new("setpriv")
+        .args(["--reuid", "65534", "--regid", "65534", "--clear-groups", "--"])
+        .args(["/usr/bin/python3", "-c"])
+        .arg(format!(
+            "import socket,sys\ns=socket.socket(socket.AF_UNIX)\ns.connect({:?})\ns.sendall(b'{}')\ns.shutdown(socket.SHUT_WR)\nsys.stdout.write(s.recv(100).decode())",
+            sock.display().to_string(),
+            good.to_string().replace('\'', "")
+        ))
+        .output()
+        .unwrap();
+    assert!(
+        uid_out.stdout.is_empty(),
+        "a non-root peer was answered: {}",
+        String::from_utf8_lossy(&uid_out.stdout)
+    );
+    assert!(
+        wait_until(Duration::from_secs(5), || agent
+            .log()
+            .contains("refused a pod lookup from uid 65534")),
+        "the non-root peer did not reach the agent: {}\n{}",
+        String::from_utf8_lossy(&uid_out.stderr),
+        agent.log()
+    );
+    set(&sock, 0o600).unwrap();
+    set(&dir, 0o700).unwrap();
+    // Still serving.
+    assert!(ask(good.to_string().as_bytes()).starts_with("{\"pod\":"));
+}

@@ -1,6 +1,7 @@
 //! A stand-in Kubernetes API server with state, for the node agent: pods
 //! (list and watch with a field selector on `spec.nodeName`, get, delete,
-//! merge patch of labels), namespaces (get; any name exists), nodes (get,
+//! merge patch of labels), namespaces (list and watch of those put or
+//! holding a pod; get, where any name exists), nodes (get,
 //! merge patch of `spec.taints`), `events.k8s.io/v1` events (create). Every
 //! change gets a `resourceVersion` and goes into a log that watches stream
 //! from, as JSON lines over chunked HTTP/1.1, like the API server.
@@ -22,6 +23,7 @@ use std::time::{Duration, Instant};
 struct State {
     rv: u64,
     pods: BTreeMap<(String, String), Value>,
+    namespaces: BTreeMap<String, Value>,
     log: Vec<(u64, &'static str, Value)>,
     nodes: BTreeMap<String, Value>,
     events: Vec<Value>,
@@ -64,6 +66,11 @@ fn node_of(pod: &Value) -> &str {
     pod["spec"]["nodeName"].as_str().unwrap_or("")
 }
 
+/// An object's `kind` (a pod when it has none).
+fn kind_of(obj: &Value) -> &str {
+    obj["kind"].as_str().unwrap_or("Pod")
+}
+
 fn merge(dst: &mut Value, patch: &Value) {
     match (dst, patch) {
         (Value::Object(d), Value::Object(p)) => {
@@ -100,7 +107,14 @@ impl Inner {
         );
     }
 
-    fn watch(&self, s: &mut TcpStream, node: Option<String>, from: u64, timeout: Duration) {
+    fn watch(
+        &self,
+        s: &mut TcpStream,
+        want: &str,
+        node: Option<String>,
+        from: u64,
+        timeout: Duration,
+    ) {
         let _ = write!(
             s,
             "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
@@ -121,7 +135,7 @@ impl Inner {
             };
             for (rv, kind, obj) in batch {
                 seen = rv;
-                if node.as_deref().is_some_and(|n| n != node_of(&obj)) {
+                if kind_of(&obj) != want || node.as_deref().is_some_and(|n| n != node_of(&obj)) {
                     continue;
                 }
                 let line = format!("{}\n", json!({"type": kind, "object": obj}));
@@ -190,7 +204,7 @@ impl Inner {
                     let secs = query(q, "timeoutSeconds")
                         .and_then(|v| v.parse().ok())
                         .unwrap_or(290u64);
-                    return self.watch(&mut s, node, from, Duration::from_secs(secs));
+                    return self.watch(&mut s, "Pod", node, from, Duration::from_secs(secs));
                 }
                 let st = self.state.lock().unwrap();
                 let items: Vec<&Value> = st
@@ -203,12 +217,32 @@ impl Inner {
                 drop(st);
                 self.answer(&mut s, 200, list.to_string())
             }
-            ("GET", ["api", "v1", "namespaces", ns]) => self.answer(
-                &mut s,
-                200,
-                json!({"kind": "Namespace", "apiVersion": "v1", "metadata": {"name": ns}})
-                    .to_string(),
-            ),
+            ("GET", ["api", "v1", "namespaces"]) => {
+                if query(q, "watch").as_deref() == Some("true")
+                    || query(q, "watch").as_deref() == Some("1")
+                {
+                    let from = query(q, "resourceVersion")
+                        .and_then(|v| v.parse().ok())
+                        .unwrap_or(0);
+                    let secs = query(q, "timeoutSeconds")
+                        .and_then(|v| v.parse().ok())
+                        .unwrap_or(290u64);
+                    return self.watch(&mut s, "Namespace", None, from, Duration::from_secs(secs));
+                }
+                let st = self.state.lock().unwrap();
+                let items: Vec<&Value> = st.namespaces.values().collect();
+                let list = json!({"kind": "NamespaceList", "apiVersion": "v1",
+                    "metadata": {"resourceVersion": st.rv.to_string()}, "items": items});
+                drop(st);
+                self.answer(&mut s, 200, list.to_string())
+            }
+            ("GET", ["api", "v1", "namespaces", ns]) => {
+                let known = self.state.lock().unwrap().namespaces.get(*ns).cloned();
+                let obj = known.unwrap_or_else(
+                    || json!({"kind": "Namespace", "apiVersion": "v1", "metadata": {"name": ns}}),
+                );
+                self.answer(&mut s, 200, obj.to_string())
+            }
             (m @ ("GET" | "DELETE" | "PATCH"), ["api", "v1", "namespaces", ns, "pods", name]) => {
                 let key = (ns.to_string(), name.to_string());
                 let mut st = self.state.lock().unwrap();
@@ -316,6 +350,12 @@ impl LiveApi {
             v["metadata"]["name"].as_str().unwrap_or("").to_string(),
         );
         let mut st = self.inner.state.lock().unwrap();
+        if !st.namespaces.contains_key(&key.0) {
+            let mut ns =
+                json!({"kind": "Namespace", "apiVersion": "v1", "metadata": {"name": key.0}});
+            Inner::bump(&mut st, "ADDED", &mut ns);
+            st.namespaces.insert(key.0.clone(), ns);
+        }
         let kind = if st.pods.contains_key(&key) {
             "MODIFIED"
         } else {
@@ -323,6 +363,22 @@ impl LiveApi {
         };
         Inner::bump(&mut st, kind, &mut v);
         st.pods.insert(key, v);
+    }
+
+    /// Adds or replaces namespace `name` with `annotations` (a namespace
+    /// watch sees it).
+    pub fn put_namespace(&self, name: &str, annotations: &[(&str, &str)]) {
+        let ann: BTreeMap<&str, &str> = annotations.iter().copied().collect();
+        let mut ns = json!({"kind": "Namespace", "apiVersion": "v1",
+            "metadata": {"name": name, "annotations": ann}});
+        let mut st = self.inner.state.lock().unwrap();
+        let kind = if st.namespaces.contains_key(name) {
+            "MODIFIED"
+        } else {
+            "ADDED"
+        };
+        Inner::bump(&mut st, kind, &mut ns);
+        st.namespaces.insert(name.to_string(), ns);
     }
 
     /// Adds a node with `taints` (as `{key, effect}`).

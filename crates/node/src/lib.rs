@@ -117,7 +117,8 @@ impl Reporter {
 /// file events and on timers, the agent beside it; then cleans up unless
 /// `--keep-on-exit`. Returns the process exit code: 0 after a clean exit,
 /// 1 when cleanup failed or signal handling could not be set up.
-pub fn run(args: Args) -> i32 {
+pub fn run(mut args: Args) -> i32 {
+    args.install.agent_socket = args.agent.socket().map(Path::to_path_buf);
     let (tx, rx) = mpsc::channel::<Wake>();
     if let Err(e) = watch::signals(tx.clone()) {
         tracing::error!("cannot set up signal handling: {e}");

@@ -171,6 +171,10 @@ pub struct KubernetesConf {
     /// meshnft: attempts for transient API failures (default 3, 1-10).
     #[serde(default)]
     pub attempts: Option<u32>,
+    /// meshnft: the node agent's unix socket, asked for pod data before the
+    /// API server (an absolute path; unset: the API server only).
+    #[serde(rename = "agentSocket", default)]
+    pub agent_socket: Option<PathBuf>,
 }
 
 impl KubernetesConf {
@@ -209,6 +213,20 @@ impl KubernetesConf {
             timeout,
             attempts,
         }))
+    }
+
+    /// The node agent's socket (`kubernetes.agentSocket`), when set.
+    /// Errors: code 7 when it is not an absolute path.
+    pub fn agent_socket(&self) -> Result<Option<&std::path::Path>> {
+        match &self.agent_socket {
+            None => Ok(None),
+            Some(p) if p.is_absolute() && p.as_os_str().len() < 108 => Ok(Some(p)),
+            Some(p) => Err(Error::config(
+                "kubernetes.agentSocket",
+                &p.display().to_string(),
+                "must be an absolute path of a unix socket (under 108 bytes)",
+            )),
+        }
     }
 }
 

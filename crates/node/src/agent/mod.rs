@@ -23,6 +23,7 @@ pub mod metrics;
 pub mod pods;
 pub mod repair;
 mod run;
+pub mod socket;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -92,6 +93,25 @@ pub struct Args {
     /// Remove the `meshnft.io/not-ready` taint from this node once ready.
     #[arg(long, env = "MESHNFT_REMOVE_NODE_TAINT")]
     pub remove_node_taint: bool,
+    /// The host path of the unix socket on which the agent answers the
+    /// plugin's pod lookups (with a node name only; the installer then
+    /// writes it into the entry as `kubernetes.agentSocket`); `none`: no
+    /// socket, the plugin reads the API server.
+    #[arg(long, env = "MESHNFT_AGENT_SOCKET", default_value = crate::pod::k8s::agent::DEFAULT_SOCKET)]
+    pub agent_socket: PathBuf,
+    /// Seconds a lookup of a pod the watch has not delivered yet waits for
+    /// it before the plugin is told to read the API server.
+    #[arg(long, env = "MESHNFT_AGENT_POD_WAIT_SECONDS", default_value = "1", value_parser = positive_secs)]
+    pub agent_pod_wait_seconds: f64,
+}
+
+impl Args {
+    /// The socket the plugin is pointed at: only with a node name (the pod
+    /// watch), and not `none`.
+    pub fn socket(&self) -> Option<&std::path::Path> {
+        (self.node_name.is_some() && self.agent_socket.as_os_str() != "none")
+            .then_some(self.agent_socket.as_path())
+    }
 }
 
 fn positive_secs(s: &str) -> Result<f64, String> {

@@ -294,6 +294,40 @@ async fn pod_loop(ctx: Arc<Ctx>) {
     let stream = reflector::reflector(writer, watcher(Api::<Pod>::all(client.clone()), wc))
         .default_backoff();
     let mut stream = std::pin::pin!(stream);
+    let changed = Arc::new(tokio::sync::Notify::new());
+    if let Some(sock) = ctx.agent.socket() {
+        // The namespaces' annotations, for the plugin's lookups.
+        let (ns_reader, ns_writer) = reflector::store::<Namespace>();
+        let ns_stream = reflector::reflector(
+            ns_writer,
+            watcher(
+                Api::<Namespace>::all(client.clone()),
+                watcher::Config::default(),
+            ),
+        )
+        .default_backoff();
+        let ns_changed = changed.clone();
+        tokio::spawn(async move {
+            let mut ns_stream = std::pin::pin!(ns_stream);
+            while let Some(ev) = ns_stream.next().await {
+                if let Err(e) = ev {
+                    tracing::debug!("agent: namespace watch: {e}");
+                }
+                ns_changed.notify_waiters();
+            }
+        });
+        let cache = Arc::new(super::socket::Cache {
+            pods: reader.clone(),
+            namespaces: ns_reader,
+            changed: changed.clone(),
+            wait: Duration::from_secs_f64(ctx.agent.agent_pod_wait_seconds),
+        });
+        tokio::spawn(super::socket::serve(
+            install::under(&ctx.install.host_root, sock),
+            cache,
+            ctx.retry,
+        ));
+    }
     let recorder = Recorder::new(
         client.clone(),
         Reporter {
@@ -318,6 +352,7 @@ async fn pod_loop(ctx: Arc<Ctx>) {
             item = stream.next() => match item {
                 Some(Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p))) => {
                     watch_failing = false;
+                    changed.notify_waiters();
                     pending.insert(ObjectRef::from_obj(&p));
                 }
                 Some(Ok(watcher::Event::Delete(p))) => {

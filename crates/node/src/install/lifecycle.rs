@@ -132,13 +132,23 @@ impl Installer {
 
     /// The entry to insert.
     fn entry(&self) -> Result<Value, InstallError> {
-        entry::load(
-            self.args.entry_file.as_deref(),
-            self.layout
-                .kubeconfig
-                .as_ref()
-                .map(|(host, _)| host.as_path()),
-        )
+        let kubeconfig = self
+            .layout
+            .kubeconfig
+            .as_ref()
+            .map(|(host, _)| host.as_path());
+        let mut e = entry::load(self.args.entry_file.as_deref(), kubeconfig)?;
+        // The agent answers pod lookups only where the plugin can fall back
+        // to the API server: with a kubeconfig.
+        if let (Some(sock), Some(_)) = (&self.args.agent_socket, kubeconfig)
+            && let Some(k8s) = e.get_mut("kubernetes").and_then(Value::as_object_mut)
+        {
+            k8s.insert(
+                "agentSocket".into(),
+                Value::from(sock.to_string_lossy().into_owned()),
+            );
+        }
+        Ok(e)
     }
 
     /// One reconcile pass (see the module docs). When the primary file

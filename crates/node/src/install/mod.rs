@@ -76,6 +76,11 @@ pub struct Args {
     /// On SIGTERM leave the entry, kubeconfig and binary in place.
     #[arg(long, env = "MESHNFT_KEEP_ON_EXIT")]
     pub keep_on_exit: bool,
+    /// The node agent's socket for the plugin's pod lookups, written into
+    /// the entry as `kubernetes.agentSocket` (set by the node process when
+    /// the agent runs; not an option of its own).
+    #[arg(skip)]
+    pub agent_socket: Option<PathBuf>,
     /// The plugin binary to copy to the host [default: `meshnft` beside this
     /// executable, as the image ships them].
     #[arg(long, env = "MESHNFT_SOURCE_BINARY")]

@@ -187,9 +187,12 @@ pub fn existing_phase(nft: &mut Nft) -> Result<Option<Phase>> {
 ///   decide cheaply, with no API call, that a pod is *not* meshed: most pods
 ///   on a node. Without a kubeconfig they are all meshnft has.
 /// - For a pod they say is meshed, and whenever there are no such
-///   annotations, the Kubernetes API is read when `kubernetes.kubeconfig`
-///   is set: labels (control-plane pods), containers (`linkerd-init`,
-///   native sidecars) and namespace annotations are only there.
+///   annotations: the node agent's cache when `kubernetes.agentSocket` is
+///   set ([`k8s::agent`]: no API request), else, or when the agent does not
+///   know the pod or does not answer, the Kubernetes API when
+///   `kubernetes.kubeconfig` is set: labels (control-plane pods),
+///   containers (`linkerd-init`, native sidecars) and namespace annotations
+///   are only there.
 ///
 /// `None` means the conflist settings apply to every pod (no pod awareness).
 fn pod_info(
@@ -204,19 +207,40 @@ fn pod_info(
     {
         return Ok(from_runtime);
     }
-    let api = match &conf.kubernetes {
-        Some(k) => k.api()?,
-        None => None,
+    let (api, socket) = match &conf.kubernetes {
+        Some(k) => (k.api()?, k.agent_socket()?),
+        None => (None, None),
     };
-    match (api, &k8s.pod_namespace, &k8s.pod_name) {
-        (Some(api), Some(ns), Some(name)) => k8s::api::read_pod(&api, ns, name).map(Some),
-        (Some(_), _, _) => {
+    let (Some(ns), Some(name)) = (&k8s.pod_namespace, &k8s.pod_name) else {
+        if api.is_some() {
             tracing::debug!(
                 "no K8S_POD_NAMESPACE/K8S_POD_NAME: the pod cannot be read from the API"
             );
-            Ok(from_runtime)
         }
-        (None, _, _) => Ok(from_runtime),
+        return Ok(from_runtime);
+    };
+    if let Some(socket) = socket {
+        let req = k8s::agent::Request {
+            namespace: ns.clone(),
+            name: name.clone(),
+            uid: k8s.pod_uid.clone(),
+        };
+        match k8s::agent::ask(socket, &req, k8s::agent::ASK_TIMEOUT) {
+            Ok(k8s::agent::Answer::Pod(info)) => {
+                tracing::debug!(pod = %format!("{ns}/{name}"), "pod data from the node agent");
+                return Ok(Some(*info));
+            }
+            Ok(k8s::agent::Answer::Unknown(why)) => {
+                tracing::info!(pod = %format!("{ns}/{name}"), "the node agent does not know the pod ({why}): reading the API")
+            }
+            Err(e) => {
+                tracing::warn!(pod = %format!("{ns}/{name}"), "node agent: {e}: reading the API")
+            }
+        }
+    }
+    match api {
+        Some(api) => k8s::api::read_pod(&api, ns, name).map(Some),
+        None => Ok(from_runtime),
     }
 }
 

@@ -12,6 +12,7 @@
 //! Annotation names and semantics are Linkerd's (linkerd2-proxy-init
 //! `cni-plugin/main.go`), so existing pods work unchanged.
 
+pub mod agent;
 pub mod api;
 pub mod doc;
 pub mod meshes;
@@ -63,7 +64,7 @@ pub enum PodSource {
 }
 
 /// A container of the pod spec, as far as meshnft cares.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub struct Container {
     /// Container name.
     pub name: String,
@@ -79,8 +80,9 @@ pub struct Container {
     pub args: Vec<String>,
 }
 
-/// What meshnft knows about a pod.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What meshnft knows about a pod (also what the node agent answers the
+/// plugin with, as JSON: [`agent`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PodInfo {
     /// Where this came from.
     pub source: PodSource,

@@ -1,0 +1,201 @@
+//! The agent's answer to the plugin: pod data from its own watch, over a
+//! unix socket on the host (`meshnft_core::pod::k8s::agent` is the other
+//! side and the wire format).
+//!
+//! - The socket's directory is created 0700 and the socket 0600, root's;
+//!   every peer is checked with `SO_PEERCRED` and a non-root one is closed
+//!   unanswered.
+//! - One request per connection, read within [`READ_TIMEOUT`] and at most
+//!   `MAX_REQUEST` bytes: a slow, oversized or malformed request is closed
+//!   unanswered (the plugin then reads the API).
+//! - A pod the watch has not delivered yet (or whose UID differs: a pod
+//!   recreated under the same name) is waited for, up to the agent's
+//!   `--agent-pod-wait-seconds`, then answered `unknown`.
+
+use super::pods;
+use crate::pod::k8s::agent::{Answer, MAX_REQUEST, Request};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::runtime::reflector::{ObjectRef, Store};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::Notify;
+
+/// How long a peer may take to send its request.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// What the answers come from: the agent's watches of its node's pods and
+/// of the namespaces, and a signal each time either changed.
+pub struct Cache {
+    /// The node's pods (the pod watch's store).
+    pub pods: Store<Pod>,
+    /// Every namespace (annotations).
+    pub namespaces: Store<Namespace>,
+    /// Notified on every change of either store.
+    pub changed: Arc<Notify>,
+    /// How long to wait for a pod the watch has not delivered.
+    pub wait: Duration,
+}
+
+/// Binds `path` (removing a stale socket, never another kind of file) in a
+/// directory that is made root's and 0700.
+fn bind(path: &Path) -> std::io::Result<tokio::net::UnixListener> {
+    use std::os::unix::fs::FileTypeExt;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    }
+    match std::fs::symlink_metadata(path) {
+        Ok(md) if md.file_type().is_socket() => std::fs::remove_file(path)?,
+        Ok(_) => {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                format!("{} exists and is not a socket", path.display()),
+            ));
+        }
+        Err(_) => {}
+    }
+    let l = tokio::net::UnixListener::bind(path)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(l)
+}
+
+/// Serves the plugin at `path` until the runtime stops; a failure to bind
+/// is logged and retried every `retry`.
+pub async fn serve(path: PathBuf, cache: Arc<Cache>, retry: Duration) {
+    let listener = loop {
+        match bind(&path) {
+            Ok(l) => break l,
+            Err(e) => {
+                tracing::warn!(
+                    "agent: cannot listen on {} for the plugin ({e}); retrying",
+                    path.display()
+                );
+                tokio::time::sleep(retry).await;
+            }
+        }
+    };
+    tracing::info!(
+        "agent: answering the plugin's pod lookups on {}",
+        path.display()
+    );
+    loop {
+        match listener.accept().await {
+            Ok((s, _)) => {
+                tokio::spawn(answer(s, cache.clone()));
+            }
+            Err(e) => {
+                tracing::warn!("agent: accept on {}: {e}", path.display());
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+/// One connection: check the peer, read one request, answer it.
+async fn answer(mut s: tokio::net::UnixStream, cache: Arc<Cache>) {
+    match s.peer_cred() {
+        Ok(c) if c.uid() == 0 => {}
+        Ok(c) => {
+            tracing::warn!(
+                "agent: refused a pod lookup from uid {} (pid {:?}): root only",
+                c.uid(),
+                c.pid()
+            );
+            return;
+        }
+        Err(e) => {
+            tracing::warn!("agent: cannot read a peer's credentials: {e}");
+            return;
+        }
+    }
+    let mut buf = Vec::new();
+    let read = tokio::time::timeout(
+        READ_TIMEOUT,
+        (&mut s).take(MAX_REQUEST as u64 + 1).read_to_end(&mut buf),
+    )
+    .await;
+    let req: Request = match read {
+        Ok(Ok(_)) if buf.len() <= MAX_REQUEST => match serde_json::from_slice(&buf) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!("agent: a malformed pod lookup ({e}): closed unanswered");
+                return;
+            }
+        },
+        Ok(Ok(_)) => {
+            tracing::warn!("agent: a pod lookup over {MAX_REQUEST} bytes: closed unanswered");
+            return;
+        }
+        Ok(Err(e)) => {
+            tracing::debug!("agent: reading a pod lookup: {e}");
+            return;
+        }
+        Err(_) => {
+            tracing::warn!("agent: a pod lookup not sent within {READ_TIMEOUT:?}: closed");
+            return;
+        }
+    };
+    let a = lookup(&cache, &req).await;
+    tracing::debug!(
+        pod = %format!("{}/{}", req.namespace, req.name),
+        known = matches!(a, Answer::Pod(_)),
+        "agent: pod lookup"
+    );
+    match serde_json::to_vec(&a) {
+        Ok(body) => {
+            let _ = s.write_all(&body).await;
+            let _ = s.shutdown().await;
+        }
+        Err(e) => tracing::warn!("agent: cannot encode an answer: {e}"),
+    }
+}
+
+/// The answer for `req`, waiting up to `cache.wait` for the watches.
+pub async fn lookup(cache: &Cache, req: &Request) -> Answer {
+    let deadline = tokio::time::Instant::now() + cache.wait;
+    loop {
+        // Registered before looking, so a change in between is not missed.
+        let changed = cache.changed.notified();
+        match find(cache, req) {
+            Ok(a) => return a,
+            Err(why) => {
+                if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                    return Answer::Unknown(format!("{why} (waited {:?})", cache.wait));
+                }
+            }
+        }
+    }
+}
+
+/// The answer from the stores as they are; `Err` says what is missing.
+fn find(cache: &Cache, req: &Request) -> Result<Answer, String> {
+    let key = ObjectRef::<Pod>::new(&req.name).within(&req.namespace);
+    let pod = cache
+        .pods
+        .get(&key)
+        .ok_or_else(|| "not in the watch of this node's pods".to_string())?;
+    if let Some(uid) = &req.uid
+        && pod.metadata.uid.as_ref() != Some(uid)
+    {
+        return Err(format!(
+            "the watch has another pod of that name (uid {:?})",
+            pod.metadata.uid
+        ));
+    }
+    let ns = cache
+        .namespaces
+        .get(&ObjectRef::<Namespace>::new(&req.namespace))
+        .ok_or_else(|| format!("namespace {} not in the watch", req.namespace))?;
+    let info = pods::pod_info(&pod, ns.metadata.annotations.clone().unwrap_or_default());
+    if info.is_control_plane() {
+        // Its skipped ports come from the `kubernetes` service: the plugin reads it.
+        return Ok(Answer::Unknown(
+            "a Linkerd control-plane pod (the kubernetes service's ports are read from the API)"
+                .into(),
+        ));
+    }
+    Ok(Answer::Pod(Box::new(info)))
+}
