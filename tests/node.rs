@@ -370,12 +370,23 @@ fn refused_calls(node: &Node) -> Vec<String> {
 
 /// `verb requestURI` of the audited requests (meshnft's ServiceAccount) answered with `code`.
 fn audited(node: &Node, code: u64) -> Vec<String> {
+    audited_by(node, code, |_| true)
+}
+
+/// [`audited`] for the requests of the plugin only (its user agent, `meshnft/VERSION`; the
+/// node agent's client sends another).
+fn audited_plugin(node: &Node, code: u64) -> Vec<String> {
+    audited_by(node, code, |ua| ua.starts_with("meshnft/"))
+}
+
+fn audited_by(node: &Node, code: u64, agent: impl Fn(&str) -> bool) -> Vec<String> {
     let log = std::fs::read_to_string(node.dir.join("logs/audit.log")).unwrap_or_default();
     log.lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
         .filter(|v| {
             v["user"]["username"] == "system:serviceaccount:meshnft:meshnft"
                 && v["responseStatus"]["code"].as_u64() == Some(code)
+                && agent(v["userAgent"].as_str().unwrap_or(""))
         })
         .map(|v| {
             format!(
@@ -825,6 +836,19 @@ fn real_node() {
     for i in 0..20 {
         assert_meshed_ready(&node, &format!("many-{i}"));
     }
+    // Pod data from the node agent: the plugin asked the API server nothing for them.
+    let asked: Vec<String> = audited_plugin(&node, 200)
+        .into_iter()
+        .filter(|l| l.contains("/pods/many-"))
+        .collect();
+    eprintln!(
+        "the plugin's API requests for the 20 meshed pods (the agent running): {}",
+        asked.len()
+    );
+    assert!(
+        asked.is_empty(),
+        "the plugin read these pods from the API although the agent runs: {asked:#?}"
+    );
 
     // ---- a pod whose containers restart: each new app container is still redirected -------
     node.apply(&seed_pod_with(
@@ -1138,9 +1162,14 @@ fn real_node() {
     assert!(refused.is_empty(), "refused API calls: {refused:#?}");
     let served = audited(&node, 200);
     assert!(
-        served.iter().any(|l| l.contains("/pods/"))
-            && served.iter().any(|l| l.ends_with("/namespaces/seed")),
-        "the plugin read pods and namespaces as meshnft's ServiceAccount (audit log): {served:#?}"
+        served.iter().any(|l| l.contains("/pods?") && l.contains("watch=true"))
+            && served.iter().any(|l| l.contains("/namespaces?") && l.contains("watch=true")),
+        "the agent watched pods and namespaces as meshnft's ServiceAccount (audit log): {served:#?}"
+    );
+    let plugin = audited_plugin(&node, 200);
+    eprintln!(
+        "the plugin's API requests in the whole run (its API fallback): {}",
+        plugin.len()
     );
 
     // ---- teardown ----------------------------------------------------------------------------

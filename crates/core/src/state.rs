@@ -73,7 +73,7 @@ fn yes() -> bool {
 }
 
 /// Path of the record for (`container_id`, `ifname`). Both were validated
-/// by [`crate::cni::env::CniEnv`] (no `/`, not `.`/`..`).
+/// by the plugin's `cni::env::CniEnv` (no `/`, not `.`/`..`).
 pub fn path(dir: &Path, container_id: &str, ifname: &str) -> PathBuf {
     dir.join(container_id).join(format!("{ifname}.json"))
 }

@@ -8,7 +8,7 @@
 //!
 //! [`TableView::from_model`] builds the same view from the table ADD would
 //! write ([`crate::table::ruleset::Table`]), so the decision logic of
-//! [`crate::ops::explain`] can be tested against [`crate::table::ruleset::build`]
+//! the plugin's `ops::explain` can be tested against [`crate::table::ruleset::build`]
 //! without a kernel.
 
 use crate::nft::dump::{Listing, SetInfo, intervals};
