@@ -41,14 +41,16 @@ case ${1:-} in
   fi
   echo "manifest.sh: deploy/meshnft.yaml is deploy/chart rendered"
   # mesh=istio|kuma: the entry names the mesh and carries that mesh's block, not Linkerd's.
-  for mesh in istio kuma; do
-    "$helm" template meshnft deploy/chart --set "mesh=$mesh" --set "$mesh.ipv6=true" -s templates/configmap.yaml |
+  for set in istio:ipv6=true kuma:ipFamilyMode=ipv4; do
+    mesh=${set%%:*} kv=${set#*:}
+    "$helm" template meshnft deploy/chart --set "mesh=$mesh" --set "$mesh.$kv" -s templates/configmap.yaml |
       python3 -c '
 import json, sys, yaml
-mesh = sys.argv[1]
+mesh, kv = sys.argv[1], sys.argv[2]
+k, v = kv.split("=")
 entry = json.loads(yaml.safe_load(sys.stdin)["data"]["entry.json"])
-assert entry.get("mesh") == mesh and entry.get(mesh) == {"ipv6": True} and "linkerd" not in entry, entry
-' "$mesh" || { echo "manifest.sh: deploy/chart with mesh=$mesh renders a wrong entry" >&2; exit 1; }
+assert entry.get("mesh") == mesh and entry.get(mesh) == {k: yaml.safe_load(v)} and "linkerd" not in entry, entry
+' "$mesh" "$kv" || { echo "manifest.sh: deploy/chart with mesh=$mesh renders a wrong entry" >&2; exit 1; }
   done
   echo "manifest.sh: deploy/chart with mesh=istio and mesh=kuma renders their entries"
   # values.schema.json: a typo'd key, a wrong type, an unknown mesh or repair mode is refused by
