@@ -4,7 +4,8 @@
 #
 #   scripts/manifest.sh           rewrite deploy/meshnft.yaml from the chart
 #   scripts/manifest.sh --check   helm lint the chart; fail if deploy/meshnft.yaml is not
-#                                 what the chart renders (CI)
+#                                 what the chart renders, if a bad value gets past
+#                                 values.schema.json, or if a setting renders wrong (CI)
 #
 # helm is built from its Go module by scripts/node-build.sh (pinned, cached).
 set -euo pipefail
@@ -40,16 +41,79 @@ case ${1:-} in
   fi
   echo "manifest.sh: deploy/meshnft.yaml is deploy/chart rendered"
   # mesh=istio|kuma: the entry names the mesh and carries that mesh's block, not Linkerd's.
-  for mesh in istio kuma; do
-    "$helm" template meshnft deploy/chart --set "mesh=$mesh" --set "$mesh.ipv6=true" -s templates/configmap.yaml |
+  for set in istio:ipv6=true kuma:ipFamilyMode=ipv4; do
+    mesh=${set%%:*} kv=${set#*:}
+    "$helm" template meshnft deploy/chart --set "mesh=$mesh" --set "$mesh.$kv" -s templates/configmap.yaml |
       python3 -c '
 import json, sys, yaml
-mesh = sys.argv[1]
+mesh, kv = sys.argv[1], sys.argv[2]
+k, v = kv.split("=")
 entry = json.loads(yaml.safe_load(sys.stdin)["data"]["entry.json"])
-assert entry.get("mesh") == mesh and entry.get(mesh) == {"ipv6": True} and "linkerd" not in entry, entry
-' "$mesh" || { echo "manifest.sh: deploy/chart with mesh=$mesh renders a wrong entry" >&2; exit 1; }
+assert entry.get("mesh") == mesh and entry.get(mesh) == {k: yaml.safe_load(v)} and "linkerd" not in entry, entry
+' "$mesh" "$kv" || { echo "manifest.sh: deploy/chart with mesh=$mesh renders a wrong entry" >&2; exit 1; }
   done
   echo "manifest.sh: deploy/chart with mesh=istio and mesh=kuma renders their entries"
+  # values.schema.json: a typo'd key, a wrong type, an unknown mesh or repair mode is refused by
+  # helm template and helm lint --strict, by the schema (its message), not by a template.
+  refused=0
+  while IFS='|' read -r what args; do
+    [[ -n $what ]] || continue
+    read -ra flags <<<"$args"
+    for cmd in "template meshnft" "lint --strict"; do
+      # shellcheck disable=SC2086
+      if out=$("$helm" $cmd deploy/chart "${flags[@]}" 2>&1); then
+        echo "manifest.sh: helm $cmd accepted $what ($args)" >&2
+        exit 1
+      fi
+      if ! grep -q "schema" <<<"$out"; then
+        echo "manifest.sh: helm $cmd refused $what ($args), but not by values.schema.json:" >&2
+        echo "$out" >&2
+        exit 1
+      fi
+    done
+    refused=$((refused + 1))
+  done <<'BAD'
+a typo'd top-level key|--set loglevel=debug
+a typo'd key in the linkerd block|--set linkerd.proxy-uidd=2102
+a typo'd key deep in the kuma block|--set mesh=kuma --set kuma.redirect.inbound.excludePort=9901
+a wrong type|--set-string agent.port=9431
+a wrong type in a mesh block|--set-string linkerd.ipv6=yes
+an unknown mesh|--set mesh=consul
+an unknown repair mode|--set agent.repairMode=inplace
+BAD
+  echo "manifest.sh: values.schema.json refuses $refused kinds of bad values (helm template and lint --strict)"
+  # Settings beyond the defaults render what they promise: the agent's modes with their RBAC
+  # and variables, the PodMonitor, the pods' extra fields.
+  "$helm" template meshnft deploy/chart --namespace meshnft \
+    --set agent.repairMode=label --set agent.removeNodeTaint=true \
+    --set metrics.podMonitor.enabled=true --set metrics.annotations=false \
+    --set 'imagePullSecrets[0].name=registry' --set podLabels.team=net --set podAnnotations.note=x \
+    --set seccompProfile=null --set revisionHistoryLimit=3 |
+    python3 -c '
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(sys.stdin) if d]
+kinds = {d["kind"]: d for d in docs}
+rules = [r for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "meshnft-agent" for r in d["rules"]]
+assert {"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]} in rules, rules
+assert {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]} in rules, rules
+assert not any("delete" in r["verbs"] for r in rules), rules
+ds = kinds["DaemonSet"]
+pod = ds["spec"]["template"]
+c = pod["spec"]["containers"][0]
+env = {e["name"]: e.get("value") for e in c["env"]}
+assert env["MESHNFT_REPAIR_MODE"] == "label" and env["MESHNFT_REMOVE_NODE_TAINT"] == "true", env
+assert pod["spec"]["imagePullSecrets"] == [{"name": "registry"}]
+assert pod["metadata"]["labels"]["team"] == "net" and pod["metadata"]["annotations"] == {"note": "x"}, pod["metadata"]
+assert "seccompProfile" not in c["securityContext"] and ds["spec"]["revisionHistoryLimit"] == 3
+pm = kinds["PodMonitor"]
+assert pm["spec"]["podMetricsEndpoints"][0]["port"] == "metrics"
+assert pm["spec"]["selector"]["matchLabels"] == ds["spec"]["selector"]["matchLabels"]
+' || { echo "manifest.sh: deploy/chart with the agent, metrics and pod values set renders something else" >&2; exit 1; }
+  # Captured first: `helm | grep -q` can fail under pipefail when grep exits before helm.
+  rbac=$("$helm" template meshnft deploy/chart --set agent.repairMode=delete -s templates/rbac.yaml)
+  grep -q 'verbs: \["delete"\]' <<<"$rbac" ||
+    { echo "manifest.sh: agent.repairMode=delete renders no delete on pods" >&2; exit 1; }
+  echo "manifest.sh: deploy/chart renders the agent's modes with their RBAC, the PodMonitor and the pods' values"
   ;;
 "")
   render >deploy/meshnft.yaml.new

@@ -492,7 +492,8 @@ fn twenty_pods_in_parallel() {
 
 /// A pod first set up without the init phase (no K8S_POD_UID), then ADDed
 /// again with it: the pod is running, so the phase must not open now
-/// (DESIGN.md 4.4); its cgroup is marked started in the same transaction.
+/// (docs/design.md#4-after-it-for-good); its cgroup is marked started in the
+/// same transaction.
 #[test]
 fn re_add_never_opens_the_init_phase_of_a_running_pod() {
     if !support::root_or_skip("re_add_never_opens_the_init_phase_of_a_running_pod") {

@@ -78,7 +78,8 @@ if ! kind get clusters | grep -qx "$CLUSTER"; then
 fi
 kind load docker-image --name "$CLUSTER" "meshnft:$VERSION" meshnft-standin:dev
 
-# meshnft's plugin runs on the node (the kind node container) and needs nft there.
+# nft on the nodes is for vagrant/e2e.sh, which lists pods' tables with it (a debugging tool and
+# the test's oracle): meshnft itself speaks nf_tables netlink and never runs nft.
 for node in $(kind get nodes --name "$CLUSTER"); do
     if ! docker exec "$node" sh -c 'command -v nft' >/dev/null; then
         log "nftables on $node"

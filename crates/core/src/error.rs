@@ -30,9 +30,11 @@ pub enum Code {
     TryAgainLater = 11,
     /// 50: STATUS: the plugin is not available (ADD would fail on this host).
     NotAvailable = 50,
-    /// 100: nft rejected the transaction; `details` carries nft's message.
+    /// 100: the kernel refused the nf_tables transaction (nothing was
+    /// applied); `details` carries the kernel's reason.
     NftTransaction = 100,
-    /// 101: the `nft` binary is missing, could not be run, or is too old.
+    /// 101: nf_tables netlink is not available (no `nf_tables` in the
+    /// kernel, or the socket cannot be opened).
     NftUnavailable = 101,
     /// 102: `CNI_NETNS` could not be opened or entered.
     Netns = 102,
@@ -57,7 +59,8 @@ impl Code {
 /// Error of a meshnft operation, carrying the CNI code it maps to.
 ///
 /// `msg` is a short sentence naming the field or object at fault; `details`
-/// carries the underlying cause verbatim (nft's stderr, an OS error, ...).
+/// carries the underlying cause verbatim (the kernel's reason, an OS
+/// error, ...).
 #[derive(Debug, Clone, thiserror::Error)]
 pub struct Error {
     /// CNI error code.

@@ -41,7 +41,9 @@ pub enum Cmd {
         #[arg(long)]
         re_add: bool,
     },
-    /// Check that this host can run meshnft (nft, kernel features, cgroup v2).
+    /// Check that this host can run meshnft: nf_tables netlink, `socket
+    /// cgroupv2`, the table committed in a scratch netns, the configuration,
+    /// cgroup v2.
     Status {
         /// meshnft's conflist entry or a whole conflist; defaults to Linkerd's defaults.
         #[arg(long)]
@@ -224,7 +226,7 @@ pub fn run() -> i32 {
             };
             if !nix::unistd::geteuid().is_root() {
                 println!(
-                    "note: not root: nft needs CAP_NET_ADMIN, so the nft checks below will fail"
+                    "note: not root: nf_tables netlink needs CAP_NET_ADMIN, so the kernel checks below will fail"
                 );
             }
             let mut ok = true;

@@ -73,7 +73,8 @@ pub const DNS_PORT: u16 = 53;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Mesh {
-    /// Linkerd (the default; DESIGN.md's reference).
+    /// Linkerd (the default, and the reference mesh of
+    /// docs/design.md#the-init-phases-rules).
     #[default]
     Linkerd,
     /// Istio in sidecar mode (istio-cni's redirect).

@@ -13,7 +13,8 @@
 //! declared but never flushed, so a repeated ADD keeps the phase closed and
 //! keeps pins.
 //!
-//! Semantics follow `DESIGN.md` sections 3 and 4 (the contract), with the
+//! Semantics follow docs/design.md#the-tables-shape and
+//! docs/design.md#the-init-phases-rules (the contract), with the
 //! rule order of Linkerd's proxy-init (`pkg/iptables/iptables.go`); tables
 //! for Istio and Kuma ([`crate::config::mesh`]) follow istio-iptables' and Kuma's
 //! order and add their rules for the proxy's loopback traffic.
@@ -69,8 +70,9 @@ pub fn sanitize_comment(s: &str) -> String {
 /// `levels` is `None` when the pod cgroup is unknown (or the kernel lacks
 /// `socket cgroupv2`): the table is then the plain redirect table, without
 /// the init phase and without the per-container verdict map lookup
-/// (DESIGN.md 4.7). With `initPhase.enabled` false the table is that plain
-/// one too: no rule uses `socket cgroupv2`. `comment` identifies the pod.
+/// (docs/design.md#7-unknown-pod-cgroup-the-plain-table). With
+/// `initPhase.enabled` false the table is that plain one too: no rule uses
+/// `socket cgroupv2`. `comment` identifies the pod.
 pub fn build(s: &Settings, levels: Option<Levels>, comment: &str) -> Table {
     let mesh = &s.mesh;
     let comment_of = |name| crate::config::mesh::set_comment(mesh.mesh, name);

@@ -116,9 +116,10 @@ pub fn sandbox_up(pod: &Pod) -> bool {
 /// Closed when the proxy container (`linkerd-proxy`, regular or native
 /// sidecar) has run, when any regular container has run, or when the pod
 /// is `Initialized` (all init containers completed): in each case the pod's
-/// init containers are done or the proxy is up, so DESIGN.md §4.3-4.4 want
-/// everything redirected. Open otherwise: the pod is still in its init
-/// containers and they must reach the network directly.
+/// init containers are done or the proxy is up, so the init phase's rules
+/// (docs/design.md#4-after-it-for-good) want everything redirected. Open
+/// otherwise: the pod is still in its init containers and they must reach
+/// the network directly.
 pub fn phase_closed(pod: &Pod) -> Option<&'static str> {
     for (c, init) in statuses(pod) {
         if c.name == k8s::PROXY_CONTAINER && has_run(c) {
@@ -246,7 +247,7 @@ mod tests {
         }]);
         assert!(phase_closed(&p).is_some());
         // A native sidecar proxy that started closes it while later init
-        // containers run (DESIGN.md §4.6).
+        // containers run (docs/design.md#6-native-sidecars).
         let mut n = pod(
             &[(k8s::PROXY_CONTAINER, Some("Always")), ("later", None)],
             &["app"],

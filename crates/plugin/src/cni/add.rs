@@ -97,7 +97,7 @@ pub fn cmd_add(env: &CniEnv, conf: &NetConf) -> Result<Output> {
                 None | Some(Phase::Open) => {}
                 Some(phase) => {
                     // A re-ADD must never open or reopen the init phase of a
-                    // running pod (DESIGN.md 4.4): mark this pod's cgroup as
+                    // running pod (docs/design.md#4-after-it-for-good): mark this pod's cgroup as
                     // started, in the same transaction.
                     match pod.abs.as_deref().and_then(crate::pod::cgroup::id_of) {
                         Some(id) => mark = Some(id),

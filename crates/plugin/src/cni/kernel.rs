@@ -6,8 +6,8 @@
 //! Older kernels (e.g. 5.10, EKS on Amazon Linux 2) refuse any rule that
 //! uses it. There, meshnft writes the plain redirect table, without the init
 //! phase (what linkerd-cni gives: init containers are redirected), and says
-//! so once per ADD (DESIGN.md 4.7, as for an unknown pod cgroup); STATUS
-//! reports it.
+//! so once per ADD, as for an unknown pod cgroup
+//! (docs/design.md#7-unknown-pod-cgroup-the-plain-table); STATUS reports it.
 //!
 //! The answer comes from the kernel itself, not from its version (vendor
 //! kernels carry backports): a table holding one `socket cgroupv2` rule is

@@ -254,8 +254,10 @@ pub struct PodCgroup {
     pub why_not: Option<String>,
 }
 
-/// Finds the pod cgroup from `K8S_POD_UID` (DESIGN.md 5). Never fails:
-/// without it the table is written without the init phase (DESIGN.md 4.7);
+/// Finds the pod cgroup from `K8S_POD_UID`
+/// (docs/design.md#where-a-pods-data-comes-from). Never fails: without it
+/// the table is written without the init phase
+/// (docs/design.md#7-unknown-pod-cgroup-the-plain-table);
 /// `why_not` says why (also when the kernel lacks `socket cgroupv2`, see
 /// [`crate::cni::kernel`]). With the init phase off, `levels` is `None` and no
 /// level probe runs. A bad `levelOffset` is the only error (code 7).

@@ -3,9 +3,10 @@
 //! A pin is one element of the `init_phase` verdict map, keyed by the
 //! container's cgroup: `accept` (bypass the proxy) or `goto
 //! outbound_redirect` (always redirect, even during the init phase). The
-//! `output` chain consults the map before the init-phase gate (DESIGN.md
-//! 4.5). Each command is one nf_tables transaction that names only that
-//! element, keyed by the cgroup's id: `NEWSETELEM`, or `DELSETELEM` +
+//! `output` chain consults the map before the init-phase gate
+//! (docs/design.md#5-explicit-verdicts). Each command is one nf_tables
+//! transaction that names only that element, keyed by the cgroup's id:
+//! `NEWSETELEM`, or `DELSETELEM` +
 //! `NEWSETELEM` to change a verdict (the kernel refuses to overwrite a map
 //! element's data), or `DELSETELEM`. Nothing else in the table is touched.
 //!
