@@ -1162,8 +1162,12 @@ fn real_node() {
     assert!(refused.is_empty(), "refused API calls: {refused:#?}");
     let served = audited(&node, 200);
     assert!(
-        served.iter().any(|l| l.contains("/pods?") && l.contains("watch=true"))
-            && served.iter().any(|l| l.contains("/namespaces?") && l.contains("watch=true")),
+        served
+            .iter()
+            .any(|l| l.contains("/pods?") && l.contains("watch=true"))
+            && served
+                .iter()
+                .any(|l| l.contains("/namespaces?") && l.contains("watch=true")),
         "the agent watched pods and namespaces as meshnft's ServiceAccount (audit log): {served:#?}"
     );
     let plugin = audited_plugin(&node, 200);

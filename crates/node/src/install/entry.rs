@@ -28,7 +28,7 @@ pub const DEFAULT_ENTRY: &str = r#"{
     "inbound-ports-to-ignore": ["4191", "4190"],
     "outbound-ports-to-ignore": [],
     "subnets-to-ignore": [],
-    "ipv6": true
+    "ipv6": false
   },
   "initPhase": {
     "enabled": true
@@ -156,7 +156,12 @@ mod tests {
                 .unwrap();
         let mut d = load(None, None).unwrap();
         d.as_object_mut().unwrap().shift_remove("capabilities");
-        assert_eq!(d, ex["plugins"][1]);
+        // The example turns IPv6 on (the tests' dual-stack pods); the
+        // installer's default follows Linkerd's (`disableIPv6: true`).
+        assert_eq!(d["linkerd"]["ipv6"], Value::from(false));
+        let mut ex = ex["plugins"][1].clone();
+        ex["linkerd"]["ipv6"] = Value::from(false);
+        assert_eq!(d, ex);
     }
 
     #[test]
