@@ -1,4 +1,4 @@
-//! Golden tests of the exact nft text ADD applies (`src/table/ruleset.rs`).
+//! Golden tests of the exact nft text ADD applies (`crates/core/src/table/ruleset.rs`).
 //!
 //! The expected transactions live in `tests/golden/*.nft`; a change to the
 //! ruleset shows up as a diff there, reviewed like code. Regenerate with

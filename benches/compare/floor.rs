@@ -71,7 +71,7 @@ pub fn add_batch(conf: &[u8], id: &str, pod: Option<&PodCg>) -> Result<Vec<u8>> 
             cg.why_not
         ));
     }
-    // The table comment the plugin writes (src/cni/add.rs); the listing
+    // The table comment the plugin writes (crates/plugin/src/cni/add.rs); the listing
     // comparison in main.rs's check_floor fails if the two drift apart.
     let comment = format!(
         "meshnft {} pod uid {} {}",

@@ -40,7 +40,7 @@ pub fn without_cgroup2(cmd: &mut Command) {
 /// Mount point of the cgroup2 hierarchy, read from `/proc/self/mountinfo`
 /// (`/sys/fs/cgroup` on a unified host, `/sys/fs/cgroup/unified` on a hybrid one).
 /// Panics if there is none.
-/// Same choice as the plugin (`src/pod/cgroup.rs`): a cgroup2 mount at
+/// Same choice as the plugin (`crates/core/src/pod/cgroup.rs`): a cgroup2 mount at
 /// `/sys/fs/cgroup` if there is one, else the first cgroup2 mount.
 pub fn cgroup2_mount() -> PathBuf {
     let info = fs::read_to_string("/proc/self/mountinfo").expect("read /proc/self/mountinfo");
