@@ -17,6 +17,8 @@ pub enum V {
     MeshAddNoCg,
     MeshReAdd,
     Floor,
+    /// ADD of a meshed pod with its data from the node agent's socket.
+    MeshAddAgent,
     NftTable,
     LegacyV4,
     NftV4,
@@ -30,10 +32,11 @@ pub enum V {
 
 impl V {
     /// The contenders of the apply/remove loop, in their first order.
-    pub const ALL: [V; 12] = [
+    pub const ALL: [V; 13] = [
         V::MeshAdd,
         V::MeshAddV46,
         V::MeshAddNoCg,
+        V::MeshAddAgent,
         V::MeshReAdd,
         V::Floor,
         V::NftTable,
@@ -63,6 +66,7 @@ impl V {
             V::MeshAdd => "meshnft-add-v4",
             V::MeshAddV46 => "meshnft-add-v4v6",
             V::MeshAddNoCg => "meshnft-add-no-pod-cgroup",
+            V::MeshAddAgent => "meshnft-add-meshed-pod-data-from-agent-v4",
             V::MeshReAdd => "meshnft-re-add-v4",
             V::Floor => "floor-static-c-same-batch",
             V::NftTable => "old-path-nft-f-meshnft-table",
@@ -81,6 +85,7 @@ impl V {
             V::MeshAdd => "meshnft ADD, init phase on (v4)",
             V::MeshAddV46 => "meshnft ADD, init phase on (v4+v6)",
             V::MeshAddNoCg => "meshnft ADD, no pod cgroup (v4)",
+            V::MeshAddAgent => "meshnft ADD, meshed pod, data from the agent (v4)",
             V::MeshReAdd => "meshnft re-ADD over its table (v4, flushes)",
             V::Floor => "floor: static C, same batch, one sendto",
             V::NftTable => "old path: nft -f of meshnft's transaction",
@@ -176,6 +181,7 @@ pub fn apply(ctx: &Ctx, v: V, ns: &Ns, id: &str) -> Result<Sample> {
         }
         V::MeshAddV46 => vec![ctx.meshnft("ADD", ns, id, Some(&ctx.pod), &ctx.conf_v46)?],
         V::MeshAddNoCg => vec![ctx.meshnft("ADD", ns, id, None, &ctx.conf_v4)?],
+        V::MeshAddAgent => vec![ctx.meshnft("ADD", ns, id, Some(&ctx.pod), &ctx.conf_agent)?],
         V::Floor => {
             let r = ctx.floor(ns, &ctx.floor_add)?;
             let mut s = sample_of(std::slice::from_ref(&r), t0);
@@ -257,7 +263,7 @@ pub fn remove(ctx: &Ctx, v: V, ns: &Ns, id: &str) -> Result<Option<Sample>> {
             ctx.meshnft("DEL", ns, id, None, &ctx.conf_v4)?;
             return Ok(None);
         }
-        V::MeshReAdd => {
+        V::MeshReAdd | V::MeshAddAgent => {
             ctx.meshnft("DEL", ns, id, Some(&ctx.pod), &ctx.conf_v4)?;
             return Ok(None);
         }
@@ -275,6 +281,7 @@ pub fn verify(ctx: &Ctx, v: V, ns: &Ns, present: bool) -> Result<()> {
         V::MeshAdd
         | V::MeshAddV46
         | V::MeshAddNoCg
+        | V::MeshAddAgent
         | V::MeshReAdd
         | V::MeshDelAbsent
         | V::Floor
@@ -303,7 +310,12 @@ pub fn verify(ctx: &Ctx, v: V, ns: &Ns, present: bool) -> Result<()> {
             }
         ));
     }
-    if present && matches!(v, V::MeshAdd | V::MeshAddV46 | V::MeshReAdd | V::Floor) {
+    if present
+        && matches!(
+            v,
+            V::MeshAdd | V::MeshAddV46 | V::MeshReAdd | V::MeshAddAgent | V::Floor
+        )
+    {
         let gate = "socket cgroupv2 level 4 != @proxy_started";
         if !listing.contains(gate) {
             return Err(format!(

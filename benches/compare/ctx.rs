@@ -109,6 +109,12 @@ pub struct Ctx {
     pub floor_del: PathBuf,
     pub conf_v4: Vec<u8>,
     pub conf_v46: Vec<u8>,
+    /// `conf_v4` with `kubernetes.agentSocket` at [`Ctx::agent`]'s socket
+    /// (and a kubeconfig that does not exist: an ADD that fell back to the
+    /// API server would fail, so the row measures the agent's path only).
+    pub conf_agent: Vec<u8>,
+    /// The node agent's stand-in for the plugin's pod lookups.
+    pub agent: Option<crate::agent::AgentStandIn>,
     pub pod: PodCg,
     pub seq: AtomicU64,
     /// Last: dropped after everything that lives in it.

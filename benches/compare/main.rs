@@ -30,6 +30,7 @@
 //! program), [`stats`] and [`sys`] (throwaway namespaces, cgroups, timed
 //! processes).
 
+mod agent;
 mod apply;
 mod concurrency;
 mod ctx;
@@ -95,6 +96,8 @@ fn run() -> Result<()> {
         floor_del: PathBuf::new(),
         conf_v4: vec![],
         conf_v46: vec![],
+        conf_agent: vec![],
+        agent: None,
         pod,
         seq: AtomicU64::new(0),
         example,
@@ -104,6 +107,14 @@ fn run() -> Result<()> {
     ctx.conf_v4 = serde_json::to_vec(&c4).map_err(|e| e.to_string())?;
     ctx.conf_v46 =
         serde_json::to_vec(&ctx.conf(true, &Skips::default())).map_err(|e| e.to_string())?;
+    let stand_in = agent::AgentStandIn::start(&ctx.work.dir)?;
+    let mut ca = c4.clone();
+    ca["kubernetes"] = json!({
+        "kubeconfig": ctx.work.dir.join("no-kubeconfig"),
+        "agentSocket": stand_in.socket,
+    });
+    ctx.conf_agent = serde_json::to_vec(&ca).map_err(|e| e.to_string())?;
+    ctx.agent = Some(stand_in);
     ctx.rendered = ctx::render(&ctx.bin, &ctx.work, &c4)?;
     if ctx.rendered.contains("\nflush ") {
         return Err("meshnft render printed flushes: not a first ADD's transaction".into());
