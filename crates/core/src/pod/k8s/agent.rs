@@ -149,6 +149,85 @@ mod tests {
         assert!(r.is_err(), "unknown fields are refused");
     }
 
+    /// A one-shot server at a fresh socket that reads the request, then
+    /// does `serve` with the connection.
+    fn server(
+        name: &str,
+        serve: impl FnOnce(UnixStream) + Send + 'static,
+    ) -> (std::path::PathBuf, std::thread::JoinHandle<()>) {
+        let dir =
+            std::env::temp_dir().join(format!("meshnft-agent-test-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("agent.sock");
+        let l = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let t = std::thread::spawn(move || {
+            if let Ok((mut s, _)) = l.accept() {
+                let mut req = Vec::new();
+                let _ = s.read_to_end(&mut req);
+                serve(s);
+            }
+        });
+        (path, t)
+    }
+
+    fn req() -> Request {
+        Request {
+            namespace: "n".into(),
+            name: "p".into(),
+            uid: Some("u".into()),
+        }
+    }
+
+    #[test]
+    fn an_agent_killed_mid_answer_or_silent_gives_an_error_not_a_hang() {
+        // Half an answer, then the connection closes (the agent died).
+        let (path, t) = server("half", |mut s| {
+            let _ = s.write_all(br#"{"pod":{"source":"api","annot"#);
+        });
+        let e = ask(&path, &req(), ASK_TIMEOUT).unwrap_err();
+        assert!(matches!(e, AskError::Malformed(_)), "{e}");
+        t.join().unwrap();
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
+        // No answer at all, the connection held open: bounded by the timeout.
+        let (path, t) = server("silent", |s| {
+            std::thread::sleep(Duration::from_millis(1500));
+            drop(s);
+        });
+        let started = std::time::Instant::now();
+        let e = ask(&path, &req(), Duration::from_millis(300)).unwrap_err();
+        assert!(matches!(e, AskError::Io(_)), "{e}");
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "{:?}",
+            started.elapsed()
+        );
+        t.join().unwrap();
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
+        // Too large an answer.
+        let (path, t) = server("large", |mut s| {
+            let _ = s.write_all(&vec![b' '; MAX_ANSWER + 10]);
+        });
+        let e = ask(&path, &req(), ASK_TIMEOUT).unwrap_err();
+        assert!(matches!(e, AskError::Malformed(_)), "{e}");
+        t.join().unwrap();
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
+    }
+
+    #[test]
+    fn a_good_answer_is_read() {
+        let (path, t) = server("good", |mut s| {
+            let a = Answer::Unknown("not yet".into());
+            let _ = s.write_all(&serde_json::to_vec(&a).unwrap());
+        });
+        assert_eq!(
+            ask(&path, &req(), ASK_TIMEOUT).unwrap(),
+            Answer::Unknown("not yet".into())
+        );
+        t.join().unwrap();
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
+    }
+
     #[test]
     fn no_socket_is_absent_at_once() {
         let t = std::time::Instant::now();
