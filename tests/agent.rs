@@ -643,9 +643,9 @@ fn label_mode_labels_and_the_api_server_may_go_away() {
 }
 
 /// The socket the agent answers the plugin's pod lookups on, in `tree`'s
-/// host (`--host-root`): the default `/run/meshnft/agent.sock` under it.
+/// host (`--host-root`): the default `/run/meshnft-agent/agent.sock` under it.
 fn agent_socket(tree: &Tree) -> PathBuf {
-    tree.dir.join("host/run/meshnft/agent.sock")
+    tree.dir.join("host/run/meshnft-agent/agent.sock")
 }
 
 /// Pod data from the node agent (issue 21): a meshed pod's ADD asks the

@@ -23,7 +23,7 @@ use std::path::Path;
 use std::time::Duration;
 
 /// Where the agent listens on the host (tmpfs; the directory is root's, 0700).
-pub const DEFAULT_SOCKET: &str = "/run/meshnft/agent.sock";
+pub const DEFAULT_SOCKET: &str = "/run/meshnft-agent/agent.sock";
 /// Largest request, in bytes (names are at most 253 bytes).
 pub const MAX_REQUEST: usize = 4096;
 /// Largest answer, in bytes (a pod's annotations are at most 256 KiB).
