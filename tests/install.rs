@@ -1004,3 +1004,29 @@ fn fifo_service_account_files_never_block_sigterm() {
     );
     drop(inst); // SIGKILLs unshare; --kill-child takes the installer along
 }
+
+/// A conversion interrupted between its steps (here: `meshnft.d/orig`
+/// cannot be made; a kill at that point is the same) never leaves a list
+/// beside the original that the next pass refuses as someone else's: once
+/// the obstacle goes, the conversion completes.
+#[test]
+fn an_interrupted_conversion_is_resumed() {
+    if !support::root_or_skip("an_interrupted_conversion_is_resumed") {
+        return;
+    }
+    let tree = Tree::new();
+    let conf = tree.write_conf("10-bridge.conf", &single_conf());
+    let original = std::fs::read(&conf).unwrap();
+    let state = tree.net().join("meshnft.d");
+    std::fs::create_dir(&state).unwrap();
+    std::fs::write(state.join("orig"), "in the way").unwrap();
+    let mut inst = Installer::start(&tree, &[]);
+    assert!(inst.wait_log("cannot create directory"), "{}", inst.log());
+    std::fs::remove_file(state.join("orig")).unwrap();
+    assert!(inst.wait_log("meshnft is chained into"), "{}", inst.log());
+    assert_eq!(tree.entries("10-bridge.conflist"), 1);
+    assert!(!conf.exists());
+    assert_eq!(inst.term().code(), Some(0), "{}", inst.log());
+    assert_eq!(tree.files(), ["10-bridge.conf"]);
+    assert_eq!(std::fs::read(&conf).unwrap(), original);
+}

@@ -14,8 +14,9 @@
 //! 6. if it does not already end with exactly this entry: the STATUS
 //!    checks run, and only if they pass is the new conflist written
 //!    (atomically; a `.conf`/`.json` becomes `<stem>.conflist`, its
-//!    original moved to `meshnft.d/orig/`, so no file sorting before it
-//!    lacks the entry).
+//!    original moved to `meshnft.d/orig/` (copied there first, so that a
+//!    kill between the two steps leaves a state the next pass resumes),
+//!    so no file sorting before it lacks the entry).
 
 use super::error::InstallError;
 use super::{Args, Layout, checks, conflist, discover, entry, fsutil, kubeconfig};
@@ -246,6 +247,16 @@ impl Installer {
             });
         }
         let mode = file_mode(&primary.path);
+        if original.is_some() {
+            // A copy of the original first: an installer killed between
+            // writing the list and moving the original leaves both files
+            // and this copy, which the next pass recognizes as its own
+            // (`ours` above) instead of refusing the list for good.
+            fsutil::ensure_subdir(&l.state_dir)?;
+            fsutil::ensure_subdir(&l.orig_dir)?;
+            let name = primary.path.file_name().unwrap_or_default();
+            fsutil::write_atomic(&l.orig_dir.join(name), &primary.bytes, mode)?;
+        }
         let unchanged = || {
             discover::read_regular(&primary.path, discover::MAX_CONF_BYTES)
                 .is_ok_and(|b| b == primary.bytes)
@@ -313,7 +324,15 @@ impl Installer {
             for name in names {
                 let back = l.net_dir.join(&name);
                 let generated = back.with_extension("conflist");
-                match fsutil::rename(&l.orig_dir.join(&name), &back) {
+                // The original still in place (an installer was killed
+                // before moving it): it is the current one, the copy is
+                // older; drop the copy.
+                let restore = if std::fs::symlink_metadata(&back).is_ok() {
+                    fsutil::remove(&l.orig_dir.join(&name))
+                } else {
+                    fsutil::rename(&l.orig_dir.join(&name), &back)
+                };
+                match restore {
                     Ok(()) => {
                         tracing::info!("uninstall: restored {}", back.display());
                         if generated != back
