@@ -1005,6 +1005,193 @@ fn fifo_service_account_files_never_block_sigterm() {
     drop(inst); // SIGKILLs unshare; --kill-child takes the installer along
 }
 
+/// How many times a line occurs in a log.
+fn count(log: &str, needle: &str) -> usize {
+    log.matches(needle).count()
+}
+
+/// Two installers started together, many times over, end in either order
+/// or together: exactly one entry while either runs (only one of them
+/// ever writes it, and the first to go never removes it), none after the
+/// last one goes, and the node as it was (the converted `.conf` back, no
+/// `meshnft.d`, no binary).
+#[test]
+fn overlapping_installers_leave_one_entry_and_the_last_one_uninstalls() {
+    if !support::root_or_skip("overlapping_installers_leave_one_entry_and_the_last_one_uninstalls")
+    {
+        return;
+    }
+    const ROUNDS: usize = 24;
+    for round in 0..ROUNDS {
+        let tree = Tree::new();
+        let conf = tree.net().join("10-bridge.conf");
+        // Even rounds: the primary is there when both start; odd rounds:
+        // both wait for it, and their passes start on the same file event.
+        if round % 2 == 0 {
+            tree.write_conf("10-bridge.conf", &single_conf());
+        }
+        let mut a = Installer::start(&tree, &[]);
+        let mut b = Installer::start(&tree, &[]);
+        let logs = |a: &Installer, b: &Installer| {
+            format!("round {round}\n--- a:\n{}--- b:\n{}", a.log(), b.log())
+        };
+        if round % 2 == 1 {
+            assert!(
+                a.wait_log("waiting for the primary CNI"),
+                "{}",
+                logs(&a, &b)
+            );
+            assert!(
+                b.wait_log("waiting for the primary CNI"),
+                "{}",
+                logs(&a, &b)
+            );
+            tree.write_conf("10-bridge.conf", &single_conf());
+        }
+        let original = serde_json::to_vec_pretty(&single_conf()).unwrap();
+        assert!(a.wait_log("meshnft is chained into"), "{}", logs(&a, &b));
+        assert!(b.wait_log("meshnft is chained into"), "{}", logs(&a, &b));
+        assert_eq!(tree.entries("10-bridge.conflist"), 1, "{}", logs(&a, &b));
+        assert_eq!(
+            tree.files(),
+            ["10-bridge.conflist", "meshnft.d"],
+            "{}",
+            logs(&a, &b)
+        );
+        // Only one of them wrote the entry: their passes never overlapped.
+        let writes = |a: &Installer, b: &Installer| {
+            count(&a.log(), "chained meshnft into") + count(&b.log(), "chained meshnft into")
+        };
+        assert_eq!(writes(&a, &b), 1, "{}", logs(&a, &b));
+        match round % 3 {
+            // One goes, then the other; either order.
+            0 | 1 => {
+                let (first, second) = if round % 3 == 0 {
+                    (&mut a, &mut b)
+                } else {
+                    (&mut b, &mut a)
+                };
+                assert_eq!(first.term().code(), Some(0), "{}", first.log());
+                assert!(
+                    first.log().contains("another installer runs on this node"),
+                    "{}",
+                    first.log()
+                );
+                assert!(
+                    !first.log().contains("uninstall: removed"),
+                    "{}",
+                    first.log()
+                );
+                assert!(second.running());
+                std::thread::sleep(Duration::from_millis(200));
+                assert_eq!(tree.entries("10-bridge.conflist"), 1);
+                assert!(tree.binary().exists() && tree.kubeconfig().exists());
+                assert_eq!(second.term().code(), Some(0), "{}", second.log());
+                assert!(
+                    second.log().contains("uninstall complete"),
+                    "{}",
+                    second.log()
+                );
+            }
+            // Both at once: one of them (whichever is last) uninstalls.
+            _ => {
+                unsafe {
+                    libc::kill(a.pid(), libc::SIGTERM);
+                    libc::kill(b.pid(), libc::SIGTERM);
+                }
+                assert_eq!(a.wait_exit().code(), Some(0), "{}", logs(&a, &b));
+                assert_eq!(b.wait_exit().code(), Some(0), "{}", logs(&a, &b));
+                let done =
+                    count(&a.log(), "uninstall complete") + count(&b.log(), "uninstall complete");
+                assert_eq!(done, 1, "{}", logs(&a, &b));
+            }
+        }
+        // The entry was never put back: nothing ever removed it under a
+        // running installer.
+        assert_eq!(writes(&a, &b), 1, "{}", logs(&a, &b));
+        assert_eq!(tree.files(), ["10-bridge.conf"], "{}", logs(&a, &b));
+        assert_eq!(std::fs::read(&conf).unwrap(), original);
+        assert!(!tree.binary().exists());
+    }
+}
+
+/// An installer killed at any point of its passes (SIGKILL: no cleanup)
+/// leaves no lock behind and no state the next one cannot resume: the
+/// next one chains at once and, alone, is the last one when it goes,
+/// restoring the node as it was.
+#[test]
+fn a_killed_installer_leaves_no_stale_lock() {
+    if !support::root_or_skip("a_killed_installer_leaves_no_stale_lock") {
+        return;
+    }
+    let tree = Tree::new();
+    let conf = tree.write_conf("10-bridge.conf", &single_conf());
+    let original = std::fs::read(&conf).unwrap();
+    for round in 0..30u64 {
+        let mut a = Installer::start(&tree, &[]);
+        // Somewhere in its first pass (which converts the .conf: a kill
+        // between writing the list and moving the original must leave a
+        // state the next one resumes), or its first wait.
+        std::thread::sleep(Duration::from_millis(round * 4));
+        a.crash();
+        if round % 3 == 2 {
+            // A reboot: the primary CNI writes its file again.
+            tree.write_conf("10-bridge.conf", &single_conf());
+        }
+    }
+    let mut b = Installer::start(&tree, &[]);
+    assert!(b.wait_log("meshnft is chained into"), "{}", b.log());
+    assert!(!b.log().contains("lock"), "{}", b.log());
+    assert_eq!(tree.entries("10-bridge.conflist"), 1);
+    assert!(!conf.exists(), "{}", b.log());
+    assert_eq!(b.term().code(), Some(0), "{}", b.log());
+    assert!(b.log().contains("uninstall complete"), "{}", b.log());
+    let left: Vec<_> = std::fs::read_dir(tree.net().join("meshnft.d"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(tree.files(), ["10-bridge.conf"], "meshnft.d: {left:?}");
+    assert_eq!(std::fs::read(&conf).unwrap(), original);
+}
+
+/// The locks hold off a pass: while the pass lock is held (another
+/// installer's pass), and while the "running" lock is held exclusively
+/// (another installer's uninstall), a starting installer writes nothing;
+/// once they are let go, it chains.
+#[test]
+fn a_pass_waits_for_the_locks_of_another_installer() {
+    if !support::root_or_skip("a_pass_waits_for_the_locks_of_another_installer") {
+        return;
+    }
+    let tree = Tree::new();
+    let primary = tree.write_conf("10-kindnet.conflist", &kindnet());
+    let state = tree.net().join("meshnft.d");
+    std::fs::create_dir(&state).unwrap();
+    for (name, exclusive_running) in [("pass.lock", false), ("running.lock", true)] {
+        let f = std::fs::File::create(state.join(name)).unwrap();
+        f.lock().unwrap();
+        let mut inst = Installer::start(&tree, &[]);
+        std::thread::sleep(Duration::from_millis(1500));
+        assert_eq!(read_json(&primary), Some(kindnet()), "{}", inst.log());
+        assert!(!tree.binary().exists(), "{}", inst.log());
+        if exclusive_running {
+            assert!(
+                inst.wait_log("another installer is uninstalling"),
+                "{}",
+                inst.log()
+            );
+        }
+        drop(f);
+        assert!(inst.wait_log("meshnft is chained into"), "{}", inst.log());
+        assert_eq!(tree.entries("10-kindnet.conflist"), 1);
+        assert_eq!(inst.term().code(), Some(0), "{}", inst.log());
+        assert_eq!(read_json(&primary), Some(kindnet()));
+        std::fs::create_dir_all(&state).unwrap();
+    }
+}
+
 /// A conversion interrupted between its steps (here: `meshnft.d/orig`
 /// cannot be made; a kill at that point is the same) never leaves a list
 /// beside the original that the next pass refuses as someone else's: once

@@ -63,6 +63,7 @@ pub fn main_entry() -> i32 {
 
 use install::error::InstallError;
 use install::lifecycle::{Installer, Outcome};
+use install::lock::Locks;
 use std::path::Path;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -155,6 +156,7 @@ pub fn run(mut args: Args) -> i32 {
     );
     let mut reporter = Reporter { last: None };
     let mut agent = agent::start(&args.install, &args.agent);
+    let mut locks = Locks::new(&l.state_dir);
     let signal = 'run: loop {
         let mut all_watched = true;
         if let Some(w) = watches.as_mut() {
@@ -165,7 +167,7 @@ pub fn run(mut args: Args) -> i32 {
                 }
             }
         }
-        let r = inst.reconcile();
+        let r = locked_pass(&mut inst, &mut locks);
         reporter.report(&l.net_dir, &r);
         agent.set_chained(matches!(r, Ok(Outcome::Chained { .. })));
         let wait = if r.is_err() || !all_watched || watches.is_none() {
@@ -204,8 +206,51 @@ pub fn run(mut args: Args) -> i32 {
         tracing::info!("--keep-on-exit: leaving the entry, the kubeconfig and the binary in place");
         return 0;
     }
+    if !locks.is_running() {
+        // Never got past the lock: another installer was uninstalling, and
+        // this one wrote nothing.
+        tracing::info!("this installer never ran a pass: nothing to clean up");
+        return 0;
+    }
+    let _pass = match locks.pass(EXIT_LOCK_WAIT) {
+        Ok(Some(held)) => held,
+        Ok(None) => {
+            tracing::error!(
+                "another installer's pass held the lock for {EXIT_LOCK_WAIT:?}: leaving the entry, \
+                 the kubeconfig and the binary in place"
+            );
+            return 1;
+        }
+        Err(e) => {
+            tracing::error!("{e}: leaving the entry, the kubeconfig and the binary in place");
+            return 1;
+        }
+    };
+    match locks.last_one() {
+        Ok(true) => {}
+        Ok(false) => {
+            tracing::info!(
+                "another installer runs on this node: leaving the entry, the kubeconfig and the binary to it"
+            );
+            return 0;
+        }
+        Err(e) => {
+            tracing::error!("{e}: leaving the entry, the kubeconfig and the binary in place");
+            return 1;
+        }
+    }
     match inst.uninstall() {
         Ok(()) => {
+            for d in [&l.state_dir, &l.net_dir, &l.bin_dir] {
+                let n = install::fsutil::remove_stale_tmp(d);
+                if n > 0 {
+                    tracing::info!(
+                        "uninstall: removed {n} temporary file(s) a killed installer left in {}",
+                        d.display()
+                    );
+                }
+            }
+            locks.remove_files();
             tracing::info!("uninstall complete");
             0
         }
@@ -216,6 +261,41 @@ pub fn run(mut args: Args) -> i32 {
             1
         }
     }
+}
+
+/// How long a pass waits for another installer's pass (or uninstall) to
+/// finish before it gives up and is retried.
+const PASS_LOCK_WAIT: Duration = Duration::from_secs(10);
+/// How long a starting installer waits for another one's uninstall.
+const RUNNING_LOCK_WAIT: Duration = Duration::from_secs(2);
+/// How long the exit waits for a pass of another installer to finish.
+const EXIT_LOCK_WAIT: Duration = Duration::from_secs(10);
+
+/// One reconcile pass under the installers' locks ([`install::lock`]):
+/// this installer holds the shared "running" lock, and the pass the
+/// exclusive pass lock. Without the configuration directory there is
+/// nothing to lock, nor anything a pass writes: it runs unlocked, to
+/// report what is missing.
+fn locked_pass(inst: &mut Installer, locks: &mut Locks) -> Result<Outcome, InstallError> {
+    let net_dir = inst.layout().net_dir.clone();
+    if !net_dir.is_dir() {
+        return inst.reconcile();
+    }
+    let busy = |what: &str| InstallError::Busy {
+        path: inst.layout().state_dir.clone(),
+        what: what.to_string(),
+    };
+    if !locks.ensure_running(RUNNING_LOCK_WAIT)? {
+        return Err(busy(
+            "another installer is uninstalling meshnft from this node",
+        ));
+    }
+    let Some(_pass) = locks.pass(PASS_LOCK_WAIT)? else {
+        return Err(busy(&format!(
+            "another installer's pass has held the pass lock for {PASS_LOCK_WAIT:?}"
+        )));
+    };
+    inst.reconcile()
 }
 
 fn forget_lost(watches: &mut Option<Watches>, path: &Path, removed: bool) {

@@ -10,6 +10,7 @@
 //! - [`kubeconfig`]: the plugin's kubeconfig from the service account;
 //! - [`checks`]: STATUS checks before inserting;
 //! - [`lifecycle`]: one reconcile pass, and the uninstall;
+//! - [`lock`]: one installer at a time (`flock(2)` in `meshnft.d/`);
 //! - [`fsutil`], [`error`]: atomic writes and error messages.
 //!
 //! Paths given on the command line are *host* paths (as they go into the
@@ -23,13 +24,15 @@ pub mod error;
 pub mod fsutil;
 pub mod kubeconfig;
 pub mod lifecycle;
+pub mod lock;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Name of the installer's own directory inside the CNI configuration
-/// directory (runtimes never read subdirectories): the kubeconfig and the
-/// originals of converted `.conf` files live there.
+/// directory (runtimes never read subdirectories): the kubeconfig, the
+/// originals of converted `.conf` files and the installers' locks live
+/// there.
 pub const STATE_SUBDIR: &str = "meshnft.d";
 
 /// The installer's options (part of `meshnft-node install`, see
