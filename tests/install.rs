@@ -1217,3 +1217,154 @@ fn an_interrupted_conversion_is_resumed() {
     assert_eq!(tree.files(), ["10-bridge.conf"]);
     assert_eq!(std::fs::read(&conf).unwrap(), original);
 }
+
+#[path = "common/liveapi.rs"]
+mod liveapi;
+
+/// The installer as the chart runs it: `--daemonset meshnft` in namespace
+/// `meshnft`, asking `api` at SIGTERM (2 s at most).
+fn start_owned(tree: &Tree, kubeconfig: &Path) -> Installer {
+    let kc = kubeconfig.to_string_lossy().into_owned();
+    Installer::start(
+        tree,
+        &[
+            "--daemonset",
+            "meshnft",
+            "--pod-namespace",
+            "meshnft",
+            "--agent-kubeconfig",
+            &kc,
+            "--exit-api-seconds",
+            "2",
+        ],
+    )
+}
+
+const DS_GET: &str = "GET /apis/apps/v1/namespaces/meshnft/daemonsets/meshnft";
+
+/// An update (or a restart): the DaemonSet is still there at SIGTERM, so
+/// the plugin, its kubeconfig and the entry stay for the next installer,
+/// which takes them over; when that one goes and the DaemonSet is gone
+/// (an uninstall), it removes them.
+#[test]
+fn sigterm_keeps_everything_while_the_daemonset_is_there() {
+    if !support::root_or_skip("sigterm_keeps_everything_while_the_daemonset_is_there") {
+        return;
+    }
+    let tree = Tree::new();
+    tree.write_conf("10-kindnet.conflist", &kindnet());
+    let api = liveapi::LiveApi::start();
+    let kc = api.kubeconfig(&tree.dir);
+    api.put_daemonset("meshnft", "meshnft", false);
+    let mut old = start_owned(&tree, &kc);
+    assert!(old.wait_log("meshnft is chained into"), "{}", old.log());
+    assert_eq!(old.term().code(), Some(0), "{}", old.log());
+    assert!(old.log().contains("is still there"), "{}", old.log());
+    assert!(
+        api.requests().iter().any(|r| r == DS_GET),
+        "{:?}",
+        api.requests()
+    );
+    assert_eq!(tree.entries("10-kindnet.conflist"), 1);
+    assert!(tree.binary().exists() && tree.kubeconfig().exists());
+
+    let mut new = start_owned(&tree, &kc);
+    assert!(new.wait_log("meshnft is chained into"), "{}", new.log());
+    // It found the entry in place: nothing to write.
+    assert!(!new.log().contains("chained meshnft into"), "{}", new.log());
+    api.remove_daemonset("meshnft", "meshnft");
+    assert_eq!(new.term().code(), Some(0), "{}", new.log());
+    assert!(new.log().contains("is gone"), "{}", new.log());
+    assert!(new.log().contains("uninstall complete"), "{}", new.log());
+    assert_eq!(tree.files(), ["10-kindnet.conflist"]);
+    assert_eq!(tree.entries("10-kindnet.conflist"), 0);
+    assert!(!tree.binary().exists());
+}
+
+/// An uninstall: the DaemonSet being deleted (foreground), gone, or no
+/// longer readable (the chart's RBAC removed first): SIGTERM removes the
+/// entry, the kubeconfig and the binary.
+#[test]
+fn sigterm_uninstalls_when_the_daemonset_is_gone_or_being_deleted() {
+    if !support::root_or_skip("sigterm_uninstalls_when_the_daemonset_is_gone_or_being_deleted") {
+        return;
+    }
+    for case in ["being deleted", "gone", "forbidden"] {
+        let tree = Tree::new();
+        tree.write_conf("10-kindnet.conflist", &kindnet());
+        let api = liveapi::LiveApi::start();
+        let kc = api.kubeconfig(&tree.dir);
+        api.put_daemonset("meshnft", "meshnft", false);
+        let mut inst = start_owned(&tree, &kc);
+        assert!(inst.wait_log("meshnft is chained into"), "{}", inst.log());
+        match case {
+            "being deleted" => api.put_daemonset("meshnft", "meshnft", true),
+            "gone" => api.remove_daemonset("meshnft", "meshnft"),
+            _ => api.set_deny(true),
+        }
+        assert_eq!(inst.term().code(), Some(0), "{case}: {}", inst.log());
+        assert!(
+            inst.log().contains("meshnft is being uninstalled"),
+            "{case}: {}",
+            inst.log()
+        );
+        assert!(
+            inst.log().contains("uninstall complete"),
+            "{case}: {}",
+            inst.log()
+        );
+        assert_eq!(tree.files(), ["10-kindnet.conflist"], "{case}");
+        assert_eq!(tree.entries("10-kindnet.conflist"), 0, "{case}");
+        assert!(!tree.binary().exists(), "{case}");
+    }
+}
+
+/// No answer about the DaemonSet (the API server down, or not reachable
+/// at all): SIGTERM keeps everything (a kept entry with its plugin is
+/// harmless, a removed one opens a window), says so loudly, and still
+/// exits within its bound.
+#[test]
+fn sigterm_keeps_everything_when_the_api_cannot_be_reached() {
+    if !support::root_or_skip("sigterm_keeps_everything_when_the_api_cannot_be_reached") {
+        return;
+    }
+    for case in ["down", "unreachable"] {
+        let tree = Tree::new();
+        tree.write_conf("10-kindnet.conflist", &kindnet());
+        let api = liveapi::LiveApi::start();
+        let kc = if case == "down" {
+            api.kubeconfig(&tree.dir)
+        } else {
+            // Nothing listens on the discard port of the loopback.
+            let p = tree.dir.join("closed-kubeconfig");
+            std::fs::write(
+                &p,
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: http://127.0.0.1:9\nusers:\n- name: u\n  user:\n    token: t\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\n",
+            )
+            .unwrap();
+            p
+        };
+        let mut inst = start_owned(&tree, &kc);
+        assert!(inst.wait_log("meshnft is chained into"), "{}", inst.log());
+        api.set_down(true);
+        let t0 = Instant::now();
+        assert_eq!(inst.term().code(), Some(0), "{case}: {}", inst.log());
+        assert!(
+            t0.elapsed() < Duration::from_secs(8),
+            "{case}: {:?}",
+            t0.elapsed()
+        );
+        assert!(inst.log().contains("ERROR"), "{case}: {}", inst.log());
+        assert!(
+            inst.log()
+                .contains("cannot tell an update from an uninstall"),
+            "{case}: {}",
+            inst.log()
+        );
+        assert_eq!(tree.entries("10-kindnet.conflist"), 1, "{case}");
+        assert!(
+            tree.binary().exists() && tree.kubeconfig().exists(),
+            "{case}"
+        );
+    }
+}

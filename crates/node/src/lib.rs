@@ -4,7 +4,9 @@
 //! [`run`] is its main loop: a reconcile pass of the installer at start,
 //! on file events and signals ([`watch`]) and on timers; the node agent
 //! beside it on a thread of its own; on SIGTERM the agent stops and the
-//! installer uninstalls.
+//! installer uninstalls, unless its DaemonSet is still there (an update:
+//! [`install::upgrade`]) or another installer still runs on the node
+//! ([`install::lock`]).
 //!
 //! - [`install`]: puts the plugin on the node and keeps it chained into
 //!   the primary CNI's network configuration; takes it out again;
@@ -64,6 +66,7 @@ pub fn main_entry() -> i32 {
 use install::error::InstallError;
 use install::lifecycle::{Installer, Outcome};
 use install::lock::Locks;
+use install::upgrade::OnExit;
 use std::path::Path;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -115,8 +118,10 @@ impl Reporter {
 }
 
 /// Runs `meshnft-node install` until SIGTERM: a reconcile pass at start, on
-/// file events and on timers, the agent beside it; then cleans up unless
-/// `--keep-on-exit`. Returns the process exit code: 0 after a clean exit,
+/// file events and on timers (each under the installers' locks), the agent
+/// beside it; then cleans up, unless `--keep-on-exit`, the DaemonSet is
+/// still there (or the API server does not answer), or another installer
+/// still runs. Returns the process exit code: 0 after a clean exit,
 /// 1 when cleanup failed or signal handling could not be set up.
 pub fn run(mut args: Args) -> i32 {
     args.install.agent_socket = args.agent.socket().map(Path::to_path_buf);
@@ -205,6 +210,39 @@ pub fn run(mut args: Args) -> i32 {
     if args.install.keep_on_exit {
         tracing::info!("--keep-on-exit: leaving the entry, the kubeconfig and the binary in place");
         return 0;
+    }
+    if let Some(ds) = args.install.daemonset.as_deref() {
+        let Some(ns) = install::upgrade::pod_namespace(
+            args.install.pod_namespace.as_deref(),
+            &args.install.service_account_dir,
+        ) else {
+            tracing::error!(
+                "--daemonset {ds} without a namespace (MESHNFT_POD_NAMESPACE, the service account's \
+                 namespace file): cannot tell an update from an uninstall, so keeping the entry, \
+                 the kubeconfig and the binary"
+            );
+            return 0;
+        };
+        match install::upgrade::decide(
+            &ns,
+            ds,
+            args.agent.agent_kubeconfig.as_deref(),
+            Duration::from_secs_f64(args.install.exit_api_seconds),
+        ) {
+            OnExit::Keep(why) => {
+                tracing::info!("{why}: leaving the entry, the kubeconfig and the binary in place");
+                return 0;
+            }
+            OnExit::Unsure(why) => {
+                tracing::error!(
+                    "{why}: cannot tell an update from an uninstall, so keeping the entry, the \
+                     kubeconfig and the binary (harmless: the next installer takes them over; \
+                     remove them by hand if meshnft was uninstalled)"
+                );
+                return 0;
+            }
+            OnExit::Uninstall(why) => tracing::info!("{why}: removing meshnft from this node"),
+        }
     }
     if !locks.is_running() {
         // Never got past the lock: another installer was uninstalling, and
