@@ -247,15 +247,16 @@ mod tests {
         std::fs::remove_dir_all(&d).unwrap();
     }
 
+    /// A lock file removed under a holder (as the last installer removes
+    /// them): the next installer locks the new file at the path, never
+    /// the removed one.
     #[test]
-    fn a_lock_on_a_removed_file_is_taken_again() {
+    fn a_removed_lock_file_is_replaced_by_a_live_one() {
         let d = dir();
         let state = d.join("meshnft.d");
         let mut a = Locks::new(&state);
         assert!(a.ensure_running(Duration::ZERO).unwrap());
         let old = a.running.as_ref().unwrap().file.metadata().unwrap().ino();
-        // Someone removes the file under a's lock: b gets a new file, and
-        // a is no longer alone... but b's lock must be on the live file.
         std::fs::remove_file(state.join(RUNNING_LOCK)).unwrap();
         let mut b = Locks::new(&state);
         assert!(b.ensure_running(Duration::ZERO).unwrap());
