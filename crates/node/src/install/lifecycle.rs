@@ -467,3 +467,61 @@ pub fn remaining_entries(dir: &Path) -> Vec<(PathBuf, Value)> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cmd {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    /// A temporary directory, removed on drop (also when the test fails).
+    struct TempDir(PathBuf);
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// A kill between writing the list and moving the original leaves the
+    /// original in place beside its (older) copy: the uninstall keeps the
+    /// original, the newer of the two, and drops the copy.
+    #[test]
+    fn uninstall_keeps_an_original_still_in_place_over_its_copy() {
+        let tmp = TempDir(std::env::temp_dir().join(format!("meshnft-lc-{}", std::process::id())));
+        let root = tmp.0.clone();
+        let _ = std::fs::remove_dir_all(&root);
+        let net = root.join("etc/cni/net.d");
+        std::fs::create_dir_all(net.join("meshnft.d/orig")).unwrap();
+        std::fs::create_dir_all(root.join("opt/cni/bin")).unwrap();
+        let new = r#"{"cniVersion":"0.3.1","name":"bridge","type":"bridge","mtu":1400}"#;
+        let old = r#"{"cniVersion":"0.3.1","name":"bridge","type":"bridge"}"#;
+        std::fs::write(net.join("10-bridge.conf"), new).unwrap();
+        std::fs::write(net.join("meshnft.d/orig/10-bridge.conf"), old).unwrap();
+        std::fs::write(
+            net.join("10-bridge.conflist"),
+            r#"{"cniVersion":"0.3.1","name":"bridge","plugins":[{"type":"bridge"},{"type":"meshnft"}]}"#,
+        )
+        .unwrap();
+        let cmd = Cmd::try_parse_from([
+            "t".as_ref(),
+            "--host-root".as_ref(),
+            root.as_os_str(),
+            "--no-kubeconfig".as_ref(),
+        ])
+        .unwrap();
+        let mut inst = Installer::new(cmd.args);
+        inst.uninstall().unwrap();
+        assert_eq!(
+            std::fs::read_to_string(net.join("10-bridge.conf")).unwrap(),
+            new
+        );
+        assert!(!net.join("10-bridge.conflist").exists());
+        assert!(!net.join("meshnft.d").exists());
+    }
+}

@@ -207,7 +207,16 @@ impl Locks {
 mod tests {
     use super::*;
 
-    fn dir() -> PathBuf {
+    /// A temporary directory, removed on drop (also when the test fails).
+    struct TempDir(PathBuf);
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn dir() -> TempDir {
         let d = std::env::temp_dir().join(format!(
             "meshnft-lock-{}-{:?}",
             std::process::id(),
@@ -215,13 +224,13 @@ mod tests {
         ));
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).unwrap();
-        d
+        TempDir(d)
     }
 
     #[test]
     fn passes_exclude_each_other_and_the_last_one_is_found() {
         let d = dir();
-        let state = d.join("meshnft.d");
+        let state = d.0.join("meshnft.d");
         let mut a = Locks::new(&state);
         let mut b = Locks::new(&state);
         assert!(a.ensure_running(Duration::ZERO).unwrap());
@@ -244,7 +253,6 @@ mod tests {
         // A new installer takes new files.
         assert!(c.ensure_running(Duration::ZERO).unwrap());
         assert!(state.join(RUNNING_LOCK).exists());
-        std::fs::remove_dir_all(&d).unwrap();
     }
 
     /// A lock file removed under a holder (as the last installer removes
@@ -253,7 +261,7 @@ mod tests {
     #[test]
     fn a_removed_lock_file_is_replaced_by_a_live_one() {
         let d = dir();
-        let state = d.join("meshnft.d");
+        let state = d.0.join("meshnft.d");
         let mut a = Locks::new(&state);
         assert!(a.ensure_running(Duration::ZERO).unwrap());
         let old = a.running.as_ref().unwrap().file.metadata().unwrap().ino();
@@ -263,13 +271,12 @@ mod tests {
         let f = b.running.as_ref().unwrap();
         assert!(still_at(&f.file, &state.join(RUNNING_LOCK)));
         assert_ne!(f.file.metadata().unwrap().ino(), old);
-        std::fs::remove_dir_all(&d).unwrap();
     }
 
     #[test]
     fn a_link_or_a_fifo_is_never_a_lock() {
         let d = dir();
-        let state = d.join("meshnft.d");
+        let state = d.0.join("meshnft.d");
         std::fs::create_dir(&state).unwrap();
         std::os::unix::fs::symlink("/etc/passwd", state.join(PASS_LOCK)).unwrap();
         assert!(Locks::new(&state).pass(Duration::ZERO).is_err());
@@ -279,6 +286,5 @@ mod tests {
         )
         .unwrap();
         assert!(Locks::new(&state).ensure_running(Duration::ZERO).is_err());
-        std::fs::remove_dir_all(&d).unwrap();
     }
 }
