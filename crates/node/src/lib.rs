@@ -236,8 +236,9 @@ pub fn run(mut args: Args) -> i32 {
             OnExit::Unsure(why) => {
                 tracing::error!(
                     "{why}: cannot tell an update from an uninstall, so keeping the entry, the \
-                     kubeconfig and the binary (harmless: the next installer takes them over; \
-                     remove them by hand if meshnft was uninstalled)"
+                     kubeconfig and the binary (the next installer takes them over; if meshnft is \
+                     being uninstalled, remove them by hand: until then pods whose data needs the \
+                     API server fail their sandbox creation on this node)"
                 );
                 return 0;
             }

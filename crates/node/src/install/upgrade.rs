@@ -12,9 +12,10 @@
 //!   to read it (403): an uninstall removed the chart's service account or
 //!   RBAC before the pod: **remove**;
 //! - anything else (no answer within the bound, 5xx, no credentials):
-//!   **keep**, loudly. A kept entry with the plugin in place costs
-//!   nothing (the next installer, or none, finds it); a removed one opens
-//!   a window in which pods start unmeshed.
+//!   **keep**, loudly. A kept entry never lets a pod start unmeshed (at
+//!   worst, with the old pod's token gone, a pod needing the API server
+//!   fails its sandbox creation and kubelet retries it); a removed one
+//!   opens a window in which pods start unmeshed.
 //!
 //! Without `--daemonset` (the installer run by hand) there is no
 //! DaemonSet to ask about: SIGTERM removes everything, as it always did.
