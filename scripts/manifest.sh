@@ -20,8 +20,9 @@ render() {
 #
 # One DaemonSet pod per node runs `meshnft-node install`: it copies the plugin binary to the host's
 # /opt/cni/bin, writes the plugin's kubeconfig, appends the entry below to the primary CNI's
-# conflist in /etc/cni/net.d (and keeps it there when the primary CNI rewrites its file), and
-# removes all of it again when the pod is deleted (SIGTERM). See docs/install.md.
+# conflist in /etc/cni/net.d (and keeps it there when the primary CNI rewrites its file). When
+# its pod stops, it leaves all of it to the next pod if the DaemonSet is still there (an update),
+# and removes it if the DaemonSet is gone (kubectl delete). See docs/install.md.
 #
 # Generated from the Helm chart in deploy/chart (its defaults, createNamespace=true) by
 # scripts/manifest.sh: edit the chart, then run the script. With Helm:

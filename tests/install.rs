@@ -1004,3 +1004,367 @@ fn fifo_service_account_files_never_block_sigterm() {
     );
     drop(inst); // SIGKILLs unshare; --kill-child takes the installer along
 }
+
+/// How many times a line occurs in a log.
+fn count(log: &str, needle: &str) -> usize {
+    log.matches(needle).count()
+}
+
+/// Two installers started together, many times over, end in either order
+/// or together: exactly one entry while either runs (only one of them
+/// ever writes it, and the first to go never removes it), none after the
+/// last one goes, and the node as it was (the converted `.conf` back, no
+/// `meshnft.d`, no binary).
+#[test]
+fn overlapping_installers_leave_one_entry_and_the_last_one_uninstalls() {
+    if !support::root_or_skip("overlapping_installers_leave_one_entry_and_the_last_one_uninstalls")
+    {
+        return;
+    }
+    const ROUNDS: usize = 24;
+    for round in 0..ROUNDS {
+        let tree = Tree::new();
+        let conf = tree.net().join("10-bridge.conf");
+        // Even rounds: the primary is there when both start; odd rounds:
+        // both wait for it, and their passes start on the same file event.
+        if round % 2 == 0 {
+            tree.write_conf("10-bridge.conf", &single_conf());
+        }
+        let mut a = Installer::start(&tree, &[]);
+        let mut b = Installer::start(&tree, &[]);
+        let logs = |a: &Installer, b: &Installer| {
+            format!("round {round}\n--- a:\n{}--- b:\n{}", a.log(), b.log())
+        };
+        if round % 2 == 1 {
+            assert!(
+                a.wait_log("waiting for the primary CNI"),
+                "{}",
+                logs(&a, &b)
+            );
+            assert!(
+                b.wait_log("waiting for the primary CNI"),
+                "{}",
+                logs(&a, &b)
+            );
+            tree.write_conf("10-bridge.conf", &single_conf());
+        }
+        let original = serde_json::to_vec_pretty(&single_conf()).unwrap();
+        assert!(a.wait_log("meshnft is chained into"), "{}", logs(&a, &b));
+        assert!(b.wait_log("meshnft is chained into"), "{}", logs(&a, &b));
+        assert_eq!(tree.entries("10-bridge.conflist"), 1, "{}", logs(&a, &b));
+        assert_eq!(
+            tree.files(),
+            ["10-bridge.conflist", "meshnft.d"],
+            "{}",
+            logs(&a, &b)
+        );
+        // Only one of them wrote the entry: their passes never overlapped.
+        let writes = |a: &Installer, b: &Installer| {
+            count(&a.log(), "chained meshnft into") + count(&b.log(), "chained meshnft into")
+        };
+        assert_eq!(writes(&a, &b), 1, "{}", logs(&a, &b));
+        match round % 3 {
+            // One goes, then the other; either order.
+            0 | 1 => {
+                let (first, second) = if round % 3 == 0 {
+                    (&mut a, &mut b)
+                } else {
+                    (&mut b, &mut a)
+                };
+                assert_eq!(first.term().code(), Some(0), "{}", first.log());
+                assert!(
+                    first.log().contains("another installer runs on this node"),
+                    "{}",
+                    first.log()
+                );
+                assert!(
+                    !first.log().contains("uninstall: removed"),
+                    "{}",
+                    first.log()
+                );
+                assert!(second.running());
+                std::thread::sleep(Duration::from_millis(200));
+                assert_eq!(tree.entries("10-bridge.conflist"), 1);
+                assert!(tree.binary().exists() && tree.kubeconfig().exists());
+                assert_eq!(second.term().code(), Some(0), "{}", second.log());
+                assert!(
+                    second.log().contains("uninstall complete"),
+                    "{}",
+                    second.log()
+                );
+            }
+            // Both at once: one of them (whichever is last) uninstalls.
+            _ => {
+                unsafe {
+                    libc::kill(a.pid(), libc::SIGTERM);
+                    libc::kill(b.pid(), libc::SIGTERM);
+                }
+                assert_eq!(a.wait_exit().code(), Some(0), "{}", logs(&a, &b));
+                assert_eq!(b.wait_exit().code(), Some(0), "{}", logs(&a, &b));
+                let done =
+                    count(&a.log(), "uninstall complete") + count(&b.log(), "uninstall complete");
+                assert_eq!(done, 1, "{}", logs(&a, &b));
+            }
+        }
+        // The entry was never put back: nothing ever removed it under a
+        // running installer.
+        assert_eq!(writes(&a, &b), 1, "{}", logs(&a, &b));
+        assert_eq!(tree.files(), ["10-bridge.conf"], "{}", logs(&a, &b));
+        assert_eq!(std::fs::read(&conf).unwrap(), original);
+        assert!(!tree.binary().exists());
+    }
+}
+
+/// An installer killed at any point of its passes (SIGKILL: no cleanup)
+/// leaves no lock behind and no state the next one cannot resume: the
+/// next one chains at once and, alone, is the last one when it goes,
+/// restoring the node as it was.
+#[test]
+fn a_killed_installer_leaves_no_stale_lock() {
+    if !support::root_or_skip("a_killed_installer_leaves_no_stale_lock") {
+        return;
+    }
+    let tree = Tree::new();
+    let conf = tree.write_conf("10-bridge.conf", &single_conf());
+    let original = std::fs::read(&conf).unwrap();
+    for round in 0..30u64 {
+        let mut a = Installer::start(&tree, &[]);
+        // Somewhere in its first pass (which converts the .conf: a kill
+        // between writing the list and moving the original must leave a
+        // state the next one resumes), or its first wait.
+        std::thread::sleep(Duration::from_millis(round * 4));
+        a.crash();
+        if round % 3 == 2 {
+            // A reboot: the primary CNI writes its file again.
+            tree.write_conf("10-bridge.conf", &single_conf());
+        }
+    }
+    let mut b = Installer::start(&tree, &[]);
+    assert!(b.wait_log("meshnft is chained into"), "{}", b.log());
+    assert!(!b.log().contains("lock"), "{}", b.log());
+    assert_eq!(tree.entries("10-bridge.conflist"), 1);
+    assert!(!conf.exists(), "{}", b.log());
+    assert_eq!(b.term().code(), Some(0), "{}", b.log());
+    assert!(b.log().contains("uninstall complete"), "{}", b.log());
+    let left: Vec<_> = std::fs::read_dir(tree.net().join("meshnft.d"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(tree.files(), ["10-bridge.conf"], "meshnft.d: {left:?}");
+    assert_eq!(std::fs::read(&conf).unwrap(), original);
+}
+
+/// The locks hold off a pass: while the pass lock is held (another
+/// installer's pass), and while the "running" lock is held exclusively
+/// (another installer's uninstall), a starting installer writes nothing;
+/// once they are let go, it chains.
+#[test]
+fn a_pass_waits_for_the_locks_of_another_installer() {
+    if !support::root_or_skip("a_pass_waits_for_the_locks_of_another_installer") {
+        return;
+    }
+    let tree = Tree::new();
+    let primary = tree.write_conf("10-kindnet.conflist", &kindnet());
+    let state = tree.net().join("meshnft.d");
+    std::fs::create_dir(&state).unwrap();
+    for (name, exclusive_running) in [("pass.lock", false), ("running.lock", true)] {
+        let f = std::fs::File::create(state.join(name)).unwrap();
+        f.lock().unwrap();
+        let mut inst = Installer::start(&tree, &[]);
+        std::thread::sleep(Duration::from_millis(1500));
+        assert_eq!(read_json(&primary), Some(kindnet()), "{}", inst.log());
+        assert!(!tree.binary().exists(), "{}", inst.log());
+        if exclusive_running {
+            assert!(
+                inst.wait_log("another installer is uninstalling"),
+                "{}",
+                inst.log()
+            );
+        }
+        drop(f);
+        assert!(inst.wait_log("meshnft is chained into"), "{}", inst.log());
+        assert_eq!(tree.entries("10-kindnet.conflist"), 1);
+        assert_eq!(inst.term().code(), Some(0), "{}", inst.log());
+        assert_eq!(read_json(&primary), Some(kindnet()));
+        std::fs::create_dir_all(&state).unwrap();
+    }
+}
+
+/// A conversion interrupted between its steps (here: `meshnft.d/orig`
+/// cannot be made; a kill at that point is the same) never leaves a list
+/// beside the original that the next pass refuses as someone else's: once
+/// the obstacle goes, the conversion completes.
+#[test]
+fn an_interrupted_conversion_is_resumed() {
+    if !support::root_or_skip("an_interrupted_conversion_is_resumed") {
+        return;
+    }
+    let tree = Tree::new();
+    let conf = tree.write_conf("10-bridge.conf", &single_conf());
+    let original = std::fs::read(&conf).unwrap();
+    let state = tree.net().join("meshnft.d");
+    std::fs::create_dir(&state).unwrap();
+    std::fs::write(state.join("orig"), "in the way").unwrap();
+    let mut inst = Installer::start(&tree, &[]);
+    assert!(inst.wait_log("cannot create directory"), "{}", inst.log());
+    std::fs::remove_file(state.join("orig")).unwrap();
+    assert!(inst.wait_log("meshnft is chained into"), "{}", inst.log());
+    assert_eq!(tree.entries("10-bridge.conflist"), 1);
+    assert!(!conf.exists());
+    assert_eq!(inst.term().code(), Some(0), "{}", inst.log());
+    assert_eq!(tree.files(), ["10-bridge.conf"]);
+    assert_eq!(std::fs::read(&conf).unwrap(), original);
+}
+
+#[path = "common/liveapi.rs"]
+mod liveapi;
+
+/// The installer as the chart runs it: `--daemonset meshnft` in namespace
+/// `meshnft`, asking `api` at SIGTERM (2 s at most).
+fn start_owned(tree: &Tree, kubeconfig: &Path) -> Installer {
+    let kc = kubeconfig.to_string_lossy().into_owned();
+    Installer::start(
+        tree,
+        &[
+            "--daemonset",
+            "meshnft",
+            "--pod-namespace",
+            "meshnft",
+            "--agent-kubeconfig",
+            &kc,
+            "--exit-api-seconds",
+            "2",
+        ],
+    )
+}
+
+const DS_GET: &str = "GET /apis/apps/v1/namespaces/meshnft/daemonsets/meshnft";
+
+/// An update (or a restart): the DaemonSet is still there at SIGTERM, so
+/// the plugin, its kubeconfig and the entry stay for the next installer,
+/// which takes them over; when that one goes and the DaemonSet is gone
+/// (an uninstall), it removes them.
+#[test]
+fn sigterm_keeps_everything_while_the_daemonset_is_there() {
+    if !support::root_or_skip("sigterm_keeps_everything_while_the_daemonset_is_there") {
+        return;
+    }
+    let tree = Tree::new();
+    tree.write_conf("10-kindnet.conflist", &kindnet());
+    let api = liveapi::LiveApi::start();
+    let kc = api.kubeconfig(&tree.dir);
+    api.put_daemonset("meshnft", "meshnft", false);
+    let mut old = start_owned(&tree, &kc);
+    assert!(old.wait_log("meshnft is chained into"), "{}", old.log());
+    assert_eq!(old.term().code(), Some(0), "{}", old.log());
+    assert!(old.log().contains("is still there"), "{}", old.log());
+    assert!(
+        api.requests().iter().any(|r| r == DS_GET),
+        "{:?}",
+        api.requests()
+    );
+    assert_eq!(tree.entries("10-kindnet.conflist"), 1);
+    assert!(tree.binary().exists() && tree.kubeconfig().exists());
+
+    let mut new = start_owned(&tree, &kc);
+    assert!(new.wait_log("meshnft is chained into"), "{}", new.log());
+    // It found the entry in place: nothing to write.
+    assert!(!new.log().contains("chained meshnft into"), "{}", new.log());
+    api.remove_daemonset("meshnft", "meshnft");
+    assert_eq!(new.term().code(), Some(0), "{}", new.log());
+    assert!(new.log().contains("is gone"), "{}", new.log());
+    assert!(new.log().contains("uninstall complete"), "{}", new.log());
+    assert_eq!(tree.files(), ["10-kindnet.conflist"]);
+    assert_eq!(tree.entries("10-kindnet.conflist"), 0);
+    assert!(!tree.binary().exists());
+}
+
+/// An uninstall: the DaemonSet being deleted (foreground), gone, or no
+/// longer readable (the chart's RBAC removed first): SIGTERM removes the
+/// entry, the kubeconfig and the binary.
+#[test]
+fn sigterm_uninstalls_when_the_daemonset_is_gone_or_being_deleted() {
+    if !support::root_or_skip("sigterm_uninstalls_when_the_daemonset_is_gone_or_being_deleted") {
+        return;
+    }
+    for case in ["being deleted", "gone", "forbidden"] {
+        let tree = Tree::new();
+        tree.write_conf("10-kindnet.conflist", &kindnet());
+        let api = liveapi::LiveApi::start();
+        let kc = api.kubeconfig(&tree.dir);
+        api.put_daemonset("meshnft", "meshnft", false);
+        let mut inst = start_owned(&tree, &kc);
+        assert!(inst.wait_log("meshnft is chained into"), "{}", inst.log());
+        match case {
+            "being deleted" => api.put_daemonset("meshnft", "meshnft", true),
+            "gone" => api.remove_daemonset("meshnft", "meshnft"),
+            _ => api.set_deny(true),
+        }
+        assert_eq!(inst.term().code(), Some(0), "{case}: {}", inst.log());
+        assert!(
+            inst.log().contains("meshnft is being uninstalled"),
+            "{case}: {}",
+            inst.log()
+        );
+        assert!(
+            inst.log().contains("uninstall complete"),
+            "{case}: {}",
+            inst.log()
+        );
+        assert_eq!(tree.files(), ["10-kindnet.conflist"], "{case}");
+        assert_eq!(tree.entries("10-kindnet.conflist"), 0, "{case}");
+        assert!(!tree.binary().exists(), "{case}");
+    }
+}
+
+/// No answer about the DaemonSet (the API server down, or not reachable
+/// at all): SIGTERM keeps everything (a kept entry with its plugin is
+/// harmless, a removed one opens a window), says so loudly, and still
+/// exits within its bound.
+#[test]
+fn sigterm_keeps_everything_when_the_api_cannot_be_reached() {
+    if !support::root_or_skip("sigterm_keeps_everything_when_the_api_cannot_be_reached") {
+        return;
+    }
+    for case in ["down", "unreachable"] {
+        let tree = Tree::new();
+        tree.write_conf("10-kindnet.conflist", &kindnet());
+        let api = liveapi::LiveApi::start();
+        let kc = if case == "down" {
+            api.kubeconfig(&tree.dir)
+        } else {
+            // Nothing listens on the discard port of the loopback.
+            let p = tree.dir.join("closed-kubeconfig");
+            std::fs::write(
+                &p,
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: http://127.0.0.1:9\nusers:\n- name: u\n  user:\n    token: t\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\n",
+            )
+            .unwrap();
+            p
+        };
+        let mut inst = start_owned(&tree, &kc);
+        assert!(inst.wait_log("meshnft is chained into"), "{}", inst.log());
+        api.set_down(true);
+        let t0 = Instant::now();
+        assert_eq!(inst.term().code(), Some(0), "{case}: {}", inst.log());
+        assert!(
+            t0.elapsed() < Duration::from_secs(8),
+            "{case}: {:?}",
+            t0.elapsed()
+        );
+        assert!(inst.log().contains("ERROR"), "{case}: {}", inst.log());
+        assert!(
+            inst.log()
+                .contains("cannot tell an update from an uninstall"),
+            "{case}: {}",
+            inst.log()
+        );
+        assert_eq!(tree.entries("10-kindnet.conflist"), 1, "{case}");
+        assert!(
+            tree.binary().exists() && tree.kubeconfig().exists(),
+            "{case}"
+        );
+    }
+}

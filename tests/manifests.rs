@@ -81,6 +81,8 @@ fn every_document_matches_the_schema() {
             "ClusterRoleBinding",
             "ClusterRoleBinding",
             "Role",
+            "Role",
+            "RoleBinding",
             "RoleBinding",
             "DaemonSet"
         ]
@@ -300,7 +302,8 @@ fn rbac_is_get_on_pods_namespaces_and_the_kubernetes_service_and_the_agents_watc
     // The plugin: get. The node agent (default mode inPlace, no taint
     // option): list/watch pods and namespaces (its answers to the plugin's
     // pod lookups), create events (patch: a repeated event becomes a
-    // series). No delete, no node access.
+    // series). No delete, no node access. The installer: get on its own
+    // DaemonSet only (at SIGTERM: an update or an uninstall?).
     assert_eq!(
         seen,
         [
@@ -310,6 +313,7 @@ fn rbac_is_get_on_pods_namespaces_and_the_kubernetes_service_and_the_agents_watc
             "cluster /pods [] list,watch",
             "cluster events.k8s.io/events [] create,patch",
             "default /services [\"kubernetes\"] get",
+            "meshnft apps/daemonsets [\"meshnft\"] get",
         ]
     );
     // Both bound to the DaemonSet's service account.
@@ -320,12 +324,12 @@ fn rbac_is_get_on_pods_namespaces_and_the_kubernetes_service_and_the_agents_watc
             Object::RoleBinding(b) => (b.subjects.unwrap(), b.role_ref),
             _ => continue,
         };
-        assert!(["meshnft", "meshnft-agent"].contains(&role.name.as_str()));
+        assert!(["meshnft", "meshnft-agent", "meshnft-installer"].contains(&role.name.as_str()));
         assert_eq!(subjects[0].name, "meshnft");
         assert_eq!(subjects[0].namespace.as_deref(), Some("meshnft"));
         bound += 1;
     }
-    assert_eq!(bound, 3);
+    assert_eq!(bound, 4);
 }
 
 #[test]

@@ -2,7 +2,9 @@
 //! (list and watch with a field selector on `spec.nodeName`, get, delete,
 //! merge patch of labels), namespaces (list and watch of those put or
 //! holding a pod; get, where any name exists), nodes (get,
-//! merge patch of `spec.taints`), `events.k8s.io/v1` events (create). Every
+//! merge patch of `spec.taints`), `events.k8s.io/v1` events (create),
+//! `apps/v1` daemonsets (get; put, marked deleting or removed by the
+//! test). Every
 //! change gets a `resourceVersion` and goes into a log that watches stream
 //! from, as JSON lines over chunked HTTP/1.1, like the API server.
 //! [`LiveApi::set_down`] answers 503 to everything and ends open watches
@@ -26,6 +28,7 @@ struct State {
     namespaces: BTreeMap<String, Value>,
     log: Vec<(u64, &'static str, Value)>,
     nodes: BTreeMap<String, Value>,
+    daemonsets: BTreeMap<(String, String), Value>,
     events: Vec<Value>,
     deletes: Vec<String>,
     patches: Vec<(String, Value)>,
@@ -36,6 +39,7 @@ struct Inner {
     state: Mutex<State>,
     stop: AtomicBool,
     down: AtomicBool,
+    deny: AtomicBool,
 }
 
 /// The running stand-in; stops on drop.
@@ -190,6 +194,9 @@ impl Inner {
         if self.down.load(Ordering::Relaxed) {
             return self.answer(&mut s, 503, status(503, "ServiceUnavailable", "down"));
         }
+        if self.deny.load(Ordering::Relaxed) {
+            return self.answer(&mut s, 403, status(403, "Forbidden", "forbidden"));
+        }
         let seg: Vec<&str> = path.trim_start_matches('/').split('/').collect();
         match (method.as_str(), seg.as_slice()) {
             ("GET", ["api", "v1", "pods"]) => {
@@ -267,6 +274,27 @@ impl Inner {
                 drop(st);
                 self.answer(&mut s, 200, pod.to_string())
             }
+            ("GET", ["apis", "apps", "v1", "namespaces", ns, "daemonsets", name]) => {
+                let ds = self
+                    .state
+                    .lock()
+                    .unwrap()
+                    .daemonsets
+                    .get(&(ns.to_string(), name.to_string()))
+                    .cloned();
+                match ds {
+                    Some(ds) => self.answer(&mut s, 200, ds.to_string()),
+                    None => self.answer(
+                        &mut s,
+                        404,
+                        status(
+                            404,
+                            "NotFound",
+                            &format!("daemonsets.apps \"{name}\" not found"),
+                        ),
+                    ),
+                }
+            }
             ("POST", ["apis", "events.k8s.io", "v1", "namespaces", _ns, "events"]) => {
                 self.state.lock().unwrap().events.push(body.clone());
                 self.answer(&mut s, 201, body.to_string())
@@ -309,6 +337,7 @@ impl LiveApi {
             state: Mutex::new(State::default()),
             stop: AtomicBool::new(false),
             down: AtomicBool::new(false),
+            deny: AtomicBool::new(false),
         });
         let i = inner.clone();
         let thread = std::thread::spawn(move || {
@@ -394,6 +423,27 @@ impl LiveApi {
         st.nodes.insert(name.into(), v);
     }
 
+    /// Adds or replaces DaemonSet `ns/name`; `deleting`: with a
+    /// `deletionTimestamp` (a foreground deletion under way).
+    pub fn put_daemonset(&self, ns: &str, name: &str, deleting: bool) {
+        let mut v = json!({"kind": "DaemonSet", "apiVersion": "apps/v1",
+            "metadata": {"name": name, "namespace": ns, "uid": format!("ds-{name}")},
+            "spec": {"selector": {"matchLabels": {"app": name}},
+                "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": []}}}});
+        if deleting {
+            v["metadata"]["deletionTimestamp"] = json!("2026-11-29T00:00:00Z");
+        }
+        let mut st = self.inner.state.lock().unwrap();
+        Inner::bump(&mut st, "ADDED", &mut v);
+        st.daemonsets.insert((ns.into(), name.into()), v);
+    }
+
+    /// Removes DaemonSet `ns/name` (a GET then answers 404).
+    pub fn remove_daemonset(&self, ns: &str, name: &str) {
+        let mut st = self.inner.state.lock().unwrap();
+        st.daemonsets.remove(&(ns.to_string(), name.to_string()));
+    }
+
     /// The taint keys of node `name`.
     pub fn taints(&self, name: &str) -> Vec<String> {
         let st = self.inner.state.lock().unwrap();
@@ -458,6 +508,11 @@ impl LiveApi {
     /// Down (503 to everything, open watches end) or back up.
     pub fn set_down(&self, down: bool) {
         self.inner.down.store(down, Ordering::Relaxed);
+    }
+
+    /// Denies everything (403, as once the RBAC is gone) or no longer.
+    pub fn set_deny(&self, deny: bool) {
+        self.inner.deny.store(deny, Ordering::Relaxed);
     }
 
     /// Writes a kubeconfig for it (bearer token) into `dir`.

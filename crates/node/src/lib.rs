@@ -4,7 +4,9 @@
 //! [`run`] is its main loop: a reconcile pass of the installer at start,
 //! on file events and signals ([`watch`]) and on timers; the node agent
 //! beside it on a thread of its own; on SIGTERM the agent stops and the
-//! installer uninstalls.
+//! installer uninstalls, unless its DaemonSet is still there (an update:
+//! [`install::upgrade`]) or another installer still runs on the node
+//! ([`install::lock`]).
 //!
 //! - [`install`]: puts the plugin on the node and keeps it chained into
 //!   the primary CNI's network configuration; takes it out again;
@@ -63,6 +65,8 @@ pub fn main_entry() -> i32 {
 
 use install::error::InstallError;
 use install::lifecycle::{Installer, Outcome};
+use install::lock::Locks;
+use install::upgrade::OnExit;
 use std::path::Path;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -114,8 +118,10 @@ impl Reporter {
 }
 
 /// Runs `meshnft-node install` until SIGTERM: a reconcile pass at start, on
-/// file events and on timers, the agent beside it; then cleans up unless
-/// `--keep-on-exit`. Returns the process exit code: 0 after a clean exit,
+/// file events and on timers (each under the installers' locks), the agent
+/// beside it; then cleans up, unless `--keep-on-exit`, the DaemonSet is
+/// still there (or the API server does not answer), or another installer
+/// still runs. Returns the process exit code: 0 after a clean exit,
 /// 1 when cleanup failed or signal handling could not be set up.
 pub fn run(mut args: Args) -> i32 {
     args.install.agent_socket = args.agent.socket().map(Path::to_path_buf);
@@ -155,6 +161,7 @@ pub fn run(mut args: Args) -> i32 {
     );
     let mut reporter = Reporter { last: None };
     let mut agent = agent::start(&args.install, &args.agent);
+    let mut locks = Locks::new(&l.state_dir);
     let signal = 'run: loop {
         let mut all_watched = true;
         if let Some(w) = watches.as_mut() {
@@ -165,7 +172,7 @@ pub fn run(mut args: Args) -> i32 {
                 }
             }
         }
-        let r = inst.reconcile();
+        let r = locked_pass(&mut inst, &mut locks);
         reporter.report(&l.net_dir, &r);
         agent.set_chained(matches!(r, Ok(Outcome::Chained { .. })));
         let wait = if r.is_err() || !all_watched || watches.is_none() {
@@ -204,8 +211,85 @@ pub fn run(mut args: Args) -> i32 {
         tracing::info!("--keep-on-exit: leaving the entry, the kubeconfig and the binary in place");
         return 0;
     }
+    if let Some(ds) = args.install.daemonset.as_deref() {
+        let Some(ns) = install::upgrade::pod_namespace(
+            args.install.pod_namespace.as_deref(),
+            &args.install.service_account_dir,
+        ) else {
+            tracing::error!(
+                "--daemonset {ds} without a namespace (MESHNFT_POD_NAMESPACE, the service account's \
+                 namespace file): cannot tell an update from an uninstall, so keeping the entry, \
+                 the kubeconfig and the binary"
+            );
+            return 0;
+        };
+        match install::upgrade::decide(
+            &ns,
+            ds,
+            args.agent.agent_kubeconfig.as_deref(),
+            Duration::from_secs_f64(args.install.exit_api_seconds),
+        ) {
+            OnExit::Keep(why) => {
+                tracing::info!("{why}: leaving the entry, the kubeconfig and the binary in place");
+                return 0;
+            }
+            OnExit::Unsure(why) => {
+                tracing::error!(
+                    "{why}: cannot tell an update from an uninstall, so keeping the entry, the \
+                     kubeconfig and the binary (the next installer takes them over; if meshnft is \
+                     being uninstalled, remove them by hand: until then pods whose data needs the \
+                     API server fail their sandbox creation on this node)"
+                );
+                return 0;
+            }
+            OnExit::Uninstall(why) => tracing::info!("{why}: removing meshnft from this node"),
+        }
+    }
+    if !locks.is_running() {
+        // Never got past the lock: another installer was uninstalling, and
+        // this one wrote nothing.
+        tracing::info!("this installer never ran a pass: nothing to clean up");
+        return 0;
+    }
+    let _pass = match locks.pass(EXIT_LOCK_WAIT) {
+        Ok(Some(held)) => held,
+        Ok(None) => {
+            tracing::error!(
+                "another installer's pass held the lock for {EXIT_LOCK_WAIT:?}: leaving the entry, \
+                 the kubeconfig and the binary in place"
+            );
+            return 1;
+        }
+        Err(e) => {
+            tracing::error!("{e}: leaving the entry, the kubeconfig and the binary in place");
+            return 1;
+        }
+    };
+    match locks.last_one() {
+        Ok(true) => {}
+        Ok(false) => {
+            tracing::info!(
+                "another installer runs on this node: leaving the entry, the kubeconfig and the binary to it"
+            );
+            return 0;
+        }
+        Err(e) => {
+            tracing::error!("{e}: leaving the entry, the kubeconfig and the binary in place");
+            return 1;
+        }
+    }
     match inst.uninstall() {
         Ok(()) => {
+            for d in [&l.state_dir, &l.net_dir, &l.bin_dir] {
+                let n = install::fsutil::remove_stale_tmp(d);
+                if n > 0 {
+                    tracing::info!(
+                        "uninstall: removed {n} temporary file(s) a killed installer left in {}",
+                        d.display()
+                    );
+                }
+            }
+            locks.remove_files();
             tracing::info!("uninstall complete");
             0
         }
@@ -216,6 +300,41 @@ pub fn run(mut args: Args) -> i32 {
             1
         }
     }
+}
+
+/// How long a pass waits for another installer's pass (or uninstall) to
+/// finish before it gives up and is retried.
+const PASS_LOCK_WAIT: Duration = Duration::from_secs(10);
+/// How long a starting installer waits for another one's uninstall.
+const RUNNING_LOCK_WAIT: Duration = Duration::from_secs(2);
+/// How long the exit waits for a pass of another installer to finish.
+const EXIT_LOCK_WAIT: Duration = Duration::from_secs(10);
+
+/// One reconcile pass under the installers' locks ([`install::lock`]):
+/// this installer holds the shared "running" lock, and the pass the
+/// exclusive pass lock. Without the configuration directory there is
+/// nothing to lock, nor anything a pass writes: it runs unlocked, to
+/// report what is missing.
+fn locked_pass(inst: &mut Installer, locks: &mut Locks) -> Result<Outcome, InstallError> {
+    let net_dir = inst.layout().net_dir.clone();
+    if !net_dir.is_dir() {
+        return inst.reconcile();
+    }
+    let busy = |what: &str| InstallError::Busy {
+        path: inst.layout().state_dir.clone(),
+        what: what.to_string(),
+    };
+    if !locks.ensure_running(RUNNING_LOCK_WAIT)? {
+        return Err(busy(
+            "another installer is uninstalling meshnft from this node",
+        ));
+    }
+    let Some(_pass) = locks.pass(PASS_LOCK_WAIT)? else {
+        return Err(busy(&format!(
+            "another installer's pass has held the pass lock for {PASS_LOCK_WAIT:?}"
+        )));
+    };
+    inst.reconcile()
 }
 
 fn forget_lost(watches: &mut Option<Watches>, path: &Path, removed: bool) {

@@ -120,8 +120,11 @@ fn entry_settings(cfg: &install::Args) -> Result<(Value, Settings), String> {
     Ok((entry, s))
 }
 
-async fn make_client(a: &Args) -> Result<Client, String> {
-    let config = match &a.agent_kubeconfig {
+/// A client for the API server: from the kubeconfig `kubeconfig`
+/// (`--agent-kubeconfig`), else the pod's in-cluster configuration.
+/// Errors: what is missing or unusable, as a sentence.
+pub(crate) async fn make_client(kubeconfig: Option<&std::path::Path>) -> Result<Client, String> {
+    let config = match kubeconfig {
         Some(p) => {
             let kc = kube::config::Kubeconfig::read_from(p)
                 .map_err(|e| format!("cannot read {}: {e}", p.display()))?;
@@ -140,7 +143,7 @@ async fn make_client(a: &Args) -> Result<Client, String> {
 async fn client(ctx: &Ctx) -> Client {
     let mut said = false;
     loop {
-        match make_client(&ctx.agent).await {
+        match make_client(ctx.agent.agent_kubeconfig.as_deref()).await {
             Ok(c) => return c,
             Err(e) => {
                 if !said {
@@ -206,7 +209,9 @@ async fn readiness_loop(ctx: Arc<Ctx>) {
             && let Some(node) = &ctx.agent.node_name
         {
             if taint_client.is_none() {
-                taint_client = make_client(&ctx.agent).await.ok();
+                taint_client = make_client(ctx.agent.agent_kubeconfig.as_deref())
+                    .await
+                    .ok();
             }
             if let Some(c) = &taint_client {
                 match untaint(c, node).await {

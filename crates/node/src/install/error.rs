@@ -23,6 +23,8 @@ pub enum Op {
     Remove,
     /// Creating a directory.
     Mkdir,
+    /// Taking a `flock(2)` lock.
+    Lock,
 }
 
 impl Op {
@@ -36,6 +38,7 @@ impl Op {
             Op::Rename => "cannot rename into",
             Op::Remove => "cannot remove",
             Op::Mkdir => "cannot create directory",
+            Op::Lock => "cannot lock",
         }
     }
 }
@@ -93,6 +96,15 @@ pub enum InstallError {
         path: PathBuf,
         /// Why.
         reason: String,
+    },
+    /// Another installer on this node holds a lock this one waited for
+    /// (bounded); retried.
+    #[error("{what} (locks in {})", .path.display())]
+    Busy {
+        /// The installer's own directory, where the locks are.
+        path: PathBuf,
+        /// Who holds it.
+        what: String,
     },
     /// The node cannot run meshnft: the STATUS checks failed. Nothing was
     /// written to the network configuration.

@@ -83,6 +83,27 @@ pub fn write_atomic_if(
     res
 }
 
+/// Removes the temporary files of [`write_atomic`] and [`copy_atomic`]
+/// left in `dir` by an installer that was killed while writing (names
+/// `.<name>.<hex>` + [`TMP_SUFFIX`]; no one else uses that suffix). Only
+/// for the last installer, while no pass can run. Returns how many went.
+pub fn remove_stale_tmp(dir: &Path) -> usize {
+    let Ok(rd) = fs::read_dir(dir) else { return 0 };
+    let mut n = 0;
+    for e in rd.flatten() {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with('.')
+            && name.ends_with(TMP_SUFFIX)
+            && e.file_type().is_ok_and(|t| t.is_file())
+            && fs::remove_file(e.path()).is_ok()
+        {
+            n += 1;
+        }
+    }
+    n
+}
+
 /// Copies the file `src` to `dst` atomically (see [`write_atomic`]) with
 /// mode `0o755`, streaming (the binary is several MB).
 ///

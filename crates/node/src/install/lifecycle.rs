@@ -14,8 +14,9 @@
 //! 6. if it does not already end with exactly this entry: the STATUS
 //!    checks run, and only if they pass is the new conflist written
 //!    (atomically; a `.conf`/`.json` becomes `<stem>.conflist`, its
-//!    original moved to `meshnft.d/orig/`, so no file sorting before it
-//!    lacks the entry).
+//!    original moved to `meshnft.d/orig/` (copied there first, so that a
+//!    kill between the two steps leaves a state the next pass resumes),
+//!    so no file sorting before it lacks the entry).
 
 use super::error::InstallError;
 use super::{Args, Layout, checks, conflist, discover, entry, fsutil, kubeconfig};
@@ -246,6 +247,16 @@ impl Installer {
             });
         }
         let mode = file_mode(&primary.path);
+        if original.is_some() {
+            // A copy of the original first: an installer killed between
+            // writing the list and moving the original leaves both files
+            // and this copy, which the next pass recognizes as its own
+            // (`ours` above) instead of refusing the list for good.
+            fsutil::ensure_subdir(&l.state_dir)?;
+            fsutil::ensure_subdir(&l.orig_dir)?;
+            let name = primary.path.file_name().unwrap_or_default();
+            fsutil::write_atomic(&l.orig_dir.join(name), &primary.bytes, mode)?;
+        }
         let unchanged = || {
             discover::read_regular(&primary.path, discover::MAX_CONF_BYTES)
                 .is_ok_and(|b| b == primary.bytes)
@@ -313,7 +324,15 @@ impl Installer {
             for name in names {
                 let back = l.net_dir.join(&name);
                 let generated = back.with_extension("conflist");
-                match fsutil::rename(&l.orig_dir.join(&name), &back) {
+                // The original still in place (an installer was killed
+                // before moving it): it is the current one, the copy is
+                // older; drop the copy.
+                let restore = if std::fs::symlink_metadata(&back).is_ok() {
+                    fsutil::remove(&l.orig_dir.join(&name))
+                } else {
+                    fsutil::rename(&l.orig_dir.join(&name), &back)
+                };
+                match restore {
                     Ok(()) => {
                         tracing::info!("uninstall: restored {}", back.display());
                         if generated != back
@@ -447,4 +466,62 @@ pub fn remaining_entries(dir: &Path) -> Vec<(PathBuf, Value)> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cmd {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    /// A temporary directory, removed on drop (also when the test fails).
+    struct TempDir(PathBuf);
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// A kill between writing the list and moving the original leaves the
+    /// original in place beside its (older) copy: the uninstall keeps the
+    /// original, the newer of the two, and drops the copy.
+    #[test]
+    fn uninstall_keeps_an_original_still_in_place_over_its_copy() {
+        let tmp = TempDir(std::env::temp_dir().join(format!("meshnft-lc-{}", std::process::id())));
+        let root = tmp.0.clone();
+        let _ = std::fs::remove_dir_all(&root);
+        let net = root.join("etc/cni/net.d");
+        std::fs::create_dir_all(net.join("meshnft.d/orig")).unwrap();
+        std::fs::create_dir_all(root.join("opt/cni/bin")).unwrap();
+        let new = r#"{"cniVersion":"0.3.1","name":"bridge","type":"bridge","mtu":1400}"#;
+        let old = r#"{"cniVersion":"0.3.1","name":"bridge","type":"bridge"}"#;
+        std::fs::write(net.join("10-bridge.conf"), new).unwrap();
+        std::fs::write(net.join("meshnft.d/orig/10-bridge.conf"), old).unwrap();
+        std::fs::write(
+            net.join("10-bridge.conflist"),
+            r#"{"cniVersion":"0.3.1","name":"bridge","plugins":[{"type":"bridge"},{"type":"meshnft"}]}"#,
+        )
+        .unwrap();
+        let cmd = Cmd::try_parse_from([
+            "t".as_ref(),
+            "--host-root".as_ref(),
+            root.as_os_str(),
+            "--no-kubeconfig".as_ref(),
+        ])
+        .unwrap();
+        let mut inst = Installer::new(cmd.args);
+        inst.uninstall().unwrap();
+        assert_eq!(
+            std::fs::read_to_string(net.join("10-bridge.conf")).unwrap(),
+            new
+        );
+        assert!(!net.join("10-bridge.conflist").exists());
+        assert!(!net.join("meshnft.d").exists());
+    }
 }

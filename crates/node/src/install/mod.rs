@@ -10,6 +10,8 @@
 //! - [`kubeconfig`]: the plugin's kubeconfig from the service account;
 //! - [`checks`]: STATUS checks before inserting;
 //! - [`lifecycle`]: one reconcile pass, and the uninstall;
+//! - [`lock`]: one installer at a time (`flock(2)` in `meshnft.d/`);
+//! - [`upgrade`]: at SIGTERM, an update (keep) or an uninstall (remove)?
 //! - [`fsutil`], [`error`]: atomic writes and error messages.
 //!
 //! Paths given on the command line are *host* paths (as they go into the
@@ -23,13 +25,16 @@ pub mod error;
 pub mod fsutil;
 pub mod kubeconfig;
 pub mod lifecycle;
+pub mod lock;
+pub mod upgrade;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Name of the installer's own directory inside the CNI configuration
-/// directory (runtimes never read subdirectories): the kubeconfig and the
-/// originals of converted `.conf` files live there.
+/// directory (runtimes never read subdirectories): the kubeconfig, the
+/// originals of converted `.conf` files and the installers' locks live
+/// there.
 pub const STATE_SUBDIR: &str = "meshnft.d";
 
 /// The installer's options (part of `meshnft-node install`, see
@@ -73,9 +78,25 @@ pub struct Args {
     /// API server port for the kubeconfig [default: 443].
     #[arg(long, env = "KUBERNETES_SERVICE_PORT")]
     pub api_port: Option<String>,
-    /// On SIGTERM leave the entry, kubeconfig and binary in place.
+    /// On SIGTERM leave the entry, kubeconfig and binary in place, whatever
+    /// the API server says (without it: see `--daemonset`).
     #[arg(long, env = "MESHNFT_KEEP_ON_EXIT")]
     pub keep_on_exit: bool,
+    /// The DaemonSet that runs this installer (the chart sets it). On
+    /// SIGTERM the installer asks the API server about it: still there,
+    /// an update or a restart: keep everything; gone or being deleted, an
+    /// uninstall: remove everything; no answer: keep. Unset (run by hand):
+    /// SIGTERM removes everything.
+    #[arg(long, env = "MESHNFT_DAEMONSET")]
+    pub daemonset: Option<String>,
+    /// The namespace of this pod and of `--daemonset` [default: the
+    /// service account's `namespace` file].
+    #[arg(long, env = "MESHNFT_POD_NAMESPACE")]
+    pub pod_namespace: Option<String>,
+    /// Seconds the SIGTERM question about `--daemonset` may take in all
+    /// (no answer by then: keep everything).
+    #[arg(long, env = "MESHNFT_EXIT_API_SECONDS", default_value = "5", value_parser = positive_secs)]
+    pub exit_api_seconds: f64,
     /// The node agent's socket for the plugin's pod lookups, written into
     /// the entry as `kubernetes.agentSocket` (set by the node process when
     /// the agent runs; not an option of its own).
