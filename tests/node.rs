@@ -639,6 +639,158 @@ fn chart() -> String {
     format!("{ROOT}/deploy/chart")
 }
 
+// ---- linkerd-cni, the real peer (tests/peers.rs builds it; scripts/peers.sh) ---------------
+
+/// The real linkerd-cni, built from the source snapshot by scripts/peers.sh (cached).
+fn linkerd_cni_binary() -> PathBuf {
+    let out = Command::new(script("peers.sh"))
+        .arg("linkerd-cni")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run scripts/peers.sh");
+    assert!(
+        out.status.success(),
+        "scripts/peers.sh linkerd-cni: {}",
+        text(&out.stderr)
+    );
+    PathBuf::from(text(&out.stdout).lines().last().unwrap_or("").trim())
+}
+
+/// Where linkerd2-cni's installer puts linkerd-cni's kubeconfig on the node.
+const LINKERD_CNI_KUBECONFIG: &str = "/etc/cni/net.d/ZZZ-linkerd-cni-kubeconfig";
+
+/// Chains the real linkerd-cni into the node's conflist as linkerd2-cni's installer does:
+/// the binary in /opt/cni/bin, a kubeconfig whose context is `linkerd-cni-context` (the one
+/// linkerd-cni forces; here the node's admin credentials instead of its ServiceAccount's
+/// token), and its entry (tests/peers/linkerd-cni-entry.json, the chart's defaults, legacy
+/// iptables) appended to the primary conflist.
+fn chain_linkerd_cni(node: &Node) {
+    let bin = linkerd_cni_binary();
+    let out = node.run(
+        &["cp", &bin.to_string_lossy(), "/opt/cni/bin/linkerd-cni"],
+        None,
+    );
+    assert!(
+        out.status.success(),
+        "cp linkerd-cni: {}",
+        text(&out.stderr)
+    );
+    let admin =
+        std::fs::read_to_string(node.dir.join("pki/admin.kubeconfig")).expect("admin kubeconfig");
+    let kc = admin
+        .replace(
+            "contexts:\n- name: node\n",
+            "contexts:\n- name: linkerd-cni-context\n",
+        )
+        .replace(
+            "current-context: node",
+            "current-context: linkerd-cni-context",
+        );
+    write_node_file(node, LINKERD_CNI_KUBECONFIG, &kc);
+    let mut entry: serde_json::Value =
+        serde_json::from_str(include_str!("peers/linkerd-cni-entry.json"))
+            .expect("tests/peers/linkerd-cni-entry.json");
+    entry["kubernetes"]["kubeconfig"] = serde_json::json!(LINKERD_CNI_KUBECONFIG);
+    let mut list: serde_json::Value =
+        serde_json::from_str(&node.read_file(CONFLIST)).expect("the primary conflist");
+    list["plugins"].as_array_mut().expect("plugins").push(entry);
+    write_node_file(
+        node,
+        CONFLIST,
+        &serde_json::to_string_pretty(&list).unwrap_or_default(),
+    );
+}
+
+/// Uninstalls linkerd-cni as linkerd2-cni's installer does on its way out: its entry out of
+/// the conflist, its kubeconfig and binary removed.
+fn unchain_linkerd_cni(node: &Node) {
+    let mut list: serde_json::Value =
+        serde_json::from_str(&node.read_file(CONFLIST)).expect("the primary conflist");
+    list["plugins"]
+        .as_array_mut()
+        .expect("plugins")
+        .retain(|p| p["type"] != "linkerd-cni");
+    write_node_file(
+        node,
+        CONFLIST,
+        &serde_json::to_string_pretty(&list).unwrap_or_default(),
+    );
+    let out = node.run(
+        &[
+            "rm",
+            "-f",
+            LINKERD_CNI_KUBECONFIG,
+            "/opt/cni/bin/linkerd-cni",
+        ],
+        None,
+    );
+    assert!(out.status.success(), "rm: {}", text(&out.stderr));
+}
+
+/// Writes `content` to `path` in the node's filesystem view (atomically: a temporary file
+/// renamed over it, as installers do).
+fn write_node_file(node: &Node, path: &str, content: &str) {
+    let out = node.run(
+        &[
+            "sh",
+            "-c",
+            "cat > \"$1.tmp\" && mv -f \"$1.tmp\" \"$1\"",
+            "sh",
+            path,
+        ],
+        Some(content),
+    );
+    assert!(out.status.success(), "write {path}: {}", text(&out.stderr));
+}
+
+/// `iptables-legacy-save -t nat` in the pod's network namespace (linkerd-cni's rules).
+fn pod_legacy_nat(node: &Node, ns: &str, name: &str) -> String {
+    let Some(pid) = node.pod_pid(ns, name) else {
+        return String::new();
+    };
+    let out = Command::new("nsenter")
+        .arg(format!("--net=/proc/{pid}/ns/net"))
+        .args(["iptables-legacy-save", "-t", "nat"])
+        .output()
+        .expect("nsenter iptables-legacy-save");
+    text(&out.stdout)
+}
+
+/// The seed bug with linkerd-cni: the init container's fetch is refused (redirected to
+/// 4140 before the proxy runs), it exits non-zero again and again, and the pod never runs.
+fn assert_seed_bug(node: &Node, pod: &str) {
+    node.wait(
+        120,
+        &format!("the init container of seed/{pod} failing"),
+        "seed",
+        &format!("pod/{pod}"),
+        || {
+            let code = node.get(
+                "seed",
+                &format!("pod/{pod}"),
+                "{.status.initContainerStatuses[0].lastState.terminated.exitCode}",
+            );
+            !code.is_empty() && code != "0"
+        },
+    );
+    let log = node
+        .kubectl(&["-n", "seed", "logs", pod, "-c", "fetch", "--previous"])
+        .unwrap_or_else(|e| e);
+    assert!(
+        log.contains("Connection refused"),
+        "{pod}: the init container's fetch was refused: {log}"
+    );
+    assert_ne!(
+        node.get("seed", &format!("pod/{pod}"), "{.status.phase}"),
+        "Running"
+    );
+    let rules = pod_legacy_nat(node, "seed", pod);
+    assert!(
+        rules.contains("PROXY_INIT_OUTPUT") && rules.contains("--to-ports 4140"),
+        "{pod}: linkerd-cni's rules in the pod's netns:\n{rules}"
+    );
+}
+
 #[test]
 fn real_node() {
     if !support::root_or_skip("real_node") {
@@ -657,6 +809,20 @@ fn real_node() {
             eprintln!("kubelet changed {k}: {} -> {}", was.trim(), now.trim());
         }
     }
+
+    // ---- the seed with the real linkerd-cni, chained as linkerd2-cni chains it ----------
+    let t = Instant::now();
+    chain_linkerd_cni(&node);
+    node.kubectl_ok(&["create", "namespace", "seed"]);
+    node.apply(&seed_pod("l5d-seed", "classic", true, false));
+    assert_seed_bug(&node, "l5d-seed");
+    eprintln!(
+        "linkerd-cni: the seed pod's init container refused, the pod not running: {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+
+    // ---- migrating from linkerd-cni (docs/linkerd.md): uninstall it, install meshnft -------
+    unchain_linkerd_cni(&node);
 
     // ---- meshnft installed with deploy/meshnft.yaml ------------------------------------
     let t = Instant::now();
@@ -682,7 +848,24 @@ fn real_node() {
         "the installer copied the plugin binary to /opt/cni/bin"
     );
 
-    node.kubectl_ok(&["create", "namespace", "seed"]);
+    // The pod started under linkerd-cni keeps its rules (and its failing init container)
+    // until it is recreated; the same spec recreated runs with meshnft.
+    assert!(
+        pod_legacy_nat(&node, "seed", "l5d-seed").contains("PROXY_INIT_OUTPUT"),
+        "the pod started under linkerd-cni keeps its rules"
+    );
+    assert!(node.pod_table("seed", "l5d-seed").is_err());
+    node.kubectl_ok(&["-n", "seed", "delete", "pod", "l5d-seed", "--wait=true"]);
+    node.apply(&seed_pod("l5d-seed", "classic", true, false));
+    node.wait_ready("seed", "l5d-seed", 120);
+    assert_meshed_ready(&node, "l5d-seed");
+    assert!(
+        !pod_legacy_nat(&node, "seed", "l5d-seed").contains("PROXY_INIT"),
+        "no linkerd-cni rules in the recreated pod"
+    );
+    eprintln!(
+        "the same seed pod recreated under meshnft: Ready, its init container fetched directly"
+    );
 
     // ---- the seed pod, classic layout ---------------------------------------------------
     let t = Instant::now();
