@@ -206,6 +206,10 @@ enum Peer {
     KumaCni,
     /// meshnft with the mesh's preset.
     Meshnft,
+    /// linkerd-cni (legacy) and meshnft chained one after the other, as
+    /// meshnft's installer leaves a node where linkerd-cni's entry is still
+    /// in the conflist.
+    LinkerdThenMeshnft,
 }
 
 impl Peer {
@@ -216,6 +220,7 @@ impl Peer {
             Peer::LinkerdNft => "linkerd-cni (nft)",
             Peer::KumaCni => "kuma-cni",
             Peer::Meshnft => "meshnft",
+            Peer::LinkerdThenMeshnft => "linkerd-cni, then meshnft",
         }
     }
 
@@ -227,6 +232,7 @@ impl Peer {
             Peer::LinkerdNft => "linkerd-nft",
             Peer::KumaCni => "kuma-cni",
             Peer::Meshnft => "meshnft",
+            Peer::LinkerdThenMeshnft => "linkerd-both",
         }
     }
 }
@@ -655,8 +661,20 @@ fn node_listener_serves(a: SocketAddr) -> bool {
         && [80, 9100, 20001].contains(&a.port())
 }
 
-/// The conflist entry of `peer` for `sc`'s mesh on `node`, reading the pod
-/// from `api`.
+/// The conflist entries of `peer` for `sc`'s mesh on `node`, reading the
+/// pod from `api`.
+fn plugin_entries(peer: Peer, sc: &Scenario, node: &Node, api: &FakeApi) -> Vec<Value> {
+    if peer == Peer::LinkerdThenMeshnft {
+        return [Peer::LinkerdLegacy, Peer::Meshnft]
+            .into_iter()
+            .flat_map(|p| plugin_entries(p, sc, node, api))
+            .collect();
+    }
+    vec![plugin_entry(peer, sc, node, api)]
+}
+
+/// The conflist entry of `peer` (not [`Peer::LinkerdThenMeshnft`]) for
+/// `sc`'s mesh on `node`, reading the pod from `api`.
 fn plugin_entry(peer: Peer, sc: &Scenario, node: &Node, api: &FakeApi) -> Value {
     let entry = if sc.entry.is_empty() { "{}" } else { sc.entry };
     let meshnft_common = |e: &mut Value| {
@@ -720,6 +738,7 @@ fn plugin_entry(peer: Peer, sc: &Scenario, node: &Node, api: &FakeApi) -> Value 
             meshnft_common(&mut e);
             e
         }
+        (Peer::LinkerdThenMeshnft, _) => unreachable!("plugin_entries splits it"),
         (Peer::Meshnft, Mesh::Kuma) => {
             node.install_plugin("meshnft", Path::new(MESHNFT));
             let mut e = json!({
@@ -754,8 +773,8 @@ impl PeerPod {
         // The chain runs inside the node netns, so the API stand-in listens
         // on that netns's loopback.
         let api = support::in_netns(node.netns.path(), || FakeApi::serving(&[spec]));
-        let entry = plugin_entry(peer, sc, &node, &api);
-        let cl = node.write_conflist(sc.name, "1.0.0", vec![entry]);
+        let entries = plugin_entries(peer, sc, &node, &api);
+        let cl = node.write_conflist(sc.name, "1.0.0", entries);
         let args = k8s_args(&cg, &name);
         let result = node
             .cni("add", &cl, pod.path(), &name, &args_ref(&args))
@@ -973,6 +992,13 @@ fn written_ok(peer: Peer, a: &Written, d: &Written) -> bool {
             a.nft_tables == ["inet meshnft"]
                 && a.legacy_tables.is_empty()
                 && *d == Written::default()
+        }
+        // Both: linkerd-cni's legacy rules stay, meshnft's table goes.
+        Peer::LinkerdThenMeshnft => {
+            a.nft_tables == ["inet meshnft"]
+                && a.legacy_rules > 0
+                && d.nft_tables.is_empty()
+                && d.legacy_rules == a.legacy_rules
         }
     }
 }
@@ -2199,8 +2225,11 @@ fn kuma_injected_pod_is_refused_by_meshnft() {
         mesh: Mesh::Kuma,
         ..Default::default()
     };
-    let entry = plugin_entry(Peer::Meshnft, &sc, &node, &api);
-    let cl = node.write_conflist("kuma", "1.0.0", vec![entry]);
+    let cl = node.write_conflist(
+        "kuma",
+        "1.0.0",
+        plugin_entries(Peer::Meshnft, &sc, &node, &api),
+    );
     let args = k8s_args(&cg, "kuma-refused");
     let err = node
         .cni("add", &cl, pod.path(), "kuma-refused", &args_ref(&args))
@@ -2216,4 +2245,47 @@ fn kuma_injected_pod_is_refused_by_meshnft() {
         "{e}"
     );
     let _ = node.cni("del", &cl, pod.path(), "kuma-refused", &args_ref(&args));
+}
+
+/// meshnft's installer leaves a peer's entry where it is and appends its
+/// own (docs/linkerd.md): installed while linkerd-cni is still chained,
+/// both run, linkerd-cni first. Its iptables rules still send the init
+/// container to 4140 before the proxy runs, meshnft's table beside them
+/// does not undo that: the seed bug stays until linkerd-cni is uninstalled.
+#[test]
+fn linkerd_cni_still_chained_keeps_the_seed_bug() {
+    if !support::root_or_skip("linkerd_cni_still_chained_keeps_the_seed_bug") {
+        return;
+    }
+    use Landed::*;
+    let sc = Scenario {
+        title: "Linkerd, classic layout, linkerd-cni and meshnft both chained (linkerd-cni first):",
+        name: "l5d-both",
+        mesh: Mesh::Linkerd,
+        timeline: vec![
+            same(
+                "init (uid 1000) -> server:80",
+                INIT,
+                srv(SRV4_A, 80),
+                Refused,
+            ),
+            Line::ProxyStarts,
+            same(
+                "linkerd-proxy (uid 2102) -> server:80",
+                LINKERD_PROXY,
+                srv(SRV4_A, 80),
+                Direct,
+            ),
+            same(
+                "app (uid 1001) -> server:80",
+                APP,
+                srv(SRV4_A, 80),
+                ProxyOut,
+            ),
+            same("node -> pod:8080", Source::Node, Dest::Pod4(8080), ProxyIn),
+        ],
+        ..Default::default()
+    };
+    let outcome = run_scenario(Peer::LinkerdThenMeshnft, &sc);
+    compare(&[(&sc, vec![outcome])]);
 }
