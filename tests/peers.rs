@@ -1880,8 +1880,7 @@ const KUMA_CONFIG: &str = "traffic.kuma.io/transparent-proxy-config";
 /// the proxy started: its own traffic direct, the app's and the init
 /// container's to 15001, inbound to 15006 except 9901 and 9001; IPv6 too
 /// (dual stack), and the proxy's inbound passthrough from 127.0.0.6 and
-/// ::6: kuma-cni adds `::6` to the pod's `lo`, meshnft does not, so there
-/// the bind fails.
+/// ::6 (both add `::6` to the pod's `lo`).
 #[test]
 fn kuma_classic_seed_side_by_side() {
     if !support::root_or_skip("kuma_classic_seed_side_by_side") {
@@ -1967,7 +1966,7 @@ fn kuma_classic_seed_side_by_side() {
                 Dest::Pod4(8080),
                 App,
             ),
-            differs(
+            same(
                 "kuma-sidecar from ::6 -> [pod]:8080",
                 Source::Bound(
                     "kuma-sidecar",
@@ -1977,7 +1976,6 @@ fn kuma_classic_seed_side_by_side() {
                 ),
                 Dest::Pod6(8080),
                 App,
-                NoSource,
             ),
         ],
         ..Default::default()
