@@ -791,6 +791,161 @@ fn assert_seed_bug(node: &Node, pod: &str) {
     );
 }
 
+/// The seed pod of Istio or Kuma as its injector leaves it for CNI mode (Istio: the
+/// `sidecar.istio.io/status` annotation and `istio-proxy` as UID/GID 1337; Kuma:
+/// `kuma.io/sidecar-injected: "true"` and `kuma-sidecar` as UID/GID 5678), the proxy stand-in
+/// listening on 15001 and 15006 (and the port its startup probe uses, which the mesh leaves
+/// alone inbound: Istio's 15021, Kuma's 9901), in `layout` "classic" or "native".
+fn mesh_seed_pod(name: &str, mesh: &str, layout: &str) -> String {
+    let (annotation, proxy_name, uid, probe) = match mesh {
+        "istio" => (
+            r#"sidecar.istio.io/status: '{"containers":["istio-proxy"]}'"#,
+            "istio-proxy",
+            1337,
+            15021,
+        ),
+        "kuma" => (
+            r#"kuma.io/sidecar-injected: "true""#,
+            "kuma-sidecar",
+            5678,
+            9901,
+        ),
+        other => panic!("mesh {other}"),
+    };
+    let fetch = format!(
+        r#"    - name: fetch
+      image: {BUSYBOX}
+      imagePullPolicy: Never
+      command: ["sh", "-c", "timeout 10 wget -q -O- http://{OUTSIDE}/"]
+"#
+    );
+    let proxy = |extra: &str| {
+        format!(
+            r#"    - name: {proxy_name}
+      image: {BUSYBOX}
+      imagePullPolicy: Never
+      command: ["/bin/standin", "proxy", "-listen", "15001,15006,{probe}", "-dial", "{OUTSIDE}"]
+      securityContext: {{runAsUser: {uid}, runAsGroup: {uid}}}
+{extra}"#
+        )
+    };
+    let app = format!(
+        r#"    - name: app
+      image: {BUSYBOX}
+      imagePullPolicy: Never
+      command: ["sleep", "3600"]
+"#
+    );
+    let (init, main) = match layout {
+        "classic" => (fetch, format!("{}{app}", proxy(""))),
+        "native" => (
+            format!(
+                "{}{fetch}",
+                proxy(&format!(
+                    "      restartPolicy: Always\n      startupProbe:\n        tcpSocket: {{port: {probe}}}\n        periodSeconds: 1\n        failureThreshold: 60\n"
+                ))
+            ),
+            app,
+        ),
+        other => panic!("layout {other}"),
+    };
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+  namespace: seed
+  annotations:
+    {annotation}
+spec:
+  restartPolicy: Always
+  terminationGracePeriodSeconds: 1
+  initContainers:
+{init}  containers:
+{main}"#
+    )
+}
+
+/// Switches the chart to `mesh` (`helm upgrade --reuse-values --set mesh=...`, the init phase
+/// on) and waits for the installer to have rewritten the entry; then runs `mesh`'s seed pod in
+/// the classic layout (its init container fetches the outside service directly, the app goes
+/// to 15001 with the original destination) and as a native sidecar (the init container goes
+/// through the already started proxy).
+fn mesh_on_node(node: &Node, chart: &str, mesh: &str) {
+    let t = Instant::now();
+    let out = node.run(
+        &[
+            "helm",
+            "upgrade",
+            "meshnft",
+            chart,
+            "--namespace",
+            "meshnft",
+            "--reuse-values",
+            "--set",
+            &format!("mesh={mesh}"),
+            "--set",
+            "initPhase.enabled=true",
+            "--wait",
+            "--timeout",
+            "3m",
+        ],
+        None,
+    );
+    assert!(
+        out.status.success(),
+        "helm upgrade mesh={mesh}: {}",
+        text(&out.stderr)
+    );
+    let want = format!("\"mesh\": \"{mesh}\"");
+    let deadline = Instant::now() + Duration::from_secs(180);
+    while !node.read_file(CONFLIST).contains(&want) {
+        assert!(
+            Instant::now() < deadline,
+            "the installers did not pick up mesh={mesh}:\n{}",
+            node.read_file(CONFLIST)
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let classic = format!("{mesh}-classic");
+    node.apply(&mesh_seed_pod(&classic, mesh, "classic"));
+    node.wait_ready("seed", &classic, 120);
+    assert_meshed_ready(node, &classic);
+    let via = node
+        .kubectl(&[
+            "-n",
+            "seed",
+            "exec",
+            &classic,
+            "-c",
+            "app",
+            "--",
+            "timeout",
+            "10",
+            "wget",
+            "-q",
+            "-O-",
+            &format!("http://{OUTSIDE}/"),
+        ])
+        .unwrap_or_else(|e| e);
+    assert!(
+        via.contains("port 15001") && via.contains(OUTSIDE),
+        "{mesh}: the app's connection was redirected to the proxy's 15001: {via}"
+    );
+    let native = format!("{mesh}-native");
+    node.apply(&mesh_seed_pod(&native, mesh, "native"));
+    node.wait_ready("seed", &native, 120);
+    let fetched = node.logs("seed", &native, "fetch");
+    assert!(
+        fetched.contains("port 15001") && fetched.contains(OUTSIDE),
+        "{mesh}, native sidecar: the init container goes through the started proxy: {fetched}"
+    );
+    eprintln!(
+        "{mesh} on the real node (chart mesh={mesh}, classic and native seed pods): {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+}
+
 #[test]
 fn real_node() {
     if !support::root_or_skip("real_node") {
@@ -1308,6 +1463,10 @@ fn real_node() {
         node.get("seed", "pod/cfg-off", "{.status.phase}"),
         "Running"
     );
+
+    // ---- Istio and Kuma pods: the chart with mesh=istio, then mesh=kuma ------------------------
+    mesh_on_node(&node, &chart, "istio");
+    mesh_on_node(&node, &chart, "kuma");
 
     // ---- RBAC: nothing meshnft asked for was refused ---------------------------------------
     let refused = refused_calls(&node);
