@@ -773,12 +773,30 @@ fn assert_seed_bug(node: &Node, pod: &str) {
             !code.is_empty() && code != "0"
         },
     );
-    let log = node
-        .kubectl(&["-n", "seed", "logs", pod, "-c", "fetch", "--previous"])
-        .unwrap_or_else(|e| e);
-    assert!(
-        log.contains("Connection refused"),
-        "{pod}: the init container's fetch was refused: {log}"
+    // The failed attempt's log: the current instance's while it waits in back-off, else the
+    // previous one's (kubelet removes older logs as it restarts the container).
+    let mut log = String::new();
+    node.wait(
+        90,
+        &format!("the log of seed/{pod}'s refused init container"),
+        "seed",
+        &format!("pod/{pod}"),
+        || {
+            log = ["", "--previous"]
+                .iter()
+                .map(|p| {
+                    let mut a = vec!["-n", "seed", "logs", pod, "-c", "fetch"];
+                    a.extend(p.split_whitespace());
+                    node.kubectl(&a).unwrap_or_else(|e| e)
+                })
+                .collect::<Vec<_>>()
+                .join("\n");
+            log.contains("Connection refused")
+        },
+    );
+    eprintln!(
+        "{pod}: the init container's log under linkerd-cni: {}",
+        log.trim()
     );
     assert_ne!(
         node.get("seed", &format!("pod/{pod}"), "{.status.phase}"),
