@@ -657,6 +657,331 @@ fn chart() -> String {
     format!("{ROOT}/deploy/chart")
 }
 
+// ---- linkerd-cni, the real peer (tests/peers.rs builds it; scripts/peers.sh) ---------------
+
+/// The real linkerd-cni, built from the source snapshot by scripts/peers.sh (cached).
+fn linkerd_cni_binary() -> PathBuf {
+    let out = Command::new(script("peers.sh"))
+        .arg("linkerd-cni")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run scripts/peers.sh");
+    assert!(
+        out.status.success(),
+        "scripts/peers.sh linkerd-cni: {}",
+        text(&out.stderr)
+    );
+    PathBuf::from(text(&out.stdout).lines().last().unwrap_or("").trim())
+}
+
+/// Where linkerd2-cni's installer puts linkerd-cni's kubeconfig on the node.
+const LINKERD_CNI_KUBECONFIG: &str = "/etc/cni/net.d/ZZZ-linkerd-cni-kubeconfig";
+
+/// Chains the real linkerd-cni into the node's conflist as linkerd2-cni's installer does:
+/// the binary in /opt/cni/bin, a kubeconfig whose context is `linkerd-cni-context` (the one
+/// linkerd-cni forces; here the node's admin credentials instead of its ServiceAccount's
+/// token), and its entry (tests/peers/linkerd-cni-entry.json, the chart's defaults, legacy
+/// iptables) appended to the primary conflist.
+fn chain_linkerd_cni(node: &Node) {
+    let bin = linkerd_cni_binary();
+    let out = node.run(
+        &["cp", &bin.to_string_lossy(), "/opt/cni/bin/linkerd-cni"],
+        None,
+    );
+    assert!(
+        out.status.success(),
+        "cp linkerd-cni: {}",
+        text(&out.stderr)
+    );
+    let admin =
+        std::fs::read_to_string(node.dir.join("pki/admin.kubeconfig")).expect("admin kubeconfig");
+    let kc = admin
+        .replace(
+            "contexts:\n- name: node\n",
+            "contexts:\n- name: linkerd-cni-context\n",
+        )
+        .replace(
+            "current-context: node",
+            "current-context: linkerd-cni-context",
+        );
+    write_node_file(node, LINKERD_CNI_KUBECONFIG, &kc);
+    let mut entry: serde_json::Value =
+        serde_json::from_str(include_str!("peers/linkerd-cni-entry.json"))
+            .expect("tests/peers/linkerd-cni-entry.json");
+    entry["kubernetes"]["kubeconfig"] = serde_json::json!(LINKERD_CNI_KUBECONFIG);
+    let mut list: serde_json::Value =
+        serde_json::from_str(&node.read_file(CONFLIST)).expect("the primary conflist");
+    list["plugins"].as_array_mut().expect("plugins").push(entry);
+    write_node_file(
+        node,
+        CONFLIST,
+        &serde_json::to_string_pretty(&list).unwrap_or_default(),
+    );
+}
+
+/// Uninstalls linkerd-cni as linkerd2-cni's installer does on its way out: its entry out of
+/// the conflist, its kubeconfig and binary removed.
+fn unchain_linkerd_cni(node: &Node) {
+    let mut list: serde_json::Value =
+        serde_json::from_str(&node.read_file(CONFLIST)).expect("the primary conflist");
+    list["plugins"]
+        .as_array_mut()
+        .expect("plugins")
+        .retain(|p| p["type"] != "linkerd-cni");
+    write_node_file(
+        node,
+        CONFLIST,
+        &serde_json::to_string_pretty(&list).unwrap_or_default(),
+    );
+    let out = node.run(
+        &[
+            "rm",
+            "-f",
+            LINKERD_CNI_KUBECONFIG,
+            "/opt/cni/bin/linkerd-cni",
+        ],
+        None,
+    );
+    assert!(out.status.success(), "rm: {}", text(&out.stderr));
+}
+
+/// Writes `content` to `path` in the node's filesystem view (atomically: a temporary file
+/// renamed over it, as installers do).
+fn write_node_file(node: &Node, path: &str, content: &str) {
+    let out = node.run(
+        &[
+            "sh",
+            "-c",
+            "cat > \"$1.tmp\" && mv -f \"$1.tmp\" \"$1\"",
+            "sh",
+            path,
+        ],
+        Some(content),
+    );
+    assert!(out.status.success(), "write {path}: {}", text(&out.stderr));
+}
+
+/// `iptables-legacy-save -t nat` in the pod's network namespace (linkerd-cni's rules).
+fn pod_legacy_nat(node: &Node, ns: &str, name: &str) -> String {
+    let Some(pid) = node.pod_pid(ns, name) else {
+        return String::new();
+    };
+    let out = Command::new("nsenter")
+        .arg(format!("--net=/proc/{pid}/ns/net"))
+        .args(["iptables-legacy-save", "-t", "nat"])
+        .output()
+        .expect("nsenter iptables-legacy-save");
+    text(&out.stdout)
+}
+
+/// The seed bug with linkerd-cni: the init container's fetch is refused (redirected to
+/// 4140 before the proxy runs), it exits non-zero again and again, and the pod never runs.
+fn assert_seed_bug(node: &Node, pod: &str) {
+    node.wait(
+        120,
+        &format!("the init container of seed/{pod} failing"),
+        "seed",
+        &format!("pod/{pod}"),
+        || {
+            let code = node.get(
+                "seed",
+                &format!("pod/{pod}"),
+                "{.status.initContainerStatuses[0].lastState.terminated.exitCode}",
+            );
+            !code.is_empty() && code != "0"
+        },
+    );
+    // The failed attempt's log: the current instance's while it waits in back-off, else the
+    // previous one's (kubelet removes older logs as it restarts the container).
+    let mut log = String::new();
+    node.wait(
+        90,
+        &format!("the log of seed/{pod}'s refused init container"),
+        "seed",
+        &format!("pod/{pod}"),
+        || {
+            log = ["", "--previous"]
+                .iter()
+                .map(|p| {
+                    let mut a = vec!["-n", "seed", "logs", pod, "-c", "fetch"];
+                    a.extend(p.split_whitespace());
+                    node.kubectl(&a).unwrap_or_else(|e| e)
+                })
+                .collect::<Vec<_>>()
+                .join("\n");
+            log.contains("Connection refused")
+        },
+    );
+    eprintln!(
+        "{pod}: the init container's log under linkerd-cni: {}",
+        log.trim()
+    );
+    assert_ne!(
+        node.get("seed", &format!("pod/{pod}"), "{.status.phase}"),
+        "Running"
+    );
+    let rules = pod_legacy_nat(node, "seed", pod);
+    assert!(
+        rules.contains("PROXY_INIT_OUTPUT") && rules.contains("--to-ports 4140"),
+        "{pod}: linkerd-cni's rules in the pod's netns:\n{rules}"
+    );
+}
+
+/// The seed pod of Istio or Kuma as its injector leaves it for CNI mode (Istio: the
+/// `sidecar.istio.io/status` annotation and `istio-proxy` as UID/GID 1337; Kuma:
+/// `kuma.io/sidecar-injected: "true"` and `kuma-sidecar` as UID/GID 5678), the proxy stand-in
+/// listening on 15001 and 15006 (and the port its startup probe uses, which the mesh leaves
+/// alone inbound: Istio's 15021, Kuma's 9901), in `layout` "classic" or "native".
+fn mesh_seed_pod(name: &str, mesh: &str, layout: &str) -> String {
+    let (annotation, proxy_name, uid, probe) = match mesh {
+        "istio" => (
+            r#"sidecar.istio.io/status: '{"containers":["istio-proxy"]}'"#,
+            "istio-proxy",
+            1337,
+            15021,
+        ),
+        "kuma" => (
+            r#"kuma.io/sidecar-injected: "true""#,
+            "kuma-sidecar",
+            5678,
+            9901,
+        ),
+        other => panic!("mesh {other}"),
+    };
+    let fetch = format!(
+        r#"    - name: fetch
+      image: {BUSYBOX}
+      imagePullPolicy: Never
+      command: ["sh", "-c", "timeout 10 wget -q -O- http://{OUTSIDE}/"]
+"#
+    );
+    let proxy = |extra: &str| {
+        format!(
+            r#"    - name: {proxy_name}
+      image: {BUSYBOX}
+      imagePullPolicy: Never
+      command: ["/bin/standin", "proxy", "-listen", "15001,15006,{probe}", "-dial", "{OUTSIDE}"]
+      securityContext: {{runAsUser: {uid}, runAsGroup: {uid}}}
+{extra}"#
+        )
+    };
+    let app = format!(
+        r#"    - name: app
+      image: {BUSYBOX}
+      imagePullPolicy: Never
+      command: ["sleep", "3600"]
+"#
+    );
+    let (init, main) = match layout {
+        "classic" => (fetch, format!("{}{app}", proxy(""))),
+        "native" => (
+            format!(
+                "{}{fetch}",
+                proxy(&format!(
+                    "      restartPolicy: Always\n      startupProbe:\n        tcpSocket: {{port: {probe}}}\n        periodSeconds: 1\n        failureThreshold: 60\n"
+                ))
+            ),
+            app,
+        ),
+        other => panic!("layout {other}"),
+    };
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+  namespace: seed
+  annotations:
+    {annotation}
+spec:
+  restartPolicy: Always
+  terminationGracePeriodSeconds: 1
+  initContainers:
+{init}  containers:
+{main}"#
+    )
+}
+
+/// Switches the chart to `mesh` (`helm upgrade --reuse-values --set mesh=...`, the init phase
+/// on) and waits for the installer to have rewritten the entry; then runs `mesh`'s seed pod in
+/// the classic layout (its init container fetches the outside service directly, the app goes
+/// to 15001 with the original destination) and as a native sidecar (the init container goes
+/// through the already started proxy).
+fn mesh_on_node(node: &Node, chart: &str, mesh: &str) {
+    let t = Instant::now();
+    let out = node.run(
+        &[
+            "helm",
+            "upgrade",
+            "meshnft",
+            chart,
+            "--namespace",
+            "meshnft",
+            "--reuse-values",
+            "--set",
+            &format!("mesh={mesh}"),
+            "--set",
+            "initPhase.enabled=true",
+            "--wait",
+            "--timeout",
+            "3m",
+        ],
+        None,
+    );
+    assert!(
+        out.status.success(),
+        "helm upgrade mesh={mesh}: {}",
+        text(&out.stderr)
+    );
+    let want = format!("\"mesh\": \"{mesh}\"");
+    let deadline = Instant::now() + Duration::from_secs(180);
+    while !node.read_file(CONFLIST).contains(&want) {
+        assert!(
+            Instant::now() < deadline,
+            "the installers did not pick up mesh={mesh}:\n{}",
+            node.read_file(CONFLIST)
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let classic = format!("{mesh}-classic");
+    node.apply(&mesh_seed_pod(&classic, mesh, "classic"));
+    node.wait_ready("seed", &classic, 120);
+    assert_meshed_ready(node, &classic);
+    let via = node
+        .kubectl(&[
+            "-n",
+            "seed",
+            "exec",
+            &classic,
+            "-c",
+            "app",
+            "--",
+            "timeout",
+            "10",
+            "wget",
+            "-q",
+            "-O-",
+            &format!("http://{OUTSIDE}/"),
+        ])
+        .unwrap_or_else(|e| e);
+    assert!(
+        via.contains("port 15001") && via.contains(OUTSIDE),
+        "{mesh}: the app's connection was redirected to the proxy's 15001: {via}"
+    );
+    let native = format!("{mesh}-native");
+    node.apply(&mesh_seed_pod(&native, mesh, "native"));
+    node.wait_ready("seed", &native, 120);
+    let fetched = node.logs("seed", &native, "fetch");
+    assert!(
+        fetched.contains("port 15001") && fetched.contains(OUTSIDE),
+        "{mesh}, native sidecar: the init container goes through the started proxy: {fetched}"
+    );
+    eprintln!(
+        "{mesh} on the real node (chart mesh={mesh}, classic and native seed pods): {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+}
+
 #[test]
 fn real_node() {
     if !support::root_or_skip("real_node") {
@@ -675,6 +1000,20 @@ fn real_node() {
             eprintln!("kubelet changed {k}: {} -> {}", was.trim(), now.trim());
         }
     }
+
+    // ---- the seed with the real linkerd-cni, chained as linkerd2-cni chains it ----------
+    let t = Instant::now();
+    chain_linkerd_cni(&node);
+    node.kubectl_ok(&["create", "namespace", "seed"]);
+    node.apply(&seed_pod("l5d-seed", "classic", true, false));
+    assert_seed_bug(&node, "l5d-seed");
+    eprintln!(
+        "linkerd-cni: the seed pod's init container refused, the pod not running: {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+
+    // ---- migrating from linkerd-cni (docs/linkerd.md): uninstall it, install meshnft -------
+    unchain_linkerd_cni(&node);
 
     // ---- meshnft installed with deploy/meshnft.yaml ------------------------------------
     let t = Instant::now();
@@ -700,7 +1039,34 @@ fn real_node() {
         "the installer copied the plugin binary to /opt/cni/bin"
     );
 
-    node.kubectl_ok(&["create", "namespace", "seed"]);
+    // The pod started under linkerd-cni keeps its rules (and its failing init container)
+    // until it is recreated: linkerd-cni's DEL does nothing and no one removes them. meshnft's
+    // node agent may add its table to it (repair of meshed pods without one: seen here), which
+    // does not undo linkerd-cni's redirect (tests/peers.rs, both chained). The same spec,
+    // recreated, runs with meshnft.
+    assert!(
+        pod_legacy_nat(&node, "seed", "l5d-seed").contains("PROXY_INIT_OUTPUT"),
+        "the pod started under linkerd-cni keeps its rules"
+    );
+    eprintln!(
+        "the pod started under linkerd-cni: its rules kept; meshnft table: {}",
+        if node.pod_table("seed", "l5d-seed").is_ok() {
+            "added by the node agent's repair"
+        } else {
+            "none"
+        }
+    );
+    node.kubectl_ok(&["-n", "seed", "delete", "pod", "l5d-seed", "--wait=true"]);
+    node.apply(&seed_pod("l5d-seed", "classic", true, false));
+    node.wait_ready("seed", "l5d-seed", 120);
+    assert_meshed_ready(&node, "l5d-seed");
+    assert!(
+        !pod_legacy_nat(&node, "seed", "l5d-seed").contains("PROXY_INIT"),
+        "no linkerd-cni rules in the recreated pod"
+    );
+    eprintln!(
+        "the same seed pod recreated under meshnft: Ready, its init container fetched directly"
+    );
 
     // ---- the seed pod, classic layout ---------------------------------------------------
     let t = Instant::now();
@@ -1156,6 +1522,10 @@ fn real_node() {
         node.get("seed", "pod/cfg-off", "{.status.phase}"),
         "Running"
     );
+
+    // ---- Istio and Kuma pods: the chart with mesh=istio, then mesh=kuma ------------------------
+    mesh_on_node(&node, &chart, "istio");
+    mesh_on_node(&node, &chart, "kuma");
 
     // ---- RBAC: nothing meshnft asked for was refused ---------------------------------------
     let refused = refused_calls(&node);

@@ -1,39 +1,34 @@
-//! The real peers side by side with meshnft (issue 16): the same pod shape,
-//! through libcni (Go driver) with the Debian reference `ptp` + `host-local`
-//! first, then a peer CNI plugin built from its Go module
-//! (scripts/peers.sh, cached) or meshnft as the chained plugin, with real
+//! The real peers side by side with meshnft (issues 16 and 22): the same
+//! pod shape, through libcni (Go driver) with the Debian reference `ptp` +
+//! `host-local` first, then a peer CNI plugin (scripts/peers.sh builds each
+//! once and caches it) or meshnft as the chained plugin, with real
 //! processes in kubelet-like pod cgroups making real TCP connections.
 //!
-//! Side by side (Istio-shaped pods, one timeline each, one table of where
-//! each connection landed with each plugin, printed by the test): both read
-//! the pod from the project's stand-in API server; meshnft runs with its
-//! `"mesh": "istio"` preset ([`MESHNFT_FOR_ISTIO`]). Every connection is
-//! classified by the listener that answered and the original destination
-//! it reports: directly to the server outside the pod, the pod's own port
-//! (not redirected), the proxy's 15001 or 15006 with the original
-//! destination kept, or refused.
+//! The peers, each beside meshnft with the matching `"mesh"`:
 //!
-//! * Classic sidecar, the seed scenario: an init container fetches from a
-//!   server outside the pod before the proxy has started. istio-cni
-//!   redirects it to a proxy that is not listening yet, so the fetch is
-//!   refused (the seed bug, linkerd/linkerd2#4788, here with istio-cni);
-//!   meshnft lets it through. After the proxy started, both send the app's
-//!   connections to the outbound port and inbound to the inbound port, and
-//!   the proxy's own connections go out directly.
-//! * Native sidecar: the proxy is an init container with `restartPolicy:
-//!   Always`, started before the user's init container, which both plugins
-//!   then redirect.
-//! * Istio's traffic annotations (part 3 of the issue), several pods:
-//!   exclusions, narrower inclusions, empty inclusions, dual stack; out of
-//!   the pod, inbound, over loopback; as the app, the proxy (UID 1337, or
-//!   GID 1337 alone) and the proxy's inbound passthrough. Both must land
-//!   every connection in the same place.
+//! * **istio-cni** (sidecar mode), built from its Go module; meshnft with
+//!   `"mesh": "istio"` ([`MESHNFT_FOR_ISTIO`]).
+//! * **linkerd-cni**, built from the snapshot of linkerd2-proxy-init, in
+//!   both of its `iptables-mode`s (legacy and nft); meshnft with the very
+//!   same conflist entry, `type` changed (the drop-in replacement
+//!   docs/linkerd.md promises), so `"mesh"` is its default, Linkerd.
+//! * **kuma-cni**, built from the snapshot of kumahq/kuma; meshnft with
+//!   `"mesh": "kuma"`. That kuma-cni reads only the transparent-proxy
+//!   configuration Kuma's injector renders into the pod
+//!   (`traffic.kuma.io/transparent-proxy-config`, YAML), which meshnft
+//!   refuses; meshnft reads Kuma 2.x's per-key annotations. So the peer's
+//!   pod carries both (as kuma-cp at that commit leaves it: the user's
+//!   per-key annotations, and the YAML that says the same), meshnft's only
+//!   the per-key ones; [`kuma_injected_pod_is_refused_by_meshnft`] asserts
+//!   what meshnft does with the peer's pod.
 //!
-//! Also: meshnft with Linkerd's own numbers through the seed scenario.
-//!
-//! linkerd-cni is not among the peers: the Go module proxy serves no version
-//! of `github.com/linkerd/linkerd2-proxy-init` with its `cni-plugin` package
-//! (see scripts/peers.sh).
+//! Every connection is classified by the listener that answered and the
+//! original destination it reports: directly to the server outside the
+//! pod, the pod's own port (not redirected), the proxy's outbound or
+//! inbound port with the original destination kept, or refused. Each
+//! scenario is one timeline; the test prints one table per scenario (a
+//! column per plugin) and asserts every cell. Where meshnft and a peer
+//! differ, the row says so with [`differs`], and docs/peers.md says why.
 //!
 //! Root only (`sudo cargo test`); skipped with a message otherwise.
 
@@ -47,15 +42,14 @@ use serde_json::{Value, json};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Mutex;
 use support::{Listener, Netns, Node, PodCgroups, SRV4_A, SRV4_B, SRV6_A, SRV6_B};
 
 /// istio-cni's default proxy UID and GID (`istio-proxy` without a
 /// securityContext), exempt from its redirection.
 const ISTIO_PROXY_UID: u32 = 1337;
-/// istio-cni's default outbound capture port.
-const ISTIO_OUTBOUND: u16 = 15001;
-/// istio-cni's default inbound capture port.
-const ISTIO_INBOUND: u16 = 15006;
+/// Kuma's default kuma-dp UID.
+const KUMA_PROXY_UID: u32 = 5678;
 
 /// The peer's binary, built (or taken from the cache) by scripts/peers.sh.
 fn peer_binary(name: &str) -> PathBuf {
@@ -75,32 +69,66 @@ fn peer_binary(name: &str) -> PathBuf {
     path
 }
 
-/// The proxy stand-in for an Istio sidecar: outbound 15001, inbound 15006.
-fn istio_proxy_listeners(pod: &Netns) -> (Listener, Listener) {
+/// Which mesh a scenario's pod belongs to.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum Mesh {
+    #[default]
+    Istio,
+    Linkerd,
+    Kuma,
+}
+
+impl Mesh {
+    /// The proxy's (outbound, inbound) capture ports.
+    fn ports(self) -> (u16, u16) {
+        match self {
+            Mesh::Istio | Mesh::Kuma => (15001, 15006),
+            Mesh::Linkerd => (4140, 4143),
+        }
+    }
+
+    /// The plugins run with this mesh's pods, peers first.
+    fn plugins(self) -> Vec<Peer> {
+        match self {
+            Mesh::Istio => vec![Peer::IstioCni, Peer::Meshnft],
+            Mesh::Linkerd => vec![Peer::LinkerdLegacy, Peer::LinkerdNft, Peer::Meshnft],
+            Mesh::Kuma => vec![Peer::KumaCni, Peer::Meshnft],
+        }
+    }
+
+    /// The injected proxy container's name.
+    fn proxy_container(self) -> &'static str {
+        match self {
+            Mesh::Istio => "istio-proxy",
+            Mesh::Linkerd => "linkerd-proxy",
+            Mesh::Kuma => "kuma-sidecar",
+        }
+    }
+
+    /// The prefix of the mesh's annotations, left out of the printed table.
+    fn annotation_prefix(self) -> &'static str {
+        match self {
+            Mesh::Istio => "traffic.sidecar.istio.io/",
+            Mesh::Linkerd => "config.linkerd.io/",
+            Mesh::Kuma => "",
+        }
+    }
+}
+
+/// The proxy stand-in for the mesh: its outbound and inbound ports, IPv4
+/// and IPv6.
+fn mesh_proxy_listeners(pod: &Netns, mesh: Mesh) -> (Listener, Listener) {
     let any4 = IpAddr::from([0, 0, 0, 0]);
     let any6 = IpAddr::from([0u16; 8]);
+    let (out, inb) = mesh.ports();
     (
-        Listener::start(
-            pod.path(),
-            "proxy-out",
-            &[sa(any4, ISTIO_OUTBOUND), sa(any6, ISTIO_OUTBOUND)],
-        ),
-        Listener::start(
-            pod.path(),
-            "proxy-in",
-            &[sa(any4, ISTIO_INBOUND), sa(any6, ISTIO_INBOUND)],
-        ),
+        Listener::start(pod.path(), "proxy-out", &[sa(any4, out), sa(any6, out)]),
+        Listener::start(pod.path(), "proxy-in", &[sa(any4, inb), sa(any6, inb)]),
     )
 }
 
-/// A probe to the node's server (198.19.0.1:80) from `container`, as `uid`.
-fn fetch(pod: &Netns, cg: &PodCgroups, container: &str, uid: u32) -> Result<String, String> {
-    let dir = cg.container(container);
-    support::tcp_probe(pod.path(), Some(&dir), uid, uid, SRV4_A.into(), 80)
-}
-
 // ---------------------------------------------------------------------------
-// Side by side: one Istio-shaped pod, the same timeline, each plugin
+// Side by side: one pod, the same timeline, each plugin
 // ---------------------------------------------------------------------------
 
 /// How meshnft is told that it serves an Istio-shaped pod, merged into its
@@ -109,6 +137,11 @@ fn fetch(pod: &Netns, cg: &PodCgroups, container: &str, uid: u32) -> Result<Stri
 /// 15006, the proxy by UID or GID 1337, its own ports left alone) and
 /// istio-cni's rules for which pods are meshed.
 const MESHNFT_FOR_ISTIO: &str = include_str!("peers/meshnft-for-istio.json");
+
+/// linkerd-cni's conflist entry as the linkerd2-cni chart writes it
+/// (`type` set by the caller), read by the test and the benchmark alike.
+/// meshnft runs the same entry with `"type": "meshnft"`.
+const LINKERD_CNI_ENTRY: &str = include_str!("peers/linkerd-cni-entry.json");
 
 /// meshnft's conflist entry for the side-by-side runs: state and log in the
 /// node dir, the pod read from the API stand-in through `kubeconfig` (the
@@ -128,57 +161,129 @@ fn meshnft_istio_entry(node: &Node, kubeconfig: &Path) -> Value {
     e
 }
 
+/// [`LINKERD_CNI_ENTRY`] with `type`, the kubeconfig, and `linkerd` keys
+/// from `extra` (a JSON object) merged into its `linkerd` block.
+fn linkerd_entry(ty: &str, kubeconfig: &Path, mode: &str, extra: &str) -> Value {
+    let mut e: Value = serde_json::from_str(LINKERD_CNI_ENTRY).expect("LINKERD_CNI_ENTRY");
+    e["type"] = json!(ty);
+    e["kubernetes"]["kubeconfig"] = json!(kubeconfig);
+    e["linkerd"]["iptables-mode"] = json!(mode);
+    let extra: Value = serde_json::from_str(extra).expect("scenario entry");
+    for (k, v) in extra.as_object().expect("scenario entry is an object") {
+        e["linkerd"][k] = v.clone();
+    }
+    e
+}
+
+/// A kubeconfig for `api` whose context is `linkerd-cni-context` (the one
+/// linkerd-cni forces; meshnft takes the current context, the same one).
+fn linkerd_kubeconfig(api: &FakeApi, dir: &Path) -> PathBuf {
+    let p = api.kubeconfig(dir);
+    let text = std::fs::read_to_string(&p).expect("kubeconfig");
+    let text = text
+        .replace(
+            "contexts:\n- name: fake\n",
+            "contexts:\n- name: linkerd-cni-context\n",
+        )
+        .replace(
+            "current-context: fake",
+            "current-context: linkerd-cni-context",
+        );
+    std::fs::write(&p, text).expect("kubeconfig");
+    p
+}
+
 /// The chained plugin after `ptp` + `host-local`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Peer {
     /// istio-cni in sidecar mode, as built by scripts/peers.sh.
     IstioCni,
-    /// meshnft with [`MESHNFT_FOR_ISTIO`].
+    /// linkerd-cni with `"iptables-mode": "legacy"` (the chart's default).
+    LinkerdLegacy,
+    /// linkerd-cni with `"iptables-mode": "nft"`.
+    LinkerdNft,
+    /// kuma-cni.
+    KumaCni,
+    /// meshnft with the mesh's preset.
     Meshnft,
+    /// linkerd-cni (legacy) and meshnft chained one after the other, as
+    /// meshnft's installer leaves a node where linkerd-cni's entry is still
+    /// in the conflist.
+    LinkerdThenMeshnft,
 }
 
 impl Peer {
     fn name(self) -> &'static str {
         match self {
             Peer::IstioCni => "istio-cni",
+            Peer::LinkerdLegacy => "linkerd-cni (legacy)",
+            Peer::LinkerdNft => "linkerd-cni (nft)",
+            Peer::KumaCni => "kuma-cni",
             Peer::Meshnft => "meshnft",
+            Peer::LinkerdThenMeshnft => "linkerd-cni, then meshnft",
+        }
+    }
+
+    /// A name fit for a pod or a file.
+    fn slug(self) -> &'static str {
+        match self {
+            Peer::IstioCni => "istio-cni",
+            Peer::LinkerdLegacy => "linkerd-legacy",
+            Peer::LinkerdNft => "linkerd-nft",
+            Peer::KumaCni => "kuma-cni",
+            Peer::Meshnft => "meshnft",
+            Peer::LinkerdThenMeshnft => "linkerd-both",
         }
     }
 }
 
 /// Where the proxy sits in the pod spec.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 enum Shape {
-    /// `istio-proxy` a regular container beside the app, one init container.
+    /// The proxy a regular container beside the app, one init container.
+    #[default]
     Classic,
-    /// `istio-proxy` an init container with `restartPolicy: Always` (a
-    /// native sidecar, started before the user's init containers), then
-    /// the user's init container, then the app.
+    /// The proxy an init container with `restartPolicy: Always` (a native
+    /// sidecar, started before the user's init containers), then the
+    /// user's init container, then the app.
     Native,
 }
 
-/// The pod as Istio's injector leaves it (the `sidecar.istio.io/status`
-/// annotation, the `istio-proxy` container), in `shape`, with `annotations`
-/// besides the status and `env` (name, value) on `istio-proxy`.
-fn istio_pod(name: &str, shape: Shape, annotations: &[(&str, &str)], env: &[(&str, &str)]) -> Pod {
-    let mut ann = vec![(
-        "sidecar.istio.io/status",
-        "{\"containers\":[\"istio-proxy\"]}",
-    )];
+/// The pod as the mesh's injector leaves it (Istio: the
+/// `sidecar.istio.io/status` annotation; Linkerd: `linkerd.io/proxy-version`;
+/// Kuma: `kuma.io/sidecar-injected: "true"`; and the proxy container), in
+/// `shape`, with `annotations` besides those and `env` (name, value) on the
+/// proxy container.
+fn mesh_pod(
+    mesh: Mesh,
+    name: &str,
+    shape: Shape,
+    annotations: &[(&str, &str)],
+    env: &[(&str, &str)],
+) -> Pod {
+    let mut ann = vec![match mesh {
+        Mesh::Istio => (
+            "sidecar.istio.io/status",
+            "{\"containers\":[\"istio-proxy\"]}",
+        ),
+        Mesh::Linkerd => ("linkerd.io/proxy-version", "stable"),
+        Mesh::Kuma => ("kuma.io/sidecar-injected", "true"),
+    }];
     ann.extend_from_slice(annotations);
+    let proxy = mesh.proxy_container();
     let mut pod = match shape {
         Shape::Classic => apiserver::pod(
             "default",
             name,
             &[("init", None)],
-            &["app", "istio-proxy"],
+            &["app", proxy],
             &ann,
             &[],
         ),
         Shape::Native => apiserver::pod(
             "default",
             name,
-            &[("istio-proxy", Some("Always")), ("init", None)],
+            &[(proxy, Some("Always")), ("init", None)],
             &["app"],
             &ann,
             &[],
@@ -189,7 +294,7 @@ fn istio_pod(name: &str, shape: Shape, annotations: &[(&str, &str)], env: &[(&st
         .containers
         .iter_mut()
         .chain(spec.init_containers.iter_mut().flatten())
-        .filter(|c| c.name == "istio-proxy" && !env.is_empty())
+        .filter(|c| c.name == proxy && !env.is_empty())
     {
         c.env = Some(
             env.iter()
@@ -210,10 +315,12 @@ enum Source {
     /// A process in container `.0` of the pod, as UID `.1` and GID `.2`.
     Container(&'static str, u32, u32),
     /// The same, its socket bound to source address `.3` before connecting
-    /// (the proxy's inbound passthrough, from 127.0.0.6).
-    Bound(&'static str, u32, u32, Ipv4Addr),
+    /// (the proxy's inbound passthrough, from 127.0.0.6 or ::6).
+    Bound(&'static str, u32, u32, IpAddr),
     /// The node, from its own netns.
     Node,
+    /// The node, its socket bound to one of its addresses first.
+    NodeFrom(IpAddr),
 }
 
 /// Where a connection goes.
@@ -252,36 +359,38 @@ impl Dest {
 
 /// One line of a timeline.
 enum Line {
-    /// The proxy starts listening on 15001 and 15006.
+    /// The proxy starts listening on its outbound and inbound ports.
     ProxyStarts,
-    /// A connection, and where it must land with each plugin.
+    /// A connection, and where it must land with the peer (each of its
+    /// modes) and with meshnft.
     Conn {
         what: String,
         from: Source,
         to: Dest,
-        istio_cni: Landed,
+        peer: Landed,
         meshnft: Landed,
     },
 }
 
-/// A connection that must land in the same place with both plugins.
+/// A connection that must land in the same place with every plugin.
 fn same(what: &str, from: Source, to: Dest, landed: Landed) -> Line {
     Line::Conn {
         what: what.into(),
         from,
         to,
-        istio_cni: landed.clone(),
+        peer: landed.clone(),
         meshnft: landed,
     }
 }
 
-/// A connection with one expectation per plugin (where they differ).
-fn differs(what: &str, from: Source, to: Dest, istio_cni: Landed, meshnft: Landed) -> Line {
+/// A connection with one expectation for the peer and one for meshnft
+/// (where they differ; docs/peers.md says why).
+fn differs(what: &str, from: Source, to: Dest, peer: Landed, meshnft: Landed) -> Line {
     Line::Conn {
         what: what.into(),
         from,
         to,
-        istio_cni,
+        peer,
         meshnft,
     }
 }
@@ -297,10 +406,12 @@ enum Landed {
     /// The pod's own listener on the port it was sent to (the app's, or
     /// the agent's 15020/15021/15090, the tunnel's 15008): not redirected.
     App,
-    /// The proxy's outbound port 15001, original destination kept.
+    /// The proxy's outbound port, original destination kept.
     ProxyOut,
-    /// The proxy's inbound port 15006, original destination kept.
+    /// The proxy's inbound port, original destination kept.
     ProxyIn,
+    /// The source address to bind does not exist in the pod (Kuma's `::6`).
+    NoSource,
     /// Anything else (the reply or the error, verbatim).
     Other(String),
 }
@@ -310,6 +421,7 @@ impl Landed {
     fn classify(r: Result<String, String>, dst: SocketAddr) -> Landed {
         let line = match r {
             Err(e) if e.contains("Connection refused") => return Landed::Refused,
+            Err(e) if e.contains("Cannot assign requested address") => return Landed::NoSource,
             Err(e) => return Landed::Other(format!("error: {e}")),
             Ok(l) => l,
         };
@@ -332,13 +444,16 @@ impl Landed {
         }
     }
 
-    fn text(&self) -> String {
+    /// The cell's text, with the mesh's ports.
+    fn text(&self, mesh: Mesh) -> String {
+        let (out, inb) = mesh.ports();
         match self {
             Landed::Refused => "refused (nothing listens)".into(),
             Landed::Direct => "directly to the server".into(),
             Landed::App => "the pod's own port".into(),
-            Landed::ProxyOut => "proxy :15001, orig kept".into(),
-            Landed::ProxyIn => "proxy :15006, orig kept".into(),
+            Landed::ProxyOut => format!("proxy :{out}, orig kept"),
+            Landed::ProxyIn => format!("proxy :{inb}, orig kept"),
+            Landed::NoSource => "no such address to bind".into(),
             Landed::Other(s) => s.clone(),
         }
     }
@@ -411,17 +526,26 @@ impl Written {
     }
 }
 
-/// One pod and what surrounds it, run with each plugin: its part of the
-/// printed table is headed by `title`, the annotations and the env.
+/// One pod and what surrounds it, run with each plugin of its mesh: its
+/// part of the printed table is headed by `title`, the annotations and the
+/// env.
+#[derive(Default)]
 struct Scenario {
     title: &'static str,
     /// The pod's name (the plugin's name is appended).
     name: &'static str,
+    mesh: Mesh,
     shape: Shape,
-    /// The pod's annotations besides the injector's status.
+    /// The pod's annotations besides the injector's marker.
     annotations: &'static [(&'static str, &'static str)],
-    /// `env` of the `istio-proxy` container.
+    /// Annotations only the peer's pod gets (Kuma's rendered
+    /// transparent-proxy configuration, which meshnft refuses).
+    peer_only: Vec<(&'static str, String)>,
+    /// `env` of the proxy container.
     proxy_env: &'static [(&'static str, &'static str)],
+    /// Linkerd: keys merged into the `linkerd` block of the shared entry
+    /// (a JSON object; empty means none).
+    entry: &'static str,
     timeline: Vec<Line>,
 }
 
@@ -443,10 +567,67 @@ struct Outcome {
     after_del: Written,
 }
 
+/// kuma-cni's ADD fails unless exactly one process named `/install-cni`
+/// runs on the node (it takes over that process's stderr for its log: the
+/// installer of its DaemonSet), and it logs to `/tmp/kuma-cni.log`. While a
+/// kuma-cni pod lives, this holds the lock that keeps them one at a time
+/// in this test binary, a stand-in `/install-cni` (a `sleep` so named), and
+/// removes the log file afterwards unless it was there before.
+struct KumaNode {
+    _lock: std::sync::MutexGuard<'static, ()>,
+    installer: support::ChildGuard,
+    log_was_there: bool,
+}
+
+/// kuma-cni's fixed log file.
+const KUMA_CNI_LOG: &str = "/tmp/kuma-cni.log";
+
+static KUMA_LOCK: Mutex<()> = Mutex::new(());
+
+impl KumaNode {
+    fn new() -> KumaNode {
+        let lock = KUMA_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        let log_was_there = Path::new(KUMA_CNI_LOG).exists();
+        let installer = support::ChildGuard(
+            Command::new("bash")
+                .args(["-c", "exec -a /install-cni sleep 600"])
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .expect("spawn the /install-cni stand-in"),
+        );
+        let pid = installer.0.id();
+        assert!(
+            support::wait_until(std::time::Duration::from_secs(5), || {
+                std::fs::read(format!("/proc/{pid}/cmdline"))
+                    .is_ok_and(|c| c.starts_with(b"/install-cni\0"))
+            }),
+            "the /install-cni stand-in did not start"
+        );
+        KumaNode {
+            _lock: lock,
+            installer,
+            log_was_there,
+        }
+    }
+}
+
+impl Drop for KumaNode {
+    fn drop(&mut self) {
+        let _ = self.installer.0.kill();
+        let _ = self.installer.0.wait();
+        if !self.log_was_there {
+            let _ = std::fs::remove_file(KUMA_CNI_LOG);
+        }
+    }
+}
+
 /// A pod on its own node, after ADD through `ptp` + `peer`. Fields drop in
 /// declaration order: listeners before the namespaces they live in.
 struct PeerPod {
     peer: Peer,
+    mesh: Mesh,
     listeners: Option<(Listener, Listener)>,
     /// The pod's own listener (tag `app`) on every port the timeline sends
     /// to inside the pod.
@@ -457,6 +638,8 @@ struct PeerPod {
     _api: FakeApi,
     /// The node's server, alive until the pod goes.
     _server: Listener,
+    /// kuma-cni's surroundings, while its pod lives.
+    _kuma: Option<KumaNode>,
     pod: Netns,
     pod4: Ipv4Addr,
     pod6: Ipv6Addr,
@@ -478,14 +661,111 @@ fn node_listener_serves(a: SocketAddr) -> bool {
         && [80, 9100, 20001].contains(&a.port())
 }
 
+/// The conflist entries of `peer` for `sc`'s mesh on `node`, reading the
+/// pod from `api`.
+fn plugin_entries(peer: Peer, sc: &Scenario, node: &Node, api: &FakeApi) -> Vec<Value> {
+    if peer == Peer::LinkerdThenMeshnft {
+        return [Peer::LinkerdLegacy, Peer::Meshnft]
+            .into_iter()
+            .flat_map(|p| plugin_entries(p, sc, node, api))
+            .collect();
+    }
+    vec![plugin_entry(peer, sc, node, api)]
+}
+
+/// The conflist entry of `peer` (not [`Peer::LinkerdThenMeshnft`]) for
+/// `sc`'s mesh on `node`, reading the pod from `api`.
+fn plugin_entry(peer: Peer, sc: &Scenario, node: &Node, api: &FakeApi) -> Value {
+    let entry = if sc.entry.is_empty() { "{}" } else { sc.entry };
+    let meshnft_common = |e: &mut Value| {
+        e["log_file"] = json!(node.dir().join("meshnft.log"));
+        e["stateDir"] = json!(node.dir().join("state"));
+    };
+    match (peer, sc.mesh) {
+        (Peer::IstioCni, _) => {
+            node.install_plugin("istio-cni", &peer_binary("istio-cni"));
+            // The kubeconfig goes where istio-cni looks for it.
+            let run_dir = node.dir().join("istio-cni");
+            std::fs::create_dir_all(&run_dir).unwrap();
+            let kc = api.kubeconfig(&run_dir);
+            std::fs::rename(&kc, run_dir.join("istio-cni-kubeconfig")).unwrap();
+            json!({
+                "type": "istio-cni",
+                "plugin_log_level": "debug",
+                "cni_agent_run_dir": run_dir,
+                "ambient_enabled": false,
+            })
+        }
+        (Peer::LinkerdLegacy | Peer::LinkerdNft, _) => {
+            node.install_plugin("linkerd-cni", &peer_binary("linkerd-cni"));
+            let mode = if peer == Peer::LinkerdNft {
+                "nft"
+            } else {
+                "legacy"
+            };
+            linkerd_entry(
+                "linkerd-cni",
+                &linkerd_kubeconfig(api, node.dir()),
+                mode,
+                entry,
+            )
+        }
+        (Peer::KumaCni, _) => {
+            node.install_plugin("kuma-cni", &peer_binary("kuma-cni"));
+            json!({
+                "type": "kuma-cni",
+                "log_level": "debug",
+                "kubernetes": {
+                    "kubeconfig": api.kubeconfig(node.dir()),
+                    "cni_bin_dir": node.bin_dir(),
+                    "exclude_namespaces": ["kuma-system"],
+                },
+            })
+        }
+        (Peer::Meshnft, Mesh::Istio) => {
+            node.install_plugin("meshnft", Path::new(MESHNFT));
+            meshnft_istio_entry(node, &api.kubeconfig(node.dir()))
+        }
+        (Peer::Meshnft, Mesh::Linkerd) => {
+            node.install_plugin("meshnft", Path::new(MESHNFT));
+            // The same entry as linkerd-cni's, type changed.
+            let mut e = linkerd_entry(
+                "meshnft",
+                &linkerd_kubeconfig(api, node.dir()),
+                "legacy",
+                entry,
+            );
+            meshnft_common(&mut e);
+            e
+        }
+        (Peer::LinkerdThenMeshnft, _) => unreachable!("plugin_entries splits it"),
+        (Peer::Meshnft, Mesh::Kuma) => {
+            node.install_plugin("meshnft", Path::new(MESHNFT));
+            let mut e = json!({
+                "type": "meshnft",
+                "mesh": "kuma",
+                "log_level": "debug",
+                "kubernetes": {"kubeconfig": api.kubeconfig(node.dir())},
+            });
+            meshnft_common(&mut e);
+            e
+        }
+    }
+}
+
 impl PeerPod {
     /// A node with `peer` installed, the API stand-in serving the pod of
     /// `sc`, a pod netns and cgroups; then ADD, which must have read the
     /// pod; then the listeners `sc`'s connections need: servers on the
     /// node (their addresses added to `srv0` when new), the pod's own.
     fn add(peer: Peer, sc: &Scenario) -> PeerPod {
-        let name = format!("{}-{}", sc.name, peer.name());
-        let spec = istio_pod(&name, sc.shape, sc.annotations, sc.proxy_env);
+        let name = format!("{}-{}", sc.name, peer.slug());
+        let mut ann: Vec<(&str, &str)> = sc.annotations.to_vec();
+        if peer != Peer::Meshnft {
+            ann.extend(sc.peer_only.iter().map(|(k, v)| (*k, v.as_str())));
+        }
+        let spec = mesh_pod(sc.mesh, &name, sc.shape, &ann, sc.proxy_env);
+        let kuma = (peer == Peer::KumaCni).then(KumaNode::new);
         let node = Node::new();
         let server = node_listener(&node);
         let cg = PodCgroups::new(support::Layout::Cgroupfs, support::Qos::Burstable);
@@ -493,27 +773,8 @@ impl PeerPod {
         // The chain runs inside the node netns, so the API stand-in listens
         // on that netns's loopback.
         let api = support::in_netns(node.netns.path(), || FakeApi::serving(&[spec]));
-        let entry = match peer {
-            Peer::IstioCni => {
-                node.install_plugin("istio-cni", &peer_binary("istio-cni"));
-                // The kubeconfig goes where istio-cni looks for it.
-                let run_dir = node.dir().join("istio-cni");
-                std::fs::create_dir_all(&run_dir).unwrap();
-                let kc = api.kubeconfig(&run_dir);
-                std::fs::rename(&kc, run_dir.join("istio-cni-kubeconfig")).unwrap();
-                json!({
-                    "type": "istio-cni",
-                    "plugin_log_level": "debug",
-                    "cni_agent_run_dir": run_dir,
-                    "ambient_enabled": false,
-                })
-            }
-            Peer::Meshnft => {
-                node.install_plugin("meshnft", Path::new(MESHNFT));
-                meshnft_istio_entry(&node, &api.kubeconfig(node.dir()))
-            }
-        };
-        let cl = node.write_conflist("istio", "1.0.0", vec![entry]);
+        let entries = plugin_entries(peer, sc, &node, &api);
+        let cl = node.write_conflist(sc.name, "1.0.0", entries);
         let args = k8s_args(&cg, &name);
         let result = node
             .cni("add", &cl, pod.path(), &name, &args_ref(&args))
@@ -559,10 +820,11 @@ impl PeerPod {
         let more_servers =
             (!servers.is_empty()).then(|| Listener::start(node.netns.path(), "server", &servers));
         // The pod's own ports (never the proxy's).
+        let (out, inb) = sc.mesh.ports();
         let mut ports: Vec<u16> = sc
             .dests()
             .filter_map(Dest::pod_port)
-            .filter(|p| ![ISTIO_OUTBOUND, ISTIO_INBOUND].contains(p))
+            .filter(|p| ![out, inb].contains(p))
             .collect();
         ports.sort_unstable();
         ports.dedup();
@@ -579,11 +841,13 @@ impl PeerPod {
         );
         PeerPod {
             peer,
+            mesh: sc.mesh,
             listeners: None,
             _app: app,
             _more_servers: more_servers,
             _api: api,
             _server: server,
+            _kuma: kuma,
             pod,
             pod4,
             pod6,
@@ -599,7 +863,7 @@ impl PeerPod {
     fn play(&mut self, line: &Line) -> Option<Landed> {
         let (from, to) = match line {
             Line::ProxyStarts => {
-                self.listeners = Some(istio_proxy_listeners(&self.pod));
+                self.listeners = Some(mesh_proxy_listeners(&self.pod, self.mesh));
                 return None;
             }
             Line::Conn { from, to, .. } => (*from, *to),
@@ -615,11 +879,12 @@ impl PeerPod {
                 dst.port(),
             ),
             Source::Bound(c, uid, gid, src) => {
-                probe_from(&self.pod, &self.cg.container(c), uid, gid, src, dst)
+                probe_from(&self.pod, Some(&self.cg.container(c)), uid, gid, src, dst)
             }
             Source::Node => {
                 support::tcp_probe(self.node.netns.path(), None, 0, 0, dst.ip(), dst.port())
             }
+            Source::NodeFrom(src) => probe_from(&self.node.netns, None, 0, 0, src, dst),
         };
         Some(Landed::classify(r, dst))
     }
@@ -638,22 +903,22 @@ impl PeerPod {
     }
 }
 
-/// A TCP connection from `pod` (in cgroup `cg`, as `uid`/`gid`) to `dst`
-/// with its socket bound to `src` first, which bash's `/dev/tcp` cannot do:
-/// Perl's IO::Socket::INET (perl-base, in every Debian). Sends `probe` and
-/// returns the first reply line, or the error.
+/// A TCP connection from `ns` (in cgroup `cg` if any, as `uid`/`gid`) to
+/// `dst` with its socket bound to `src` first, which bash's `/dev/tcp`
+/// cannot do: Perl's IO::Socket::IP (perl-base, in every Debian). Sends
+/// `probe` and returns the first reply line, or the error.
 fn probe_from(
-    pod: &Netns,
-    cg: &Path,
+    ns: &Netns,
+    cg: Option<&Path>,
     uid: u32,
     gid: u32,
-    src: Ipv4Addr,
+    src: IpAddr,
     dst: SocketAddr,
 ) -> Result<String, String> {
-    const SCRIPT: &str = r#"use IO::Socket::INET;
+    const SCRIPT: &str = r#"use IO::Socket::IP;
 my ($dst, $port, $src) = @ARGV;
-my $s = IO::Socket::INET->new(PeerAddr => $dst, PeerPort => $port,
-    LocalAddr => $src, Proto => "tcp") or die "$@\n";
+my $s = IO::Socket::IP->new(PeerHost => $dst, PeerPort => $port,
+    LocalHost => $src, Proto => "tcp") or die "$@\n";
 print $s "probe\n";
 my $l = <$s>;
 print $l if defined $l;"#;
@@ -663,8 +928,8 @@ print $l if defined $l;"#;
         src.to_string(),
     );
     let out = support::run_in(
-        pod.path(),
-        Some(cg),
+        ns.path(),
+        cg,
         uid,
         gid,
         &["timeout", "5", "perl", "-e", SCRIPT, &ip, &port, &src],
@@ -699,19 +964,60 @@ fn run_scenario(peer: Peer, sc: &Scenario) -> Outcome {
     }
 }
 
+/// Is what `peer` wrote, and left after DEL, what it should be? The peers'
+/// DEL does nothing, so everything stays; meshnft's `table inet meshnft`
+/// alone after ADD, nothing after DEL.
+fn written_ok(peer: Peer, a: &Written, d: &Written) -> bool {
+    match peer {
+        // istio-cni's iptables chains through iptables-nft (nf_tables' `ip
+        // nat` table; no rule in legacy xtables, where its backend probe
+        // leaves empty `nat` tables).
+        Peer::IstioCni => {
+            a.nft_tables.iter().any(|t| t == "ip nat")
+                && a.nft_rules > 0
+                && a.legacy_rules == 0
+                && d == a
+        }
+        // legacy xtables only.
+        Peer::LinkerdLegacy => a.legacy_rules > 0 && a.nft_rules == 0 && d == a,
+        // iptables-nft: nf_tables' `ip nat` (and `ip6 nat` with IPv6).
+        Peer::LinkerdNft => {
+            a.nft_tables.iter().any(|t| t == "ip nat")
+                && a.nft_rules > 0
+                && a.legacy_rules == 0
+                && d == a
+        }
+        Peer::KumaCni => (a.nft_rules > 0 || a.legacy_rules > 0) && d == a,
+        Peer::Meshnft => {
+            a.nft_tables == ["inet meshnft"]
+                && a.legacy_tables.is_empty()
+                && *d == Written::default()
+        }
+        // Both: linkerd-cni's legacy rules stay, meshnft's table goes.
+        Peer::LinkerdThenMeshnft => {
+            a.nft_tables == ["inet meshnft"]
+                && a.legacy_rules > 0
+                && d.nft_tables.is_empty()
+                && d.legacy_rules == a.legacy_rules
+        }
+    }
+}
+
 /// Prints one table of `runs` (a part per scenario, headed by its title:
 /// one column per plugin, one row per connection, a last column saying
-/// whether the two landed alike; then what each wrote and what DEL left),
-/// then asserts every connection and the rules: istio-cni's iptables
-/// chains through iptables-nft (nf_tables' `ip nat` table; no rule in
-/// legacy xtables, where its backend probe leaves empty `nat` tables) after
-/// ADD, and all still there after DEL (its DEL does nothing); meshnft's
-/// `table inet meshnft` alone after ADD, nothing after DEL.
+/// whether all landed alike; then what each wrote and what DEL left), then
+/// asserts every connection and the rules ([`written_ok`]).
 fn compare(runs: &[(&Scenario, Vec<Outcome>)]) {
-    let texts = runs
+    let w = runs
         .iter()
-        .flat_map(|(_, os)| os.iter().flat_map(|o| o.landed.iter().map(Landed::text)));
-    let w = texts.map(|t| t.len()).max().unwrap_or(0).max(26) + 12;
+        .flat_map(|(sc, os)| {
+            os.iter()
+                .flat_map(|o| o.landed.iter().map(|l| l.text(sc.mesh).len()))
+        })
+        .max()
+        .unwrap_or(0)
+        .max(26)
+        + 12;
     let cw = runs
         .iter()
         .flat_map(|(sc, _)| &sc.timeline)
@@ -732,12 +1038,18 @@ fn compare(runs: &[(&Scenario, Vec<Outcome>)]) {
             .map(|(k, v)| {
                 format!(
                     "{}: {v:?}",
-                    k.trim_start_matches("traffic.sidecar.istio.io/")
+                    k.trim_start_matches(sc.mesh.annotation_prefix())
                 )
             })
             .collect();
         if !ann.is_empty() {
             t += &format!("\n  annotations: {}", ann.join(", "));
+        }
+        for (k, v) in &sc.peer_only {
+            t += &format!("\n  the peer's pod also: {k}: {v:?}");
+        }
+        if !sc.entry.is_empty() {
+            t += &format!("\n  linkerd block: {}", sc.entry);
         }
         let env: Vec<String> = sc
             .proxy_env
@@ -745,7 +1057,7 @@ fn compare(runs: &[(&Scenario, Vec<Outcome>)]) {
             .map(|(k, v)| format!("{k}={v}"))
             .collect();
         if !env.is_empty() {
-            t += &format!("\n  istio-proxy env: {}", env.join(", "));
+            t += &format!("\n  {} env: {}", sc.mesh.proxy_container(), env.join(", "));
         }
         t += &format!("\n{:<cw$}", "connection");
         for o in outcomes {
@@ -756,23 +1068,31 @@ fn compare(runs: &[(&Scenario, Vec<Outcome>)]) {
         for line in &sc.timeline {
             let Line::Conn {
                 what,
-                istio_cni,
+                peer,
                 meshnft,
                 ..
             } = line
             else {
-                t += &format!("\n{:<cw$}", "(istio-proxy starts: listens 15001, 15006)");
+                let (out, inb) = sc.mesh.ports();
+                t += &format!(
+                    "\n{:<cw$}",
+                    format!(
+                        "({} starts: listens {out}, {inb})",
+                        sc.mesh.proxy_container()
+                    )
+                );
                 continue;
             };
             t += &format!("\n{what:<cw$}");
             for o in outcomes {
-                let want = match o.peer {
-                    Peer::IstioCni => istio_cni,
-                    Peer::Meshnft => meshnft,
+                let want = if o.peer == Peer::Meshnft {
+                    meshnft
+                } else {
+                    peer
                 };
                 let got = &o.landed[i];
                 let mark = if got == want { "" } else { "  <-- WRONG" };
-                t += &format!(" | {:<w$}", format!("{}{mark}", got.text()));
+                t += &format!(" | {:<w$}", format!("{}{mark}", got.text(sc.mesh)));
                 if got != want {
                     failures.push(format!(
                         "{}: {what} with {}: landed {got:?}, expected {want:?}",
@@ -790,7 +1110,7 @@ fn compare(runs: &[(&Scenario, Vec<Outcome>)]) {
         t += "\nwritten by ADD, and left after DEL:";
         for o in outcomes {
             t += &format!(
-                "\n  {:<10} ADD: {}\n  {:<10} DEL: {}",
+                "\n  {:<20} ADD: {}\n  {:<20} DEL: {}",
                 o.peer.name(),
                 o.after_add.text(),
                 "",
@@ -800,20 +1120,7 @@ fn compare(runs: &[(&Scenario, Vec<Outcome>)]) {
         t += "\n";
         for o in outcomes {
             let (a, d) = (&o.after_add, &o.after_del);
-            let ok = match o.peer {
-                Peer::IstioCni => {
-                    a.nft_tables.iter().any(|t| t == "ip nat")
-                        && a.nft_rules > 0
-                        && a.legacy_rules == 0
-                        && d == a
-                }
-                Peer::Meshnft => {
-                    a.nft_tables == ["inet meshnft"]
-                        && a.legacy_tables.is_empty()
-                        && *d == Written::default()
-                }
-            };
-            if !ok {
+            if !written_ok(o.peer, a, d) {
                 failures.push(format!(
                     "{}: {} wrote {a:?} and left {d:?} after DEL",
                     sc.name,
@@ -826,13 +1133,15 @@ fn compare(runs: &[(&Scenario, Vec<Outcome>)]) {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
-/// Every scenario with both plugins, each run on its own node; one table
-/// ([`compare`]).
+/// Every scenario with each plugin of its mesh, each run on its own node;
+/// one table ([`compare`]).
 fn side_by_side(scenarios: &[Scenario]) {
     let runs: Vec<(&Scenario, Vec<Outcome>)> = scenarios
         .iter()
         .map(|sc| {
-            let outcomes = [Peer::IstioCni, Peer::Meshnft]
+            let outcomes = sc
+                .mesh
+                .plugins()
                 .into_iter()
                 .map(|p| run_scenario(p, sc))
                 .collect();
@@ -891,6 +1200,7 @@ fn classic_sidecar_side_by_side() {
             ),
             same("node -> pod:8080", Source::Node, Dest::Pod4(8080), ProxyIn),
         ],
+        ..Default::default()
     }]);
 }
 
@@ -934,6 +1244,7 @@ fn native_sidecar_side_by_side() {
             ),
             same("node -> pod:8080", Source::Node, Dest::Pod4(8080), ProxyIn),
         ],
+        ..Default::default()
     }]);
 }
 
@@ -971,7 +1282,7 @@ fn annotations_side_by_side() {
         "istio-proxy",
         ISTIO_PROXY_UID,
         ISTIO_PROXY_UID,
-        Ipv4Addr::new(127, 0, 0, 6),
+        Ipv4Addr::new(127, 0, 0, 6).into(),
     );
     let lo4 = |p| Dest::Lo(Ipv4Addr::LOCALHOST.into(), p);
     let lo6 = |p| Dest::Lo(Ipv6Addr::LOCALHOST.into(), p);
@@ -1072,6 +1383,7 @@ fn annotations_side_by_side() {
                 App,
             ),
         ],
+        ..Default::default()
     };
     let inclusions = Scenario {
         title: "narrower inclusions, each against an exclusion:",
@@ -1161,6 +1473,7 @@ fn annotations_side_by_side() {
             same("node -> pod:15020 (not listed)", node, pod(15020), App),
             same("istio-proxy -> pod:8080 over lo", PROXY, pod(8080), ProxyIn),
         ],
+        ..Default::default()
     };
     let empty = Scenario {
         title: "empty inclusions:",
@@ -1190,6 +1503,7 @@ fn annotations_side_by_side() {
             same("node -> pod:8080", node, pod(8080), App),
             same("istio-proxy -> pod:8080 over lo", PROXY, pod(8080), ProxyIn),
         ],
+        ..Default::default()
     };
     let dual = Scenario {
         title: "dual stack:",
@@ -1239,41 +1553,737 @@ fn annotations_side_by_side() {
             ),
             same("istio-proxy -> [::1]:8080", PROXY, lo6(8080), App),
         ],
+        ..Default::default()
     };
     side_by_side(&[exclusions, inclusions, empty, dual]);
 }
 
-/// The same scenario through `ptp` + meshnft (Linkerd's ports): the init
-/// container's fetch reaches the server; after the proxy started the app
-/// goes to 4140, the proxy (UID 2102) goes out directly, inbound goes to 4143.
+// ---------------------------------------------------------------------------
+// Linkerd: linkerd-cni (legacy and nft) and meshnft with the same entry
+// ---------------------------------------------------------------------------
+
+/// `linkerd-proxy` as Linkerd runs it (UID and GID 2102).
+const LINKERD_PROXY: Source = Source::Container("linkerd-proxy", PROXY_UID, PROXY_UID);
+/// The user's init container (UID and GID 1000).
+const INIT: Source = Source::Container("init", INIT_UID, INIT_UID);
+
+/// The seed, linkerd/linkerd2#4788, with the real linkerd-cni: the classic
+/// layout, the init container fetches before the proxy has started.
+/// linkerd-cni (both `iptables-mode`s) redirects it to 4140, where nothing
+/// listens yet: refused. meshnft, with the same conflist entry, lets it out
+/// directly. After the proxy started all agree: its own traffic out
+/// directly, the app's and the init container's (meshnft's init phase is
+/// over) to 4140, inbound to 4143 except the entry's ignored 4191, loopback
+/// left alone, IPv6 left alone (`ipv6: false`).
 #[test]
-fn seed_scenario_meshnft_lets_the_init_fetch_through() {
-    if !support::root_or_skip("seed_scenario_meshnft_lets_the_init_fetch_through") {
+fn linkerd_classic_seed_side_by_side() {
+    if !support::root_or_skip("linkerd_classic_seed_side_by_side") {
         return;
     }
-    let mut f = Fixture::ptp(false, |_| {});
-    let result = f
-        .cni("add", "seed-meshnft", true)
-        .expect("ADD through ptp + meshnft");
-    let (pod4, _) = support::result_v4_v6(&result);
-    expect_reply(fetch(&f.pod, &f.cg, "init", INIT_UID), "server", Some("-"));
-    f.listeners = Some(proxy_listeners(&f.pod));
-    expect_reply(
-        fetch(&f.pod, &f.cg, "proxy", PROXY_UID),
-        "server",
-        Some("-"),
+    use Landed::*;
+    let lo4 = Dest::Lo(Ipv4Addr::LOCALHOST.into(), 8080);
+    side_by_side(&[Scenario {
+        title: "Linkerd, classic layout, the seed (linkerd-proxy a regular container, the init container runs before it):",
+        name: "l5d-classic",
+        mesh: Mesh::Linkerd,
+        timeline: vec![
+            differs(
+                "init (uid 1000) -> server:80",
+                INIT,
+                srv(SRV4_A, 80),
+                Refused,
+                Direct,
+            ),
+            Line::ProxyStarts,
+            same(
+                "linkerd-proxy (uid 2102) -> server:80",
+                LINKERD_PROXY,
+                srv(SRV4_A, 80),
+                Direct,
+            ),
+            same(
+                "app (uid 1001) -> server:80",
+                APP,
+                srv(SRV4_A, 80),
+                ProxyOut,
+            ),
+            same(
+                "init (uid 1000) -> server:80, after the proxy",
+                INIT,
+                srv(SRV4_A, 80),
+                ProxyOut,
+            ),
+            same("node -> pod:8080", Source::Node, Dest::Pod4(8080), ProxyIn),
+            same(
+                "node -> pod:4191 (inbound-ports-to-ignore)",
+                Source::Node,
+                Dest::Pod4(4191),
+                App,
+            ),
+            same("app -> pod:8080 over lo", APP, Dest::Pod4(8080), App),
+            same("app -> 127.0.0.1:8080", APP, lo4, App),
+            same(
+                "linkerd-proxy -> pod:8080 over lo",
+                LINKERD_PROXY,
+                Dest::Pod4(8080),
+                App,
+            ),
+            same(
+                "app -> [2001:db8:2::1]:80 (ipv6: false)",
+                APP,
+                srv(SRV6_A, 80),
+                Direct,
+            ),
+            same(
+                "node -> [pod]:8080 (ipv6: false)",
+                Source::Node,
+                Dest::Pod6(8080),
+                App,
+            ),
+        ],
+        ..Default::default()
+    }]);
+}
+
+/// Native sidecar: `linkerd-proxy` an init container with `restartPolicy:
+/// Always`, started before the user's init container: everything after its
+/// start is redirected by all three alike.
+#[test]
+fn linkerd_native_sidecar_side_by_side() {
+    if !support::root_or_skip("linkerd_native_sidecar_side_by_side") {
+        return;
+    }
+    use Landed::*;
+    side_by_side(&[Scenario {
+        title: "Linkerd, native sidecar (linkerd-proxy an init container with restartPolicy: Always, started first):",
+        name: "l5d-native",
+        mesh: Mesh::Linkerd,
+        shape: Shape::Native,
+        timeline: vec![
+            Line::ProxyStarts,
+            same(
+                "linkerd-proxy (uid 2102) -> server:80",
+                LINKERD_PROXY,
+                srv(SRV4_A, 80),
+                Direct,
+            ),
+            same(
+                "init (uid 1000) -> server:80, after the proxy",
+                INIT,
+                srv(SRV4_A, 80),
+                ProxyOut,
+            ),
+            same(
+                "app (uid 1001) -> server:80",
+                APP,
+                srv(SRV4_A, 80),
+                ProxyOut,
+            ),
+            same("node -> pod:8080", Source::Node, Dest::Pod4(8080), ProxyIn),
+        ],
+        ..Default::default()
+    }]);
+}
+
+/// Linkerd's own traffic annotations and settings, connection by
+/// connection, each pod after the proxy started (so meshnft's init phase is
+/// over): `config.linkerd.io/skip-outbound-ports` (replaces the entry's),
+/// `skip-inbound-ports` (added to the entry's), `skip-subnets` (inbound
+/// *sources*), `proxy-uid`, `proxy-gid`; the entry's `ports-to-redirect`
+/// (inbound allow-list) and `ipv6: true`.
+#[test]
+fn linkerd_annotations_side_by_side() {
+    if !support::root_or_skip("linkerd_annotations_side_by_side") {
+        return;
+    }
+    use Landed::*;
+    let node = Source::Node;
+    let proxy_2200 = Source::Container("linkerd-proxy", 2200, 2200);
+    let skips = Scenario {
+        title: "Linkerd: skip annotations, proxy-uid:",
+        name: "l5d-skips",
+        mesh: Mesh::Linkerd,
+        annotations: &[
+            ("config.linkerd.io/skip-outbound-ports", "9100"),
+            ("config.linkerd.io/skip-inbound-ports", "8081"),
+            ("config.linkerd.io/skip-subnets", "198.19.1.0/24"),
+            ("config.linkerd.io/proxy-uid", "2200"),
+        ],
+        timeline: vec![
+            Line::ProxyStarts,
+            same(
+                "linkerd-proxy (uid 2200) -> server:80",
+                proxy_2200,
+                srv(SRV4_A, 80),
+                Direct,
+            ),
+            same(
+                "uid 2102 (not this pod's proxy) -> server:80",
+                Source::Container("app", PROXY_UID, PROXY_UID),
+                srv(SRV4_A, 80),
+                ProxyOut,
+            ),
+            same("app -> server:80", APP, srv(SRV4_A, 80), ProxyOut),
+            same(
+                "app -> server:9100 (skip-outbound-ports)",
+                APP,
+                srv(SRV4_A, 9100),
+                Direct,
+            ),
+            same(
+                "app -> 198.19.1.1:80 (skip-subnets: inbound only)",
+                APP,
+                srv(SRV4_B, 80),
+                ProxyOut,
+            ),
+            same("node -> pod:8080", node, Dest::Pod4(8080), ProxyIn),
+            same(
+                "node -> pod:8081 (skip-inbound-ports)",
+                node,
+                Dest::Pod4(8081),
+                App,
+            ),
+            same(
+                "node -> pod:4191 (the entry's, kept)",
+                node,
+                Dest::Pod4(4191),
+                App,
+            ),
+            same(
+                "node from 198.19.1.1 -> pod:8080 (skip-subnets)",
+                Source::NodeFrom(SRV4_B.into()),
+                Dest::Pod4(8080),
+                App,
+            ),
+            same(
+                "node from 198.19.0.1 -> pod:8080",
+                Source::NodeFrom(SRV4_A.into()),
+                Dest::Pod4(8080),
+                ProxyIn,
+            ),
+        ],
+        ..Default::default()
+    };
+    let gid = Scenario {
+        title: "Linkerd: proxy-gid:",
+        name: "l5d-gid",
+        mesh: Mesh::Linkerd,
+        annotations: &[("config.linkerd.io/proxy-gid", "2103")],
+        timeline: vec![
+            Line::ProxyStarts,
+            same(
+                "linkerd-proxy (uid 2102 gid 2103) -> server:80",
+                Source::Container("linkerd-proxy", PROXY_UID, 2103),
+                srv(SRV4_A, 80),
+                Direct,
+            ),
+            differs(
+                "uid 1001 gid 2103 -> server:80 (the GID alone)",
+                Source::Container("app", APP_UID, 2103),
+                srv(SRV4_A, 80),
+                Direct,
+                ProxyOut,
+            ),
+            differs(
+                "uid 2102 gid 1001 -> server:80 (the UID alone)",
+                Source::Container("app", PROXY_UID, APP_UID),
+                srv(SRV4_A, 80),
+                Direct,
+                ProxyOut,
+            ),
+            same("app -> server:80", APP, srv(SRV4_A, 80), ProxyOut),
+        ],
+        ..Default::default()
+    };
+    let listed = Scenario {
+        title: "Linkerd: ports-to-redirect (the entry's inbound allow-list):",
+        name: "l5d-listed",
+        mesh: Mesh::Linkerd,
+        entry: r#"{"ports-to-redirect": [8080]}"#,
+        timeline: vec![
+            Line::ProxyStarts,
+            same(
+                "linkerd-proxy (uid 2102) -> server:80",
+                LINKERD_PROXY,
+                srv(SRV4_A, 80),
+                Direct,
+            ),
+            same("node -> pod:8080 (listed)", node, Dest::Pod4(8080), ProxyIn),
+            same("node -> pod:8081 (not listed)", node, Dest::Pod4(8081), App),
+            same("app -> server:80", APP, srv(SRV4_A, 80), ProxyOut),
+        ],
+        ..Default::default()
+    };
+    let v6 = Scenario {
+        title: "Linkerd: ipv6: true:",
+        name: "l5d-v6",
+        mesh: Mesh::Linkerd,
+        entry: r#"{"ipv6": true}"#,
+        timeline: vec![
+            Line::ProxyStarts,
+            same(
+                "linkerd-proxy (uid 2102) -> [2001:db8:2::1]:80",
+                LINKERD_PROXY,
+                srv(SRV6_A, 80),
+                Direct,
+            ),
+            same("app -> [2001:db8:2::1]:80", APP, srv(SRV6_A, 80), ProxyOut),
+            same("app -> 198.19.0.1:80", APP, srv(SRV4_A, 80), ProxyOut),
+            same("node -> [pod]:8080", node, Dest::Pod6(8080), ProxyIn),
+            same("node -> [pod]:4191 (ignored)", node, Dest::Pod6(4191), App),
+            same(
+                "app -> [::1]:8080",
+                APP,
+                Dest::Lo(Ipv6Addr::LOCALHOST.into(), 8080),
+                App,
+            ),
+            same("app -> [pod]:8080 over lo", APP, Dest::Pod6(8080), App),
+        ],
+        ..Default::default()
+    };
+    side_by_side(&[skips, gid, listed, v6]);
+}
+
+// ---------------------------------------------------------------------------
+// Kuma: kuma-cni and meshnft with "mesh": "kuma"
+// ---------------------------------------------------------------------------
+
+/// kuma-dp as Kuma runs it (UID and GID 5678).
+const KUMA_PROXY: Source = Source::Container("kuma-sidecar", KUMA_PROXY_UID, KUMA_PROXY_UID);
+
+/// The transparent-proxy configuration Kuma's injector (kuma-cp, CNI mode,
+/// at the snapshot's commit) renders into `traffic.kuma.io/transparent-
+/// proxy-config` for a pod, with kuma-cp's defaults (kuma-dp 5678, 15001 /
+/// 15006, Envoy's admin port 9901 excluded both ways, the probe proxy port
+/// 9001 excluded inbound, dual stack) and `extra` YAML lines under
+/// `redirect:` or at the top (already indented). kuma-cni at that commit
+/// reads only this; meshnft refuses it and reads the per-key annotations.
+fn kuma_config(ip_family: &str, inbound: &str, outbound: &str) -> String {
+    format!(
+        "kumaDPUser: \"5678\"\nipFamilyMode: {ip_family}\ncniMode: true\nredirect:\n  inbound:\n    enabled: true\n    port: 15006\n{inbound}  outbound:\n    enabled: true\n    port: 15001\n{outbound}  dns:\n    enabled: false\n    port: 15053\n"
+    )
+}
+
+/// Kuma's defaults: inbound excludes 9901 and 9001, outbound 9901.
+fn kuma_default_config() -> String {
+    kuma_config(
+        "dualstack",
+        "    excludePorts: [9901, 9001]\n",
+        "    excludePorts: [9901]\n",
+    )
+}
+
+const KUMA_CONFIG: &str = "traffic.kuma.io/transparent-proxy-config";
+
+/// The seed with kuma-cni, classic layout (the init container before
+/// `kuma-sidecar`): refused with kuma-cni, out directly with meshnft. After
+/// the proxy started: its own traffic direct, the app's and the init
+/// container's to 15001, inbound to 15006 except 9901 and 9001; IPv6 too
+/// (dual stack), and the proxy's inbound passthrough from 127.0.0.6 and
+/// ::6 (both add `::6` to the pod's `lo`).
+#[test]
+fn kuma_classic_seed_side_by_side() {
+    if !support::root_or_skip("kuma_classic_seed_side_by_side") {
+        return;
+    }
+    use Landed::*;
+    let node = Source::Node;
+    side_by_side(&[Scenario {
+        title: "Kuma, classic layout, the seed (kuma-sidecar a regular container, the init container runs before it):",
+        name: "kuma-classic",
+        mesh: Mesh::Kuma,
+        peer_only: vec![(KUMA_CONFIG, kuma_default_config())],
+        timeline: vec![
+            differs(
+                "init (uid 1000) -> server:80",
+                INIT,
+                srv(SRV4_A, 80),
+                Refused,
+                Direct,
+            ),
+            Line::ProxyStarts,
+            same(
+                "kuma-sidecar (uid 5678) -> server:80",
+                KUMA_PROXY,
+                srv(SRV4_A, 80),
+                Direct,
+            ),
+            same(
+                "app (uid 1001) -> server:80",
+                APP,
+                srv(SRV4_A, 80),
+                ProxyOut,
+            ),
+            same(
+                "init (uid 1000) -> server:80, after the proxy",
+                INIT,
+                srv(SRV4_A, 80),
+                ProxyOut,
+            ),
+            same(
+                "uid 1001 gid 5678 -> server:80 (the GID alone)",
+                Source::Container("app", APP_UID, KUMA_PROXY_UID),
+                srv(SRV4_A, 80),
+                ProxyOut,
+            ),
+            same(
+                "app -> server:9901 (excluded)",
+                APP,
+                Dest::Server(SRV4_A.into(), 9901),
+                Direct,
+            ),
+            same("node -> pod:8080", node, Dest::Pod4(8080), ProxyIn),
+            same("node -> pod:9901 (excluded)", node, Dest::Pod4(9901), App),
+            same(
+                "node -> pod:9001 (probe proxy port)",
+                node,
+                Dest::Pod4(9001),
+                App,
+            ),
+            same("app -> [2001:db8:2::1]:80", APP, srv(SRV6_A, 80), ProxyOut),
+            same("node -> [pod]:8080", node, Dest::Pod6(8080), ProxyIn),
+            same("app -> pod:8080 over lo", APP, Dest::Pod4(8080), App),
+            same(
+                "app -> 127.0.0.1:8080",
+                APP,
+                Dest::Lo(Ipv4Addr::LOCALHOST.into(), 8080),
+                App,
+            ),
+            same(
+                "kuma-sidecar -> pod:8080 over lo",
+                KUMA_PROXY,
+                Dest::Pod4(8080),
+                ProxyIn,
+            ),
+            same(
+                "kuma-sidecar from 127.0.0.6 -> pod:8080",
+                Source::Bound(
+                    "kuma-sidecar",
+                    KUMA_PROXY_UID,
+                    KUMA_PROXY_UID,
+                    Ipv4Addr::new(127, 0, 0, 6).into(),
+                ),
+                Dest::Pod4(8080),
+                App,
+            ),
+            same(
+                "kuma-sidecar from ::6 -> [pod]:8080",
+                Source::Bound(
+                    "kuma-sidecar",
+                    KUMA_PROXY_UID,
+                    KUMA_PROXY_UID,
+                    Ipv6Addr::new(0, 0, 0, 0, 0, 0, 0, 6).into(),
+                ),
+                Dest::Pod6(8080),
+                App,
+            ),
+        ],
+        ..Default::default()
+    }]);
+}
+
+/// Native sidecar: `kuma-sidecar` an init container with `restartPolicy:
+/// Always`: everything after its start is redirected by both alike.
+#[test]
+fn kuma_native_sidecar_side_by_side() {
+    if !support::root_or_skip("kuma_native_sidecar_side_by_side") {
+        return;
+    }
+    use Landed::*;
+    side_by_side(&[Scenario {
+        title: "Kuma, native sidecar (kuma-sidecar an init container with restartPolicy: Always, started first):",
+        name: "kuma-native",
+        mesh: Mesh::Kuma,
+        shape: Shape::Native,
+        peer_only: vec![(KUMA_CONFIG, kuma_default_config())],
+        timeline: vec![
+            Line::ProxyStarts,
+            same(
+                "kuma-sidecar (uid 5678) -> server:80",
+                KUMA_PROXY,
+                srv(SRV4_A, 80),
+                Direct,
+            ),
+            same(
+                "init (uid 1000) -> server:80, after the proxy",
+                INIT,
+                srv(SRV4_A, 80),
+                ProxyOut,
+            ),
+            same(
+                "app (uid 1001) -> server:80",
+                APP,
+                srv(SRV4_A, 80),
+                ProxyOut,
+            ),
+            same("node -> pod:8080", Source::Node, Dest::Pod4(8080), ProxyIn),
+        ],
+        ..Default::default()
+    }]);
+}
+
+/// Kuma's traffic annotations: `traffic.kuma.io/exclude-{outbound,inbound}-
+/// ports`, `exclude-{outbound,inbound}-ips`, `kuma.io/transparent-proxying-
+/// ip-family-mode`, `kuma.io/gateway`; and `kuma.io/sidecar-uid`, which
+/// kuma-cp at the snapshot's commit ignores (it renders the runtime's UID
+/// and logs a warning) while meshnft, reading Kuma 2.x's per-key
+/// annotations, honours it. The peer's pod carries what kuma-cp renders.
+#[test]
+fn kuma_annotations_side_by_side() {
+    if !support::root_or_skip("kuma_annotations_side_by_side") {
+        return;
+    }
+    use Landed::*;
+    let node = Source::Node;
+    let exclusions = Scenario {
+        title: "Kuma: exclusions by port and by address:",
+        name: "kuma-excl",
+        mesh: Mesh::Kuma,
+        annotations: &[
+            ("traffic.kuma.io/exclude-outbound-ports", "9100"),
+            ("traffic.kuma.io/exclude-inbound-ports", "8081"),
+            (
+                "traffic.kuma.io/exclude-outbound-ips",
+                "198.19.1.0/24,2001:db8:3::/64",
+            ),
+            ("traffic.kuma.io/exclude-inbound-ips", "198.19.1.1"),
+        ],
+        peer_only: vec![(
+            KUMA_CONFIG,
+            kuma_config(
+                "dualstack",
+                "    excludePorts: [8081, 9001]\n    excludePortsForIPs: [198.19.1.1]\n",
+                "    excludePorts: [9100]\n    excludePortsForIPs: [198.19.1.0/24, \"2001:db8:3::/64\"]\n",
+            ),
+        )],
+        timeline: vec![
+            Line::ProxyStarts,
+            same(
+                "kuma-sidecar (uid 5678) -> server:80",
+                KUMA_PROXY,
+                srv(SRV4_A, 80),
+                Direct,
+            ),
+            same("app -> server:80", APP, srv(SRV4_A, 80), ProxyOut),
+            same(
+                "app -> server:9100 (excluded port)",
+                APP,
+                srv(SRV4_A, 9100),
+                Direct,
+            ),
+            same(
+                "app -> server:9901 (no longer excluded)",
+                APP,
+                Dest::Server(SRV4_A.into(), 9901),
+                ProxyOut,
+            ),
+            same(
+                "app -> 198.19.1.1:80 (excluded range)",
+                APP,
+                srv(SRV4_B, 80),
+                Direct,
+            ),
+            same(
+                "app -> [2001:db8:3::1]:80 (excluded range)",
+                APP,
+                srv(SRV6_B, 80),
+                Direct,
+            ),
+            same("app -> [2001:db8:2::1]:80", APP, srv(SRV6_A, 80), ProxyOut),
+            same("node -> pod:8080", node, Dest::Pod4(8080), ProxyIn),
+            same(
+                "node -> pod:8081 (excluded port)",
+                node,
+                Dest::Pod4(8081),
+                App,
+            ),
+            same(
+                "node -> pod:9901 (no longer excluded)",
+                node,
+                Dest::Pod4(9901),
+                ProxyIn,
+            ),
+            same(
+                "node -> pod:9001 (probe proxy port)",
+                node,
+                Dest::Pod4(9001),
+                App,
+            ),
+            same(
+                "node from 198.19.1.1 -> pod:8080 (excluded source)",
+                Source::NodeFrom(SRV4_B.into()),
+                Dest::Pod4(8080),
+                App,
+            ),
+            same(
+                "node from 198.19.0.1 -> pod:8080",
+                Source::NodeFrom(SRV4_A.into()),
+                Dest::Pod4(8080),
+                ProxyIn,
+            ),
+        ],
+        ..Default::default()
+    };
+    let ipv4 = Scenario {
+        title: "Kuma: ip-family-mode ipv4, gateway:",
+        name: "kuma-v4",
+        mesh: Mesh::Kuma,
+        annotations: &[
+            ("kuma.io/transparent-proxying-ip-family-mode", "ipv4"),
+            ("kuma.io/gateway", "enabled"),
+        ],
+        peer_only: vec![(
+            KUMA_CONFIG,
+            kuma_config(
+                "ipv4",
+                "    excludePorts: [9901, 9001]\n",
+                "    excludePorts: [9901]\n",
+            )
+            .replace(
+                "  inbound:\n    enabled: true\n",
+                "  inbound:\n    enabled: false\n",
+            ),
+        )],
+        timeline: vec![
+            Line::ProxyStarts,
+            same(
+                "kuma-sidecar (uid 5678) -> server:80",
+                KUMA_PROXY,
+                srv(SRV4_A, 80),
+                Direct,
+            ),
+            same("app -> server:80", APP, srv(SRV4_A, 80), ProxyOut),
+            same(
+                "app -> [2001:db8:2::1]:80 (ipv4 only)",
+                APP,
+                srv(SRV6_A, 80),
+                Direct,
+            ),
+            same(
+                "node -> pod:8080 (gateway: no inbound)",
+                node,
+                Dest::Pod4(8080),
+                App,
+            ),
+            same("node -> [pod]:8080", node, Dest::Pod6(8080), App),
+        ],
+        ..Default::default()
+    };
+    let uid = Scenario {
+        title: "Kuma: sidecar-uid (kuma-cp at the snapshot ignores it):",
+        name: "kuma-uid",
+        mesh: Mesh::Kuma,
+        annotations: &[("kuma.io/sidecar-uid", "5700")],
+        peer_only: vec![(KUMA_CONFIG, kuma_default_config())],
+        timeline: vec![
+            Line::ProxyStarts,
+            differs(
+                "kuma-sidecar (uid 5700) -> server:80",
+                Source::Container("kuma-sidecar", 5700, 5700),
+                srv(SRV4_A, 80),
+                ProxyOut,
+                Direct,
+            ),
+            differs(
+                "uid 5678 -> server:80",
+                Source::Container("app", KUMA_PROXY_UID, KUMA_PROXY_UID),
+                srv(SRV4_A, 80),
+                Direct,
+                ProxyOut,
+            ),
+            same("app -> server:80", APP, srv(SRV4_A, 80), ProxyOut),
+        ],
+        ..Default::default()
+    };
+    side_by_side(&[exclusions, ipv4, uid]);
+}
+
+/// The pod as kuma-cp at the snapshot's commit leaves it (with the
+/// rendered `traffic.kuma.io/transparent-proxy-config`): kuma-cni meshes
+/// it; meshnft refuses it (code 7 naming the annotation), so such a pod
+/// does not start with meshnft instead of starting with different rules.
+#[test]
+fn kuma_injected_pod_is_refused_by_meshnft() {
+    if !support::root_or_skip("kuma_injected_pod_is_refused_by_meshnft") {
+        return;
+    }
+    let config = kuma_default_config();
+    let spec = mesh_pod(
+        Mesh::Kuma,
+        "kuma-refused",
+        Shape::Classic,
+        &[(KUMA_CONFIG, &config)],
+        &[],
     );
-    expect_reply(
-        fetch(&f.pod, &f.cg, "app", APP_UID),
-        "proxy-out",
-        Some("198.19.0.1:80"),
+    let node = Node::new();
+    let cg = PodCgroups::new(support::Layout::Cgroupfs, support::Qos::Burstable);
+    let pod = Netns::new("mtpod");
+    let api = support::in_netns(node.netns.path(), || FakeApi::serving(&[spec]));
+    let sc = Scenario {
+        mesh: Mesh::Kuma,
+        ..Default::default()
+    };
+    let cl = node.write_conflist(
+        "kuma",
+        "1.0.0",
+        plugin_entries(Peer::Meshnft, &sc, &node, &api),
     );
-    // Inbound from the node to the app's port lands on 4143.
-    expect_reply(
-        support::tcp_probe(f.node.netns.path(), None, 0, 0, pod4.into(), 8080),
-        "proxy-in",
-        Some(&format!("{pod4}:8080")),
+    let args = k8s_args(&cg, "kuma-refused");
+    let err = node
+        .cni("add", &cl, pod.path(), "kuma-refused", &args_ref(&args))
+        .expect_err("meshnft must refuse the ConfigMap-mode annotation");
+    let e = support::cni_error(&err).unwrap_or_else(|| panic!("no CNI error in {err}"));
+    assert_eq!(e["code"], 7, "{e}");
+    assert!(
+        e["msg"].as_str().unwrap_or_default().contains(KUMA_CONFIG)
+            || e["details"]
+                .as_str()
+                .unwrap_or_default()
+                .contains(KUMA_CONFIG),
+        "{e}"
     );
-    f.cni("del", "seed-meshnft", true)
-        .expect("DEL through ptp + meshnft");
+    let _ = node.cni("del", &cl, pod.path(), "kuma-refused", &args_ref(&args));
+}
+
+/// meshnft's installer leaves a peer's entry where it is and appends its
+/// own (docs/linkerd.md): installed while linkerd-cni is still chained,
+/// both run, linkerd-cni first. Its iptables rules still send the init
+/// container to 4140 before the proxy runs, meshnft's table beside them
+/// does not undo that: the seed bug stays until linkerd-cni is uninstalled.
+#[test]
+fn linkerd_cni_still_chained_keeps_the_seed_bug() {
+    if !support::root_or_skip("linkerd_cni_still_chained_keeps_the_seed_bug") {
+        return;
+    }
+    use Landed::*;
+    let sc = Scenario {
+        title: "Linkerd, classic layout, linkerd-cni and meshnft both chained (linkerd-cni first):",
+        name: "l5d-both",
+        mesh: Mesh::Linkerd,
+        timeline: vec![
+            same(
+                "init (uid 1000) -> server:80",
+                INIT,
+                srv(SRV4_A, 80),
+                Refused,
+            ),
+            Line::ProxyStarts,
+            same(
+                "linkerd-proxy (uid 2102) -> server:80",
+                LINKERD_PROXY,
+                srv(SRV4_A, 80),
+                Direct,
+            ),
+            same(
+                "app (uid 1001) -> server:80",
+                APP,
+                srv(SRV4_A, 80),
+                ProxyOut,
+            ),
+            same("node -> pod:8080", Source::Node, Dest::Pod4(8080), ProxyIn),
+        ],
+        ..Default::default()
+    };
+    let outcome = run_scenario(Peer::LinkerdThenMeshnft, &sc);
+    compare(&[(&sc, vec![outcome])]);
 }

@@ -5,9 +5,8 @@
 
 use crate::ctx::{Ctx, Plan};
 use crate::rules::{self, Skips};
-use crate::sys::{self, Ns, Result, Run, run_timed};
+use crate::sys::{self, Ns, Result, Run};
 use std::collections::BTreeMap;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -24,15 +23,13 @@ pub enum V {
     NftV4,
     LegacyV46,
     NftV46,
-    CniLegacy,
-    CniNft,
     /// A second meshnft DEL, the table already gone (a remove row only).
     MeshDelAbsent,
 }
 
 impl V {
     /// The contenders of the apply/remove loop, in their first order.
-    pub const ALL: [V; 13] = [
+    pub const ALL: [V; 11] = [
         V::MeshAdd,
         V::MeshAddV46,
         V::MeshAddNoCg,
@@ -44,8 +41,6 @@ impl V {
         V::NftV4,
         V::LegacyV46,
         V::NftV46,
-        V::CniLegacy,
-        V::CniNft,
     ];
 
     /// The rows of the remove table, in order.
@@ -74,8 +69,6 @@ impl V {
             V::NftV4 => "iptables-nft-restore-v4",
             V::LegacyV46 => "iptables-legacy-restore-v4v6",
             V::NftV46 => "iptables-nft-restore-v4v6",
-            V::CniLegacy => "linkerd-cni-commands-legacy-v4",
-            V::CniNft => "linkerd-cni-commands-nft-v4",
             V::MeshDelAbsent => "meshnft-del-no-table",
         }
     }
@@ -93,17 +86,7 @@ impl V {
             V::NftV4 => "iptables-nft-restore (v4)",
             V::LegacyV46 => "iptables+ip6tables-legacy-restore",
             V::NftV46 => "iptables+ip6tables-nft-restore",
-            V::CniLegacy => "linkerd-cni style: 11 iptables-legacy cmds",
-            V::CniNft => "linkerd-cni style: 11 iptables-nft cmds",
             V::MeshDelAbsent => "meshnft DEL, no table (second DEL)",
-        }
-    }
-
-    /// Runs every `every`-th iteration (the slow per-command rows).
-    fn every(self) -> usize {
-        match self {
-            V::CniLegacy | V::CniNft => 4,
-            _ => 1,
         }
     }
 
@@ -209,20 +192,6 @@ pub fn apply(ctx: &Ctx, v: V, ns: &Ns, id: &str) -> Result<Sample> {
             }
             r
         }
-        V::CniLegacy | V::CniNft => {
-            let b = backend(v);
-            let bin = format!("iptables-{b}");
-            let save = format!("iptables-{b}-save");
-            let mut r = vec![];
-            for argv in rules::commands(&bin, &save) {
-                let mut c = Command::new(&ctx.tools.nsenter);
-                c.arg(format!("--net={}", ns.path().display()))
-                    .arg("--")
-                    .args(&argv);
-                r.push(run_timed(&mut c, b"")?.check(&argv.join(" "))?);
-            }
-            r
-        }
         V::MeshDelAbsent => return Err("meshnft-del-no-table has no apply".into()),
     };
     Ok(sample_of(&runs, t0))
@@ -230,7 +199,7 @@ pub fn apply(ctx: &Ctx, v: V, ns: &Ns, id: &str) -> Result<Sample> {
 
 pub fn backend(v: V) -> &'static str {
     match v {
-        V::LegacyV4 | V::LegacyV46 | V::CniLegacy => "legacy",
+        V::LegacyV4 | V::LegacyV46 => "legacy",
         _ => "nft",
     }
 }
@@ -267,8 +236,6 @@ pub fn remove(ctx: &Ctx, v: V, ns: &Ns, id: &str) -> Result<Option<Sample>> {
             ctx.meshnft("DEL", ns, id, Some(&ctx.pod), &ctx.conf_v4)?;
             return Ok(None);
         }
-        // linkerd-cni's DEL is a no-op.
-        V::CniLegacy | V::CniNft => return Ok(None),
     };
     Ok(Some(sample_of(&runs, t0)))
 }
@@ -362,9 +329,6 @@ pub fn bench_apply(ctx: &Ctx, plan: &Plan) -> Result<BTreeMap<V, Series>> {
         for (k, ns) in nss.iter().enumerate() {
             // Rotate the order so that no contender always follows another.
             let v = V::ALL[(k + it) % n];
-            if it % v.every() != 0 {
-                continue;
-            }
             sys::check_stop()?;
             let id = ctx.name("c");
             let add = apply(ctx, v, ns, &id)?;

@@ -1,13 +1,20 @@
-//! The real peer beside meshnft (issue 16): istio-cni (sidecar mode, built
-//! from its Go module by `scripts/peers.sh`, cached) and meshnft with its
-//! `"mesh": "istio"` preset (`tests/peers/meshnft-for-istio.json`, shared
-//! with `tests/peers.rs`), on the same prepared pod and node.
+//! The real peers beside meshnft (issues 16 and 22): istio-cni (sidecar
+//! mode, built from its Go module), linkerd-cni (legacy and nft
+//! `iptables-mode`) and kuma-cni (built from the source snapshots), all by
+//! `scripts/peers.sh` (cached), and meshnft with the matching `"mesh"`: its
+//! istio preset (`tests/peers/meshnft-for-istio.json`), linkerd-cni's own
+//! entry with the type changed (`tests/peers/linkerd-cni-entry.json`), its
+//! kuma preset; all shared with `tests/peers.rs`, on the same prepared pod
+//! and node.
 //!
 //! The node is a network namespace of the run; the stand-in API server of
 //! the tests (`tests/common/apiserver.rs`) listens on its loopback and
-//! serves the pod as Istio's injector leaves it (the `istio-proxy`
-//! container and the `sidecar.istio.io/status` annotation, without which
-//! both leave the pod alone). Every
+//! serves each mesh's pod as its injector leaves it (Istio: `istio-proxy`
+//! and `sidecar.istio.io/status`; Linkerd: `linkerd-proxy`; Kuma:
+//! `kuma-sidecar`, `kuma.io/sidecar-injected`, and for kuma-cni the
+//! rendered `traffic.kuma.io/transparent-proxy-config`, which meshnft
+//! refuses, so meshnft reads a twin pod without it; without these marks
+//! each plugin leaves the pod alone). Every
 //! round makes one fresh pod netns per contender and gives it an interface
 //! and addresses with the reference `ptp` plugin (untimed: istio-cni
 //! refuses a netns without a non-loopback address), then times the chained
@@ -39,8 +46,22 @@ use std::time::Duration;
 /// How meshnft is told it serves an Istio-shaped pod (see tests/peers.rs).
 const MESHNFT_FOR_ISTIO: &str = include_str!("../../tests/peers/meshnft-for-istio.json");
 
-/// The pod (Istio-shaped), as the API stand-in serves it.
+/// linkerd-cni's entry as the linkerd2-cni chart writes it (see tests/peers.rs).
+const LINKERD_CNI_ENTRY: &str = include_str!("../../tests/peers/linkerd-cni-entry.json");
+
+/// The pods, as the API stand-in serves them: one per mesh, and for Kuma a
+/// second one, as kuma-cp renders it for kuma-cni.
 const ISTIO_POD: &str = "bench-istio";
+const LINKERD_POD: &str = "bench-linkerd";
+const KUMA_CNI_POD: &str = "bench-kuma-cni";
+const KUMA_POD: &str = "bench-kuma";
+
+/// kuma-cp's rendering of its defaults, which kuma-cni reads (see
+/// tests/peers.rs, `kuma_default_config`).
+const KUMA_CONFIG_YAML: &str = "kumaDPUser: \"5678\"\nipFamilyMode: dualstack\ncniMode: true\nredirect:\n  inbound:\n    enabled: true\n    port: 15006\n    excludePorts: [9901, 9001]\n  outbound:\n    enabled: true\n    port: 15001\n    excludePorts: [9901]\n  dns:\n    enabled: false\n    port: 15053\n";
+
+/// kuma-cni's fixed log file (removed after the section unless it was there).
+const KUMA_CNI_LOG: &str = "/tmp/kuma-cni.log";
 
 /// The contenders.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -55,10 +76,30 @@ enum P {
     MeshConf,
     /// The same, plus a kubeconfig: it reads the pod, as istio-cni does.
     MeshApi,
+    /// linkerd-cni with `iptables-mode: legacy` (the chart's default).
+    LinkerdLegacy,
+    /// linkerd-cni with `iptables-mode: nft`.
+    LinkerdNft,
+    /// meshnft with linkerd-cni's entry, type changed; reads the pod.
+    MeshLinkerd,
+    /// kuma-cni.
+    KumaCni,
+    /// meshnft with `"mesh": "kuma"`; reads the pod.
+    MeshKuma,
 }
 
 impl P {
-    const ALL: [P; 4] = [P::IstioIpt, P::IstioNft, P::MeshConf, P::MeshApi];
+    const ALL: [P; 9] = [
+        P::IstioIpt,
+        P::IstioNft,
+        P::MeshConf,
+        P::MeshApi,
+        P::LinkerdLegacy,
+        P::LinkerdNft,
+        P::MeshLinkerd,
+        P::KumaCni,
+        P::MeshKuma,
+    ];
 
     fn id(self) -> &'static str {
         match self {
@@ -66,6 +107,11 @@ impl P {
             P::IstioNft => "istio-cni-native-nftables",
             P::MeshConf => "meshnft-istio-preset",
             P::MeshApi => "meshnft-istio-preset-reads-pod",
+            P::LinkerdLegacy => "linkerd-cni-legacy",
+            P::LinkerdNft => "linkerd-cni-nft",
+            P::MeshLinkerd => "meshnft-linkerd-reads-pod",
+            P::KumaCni => "kuma-cni",
+            P::MeshKuma => "meshnft-kuma-reads-pod",
         }
     }
 
@@ -73,13 +119,44 @@ impl P {
         match self {
             P::IstioIpt => "istio-cni (iptables, its default)",
             P::IstioNft => "istio-cni (native_nftables: true)",
-            P::MeshConf => "meshnft (conflist settings)",
-            P::MeshApi => "meshnft (reads the pod from the API)",
+            P::MeshConf => "meshnft istio (conflist settings)",
+            P::MeshApi => "meshnft istio (reads the pod)",
+            P::LinkerdLegacy => "linkerd-cni (iptables-mode legacy)",
+            P::LinkerdNft => "linkerd-cni (iptables-mode nft)",
+            P::MeshLinkerd => "meshnft linkerd (reads the pod)",
+            P::KumaCni => "kuma-cni",
+            P::MeshKuma => "meshnft kuma (reads the pod)",
         }
     }
 
-    fn istio(self) -> bool {
-        matches!(self, P::IstioIpt | P::IstioNft)
+    /// The peer binary it runs (scripts/peers.sh's name), None for meshnft.
+    fn peer(self) -> Option<&'static str> {
+        match self {
+            P::IstioIpt | P::IstioNft => Some("istio-cni"),
+            P::LinkerdLegacy | P::LinkerdNft => Some("linkerd-cni"),
+            P::KumaCni => Some("kuma-cni"),
+            P::MeshConf | P::MeshApi | P::MeshLinkerd | P::MeshKuma => None,
+        }
+    }
+
+    /// The peer whose binary decides whether this contender runs at all
+    /// (meshnft's rows run when their mesh's peer does).
+    fn mesh_peer(self) -> &'static str {
+        match self {
+            P::IstioIpt | P::IstioNft | P::MeshConf | P::MeshApi => "istio-cni",
+            P::LinkerdLegacy | P::LinkerdNft | P::MeshLinkerd => "linkerd-cni",
+            P::KumaCni | P::MeshKuma => "kuma-cni",
+        }
+    }
+
+    /// The pod it is run for.
+    fn pod(self) -> &'static str {
+        match self {
+            P::IstioIpt | P::IstioNft | P::MeshConf | P::MeshApi => ISTIO_POD,
+            P::LinkerdLegacy | P::LinkerdNft | P::MeshLinkerd => LINKERD_POD,
+            P::KumaCni => KUMA_CNI_POD,
+            P::MeshKuma => KUMA_POD,
+        }
     }
 
     /// A string its rules contain, in `nft list ruleset` or an
@@ -88,7 +165,10 @@ impl P {
         match self {
             P::IstioIpt => "ISTIO_OUTPUT",
             P::IstioNft => "15001",
-            P::MeshConf | P::MeshApi => "redirect to :15001",
+            P::MeshConf | P::MeshApi | P::MeshKuma => "redirect to :15001",
+            P::LinkerdLegacy | P::LinkerdNft => "PROXY_INIT_OUTPUT",
+            P::MeshLinkerd => "redirect to :4140",
+            P::KumaCni => "KUMA_",
         }
     }
 }
@@ -99,24 +179,21 @@ pub struct PeersReport {
     pub json: Value,
 }
 
-/// The istio-cni binary from `scripts/peers.sh`: built if needed in full
-/// mode; in quick mode only when already built (else None).
-fn istio_cni_binary(quick: bool) -> Result<Option<PathBuf>> {
+/// A peer's binary from `scripts/peers.sh`: built if needed in full mode;
+/// in quick mode only when already built (else None).
+fn peer_binary(name: &str, quick: bool) -> Result<Option<PathBuf>> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/peers.sh");
     let mut c = Command::new(&script);
     if quick {
         c.arg("--cached-only");
     }
     let out = c
-        .arg("istio-cni")
+        .arg(name)
         .stderr(std::process::Stdio::inherit())
         .output()
         .map_err(|e| format!("{}: {e}", script.display()))?;
     if !out.status.success() {
-        return Err(format!(
-            "scripts/peers.sh istio-cni failed ({})",
-            out.status
-        ));
+        return Err(format!("scripts/peers.sh {name} failed ({})", out.status));
     }
     let stdout = String::from_utf8_lossy(&out.stdout);
     match stdout.lines().last().map(str::trim) {
@@ -129,7 +206,53 @@ fn istio_cni_binary(quick: bool) -> Result<Option<PathBuf>> {
             }
         }
         _ if quick => Ok(None),
-        _ => Err("scripts/peers.sh printed no istio-cni binary".into()),
+        _ => Err(format!("scripts/peers.sh printed no {name} binary")),
+    }
+}
+
+/// While the section runs: the one process named `/install-cni` kuma-cni's
+/// ADD needs on the node (it takes over that process's stderr), and the
+/// removal of its log file unless it was there before.
+struct KumaSurroundings {
+    installer: std::process::Child,
+    log_was_there: bool,
+}
+
+impl KumaSurroundings {
+    fn start() -> Result<KumaSurroundings> {
+        let log_was_there = Path::new(KUMA_CNI_LOG).exists();
+        let mut installer = Command::new("bash")
+            .args(["-c", "exec -a /install-cni sleep 3600"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .map_err(|e| format!("the /install-cni stand-in: {e}"))?;
+        let pid = installer.id();
+        for _ in 0..100 {
+            if std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| c.starts_with(b"/install-cni\0"))
+            {
+                return Ok(KumaSurroundings {
+                    installer,
+                    log_was_there,
+                });
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = installer.kill();
+        let _ = installer.wait();
+        Err("the /install-cni stand-in did not start".into())
+    }
+}
+
+impl Drop for KumaSurroundings {
+    fn drop(&mut self) {
+        let _ = self.installer.kill();
+        let _ = self.installer.wait();
+        if !self.log_was_there {
+            let _ = std::fs::remove_file(KUMA_CNI_LOG);
+        }
     }
 }
 
@@ -137,14 +260,17 @@ fn istio_cni_binary(quick: bool) -> Result<Option<PathBuf>> {
 /// kubeconfigs, and each contender's conflist entry.
 struct Node {
     ns: Ns,
-    istio_bin: PathBuf,
+    /// The peers' binaries by scripts/peers.sh's name.
+    bins: BTreeMap<&'static str, PathBuf>,
+    /// The contenders that run (their mesh's peer is built).
+    contenders: Vec<P>,
     ptp: Value,
     entries: BTreeMap<P, Value>,
     api: FakeApi,
 }
 
 impl Node {
-    fn new(ctx: &Ctx, istio_bin: PathBuf) -> Result<Node> {
+    fn new(ctx: &Ctx, bins: BTreeMap<&'static str, PathBuf>) -> Result<Node> {
         let ns = ctx.ns("pnode")?;
         for k in ["all", "default"] {
             ns.sysctl(&format!("net/ipv6/conf/{k}/accept_dad"), "0")?;
@@ -153,14 +279,44 @@ impl Node {
             "sidecar.istio.io/status",
             "{\"containers\":[\"istio-proxy\"]}",
         );
-        let pods = vec![apiserver::pod(
-            "default",
-            ISTIO_POD,
-            &[],
-            &["app", "istio-proxy"],
-            &[status],
-            &[],
-        )];
+        let injected = ("kuma.io/sidecar-injected", "true");
+        let pods = vec![
+            apiserver::pod(
+                "default",
+                ISTIO_POD,
+                &[],
+                &["app", "istio-proxy"],
+                &[status],
+                &[],
+            ),
+            apiserver::pod(
+                "default",
+                LINKERD_POD,
+                &[],
+                &["app", "linkerd-proxy"],
+                &[("linkerd.io/proxy-version", "stable")],
+                &[],
+            ),
+            apiserver::pod(
+                "default",
+                KUMA_CNI_POD,
+                &[],
+                &["app", "kuma-sidecar"],
+                &[
+                    injected,
+                    ("traffic.kuma.io/transparent-proxy-config", KUMA_CONFIG_YAML),
+                ],
+                &[],
+            ),
+            apiserver::pod(
+                "default",
+                KUMA_POD,
+                &[],
+                &["app", "kuma-sidecar"],
+                &[injected],
+                &[],
+            ),
+        ];
         let api = ns
             .enter(move || FakeApi::serving(&pods))?
             .join()
@@ -172,6 +328,21 @@ impl Node {
         let kc = api.kubeconfig(&dir);
         std::fs::copy(&kc, run_dir.join("istio-cni-kubeconfig"))
             .map_err(|e| format!("copy kubeconfig: {e}"))?;
+        // linkerd-cni forces the context `linkerd-cni-context`.
+        let l5d_kc = dir.join("linkerd-cni-kubeconfig");
+        let text = std::fs::read_to_string(&kc).map_err(|e| format!("read kubeconfig: {e}"))?;
+        std::fs::write(
+            &l5d_kc,
+            text.replace(
+                "contexts:\n- name: fake\n",
+                "contexts:\n- name: linkerd-cni-context\n",
+            )
+            .replace(
+                "current-context: fake",
+                "current-context: linkerd-cni-context",
+            ),
+        )
+        .map_err(|e| format!("write {}: {e}", l5d_kc.display()))?;
         let base = |e: Value| -> Value {
             let mut e = e;
             e["cniVersion"] = ctx.example["cniVersion"].clone();
@@ -186,12 +357,13 @@ impl Node {
                 "native_nftables": nft,
             }))
         };
-        let mut mesh = base(json!({
-            "type": "meshnft",
-            "log_level": "info",
-            "stateDir": ctx.work.dir.join("state"),
-            "initPhase": {"cgroupRoot": ctx.work.tag},
-        }));
+        let meshnft_own = |e: &mut Value| {
+            e["log_level"] = json!("info");
+            e["stateDir"] = json!(ctx.work.dir.join("state"));
+            e["initPhase"] = json!({"cgroupRoot": ctx.work.tag});
+        };
+        let mut mesh = base(json!({"type": "meshnft"}));
+        meshnft_own(&mut mesh);
         let extra: Value = serde_json::from_str(MESHNFT_FOR_ISTIO)
             .map_err(|e| format!("tests/peers/meshnft-for-istio.json: {e}"))?;
         for (k, v) in extra.as_object().into_iter().flatten() {
@@ -199,26 +371,58 @@ impl Node {
         }
         let mut mesh_api = mesh.clone();
         mesh_api["kubernetes"] = json!({"kubeconfig": kc});
+        let linkerd = |ty: &str, mode: &str| -> Result<Value> {
+            let mut e: Value = serde_json::from_str(LINKERD_CNI_ENTRY)
+                .map_err(|e| format!("tests/peers/linkerd-cni-entry.json: {e}"))?;
+            e["type"] = json!(ty);
+            e["log_level"] = json!("info");
+            e["kubernetes"]["kubeconfig"] = json!(l5d_kc);
+            e["linkerd"]["iptables-mode"] = json!(mode);
+            Ok(base(e))
+        };
+        let mut mesh_linkerd = linkerd("meshnft", "legacy")?;
+        meshnft_own(&mut mesh_linkerd);
+        let mut mesh_kuma = base(json!({
+            "type": "meshnft", "mesh": "kuma", "kubernetes": {"kubeconfig": kc},
+        }));
+        meshnft_own(&mut mesh_kuma);
+        let kuma_cni = base(json!({
+            "type": "kuma-cni",
+            "log_level": "info",
+            "kubernetes": {"kubeconfig": kc, "cni_bin_dir": "/usr/lib/cni",
+                           "exclude_namespaces": ["kuma-system"]},
+        }));
         let entries = BTreeMap::from([
             (P::IstioIpt, istio(false)),
             (P::IstioNft, istio(true)),
             (P::MeshConf, mesh),
             (P::MeshApi, mesh_api),
+            (P::LinkerdLegacy, linkerd("linkerd-cni", "legacy")?),
+            (P::LinkerdNft, linkerd("linkerd-cni", "nft")?),
+            (P::MeshLinkerd, mesh_linkerd),
+            (P::KumaCni, kuma_cni),
+            (P::MeshKuma, mesh_kuma),
         ]);
         let mut ptp = base(ctx.example["plugins"][0].clone());
         ptp["ipam"]["dataDir"] = json!(ctx.work.dir.join("ipam-peers"));
+        let contenders = P::ALL
+            .into_iter()
+            .filter(|p| bins.contains_key(p.mesh_peer()))
+            .collect();
         Ok(Node {
             ns,
-            istio_bin,
+            bins,
+            contenders,
             ptp,
             entries,
             api,
         })
     }
 
-    /// CNI_* and PATH as a runtime on this node sets them for pod `id`.
-    fn env(&self, c: &mut Command, verb: &str, pod: &Ns, id: &str, uid: &str) {
-        let name = ISTIO_POD;
+    /// CNI_* and PATH as a runtime on this node sets them for `p`'s pod, `id`.
+    #[allow(clippy::too_many_arguments)]
+    fn env(&self, c: &mut Command, p: P, verb: &str, pod: &Ns, id: &str, uid: &str) {
+        let name = p.pod();
         c.env_clear()
             .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
             .env("CNI_COMMAND", verb)
@@ -235,10 +439,9 @@ impl Node {
     }
 
     fn program(&self, p: P, ctx: &Ctx) -> PathBuf {
-        if p.istio() {
-            self.istio_bin.clone()
-        } else {
-            ctx.bin.clone()
+        match p.peer().and_then(|n| self.bins.get(n)) {
+            Some(b) => b.clone(),
+            None => ctx.bin.clone(),
         }
     }
 
@@ -248,7 +451,7 @@ impl Node {
             pod.sysctl(&format!("net/ipv6/conf/{k}/accept_dad"), "0")?;
         }
         let mut c = Command::new("/usr/lib/cni/ptp");
-        self.env(&mut c, "ADD", pod, id, uid);
+        self.env(&mut c, P::MeshConf, "ADD", pod, id, uid);
         let r =
             run_timed_in(&self.ns, &mut c, self.ptp.to_string().as_bytes())?.check("ptp ADD")?;
         serde_json::from_str(&r.stdout).map_err(|e| format!("ptp result: {e}"))
@@ -257,7 +460,7 @@ impl Node {
     /// `ptp` DEL (untimed): gives the address back.
     fn release(&self, pod: &Ns, id: &str, uid: &str) -> Result<()> {
         let mut c = Command::new("/usr/lib/cni/ptp");
-        self.env(&mut c, "DEL", pod, id, uid);
+        self.env(&mut c, P::MeshConf, "DEL", pod, id, uid);
         run_timed_in(&self.ns, &mut c, self.ptp.to_string().as_bytes())?.check("ptp DEL")?;
         Ok(())
     }
@@ -292,7 +495,7 @@ impl Node {
             }
             None => Command::new(&prog),
         };
-        self.env(&mut c, verb, pod, id, uid);
+        self.env(&mut c, p, verb, pod, id, uid);
         run_timed_in(&self.ns, &mut c, &self.conf(p, prev))?.check(&format!("{} {verb}", p.label()))
     }
 }
@@ -501,6 +704,8 @@ struct Series {
     rss_kib: Vec<u64>,
     execs_add: Vec<String>,
     execs_del: Vec<String>,
+    api_add: usize,
+    api_del: usize,
 }
 
 /// A fresh pod netns with `ptp`'s interface, for one contender.
@@ -646,38 +851,76 @@ fn exec_list(log: &str) -> Vec<String> {
         .collect()
 }
 
-/// The section: istio-cni and meshnft on the same prepared pod and node.
+/// API requests made by one ADD and by one DEL of `p` (counted at the API
+/// stand-in).
+fn api_requests(ctx: &Ctx, node: &Node, p: P) -> Result<(usize, usize)> {
+    let pd = pod(ctx, node)?;
+    let uid = ctx.pod.uid.clone();
+    let n0 = node.api.requests().len();
+    node.run(ctx, p, "ADD", &pd.ns, &pd.id, &uid, &pd.prev, &[])?;
+    let n1 = node.api.requests().len();
+    node.run(ctx, p, "DEL", &pd.ns, &pd.id, &uid, &pd.prev, &[])?;
+    let n2 = node.api.requests().len();
+    unprepare(ctx, node, pd)?;
+    Ok((n1 - n0, n2 - n1))
+}
+
+/// The section: the peers and meshnft on the same prepared pod and node.
 pub fn bench(ctx: &Ctx, plan: &Plan) -> Result<PeersReport> {
     let quick = plan.mode == "quick";
-    let Some(bin) = istio_cni_binary(quick)? else {
-        let why = "istio-cni is not built yet (scripts/peers.sh builds it, ~3 min cold): skipped in quick mode";
+    let mut bins = BTreeMap::new();
+    let mut skipped = vec![];
+    for name in ["istio-cni", "linkerd-cni", "kuma-cni"] {
+        match peer_binary(name, quick)? {
+            Some(b) => {
+                bins.insert(name, b);
+            }
+            None => skipped.push(name),
+        }
+    }
+    if bins.is_empty() {
+        let why = "no peer is built yet (scripts/peers.sh builds them, minutes cold): skipped in quick mode";
         return Ok(PeersReport {
-            text: format!("\n6. The real peer: {why}\n"),
+            text: format!("\n6. The real peers: {why}\n"),
             json: json!({"skipped": why}),
         });
-    };
-    let version = bin
-        .parent()
-        .and_then(|d| d.file_name())
-        .map(|d| {
-            d.to_string_lossy()
-                .trim_start_matches("istio-cni-")
-                .to_string()
+    }
+    let versions: BTreeMap<&str, String> = bins
+        .iter()
+        .map(|(n, b)| {
+            let v = b
+                .parent()
+                .and_then(|d| d.file_name())
+                .map(|d| {
+                    d.to_string_lossy()
+                        .trim_start_matches(&format!("{n}-"))
+                        .to_string()
+                })
+                .unwrap_or_default();
+            (*n, v)
         })
-        .unwrap_or_default();
-    let node = Node::new(ctx, bin.clone())?;
+        .collect();
+    let kuma = if bins.contains_key("kuma-cni") {
+        Some(KumaSurroundings::start()?)
+    } else {
+        None
+    };
+    let node = Node::new(ctx, bins)?;
+    let all = node.contenders.clone();
     let rounds = if quick { 3 } else { 100 };
     let mut out: BTreeMap<P, Series> = BTreeMap::new();
-    eprintln!("6. the real peer: istio-cni {version} beside meshnft ({rounds} rounds)");
+    eprintln!(
+        "6. the real peers: {versions:?} beside meshnft ({rounds} rounds; not built: {skipped:?})"
+    );
     for r in 0..rounds {
         if r % (rounds / 5).max(1) == 0 {
             eprintln!("  peers: round {}/{rounds}", r + 1);
         }
         let mut pods = vec![];
-        for k in 0..P::ALL.len() {
+        for k in 0..all.len() {
             // Rotated order, as in the apply/remove loop: no contender
             // always follows another.
-            let p = P::ALL[(k + r) % P::ALL.len()];
+            let p = all[(k + r) % all.len()];
             sys::check_stop()?;
             pods.push(round(ctx, &node, p, out.entry(p).or_default())?);
         }
@@ -687,34 +930,51 @@ pub fn bench(ctx: &Ctx, plan: &Plan) -> Result<PeersReport> {
         std::thread::sleep(crate::apply::SETTLE);
     }
     let rss_runs = if quick { 1 } else { 5 };
-    for p in P::ALL {
+    for &p in &all {
         sys::check_stop()?;
         let s = out.entry(p).or_default();
         for _ in 0..rss_runs {
             s.rss_kib.push(rss(ctx, &node, p)?);
         }
         (s.execs_add, s.execs_del) = execs(ctx, &node, p)?;
+        (s.api_add, s.api_del) = api_requests(ctx, &node, p)?;
     }
-    let api_requests = node.api.requests().len();
     drop(node);
+    drop(kuma);
     std::thread::sleep(Duration::from_millis(10));
-    Ok(report(&out, rounds, &version, api_requests))
+    Ok(report(&out, rounds, &versions, &skipped))
+}
+
+/// Processes in an exec list (`name` or `name xN`).
+fn exec_count(list: &[String]) -> usize {
+    list.iter()
+        .map(|e| {
+            e.rsplit_once(" x")
+                .and_then(|(_, n)| n.parse().ok())
+                .unwrap_or(1)
+        })
+        .sum()
 }
 
 fn report(
     out: &BTreeMap<P, Series>,
     rounds: usize,
-    version: &str,
-    api_requests: usize,
+    versions: &BTreeMap<&str, String>,
+    skipped: &[&str],
 ) -> PeersReport {
+    let vs: Vec<String> = versions.iter().map(|(n, v)| format!("{n} {v}")).collect();
     let mut t = format!(
-        "\n6. The real peer: istio-cni (sidecar mode, istio.io/istio {version}) beside meshnft with its istio preset\n   \
-         (15001/15006, proxy uid/gid 1337); each ADD into a fresh pod netns that ptp prepared (untimed), from the node netns,\n   \
-         DEL right after; {rounds} rounds, order rotated; ms, CPU = user+system of the plugin and every process it ran\n"
+        "\n6. The real peers ({}) beside meshnft with the matching mesh\n   \
+         (istio preset, linkerd-cni's own entry, kuma preset); each ADD into a fresh pod netns that ptp prepared (untimed),\n   \
+         from the node netns, DEL right after; {rounds} rounds, order rotated; ms, CPU = user+system of the plugin and every process it ran\n",
+        vs.join(", ")
     );
+    if !skipped.is_empty() {
+        t += &format!("   not built yet, skipped: {}\n", skipped.join(", "));
+    }
     t += &format!(
-        "{:<40} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>10}\n",
-        "contender", "ADD med", "p95", "cpu", "DEL med", "p95", "cpu", "peak RSS"
+        "{:<40} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>10} {:>6} {:>6}\n",
+        "contender", "ADD med", "p95", "cpu", "DEL med", "p95", "cpu", "peak RSS", "procs", "API"
     );
     let mut rows = vec![];
     for (p, s) in out {
@@ -724,7 +984,7 @@ fn report(
         k.sort_unstable();
         let rss = k.get(k.len() / 2).copied().unwrap_or(0);
         t += &format!(
-            "{:<40} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>10}\n",
+            "{:<40} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>10} {:>6} {:>6}\n",
             p.label(),
             fmt_ms(am),
             fmt_ms(ap),
@@ -732,7 +992,9 @@ fn report(
             fmt_ms(dm),
             fmt_ms(dp),
             fmt_ms(dc),
-            format!("{:.1} MiB", rss as f64 / 1024.0)
+            format!("{:.1} MiB", rss as f64 / 1024.0),
+            exec_count(&s.execs_add),
+            s.api_add
         );
         rows.push(json!({
             "id": p.id(), "label": p.label(), "add_ms": aj, "del_ms": dj,
@@ -740,9 +1002,12 @@ fn report(
             "written_by_add": s.written.as_ref().map(Written::json),
             "left_after_del": s.left.as_ref().map(Written::json),
             "execs_add": s.execs_add, "execs_del": s.execs_del,
+            "processes_per_add": exec_count(&s.execs_add), "processes_per_del": exec_count(&s.execs_del),
+            "api_requests_per_add": s.api_add, "api_requests_per_del": s.api_del,
         }));
     }
-    t += "   (peak RSS: GNU time around the plugin, the largest process of its tree, median of runs)\n";
+    t += "   (peak RSS: GNU time around the plugin, the largest process of its tree, median of runs;\n    \
+          procs: processes exec'd by one ADD, the plugin included; API: requests of one ADD at the API stand-in)\n";
     t += "written by ADD (nft -j list ruleset, which shows iptables-nft's tables too; ip(6)tables-legacy-save) / left after DEL:\n";
     for (p, s) in out {
         let w = |x: &Option<Written>| x.as_ref().map(Written::text).unwrap_or_default();
@@ -773,7 +1038,7 @@ fn report(
     PeersReport {
         text: t,
         json: json!({
-            "istio_cni_version": version, "rounds": rounds, "api_requests": api_requests,
+            "versions": versions, "not_built": skipped, "rounds": rounds,
             "meshnft_for_istio": serde_json::from_str::<Value>(MESHNFT_FOR_ISTIO).unwrap_or(Value::Null),
             "rows": rows,
         }),

@@ -192,7 +192,7 @@ pub fn report(
         );
         del_json.push(json!({"id": v.id(), "label": label, "ms": s.json(), "compared_with": v.del_baseline().id(), "ratio_median": round3(r), "cpu_ms": c.json(), "cpu_ratio_median": round3(rc)}));
     }
-    out += "(vs legacy: this row's median / the iptables-legacy-restore cleanup's median for the same family; linkerd-cni's DEL is a no-op)\n";
+    out += "(vs legacy: this row's median / the iptables-legacy-restore cleanup's median for the same family; the real linkerd-cni, whose DEL does nothing, is in section 6)\n";
     out += &format!(
         "floor, inside its process: {} ms in sendto, {} ms in close()\n",
         fmt_ms(floor_del_send),

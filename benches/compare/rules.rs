@@ -11,10 +11,10 @@
 //! delete the jumps, flush and delete both chains. For the IPv6 family
 //! linkerd-cni applies the same rules with `ip6tables`.
 //!
-//! Real linkerd-cni runs one `nsenter ... iptables` process per rule (plus
-//! `iptables-save` before and after); [`commands`] gives that sequence for
-//! the "as linkerd-cni runs it" rows. The restore form is the fastest way
-//! to load the same rules and is what the ratios compare against.
+//! The real linkerd-cni (one `nsenter ... iptables` process per rule, plus
+//! `iptables-save` before and after) is measured beside meshnft in
+//! section 6 ([`crate::peers`]). The restore form is the fastest way to
+//! load the same rules and is what the ratios compare against.
 
 use serde_json::{Value, json};
 
@@ -210,33 +210,6 @@ pub fn restore_del() -> String {
      -X PROXY_INIT_REDIRECT\n\
      COMMIT\n"
         .to_string()
-}
-
-/// The commands linkerd-cni's ADD runs for one family, in order, each as
-/// its own process (`nsenter --net=NETNS -- <argv>`): `iptables-save -t
-/// nat`, `-N` of each chain before its rules, every `-A`, then
-/// `iptables-save -t nat` again. `bin` is e.g. `iptables-legacy`.
-pub fn commands(bin: &str, save: &str) -> Vec<Vec<String>> {
-    let all = rules(&Skips::default(), false);
-    let mut out = vec![vec![save.to_string(), "-t".into(), "nat".into()]];
-    let mut created = std::collections::HashSet::new();
-    for r in all {
-        let chain = r[1].clone();
-        if chain.starts_with("PROXY_INIT") && created.insert(chain.clone()) {
-            out.push(vec![
-                bin.into(),
-                "-t".into(),
-                "nat".into(),
-                "-N".into(),
-                chain,
-            ]);
-        }
-        let mut c = vec![bin.to_string(), "-t".into(), "nat".into()];
-        c.extend(r);
-        out.push(c);
-    }
-    out.push(vec![save.to_string(), "-t".into(), "nat".into()]);
-    out
 }
 
 /// meshnft's conflist entry for the same settings: the shipped example's

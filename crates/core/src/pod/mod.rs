@@ -16,4 +16,5 @@
 pub mod cgroup;
 pub mod k8s;
 pub mod levelprobe;
+pub mod loaddr;
 pub mod netns;

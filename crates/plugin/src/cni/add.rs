@@ -125,6 +125,22 @@ pub fn cmd_add(env: &CniEnv, conf: &NetConf) -> Result<Output> {
         }
         nft.commit(batch)?;
     }
+    // Kuma's IPv6 inbound passthrough source, `::6` on `lo` (kuma-dp binds
+    // it; kuma-cni adds it too), for pods whose IPv6 is redirected.
+    if mesh == crate::config::mesh::Mesh::Kuma && settings.ipv6 && has_ipv6(&result) {
+        crate::pod::loaddr::add_to_lo(
+            std::os::fd::AsFd::as_fd(&ns.file),
+            crate::pod::loaddr::KUMA_PASSTHROUGH6,
+        )
+        .map_err(|e| {
+            Error::new(
+                Code::Netns,
+                format!(
+                    "cannot add ::6/128 to the pod's lo (Kuma's IPv6 inbound passthrough): {e}"
+                ),
+            )
+        })?;
+    }
     tracing::info!(
         pod = ?label,
         container_id,
@@ -281,4 +297,14 @@ fn write_record(conf: &NetConf, rec: &state::Record) {
     if let Err(e) = state::write(&conf.state_dir(), rec) {
         tracing::warn!(dir = %conf.state_dir().display(), "cannot write state record: {e}");
     }
+}
+
+/// Whether a CNI result gives the pod an IPv6 address.
+fn has_ipv6(result: &serde_json::Value) -> bool {
+    result["ips"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|ip| ip["address"].as_str())
+        .any(|a| a.contains(':'))
 }
