@@ -23,7 +23,6 @@ pub mod metrics;
 pub mod pods;
 pub mod repair;
 mod run;
-pub(crate) use run::make_client;
 pub mod socket;
 
 use std::net::SocketAddr;

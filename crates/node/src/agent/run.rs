@@ -120,30 +120,11 @@ fn entry_settings(cfg: &install::Args) -> Result<(Value, Settings), String> {
     Ok((entry, s))
 }
 
-/// A client for the API server: from the kubeconfig `kubeconfig`
-/// (`--agent-kubeconfig`), else the pod's in-cluster configuration.
-/// Errors: what is missing or unusable, as a sentence.
-pub(crate) async fn make_client(kubeconfig: Option<&std::path::Path>) -> Result<Client, String> {
-    let config = match kubeconfig {
-        Some(p) => {
-            let kc = kube::config::Kubeconfig::read_from(p)
-                .map_err(|e| format!("cannot read {}: {e}", p.display()))?;
-            kube::Config::from_custom_kubeconfig(kc, &Default::default())
-                .await
-                .map_err(|e| format!("{} is not usable: {e}", p.display()))?
-        }
-        None => {
-            kube::Config::incluster().map_err(|e| format!("no in-cluster configuration: {e}"))?
-        }
-    };
-    Client::try_from(config).map_err(|e| format!("cannot build the Kubernetes client: {e}"))
-}
-
 /// A client, retrying every `retry` until one can be built.
 async fn client(ctx: &Ctx) -> Client {
     let mut said = false;
     loop {
-        match make_client(ctx.agent.agent_kubeconfig.as_deref()).await {
+        match crate::install::apiclient::make_client(ctx.agent.agent_kubeconfig.as_deref()).await {
             Ok(c) => return c,
             Err(e) => {
                 if !said {
@@ -209,9 +190,10 @@ async fn readiness_loop(ctx: Arc<Ctx>) {
             && let Some(node) = &ctx.agent.node_name
         {
             if taint_client.is_none() {
-                taint_client = make_client(ctx.agent.agent_kubeconfig.as_deref())
-                    .await
-                    .ok();
+                taint_client =
+                    crate::install::apiclient::make_client(ctx.agent.agent_kubeconfig.as_deref())
+                        .await
+                        .ok();
             }
             if let Some(c) = &taint_client {
                 match untaint(c, node).await {

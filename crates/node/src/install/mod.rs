@@ -17,6 +17,7 @@
 //! Paths given on the command line are *host* paths (as they go into the
 //! conflist entry); the installer reaches them under `--host-root`.
 
+pub mod apiclient;
 pub mod checks;
 pub mod conflist;
 pub mod discover;

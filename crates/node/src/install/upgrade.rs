@@ -21,7 +21,7 @@
 //! DaemonSet to ask about: SIGTERM removes everything, as it always did.
 //! `--keep-on-exit` overrides all of this (see [`crate::run`]).
 
-use crate::agent::make_client;
+use crate::install::apiclient::make_client;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use std::path::Path;
 use std::time::Duration;
