@@ -167,9 +167,11 @@ impl Nft {
         })
     }
 
-    /// Applies `batch` as one transaction: `BATCH_BEGIN`, the messages (each
-    /// with `NLM_F_ACK`), `BATCH_END`, in one `sendmsg`; then reads an answer
-    /// for every message. All or nothing.
+    /// Applies `batch` as one transaction: `BATCH_BEGIN`, the messages (the
+    /// last one with `NLM_F_ACK`), `BATCH_END`, in one `sendmsg`; then reads
+    /// every answer up to the last message's (the error of every refused
+    /// message comes before it: see [`Batch::frame`]), or an error about the
+    /// batch as a whole. All or nothing.
     ///
     /// Errors: [`NftError::Refused`] naming the first refused object, the
     /// kernel's reason and what it usually means; [`NftError::Sock`].
@@ -180,7 +182,7 @@ impl Nft {
         let framed = batch.frame(self.conn.take_seqs(batch.msgs.len() as u32 + 2));
         let (buf, seqs, begin_seq) = (framed.bytes, framed.seqs, framed.begin_seq);
         self.conn.send(&buf)?;
-        let acks = self.conn.read_acks(&seqs, begin_seq)?;
+        let acks = self.conn.read_acks(&[framed.ack_seq], begin_seq)?;
         // The first refused message (by order in the batch).
         for (i, seq) in seqs.iter().enumerate() {
             if let Some(a) = acks.iter().find(|a| a.seq == *seq && a.errno != 0) {
