@@ -624,3 +624,62 @@ fn del_and_re_add_leave_nothing_holding_stdout() {
     node.cni("del", &ptp_only, pod.path(), "detach", &[])
         .expect("ptp DEL");
 }
+
+/// The kernel's RCU wait at the socket's last close goes to a forked child
+/// only after a transaction that freed objects (re-ADD, DEL): a first ADD,
+/// and a DEL with no table to remove, fork nothing. Processes (not threads)
+/// created by the plugin, counted with `strace -f`.
+#[test]
+fn only_transactions_that_free_fork_a_closer() {
+    if !support::root_or_skip("only_transactions_that_free_fork_a_closer") {
+        return;
+    }
+    let node = Node::new();
+    let (warm, pod) = (Netns::new("mtpod"), Netns::new("mtpod"));
+    let (prev, ptp_only) = real_prev(&node, &pod, "forks");
+    let c = direct_conf(&node, "1.0.0", &prev);
+    // The per-boot probes (a child of their own) run at the first ADD on a
+    // state directory: not what is counted here.
+    let warm_env = cni_env("forks-warm", warm.path(), "IgnoreUnknown=1");
+    assert_eq!(invoke("ADD", &warm_env, &c).code, 0);
+    invoke("DEL", &warm_env, &c).quiet_ok();
+    let env = cni_env("forks", pod.path(), "IgnoreUnknown=1");
+    let mut n = 0;
+    let mut forks = |verb: &str| -> usize {
+        n += 1;
+        let log = node.dir().join(format!("strace-{n}"));
+        let wrapper = [
+            "strace",
+            "-f",
+            "-qq",
+            "-e",
+            "trace=fork,vfork,clone,clone3",
+            "-o",
+            log.to_str().unwrap(),
+        ];
+        let out = run_within(
+            plugin_cmd(&wrapper, verb, &env),
+            c.to_string().as_bytes(),
+            std::time::Duration::from_secs(60),
+        );
+        assert_eq!(out.code, 0, "{verb}: {out:?}");
+        let text = std::fs::read_to_string(&log).unwrap();
+        text.lines()
+            .filter(|l| {
+                (l.contains("fork(") || l.contains("clone(") || l.contains("clone3("))
+                    && !l.contains("CLONE_THREAD")
+                    && !l.contains("= -1")
+            })
+            .count()
+    };
+    assert_eq!(forks("ADD"), 0, "a first ADD forked a process");
+    assert_eq!(forks("ADD"), 1, "a re-ADD (flushes) must close detached");
+    assert_eq!(
+        forks("DEL"),
+        1,
+        "DEL (deletes the table) must close detached"
+    );
+    assert_eq!(forks("DEL"), 0, "DEL without a table forked a process");
+    node.cni("del", &ptp_only, pod.path(), "forks", &[])
+        .expect("ptp DEL");
+}

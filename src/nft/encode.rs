@@ -105,6 +105,22 @@ impl Batch {
         }
     }
 
+    /// Whether committing the batch frees kernel objects: it deletes a
+    /// table, flushes a chain (`DELRULE`) or a set (`DELSETELEM`). Only then
+    /// does nf_tables queue destroy work, which the last close of the
+    /// socket waits for (see [`super::close_detached`]).
+    pub fn frees(&self) -> bool {
+        use super::netlink::NFNL_SUBSYS_NFTABLES;
+        self.msgs.iter().any(|m| {
+            let ty = m.msg.msg_type();
+            ty >> 8 == NFNL_SUBSYS_NFTABLES
+                && matches!(
+                    (ty & 0xff) as u8,
+                    msg::DELTABLE | msg::DELRULE | msg::DELSETELEM
+                )
+        })
+    }
+
     fn push(&mut self, msg: MsgBuilder, what: impl Into<String>) {
         self.msgs.push(Msg {
             msg,

@@ -142,6 +142,9 @@ fn hint(errno: i32, expr: Option<&str>, what: &str) -> String {
 #[derive(Debug)]
 pub struct Nft {
     conn: Conn,
+    /// A transaction that frees objects was sent on this socket: its last
+    /// close waits for the kernel's destroy work.
+    freed: bool,
 }
 
 impl Nft {
@@ -149,6 +152,7 @@ impl Nft {
     pub fn open(netns: &impl AsFd) -> Result<Nft, NftError> {
         Ok(Nft {
             conn: Conn::open(Some(netns.as_fd()))?,
+            freed: false,
         })
     }
 
@@ -156,6 +160,7 @@ impl Nft {
     pub fn own() -> Result<Nft, NftError> {
         Ok(Nft {
             conn: Conn::open(None)?,
+            freed: false,
         })
     }
 
@@ -164,6 +169,7 @@ impl Nft {
     pub fn scratch() -> Result<Nft, NftError> {
         Ok(Nft {
             conn: Conn::open_scratch()?,
+            freed: false,
         })
     }
 
@@ -179,6 +185,9 @@ impl Nft {
         if batch.msgs.is_empty() {
             return Ok(());
         }
+        // Also when the kernel refuses the batch: nothing is lost by a
+        // detached close that was not needed.
+        self.freed |= batch.frees();
         let framed = batch.frame(self.conn.take_seqs(batch.msgs.len() as u32 + 2));
         let (buf, seqs, begin_seq) = (framed.bytes, framed.seqs, framed.begin_seq);
         self.conn.send(&buf)?;
@@ -271,22 +280,26 @@ impl Nft {
 /// Set by [`detach_closes`]: every [`Nft`] of this process closes detached.
 static DETACH: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// From now on, every [`Nft`] this process drops closes its socket without
-/// making the process wait for the kernel's destroy work. For a short-lived
-/// process only (the CNI plugin): see [`close_detached`].
+/// From now on, every [`Nft`] this process drops after it sent a
+/// transaction that frees objects ([`encode::Batch::frees`]: a DEL, a
+/// re-ADD's flushes) closes its socket without making the process wait for
+/// the kernel's destroy work. For a short-lived process only (the CNI
+/// plugin): see [`close_detached`].
 ///
-/// Why every socket and not only after a DEL: the wait happens at the last
-/// close of *any* `NETLINK_NETFILTER` socket while destroy work of *any*
-/// transaction on the node is pending (nf_tables keeps one global list), so
-/// an ADD that freed nothing still waits ~10 ms when a DEL of another pod
-/// ran just before it.
+/// A first ADD frees nothing and closes its socket itself, saving the
+/// fork. The cost of that choice: the wait happens at the last close of
+/// *any* `NETLINK_NETFILTER` socket while destroy work of *any* transaction
+/// on the node is pending (nf_tables keeps one global list), so a first ADD
+/// that closes its socket after another pod's DEL or re-ADD committed, and
+/// before that transaction's destroy work started, waits for it (~10 ms)
+/// too (docs/design.md weighs it).
 pub fn detach_closes() {
     DETACH.store(true, std::sync::atomic::Ordering::Relaxed);
 }
 
 impl Drop for Nft {
     fn drop(&mut self) {
-        if DETACH.load(std::sync::atomic::Ordering::Relaxed) {
+        if self.freed && DETACH.load(std::sync::atomic::Ordering::Relaxed) {
             close_detached(self.conn.as_raw_fd());
         }
     }
