@@ -625,6 +625,86 @@ fn del_and_re_add_leave_nothing_holding_stdout() {
         .expect("ptp DEL");
 }
 
+/// A tmpfs of the test's own at `dir`, unmounted on drop (also when the
+/// test fails): the `/run` of a node, whose content no reboot keeps.
+struct Tmpfs(std::path::PathBuf);
+
+impl Tmpfs {
+    fn mount(dir: &Path) -> Tmpfs {
+        std::fs::create_dir_all(dir).unwrap();
+        support::run_ok(&[
+            "mount",
+            "-t",
+            "tmpfs",
+            "-o",
+            "size=4m,mode=0755",
+            "meshnft-test-run",
+            dir.to_str().unwrap(),
+        ]);
+        Tmpfs(dir.to_path_buf())
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = support::run(&["umount", "-l", self.0.to_str().unwrap()]);
+    }
+}
+
+/// Records live where the namespaces they describe live: on a tmpfs (a
+/// node's `/run`). They outlive every plugin process (each verb is a new
+/// one, as after an agent or kubelet restart: CHECK and GC read the record
+/// ADD wrote), and are gone after a reboot (the tmpfs unmounted, a fresh one
+/// in its place), where DEL still removes the table without one and ADD
+/// writes a new one.
+#[test]
+fn records_on_tmpfs_outlive_processes_not_a_reboot() {
+    if !support::root_or_skip("records_on_tmpfs_outlive_processes_not_a_reboot") {
+        return;
+    }
+    let node = Node::new();
+    let pod = Netns::new("mtpod");
+    let (prev, ptp_only) = real_prev(&node, &pod, "rec");
+    let run = node.dir().join("run");
+    let boot = Tmpfs::mount(&run);
+    let mut c = direct_conf(&node, "1.1.0", &prev);
+    c["stateDir"] = json!(run.join("meshnft"));
+    let env = cni_env("rec", pod.path(), "IgnoreUnknown=1");
+    assert_eq!(invoke("ADD", &env, &c).code, 0);
+    let rec = run.join("meshnft/rec/eth0.json");
+    assert!(rec.is_file(), "ADD wrote no record at {}", rec.display());
+    // SAFETY: statfs into a zeroed struct we own, on a NUL-terminated path.
+    let fs_type = unsafe {
+        let mut st: libc::statfs = std::mem::zeroed();
+        let p = std::ffi::CString::new(rec.to_str().unwrap()).unwrap();
+        assert_eq!(libc::statfs(p.as_ptr(), &mut st), 0);
+        st.f_type
+    };
+    assert_eq!(fs_type, libc::TMPFS_MAGIC, "the record is not on the tmpfs");
+    // Later processes read it.
+    invoke("CHECK", &env, &c).quiet_ok();
+    let mut gc = c.clone();
+    gc.as_object_mut().unwrap().remove("prevResult");
+    gc["cni.dev/valid-attachments"] = json!([{"containerID": "rec", "ifname": "eth0"}]);
+    invoke("GC", &[], &gc).quiet_ok();
+    assert!(rec.is_file(), "GC dropped the record of a valid attachment");
+    assert!(has_table(&pod));
+    // A reboot: /run is empty again.
+    drop(boot);
+    let _boot = Tmpfs::mount(&run);
+    assert!(!rec.exists() && !run.join("meshnft").exists());
+    gc["cni.dev/valid-attachments"] = json!([]);
+    invoke("GC", &[], &gc).quiet_ok();
+    invoke("DEL", &env, &c).quiet_ok();
+    assert!(!has_table(&pod), "DEL without a record left the table");
+    assert_eq!(invoke("ADD", &env, &c).code, 0);
+    assert!(rec.is_file(), "ADD after the reboot wrote no record");
+    invoke("DEL", &env, &c).quiet_ok();
+    assert!(!rec.exists() && !has_table(&pod));
+    node.cni("del", &ptp_only, pod.path(), "rec", &[])
+        .expect("ptp DEL");
+}
+
 /// The kernel's RCU wait at the socket's last close goes to a forked child
 /// only after a transaction that freed objects (re-ADD, DEL): a first ADD,
 /// and a DEL with no table to remove, fork nothing. Processes (not threads)
