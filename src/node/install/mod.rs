@@ -10,6 +10,8 @@
 //! - [`kubeconfig`]: the plugin's kubeconfig from the service account;
 //! - [`checks`]: STATUS checks before inserting;
 //! - [`lifecycle`]: one reconcile pass, and the uninstall;
+//! - [`records`]: the plugin's records moved out of the old default state
+//!   directory;
 //! - [`fsutil`], [`error`]: atomic writes and error messages.
 //!
 //! Paths given on the command line are *host* paths (as they go into the
@@ -23,6 +25,7 @@ pub mod error;
 pub mod fsutil;
 pub mod kubeconfig;
 pub mod lifecycle;
+pub mod records;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
