@@ -4,8 +4,9 @@
 //! Its name carries the pod UID: `pod<uid>` with the cgroupfs driver,
 //! `<prefix>-pod<uid_with_underscores>.slice` with the systemd driver, under a
 //! QoS level (`burstable`, `besteffort`) or directly under `kubepods` for
-//! Guaranteed pods. The cgroup2 mount point is read from
-//! `/proc/self/mountinfo`, never assumed.
+//! Guaranteed pods. The cgroup2 mount point is never assumed: it is found
+//! with `statfs(2)` at the usual places when that is certain, else read
+//! from `/proc/self/mountinfo` (see [`cgroup2_mount`]).
 
 use crate::error::{Code, Error, Result};
 use crate::table::ruleset::Levels;
@@ -74,9 +75,54 @@ pub fn parse_mountinfo(text: &str) -> Option<Cgroup2Mount> {
         .cloned()
 }
 
-/// The cgroup2 mount of this process. Error: code 105 context-free I/O,
+/// `CGROUP2_SUPER_MAGIC`: `statfs(2)`'s `f_type` of a cgroup2 file system.
+const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
+/// Inode number of the root cgroup's directory (kernfs numbers its root 1).
+const ROOT_CGROUP_INO: u64 = 1;
+/// Inode number of the initial cgroup namespace (`PROC_CGROUP_INIT_INO`).
+const INIT_CGROUP_NS_INO: u64 = 0xEFFF_FFFB;
+/// Where hosts mount cgroup2: alone (`/sys/fs/cgroup`), or beside the v1
+/// hierarchies (hybrid: `/sys/fs/cgroup/unified`); in the order
+/// [`parse_mountinfo`] prefers.
+pub const USUAL_MOUNTS: [&str; 2] = ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"];
+
+/// The cgroup2 mount at one of [`USUAL_MOUNTS`], found without reading
+/// mountinfo, when that is certain: this process is in the initial cgroup
+/// namespace (so every cgroup2 mount that shows the root cgroup shows it
+/// as `/`), the place is a cgroup2 file system (`statfs`), and its directory
+/// is the root cgroup (inode 1), not a bind mount of a cgroup below it.
+/// Any such mount gives the same paths and levels as the one mountinfo
+/// would name (there is one cgroup2 hierarchy). `None`: not certain, read
+/// mountinfo (nested cgroup namespaces such as kind nodes, other places).
+pub fn usual_mount() -> Option<Cgroup2Mount> {
+    let ns = std::fs::metadata("/proc/self/ns/cgroup").ok()?;
+    if ns.ino() != INIT_CGROUP_NS_INO {
+        return None;
+    }
+    USUAL_MOUNTS.iter().find_map(|p| {
+        let t = nix::sys::statfs::statfs(*p).ok()?.filesystem_type();
+        (t.0 as i64 == CGROUP2_SUPER_MAGIC && std::fs::metadata(p).ok()?.ino() == ROOT_CGROUP_INO)
+            .then(|| Cgroup2Mount {
+                mount_point: PathBuf::from(p),
+                root: PathBuf::from("/"),
+            })
+    })
+}
+
+/// The cgroup2 mount of this process: [`usual_mount`] when certain (three
+/// system calls), else from `/proc/self/mountinfo` (whose length grows with
+/// every pod's mounts on a node). Error: code 105 context-free I/O,
 /// `Ok(None)` when there is no cgroup2 mount.
 pub fn cgroup2_mount() -> Result<Option<Cgroup2Mount>> {
+    if let Some(m) = usual_mount() {
+        return Ok(Some(m));
+    }
+    mountinfo_mount()
+}
+
+/// The cgroup2 mount as `/proc/self/mountinfo` names it
+/// ([`parse_mountinfo`]). Errors: as [`cgroup2_mount`].
+pub fn mountinfo_mount() -> Result<Option<Cgroup2Mount>> {
     let text = std::fs::read_to_string("/proc/self/mountinfo").map_err(|e| {
         Error::with_details(Code::Io, "cannot read /proc/self/mountinfo", e.to_string())
     })?;
@@ -223,6 +269,28 @@ mod tests {
             parse_mountinfo("25 23 0:22 / /sys/fs/cgroup ro - tmpfs tmpfs ro\n"),
             None
         );
+    }
+
+    /// The shortcut names the mount mountinfo names, or nothing: on this
+    /// machine (hybrid or unified, initial cgroup namespace) it must find
+    /// one, with the same mount point and root.
+    #[test]
+    fn usual_mount_agrees_with_mountinfo() {
+        let Ok(Some(slow)) = mountinfo_mount() else {
+            eprintln!("skipped: no cgroup2 mount here");
+            return;
+        };
+        match usual_mount() {
+            Some(fast) => assert_eq!(fast, slow),
+            None => {
+                let in_init_ns = std::fs::metadata("/proc/self/ns/cgroup")
+                    .is_ok_and(|m| m.ino() == INIT_CGROUP_NS_INO);
+                assert!(
+                    !in_init_ns || !USUAL_MOUNTS.contains(&slow.mount_point.to_str().unwrap_or("")),
+                    "the shortcut missed {slow:?}"
+                );
+            }
+        }
     }
 
     #[test]
