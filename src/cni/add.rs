@@ -82,6 +82,8 @@ pub fn cmd_add(env: &CniEnv, conf: &NetConf) -> Result<Output> {
         label,
     );
     let mut nft = Nft::open(&ns.file)?;
+    // No fork for the detached close unless a re-ADD flushed (see there).
+    nft.close_here_unless_freed();
     let started = std::time::Instant::now();
     // First ADD (the common case): NEWTABLE with NLM_F_EXCL fails the batch
     // atomically if the table exists; otherwise this is the whole job, with

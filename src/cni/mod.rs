@@ -51,8 +51,8 @@ pub enum Output {
 /// stdout (with the conflist's `cniVersion` when it could be read) and exit 1.
 pub fn run(command: &str) -> i32 {
     // A plugin process is short-lived: the kernel's RCU wait at the last
-    // close of a netlink socket whose transaction freed objects goes to a
-    // child (see `nft::detach_closes`).
+    // close of a netlink socket goes to a child (see `nft::detach_closes`;
+    // ADD's own socket only after a transaction that freed objects).
     crate::nft::detach_closes();
     let mut stdin = Vec::new();
     let read = std::io::stdin().take(MAX_STDIN + 1).read_to_end(&mut stdin);

@@ -145,6 +145,8 @@ pub struct Nft {
     /// A transaction that frees objects was sent on this socket: its last
     /// close waits for the kernel's destroy work.
     freed: bool,
+    /// Set by [`Nft::close_here_unless_freed`].
+    here_unless_freed: bool,
 }
 
 impl Nft {
@@ -153,6 +155,7 @@ impl Nft {
         Ok(Nft {
             conn: Conn::open(Some(netns.as_fd()))?,
             freed: false,
+            here_unless_freed: false,
         })
     }
 
@@ -161,6 +164,7 @@ impl Nft {
         Ok(Nft {
             conn: Conn::open(None)?,
             freed: false,
+            here_unless_freed: false,
         })
     }
 
@@ -170,6 +174,7 @@ impl Nft {
         Ok(Nft {
             conn: Conn::open_scratch()?,
             freed: false,
+            here_unless_freed: false,
         })
     }
 
@@ -235,6 +240,18 @@ impl Nft {
         Ok(())
     }
 
+    /// Under [`detach_closes`], closes this socket in this process (no
+    /// fork) unless a transaction sent on it freed objects. For ADD: its
+    /// socket lives in a new pod network namespace, where no other socket
+    /// can be waiting for destroy work of its own, and a first ADD only
+    /// creates objects, so its close does not wait and the fork is saved.
+    /// (Other verbs keep the detached close: a DEL that finds no table often
+    /// comes right after a DEL of the same namespace, whose destroy work may
+    /// still be pending.)
+    pub fn close_here_unless_freed(&mut self) {
+        self.here_unless_freed = true;
+    }
+
     /// Reads table `inet NAME`: `Ok(None)` when it does not exist.
     pub fn read(&mut self, name: &str) -> Result<Option<dump::Listing>, NftError> {
         Ok(dump::read(&mut self.conn, name)?)
@@ -280,16 +297,16 @@ impl Nft {
 /// Set by [`detach_closes`]: every [`Nft`] of this process closes detached.
 static DETACH: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// From now on, every [`Nft`] this process drops after it sent a
-/// transaction that frees objects ([`encode::Batch::frees`]: a DEL, a
-/// re-ADD's flushes) closes its socket without making the process wait for
-/// the kernel's destroy work. For a short-lived process only (the CNI
-/// plugin): see [`close_detached`].
+/// From now on, every [`Nft`] this process drops closes its socket
+/// without making the process wait for the kernel's destroy work, except
+/// one marked [`Nft::close_here_unless_freed`] (ADD's) that sent no
+/// transaction freeing objects ([`encode::Batch::frees`]: a DEL, a re-ADD's
+/// flushes). For a short-lived process only (the CNI plugin): see
+/// [`close_detached`].
 ///
-/// A first ADD frees nothing and closes its socket itself, saving the
-/// fork. The cost of that choice: the wait happens at the last close of
-/// *any* `NETLINK_NETFILTER` socket while destroy work of *any* transaction
-/// on the node is pending (nf_tables keeps one global list), so a first ADD
+/// The wait happens at the last close of *any* `NETLINK_NETFILTER` socket
+/// while destroy work of *any* transaction on the node is pending
+/// (nf_tables keeps one global list), so a first ADD
 /// that closes its socket after another pod's DEL or re-ADD committed, and
 /// before that transaction's destroy work started, waits for it (~10 ms)
 /// too (docs/design.md weighs it).
@@ -299,7 +316,9 @@ pub fn detach_closes() {
 
 impl Drop for Nft {
     fn drop(&mut self) {
-        if self.freed && DETACH.load(std::sync::atomic::Ordering::Relaxed) {
+        if (self.freed || !self.here_unless_freed)
+            && DETACH.load(std::sync::atomic::Ordering::Relaxed)
+        {
             close_detached(self.conn.as_raw_fd());
         }
     }
