@@ -624,3 +624,144 @@ fn del_and_re_add_leave_nothing_holding_stdout() {
     node.cni("del", &ptp_only, pod.path(), "detach", &[])
         .expect("ptp DEL");
 }
+
+/// A tmpfs of the test's own at `dir`, unmounted on drop (also when the
+/// test fails): the `/run` of a node, whose content no reboot keeps.
+struct Tmpfs(std::path::PathBuf);
+
+impl Tmpfs {
+    fn mount(dir: &Path) -> Tmpfs {
+        std::fs::create_dir_all(dir).unwrap();
+        support::run_ok(&[
+            "mount",
+            "-t",
+            "tmpfs",
+            "-o",
+            "size=4m,mode=0755",
+            "meshnft-test-run",
+            dir.to_str().unwrap(),
+        ]);
+        Tmpfs(dir.to_path_buf())
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = support::run(&["umount", "-l", self.0.to_str().unwrap()]);
+    }
+}
+
+/// Records live where the namespaces they describe live: on a tmpfs (a
+/// node's `/run`). They outlive every plugin process (each verb is a new
+/// one, as after an agent or kubelet restart: CHECK and GC read the record
+/// ADD wrote), and are gone after a reboot (the tmpfs unmounted, a fresh one
+/// in its place), where DEL still removes the table without one and ADD
+/// writes a new one.
+#[test]
+fn records_on_tmpfs_outlive_processes_not_a_reboot() {
+    if !support::root_or_skip("records_on_tmpfs_outlive_processes_not_a_reboot") {
+        return;
+    }
+    let node = Node::new();
+    let pod = Netns::new("mtpod");
+    let (prev, ptp_only) = real_prev(&node, &pod, "rec");
+    let run = node.dir().join("run");
+    let boot = Tmpfs::mount(&run);
+    let mut c = direct_conf(&node, "1.1.0", &prev);
+    c["stateDir"] = json!(run.join("meshnft"));
+    let env = cni_env("rec", pod.path(), "IgnoreUnknown=1");
+    assert_eq!(invoke("ADD", &env, &c).code, 0);
+    let rec = run.join("meshnft/rec/eth0.json");
+    assert!(rec.is_file(), "ADD wrote no record at {}", rec.display());
+    // SAFETY: statfs into a zeroed struct we own, on a NUL-terminated path.
+    let fs_type = unsafe {
+        let mut st: libc::statfs = std::mem::zeroed();
+        let p = std::ffi::CString::new(rec.to_str().unwrap()).unwrap();
+        assert_eq!(libc::statfs(p.as_ptr(), &mut st), 0);
+        st.f_type
+    };
+    assert_eq!(fs_type, libc::TMPFS_MAGIC, "the record is not on the tmpfs");
+    // Later processes read it.
+    invoke("CHECK", &env, &c).quiet_ok();
+    let mut gc = c.clone();
+    gc.as_object_mut().unwrap().remove("prevResult");
+    gc["cni.dev/valid-attachments"] = json!([{"containerID": "rec", "ifname": "eth0"}]);
+    invoke("GC", &[], &gc).quiet_ok();
+    assert!(rec.is_file(), "GC dropped the record of a valid attachment");
+    assert!(has_table(&pod));
+    // A reboot: /run is empty again.
+    drop(boot);
+    let _boot = Tmpfs::mount(&run);
+    assert!(!rec.exists() && !run.join("meshnft").exists());
+    gc["cni.dev/valid-attachments"] = json!([]);
+    invoke("GC", &[], &gc).quiet_ok();
+    invoke("DEL", &env, &c).quiet_ok();
+    assert!(!has_table(&pod), "DEL without a record left the table");
+    assert_eq!(invoke("ADD", &env, &c).code, 0);
+    assert!(rec.is_file(), "ADD after the reboot wrote no record");
+    invoke("DEL", &env, &c).quiet_ok();
+    assert!(!rec.exists() && !has_table(&pod));
+    node.cni("del", &ptp_only, pod.path(), "rec", &[])
+        .expect("ptp DEL");
+}
+
+/// The kernel's RCU wait at the socket's last close goes to a forked child,
+/// for ADD only after a transaction that freed objects (a re-ADD flushes): a
+/// first ADD forks nothing. DEL keeps its detached close also when there is
+/// no table (right after another DEL of the namespace its close would wait
+/// for that DEL's). Processes (not threads) created by the plugin, counted
+/// with `strace -f`.
+#[test]
+fn only_transactions_that_free_fork_a_closer() {
+    if !support::root_or_skip("only_transactions_that_free_fork_a_closer") {
+        return;
+    }
+    let node = Node::new();
+    let (warm, pod) = (Netns::new("mtpod"), Netns::new("mtpod"));
+    let (prev, ptp_only) = real_prev(&node, &pod, "forks");
+    let c = direct_conf(&node, "1.0.0", &prev);
+    // The per-boot probes (a child of their own) run at the first ADD on a
+    // state directory: not what is counted here.
+    let warm_env = cni_env("forks-warm", warm.path(), "IgnoreUnknown=1");
+    assert_eq!(invoke("ADD", &warm_env, &c).code, 0);
+    invoke("DEL", &warm_env, &c).quiet_ok();
+    let env = cni_env("forks", pod.path(), "IgnoreUnknown=1");
+    let mut n = 0;
+    let mut forks = |verb: &str| -> usize {
+        n += 1;
+        let log = node.dir().join(format!("strace-{n}"));
+        let wrapper = [
+            "strace",
+            "-f",
+            "-qq",
+            "-e",
+            "trace=fork,vfork,clone,clone3",
+            "-o",
+            log.to_str().unwrap(),
+        ];
+        let out = run_within(
+            plugin_cmd(&wrapper, verb, &env),
+            c.to_string().as_bytes(),
+            std::time::Duration::from_secs(60),
+        );
+        assert_eq!(out.code, 0, "{verb}: {out:?}");
+        let text = std::fs::read_to_string(&log).unwrap();
+        text.lines()
+            .filter(|l| {
+                (l.contains("fork(") || l.contains("clone(") || l.contains("clone3("))
+                    && !l.contains("CLONE_THREAD")
+                    && !l.contains("= -1")
+            })
+            .count()
+    };
+    assert_eq!(forks("ADD"), 0, "a first ADD forked a process");
+    assert_eq!(forks("ADD"), 1, "a re-ADD (flushes) must close detached");
+    assert_eq!(
+        forks("DEL"),
+        1,
+        "DEL (deletes the table) must close detached"
+    );
+    assert_eq!(forks("DEL"), 1, "DEL without a table must close detached");
+    node.cni("del", &ptp_only, pod.path(), "forks", &[])
+        .expect("ptp DEL");
+}

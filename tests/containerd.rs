@@ -73,7 +73,8 @@ fn conflist(node: &support::Node, pods: &KubePods, init_phase: bool) -> Value {
     assert_eq!(e["type"], "meshnft");
     e["stateDir"] = json!(node.dir().join("state"));
     e["log_file"] = json!(node.dir().join("meshnft.log"));
-    // cgroupPath: containerd 2.x also offers the pod's cgroup parent (recorded, unused).
+    // cgroupPath: containerd 2.x also offers the pod's cgroup parent (the plugin takes the
+    // pod cgroup from it instead of searching).
     e["capabilities"] = json!({"io.kubernetes.cri.pod-annotations": true, "cgroupPath": true});
     e["initPhase"]["enabled"] = json!(init_phase);
     e["initPhase"]["cgroupRoot"] = json!(pods.root_rel());
@@ -392,6 +393,12 @@ fn classic(rt: Runtime) {
             cg.parent.as_str(),
             "containerd 2.x passes the pod's cgroup parent to an entry declaring cgroupPath: {}",
             adds[0].stdin
+        );
+        // ...and ADD took the pod cgroup from it, without searching.
+        let log = std::fs::read_to_string(f.cri.node.dir().join("meshnft.log")).unwrap_or_default();
+        assert!(
+            log.contains("pod_cgroup_from=\"runtime\""),
+            "ADD did not use runtimeConfig.cgroupPath:\n{log}"
         );
     } else {
         assert!(

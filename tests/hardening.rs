@@ -752,6 +752,8 @@ fn keys() -> Vec<(
             &["obj", "null"],
             ADD,
         ),
+        // A string, but "x" is neither a cgroup path nor a slice name.
+        ("runtimeConfig.cgroupPath", &["null"], ADD),
         ("linkerd.incoming-proxy-port", port, VALIDATING),
         ("linkerd.outgoing-proxy-port", port, VALIDATING),
         ("linkerd.proxy-uid", &["null"], VALIDATING),
@@ -951,6 +953,28 @@ fn corpus(pod: &Pod) -> Vec<Case> {
             VALIDATING,
             Some(7),
             field,
+        ));
+    }
+    // The pod cgroup the runtime names: a path the plugin stats, so no way
+    // out of the cgroup tree and no unbounded length.
+    for bad in [
+        json!("/kubepods/../../etc"),
+        json!("kubepods/burstable"),
+        json!("/kubepods//pod1"),
+        json!("/kubepods/./pod1"),
+        json!("kubepods--pod1.slice"),
+        json!("../kubepods.slice"),
+        json!("/kubepods\u{0}/pod1"),
+        json!(format!("/{}", "kubepods/".repeat(200))),
+    ] {
+        cases.push(conf_case(
+            pod,
+            format!("runtimeConfig.cgroupPath = {bad}"),
+            "runtimeConfig.cgroupPath",
+            bad,
+            ADD,
+            Some(7),
+            "runtimeConfig.cgroupPath",
         ));
     }
     for v in ["0.2.0", "9.9.9", ""] {

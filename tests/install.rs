@@ -1368,3 +1368,97 @@ fn sigterm_keeps_everything_when_the_api_cannot_be_reached() {
         );
     }
 }
+
+/// Records left in the old default state directory (`/var/lib/cni/meshnft`,
+/// on disk) move to the new one (`/run/meshnft`, tmpfs on a node), once:
+/// a record of this boot is moved as it is, one written before this boot
+/// (its namespace is gone) is dropped, the per-boot caches and the old
+/// directory go. A record the plugin already wrote in the new directory is
+/// never overwritten, and a later installer finds nothing left to move.
+#[test]
+fn old_records_are_moved_once() {
+    if !support::root_or_skip("old_records_are_moved_once") {
+        return;
+    }
+    use std::os::unix::fs::DirBuilderExt;
+    let tree = Tree::new();
+    tree.write_conf("10-kindnet.conflist", &kindnet());
+    let old = tree.host().join("var/lib/cni/meshnft");
+    let new = tree.host().join("run/meshnft");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let record = |id: &str, created: u64| {
+        json!({"containerId": id, "ifname": "eth0", "netns": format!("/var/run/netns/{id}"),
+               "netnsId": [4, 4026532000u64], "pod": "default/web", "created": created, "meshed": true})
+    };
+    let put = |dir: &Path, id: &str, rec: &Value| {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir.join(id))
+            .unwrap();
+        std::fs::write(dir.join(id).join("eth0.json"), rec.to_string()).unwrap();
+    };
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&old)
+        .unwrap();
+    put(&old, "live", &record("live", now));
+    put(&old, "stale", &record("stale", 1));
+    std::fs::write(old.join("kernel-features.json"), "{}").unwrap();
+
+    let mut inst = Installer::start(&tree, &[]);
+    assert!(
+        wait_until(T, || tree.entries("10-kindnet.conflist") == 1),
+        "{}",
+        inst.log()
+    );
+    assert!(
+        !old.exists(),
+        "the old directory is still there:\n{}",
+        inst.log()
+    );
+    assert_eq!(
+        read_json(&new.join("live/eth0.json")),
+        Some(record("live", now)),
+        "{}",
+        inst.log()
+    );
+    assert!(
+        !new.join("stale").exists(),
+        "a record from before this boot was moved"
+    );
+    assert_eq!(inst.term().code(), Some(0), "{}", inst.log());
+
+    // Again: the plugin (new version) wrote the record of "live" anew, and
+    // an old plugin still running left one for it (and one more) in the
+    // old directory meanwhile. The newer one stays; the other moves.
+    let newer = record("live", now + 1);
+    put(&new, "live", &newer);
+    std::fs::DirBuilder::new().mode(0o700).create(&old).unwrap();
+    put(&old, "live", &record("live", now));
+    put(&old, "late", &record("late", now));
+    let mut again = Installer::start(&tree, &[]);
+    assert!(again.wait_log("meshnft is chained into"), "{}", again.log());
+    assert!(!old.exists(), "{}", again.log());
+    assert_eq!(read_json(&new.join("live/eth0.json")), Some(newer));
+    assert_eq!(
+        read_json(&new.join("late/eth0.json")),
+        Some(record("late", now))
+    );
+    // Once: nothing left to move, nothing touched.
+    let before = std::fs::read(new.join("late/eth0.json")).unwrap();
+    assert_eq!(again.term().code(), Some(0), "{}", again.log());
+    let mut third = Installer::start(&tree, &[]);
+    assert!(third.wait_log("meshnft is chained into"), "{}", third.log());
+    assert!(
+        !third.log().contains("moved the state record"),
+        "{}",
+        third.log()
+    );
+    assert_eq!(std::fs::read(new.join("late/eth0.json")).unwrap(), before);
+    assert_eq!(third.term().code(), Some(0), "{}", third.log());
+}

@@ -172,6 +172,9 @@ fn daemonset_runs_everywhere_on_the_host_network_and_has_time_to_clean_up() {
         ("/host/usr", true),
         ("/etc/meshnft", true),
         ("/host/sys/fs/cgroup", false),
+        // The plugin's records and the old directory they move from.
+        ("/host/run/meshnft", false),
+        ("/host/var/lib/cni", false),
     ] {
         assert!(
             mounts.contains(&(path, ro)),

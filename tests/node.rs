@@ -542,11 +542,7 @@ fn proxy_started_line(table: &str) -> String {
 /// inside the node's private /var/lib/cni) naming pod `uid`.
 fn records_of(node: &Node, uid: &str) -> Vec<String> {
     let out = node.run(
-        &[
-            "sh",
-            "-c",
-            "cat /var/lib/cni/meshnft/*/*.json 2>/dev/null; true",
-        ],
+        &["sh", "-c", "cat /run/meshnft/*/*.json 2>/dev/null; true"],
         None,
     );
     text(&out.stdout)

@@ -98,7 +98,7 @@ no_meshnft_leftovers() {
     local n ns
     for n in $(nodes); do
         # no per-attachment record (the per-boot level-offset cache may stay)
-        if docker exec "$n" sh -c 'ls -d /var/lib/cni/meshnft/*/ 2>/dev/null' | grep -q .; then return 1; fi
+        if docker exec "$n" sh -c 'ls -d /run/meshnft/*/ 2>/dev/null' | grep -q .; then return 1; fi
         for ns in $(docker exec "$n" sh -c 'ls /var/run/netns 2>/dev/null'); do
             if docker exec "$n" nsenter --net="/var/run/netns/$ns" nft list tables 2>/dev/null | grep -q meshnft; then
                 return 1

@@ -6,10 +6,11 @@
  *
  * Enters the network namespace NETNS (a file such as /run/netns/x), opens a
  * NETLINK_NETFILTER socket there with SO_SNDBUFFORCE/SO_RCVBUFFORCE, sends
- * the netlink batch in the file BATCH (BATCH_BEGIN ... BATCH_END, every
+ * the netlink batch in the file BATCH (BATCH_BEGIN ... BATCH_END, the last
  * message with NLM_F_ACK, as meshnft frames it) in one sendto, then reads
  * one answer per acknowledged message. Exits 0 when every answer is an ack
- * (nlmsgerr.error == 0), 1 with a message on stderr otherwise.
+ * (nlmsgerr.error == 0), 1 with a message on stderr otherwise (the kernel
+ * answers a refused message with an error whatever its flags).
  *
  * On stdout, one line: "send_us=N close_us=N", the microseconds spent in
  * sendto (where nfnetlink validates and commits the batch, in this

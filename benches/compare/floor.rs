@@ -63,7 +63,7 @@ pub fn add_batch(conf: &[u8], id: &str, pod: Option<&PodCg>) -> Result<Vec<u8>> 
         pod_uid: pod.map(|p| p.uid.clone()),
         infra_container_id: Some(id.into()),
     };
-    let cg = meshnft::cni::pod_cgroup(&settings, &k8s, &nc.state_dir())
+    let cg = meshnft::cni::pod_cgroup(&settings, &k8s, None, &nc.state_dir())
         .map_err(|e| format!("floor batch: pod cgroup: {e}"))?;
     if pod.is_some() && cg.levels.is_none() {
         return Err(format!(

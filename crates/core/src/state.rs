@@ -13,6 +13,13 @@
 //! is refused), records must be regular files and are read without
 //! blocking and with a size cap ([`MAX_RECORD`]), and writes go to an
 //! unpredictable temporary name created exclusively, then renamed.
+//!
+//! Nothing here is `fsync`ed: a record describes a network namespace, and
+//! no namespace survives a reboot, so a record need not either. The default
+//! directory is on tmpfs ([`crate::config::DEFAULT_STATE_DIR`], under
+//! `/run`), where a reboot empties it; the rename alone keeps readers from
+//! seeing a partial record. On a disk (a `stateDir` of the user's), a crash
+//! may leave an empty or partial record, which readers skip as unreadable.
 
 use crate::error::{Code, Error};
 use crate::safefs;
@@ -191,8 +198,9 @@ fn read_in(parent: &OwnedFd, name: &str) -> Result<Vec<u8>, safefs::FileError> {
     safefs::read_capped(f, MAX_RECORD)
 }
 
-/// Writes `bytes` to `name` in `parent` atomically: an unpredictable
-/// temporary name created exclusively (mode 0600), fsync, rename.
+/// Writes `bytes` to `name` in `parent` atomically for readers: an
+/// unpredictable temporary name created exclusively (mode 0600), then
+/// renamed (no `fsync`: see the module docs).
 fn write_in(parent: &OwnedFd, name: &str, bytes: &[u8]) -> io::Result<()> {
     let tmp = safefs::tmp_name(name, ".tmp");
     let fd = openat(
@@ -205,7 +213,6 @@ fn write_in(parent: &OwnedFd, name: &str, bytes: &[u8]) -> io::Result<()> {
     let mut f = File::from(fd);
     let res = f
         .write_all(bytes)
-        .and_then(|_| f.sync_all())
         .and_then(|_| renameat(parent, tmp.as_str(), parent, name).map_err(nix_io));
     if res.is_err() {
         let _ = unlinkat(parent, tmp.as_str(), UnlinkatFlags::NoRemoveDir);

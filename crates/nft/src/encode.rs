@@ -46,19 +46,31 @@ pub struct Batch {
 /// A batch framed for one `sendmsg`.
 #[derive(Debug)]
 pub struct Framed {
-    /// `BATCH_BEGIN`, the messages (each with `NLM_F_ACK`), `BATCH_END`.
+    /// `BATCH_BEGIN`, the messages (the last one with `NLM_F_ACK`),
+    /// `BATCH_END`.
     pub bytes: Vec<u8>,
     /// Sequence number of `BATCH_BEGIN` (errors about the whole batch).
     pub begin_seq: u32,
     /// Sequence numbers of the messages, in order.
     pub seqs: Vec<u32>,
+    /// Sequence number of the last message, the only one that asks for an
+    /// acknowledgement: its answer is the last one the kernel sends for
+    /// the batch's messages.
+    pub ack_seq: u32,
 }
 
 impl Batch {
     /// Frames the batch with sequence numbers from `first_seq` on:
-    /// `NFNL_MSG_BATCH_BEGIN` (`res_id` = `NFNL_SUBSYS_NFTABLES`), every
-    /// message with `NLM_F_ACK` so that each gets exactly one answer, then
-    /// `NFNL_MSG_BATCH_END`.
+    /// `NFNL_MSG_BATCH_BEGIN` (`res_id` = `NFNL_SUBSYS_NFTABLES`), the
+    /// messages, then `NFNL_MSG_BATCH_END`. Only the last message carries
+    /// `NLM_F_ACK`: nfnetlink (`nfnetlink_rcv_batch`) queues an error for
+    /// every message that fails, whatever its flags, and an acknowledgement
+    /// for every message with `NLM_F_ACK`, in the order it processed them,
+    /// and sends the queue once the batch is committed or aborted; so the
+    /// last message's answer comes after every error of the batch. (Errors
+    /// about the batch as a whole answer `BATCH_BEGIN`.) One answer per
+    /// transaction instead of one per message: ~50 fewer `recvfrom` pairs
+    /// for a pod's table.
     pub fn frame(&self, first_seq: u32) -> Framed {
         use super::netlink::{
             NFNL_MSG_BATCH_BEGIN, NFNL_MSG_BATCH_END, NFNL_SUBSYS_NFTABLES, NLM_F_ACK,
@@ -69,12 +81,15 @@ impl Batch {
             MsgBuilder::new(NFNL_MSG_BATCH_BEGIN, NLM_F_REQUEST, 0, NFNL_SUBSYS_NFTABLES)
                 .finish(begin_seq);
         let mut seqs = Vec::with_capacity(self.msgs.len());
+        let last = self.msgs.len().saturating_sub(1);
         for (i, m) in self.msgs.iter().enumerate() {
             let seq = begin_seq.wrapping_add(1 + i as u32);
             seqs.push(seq);
             let mut b = m.msg.clone().finish(seq);
-            let flags = u16::from_ne_bytes([b[6], b[7]]) | NLM_F_ACK;
-            b[6..8].copy_from_slice(&flags.to_ne_bytes());
+            if i == last {
+                let flags = u16::from_ne_bytes([b[6], b[7]]) | NLM_F_ACK;
+                b[6..8].copy_from_slice(&flags.to_ne_bytes());
+            }
             bytes.extend_from_slice(&b);
         }
         let end_seq = begin_seq.wrapping_add(1 + self.msgs.len() as u32);
@@ -85,8 +100,25 @@ impl Batch {
         Framed {
             bytes,
             begin_seq,
+            ack_seq: seqs.last().copied().unwrap_or(begin_seq),
             seqs,
         }
+    }
+
+    /// Whether committing the batch frees kernel objects: it deletes a
+    /// table, flushes a chain (`DELRULE`) or a set (`DELSETELEM`). Only then
+    /// does nf_tables queue destroy work, which the last close of the
+    /// socket waits for (see [`super::close_detached`]).
+    pub fn frees(&self) -> bool {
+        use super::netlink::NFNL_SUBSYS_NFTABLES;
+        self.msgs.iter().any(|m| {
+            let ty = m.msg.msg_type();
+            ty >> 8 == NFNL_SUBSYS_NFTABLES
+                && matches!(
+                    (ty & 0xff) as u8,
+                    msg::DELTABLE | msg::DELRULE | msg::DELSETELEM
+                )
+        })
     }
 
     fn push(&mut self, msg: MsgBuilder, what: impl Into<String>) {

@@ -106,6 +106,11 @@ fn hint(errno: i32, expr: Option<&str>, what: &str) -> String {
 #[derive(Debug)]
 pub struct Nft {
     conn: Conn,
+    /// A transaction that frees objects was sent on this socket: its last
+    /// close waits for the kernel's destroy work.
+    freed: bool,
+    /// Set by [`Nft::close_here_unless_freed`].
+    here_unless_freed: bool,
 }
 
 impl Nft {
@@ -113,6 +118,8 @@ impl Nft {
     pub fn open(netns: &impl AsFd) -> Result<Nft, NftError> {
         Ok(Nft {
             conn: Conn::open(Some(netns.as_fd()))?,
+            freed: false,
+            here_unless_freed: false,
         })
     }
 
@@ -120,6 +127,8 @@ impl Nft {
     pub fn own() -> Result<Nft, NftError> {
         Ok(Nft {
             conn: Conn::open(None)?,
+            freed: false,
+            here_unless_freed: false,
         })
     }
 
@@ -128,12 +137,16 @@ impl Nft {
     pub fn scratch() -> Result<Nft, NftError> {
         Ok(Nft {
             conn: Conn::open_scratch()?,
+            freed: false,
+            here_unless_freed: false,
         })
     }
 
-    /// Applies `batch` as one transaction: `BATCH_BEGIN`, the messages (each
-    /// with `NLM_F_ACK`), `BATCH_END`, in one `sendmsg`; then reads an answer
-    /// for every message. All or nothing.
+    /// Applies `batch` as one transaction: `BATCH_BEGIN`, the messages (the
+    /// last one with `NLM_F_ACK`), `BATCH_END`, in one `sendmsg`; then reads
+    /// every answer up to the last message's (the error of every refused
+    /// message comes before it: see [`Batch::frame`]), or an error about the
+    /// batch as a whole. All or nothing.
     ///
     /// Errors: [`NftError::Refused`] naming the first refused object, the
     /// kernel's reason and what it usually means; [`NftError::Sock`].
@@ -141,10 +154,13 @@ impl Nft {
         if batch.msgs.is_empty() {
             return Ok(());
         }
+        // Also when the kernel refuses the batch: nothing is lost by a
+        // detached close that was not needed.
+        self.freed |= batch.frees();
         let framed = batch.frame(self.conn.take_seqs(batch.msgs.len() as u32 + 2));
         let (buf, seqs, begin_seq) = (framed.bytes, framed.seqs, framed.begin_seq);
         self.conn.send(&buf)?;
-        let acks = self.conn.read_acks(&seqs, begin_seq)?;
+        let acks = self.conn.read_acks(&[framed.ack_seq], begin_seq)?;
         // The first refused message (by order in the batch).
         for (i, seq) in seqs.iter().enumerate() {
             if let Some(a) = acks.iter().find(|a| a.seq == *seq && a.errno != 0) {
@@ -186,6 +202,18 @@ impl Nft {
             });
         }
         Ok(())
+    }
+
+    /// Under [`detach_closes`], closes this socket in this process (no
+    /// fork) unless a transaction sent on it freed objects. For ADD: its
+    /// socket lives in a new pod network namespace, where no other socket
+    /// can be waiting for destroy work of its own, and a first ADD only
+    /// creates objects, so its close does not wait and the fork is saved.
+    /// (Other verbs keep the detached close: a DEL that finds no table often
+    /// comes right after a DEL of the same namespace, whose destroy work may
+    /// still be pending.)
+    pub fn close_here_unless_freed(&mut self) {
+        self.here_unless_freed = true;
     }
 
     /// Reads table `inet NAME`: `Ok(None)` when it does not exist.
@@ -233,22 +261,28 @@ impl Nft {
 /// Set by [`detach_closes`]: every [`Nft`] of this process closes detached.
 static DETACH: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// From now on, every [`Nft`] this process drops closes its socket without
-/// making the process wait for the kernel's destroy work. For a short-lived
-/// process only (the CNI plugin): see [`close_detached`].
+/// From now on, every [`Nft`] this process drops closes its socket
+/// without making the process wait for the kernel's destroy work, except
+/// one marked [`Nft::close_here_unless_freed`] (ADD's) that sent no
+/// transaction freeing objects ([`encode::Batch::frees`]: a DEL, a re-ADD's
+/// flushes). For a short-lived process only (the CNI plugin): see
+/// [`close_detached`].
 ///
-/// Why every socket and not only after a DEL: the wait happens at the last
-/// close of *any* `NETLINK_NETFILTER` socket while destroy work of *any*
-/// transaction on the node is pending (nf_tables keeps one global list), so
-/// an ADD that freed nothing still waits ~10 ms when a DEL of another pod
-/// ran just before it.
+/// The wait happens at the last close of *any* `NETLINK_NETFILTER` socket
+/// while destroy work of *any* transaction on the node is pending
+/// (nf_tables keeps one global list), so a first ADD
+/// that closes its socket after another pod's DEL or re-ADD committed, and
+/// before that transaction's destroy work started, waits for it (~10 ms)
+/// too (docs/design.md weighs it).
 pub fn detach_closes() {
     DETACH.store(true, std::sync::atomic::Ordering::Relaxed);
 }
 
 impl Drop for Nft {
     fn drop(&mut self) {
-        if DETACH.load(std::sync::atomic::Ordering::Relaxed) {
+        if (self.freed || !self.here_unless_freed)
+            && DETACH.load(std::sync::atomic::Ordering::Relaxed)
+        {
             close_detached(self.conn.as_raw_fd());
         }
     }

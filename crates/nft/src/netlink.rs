@@ -172,6 +172,12 @@ impl MsgBuilder {
         )
     }
 
+    /// The message's netlink type (`NFNL_SUBSYS_NFTABLES << 8 | msg` for
+    /// an nf_tables message).
+    pub fn msg_type(&self) -> u16 {
+        u16::from_ne_bytes([self.buf[4], self.buf[5]])
+    }
+
     /// Appends an attribute with a raw value.
     pub fn bytes(&mut self, ty: u16, value: &[u8]) -> &mut Self {
         let len = 4 + value.len();

@@ -9,9 +9,11 @@
 //! nfnetlink processes a batch (`NFNL_MSG_BATCH_BEGIN` .. `BATCH_END`) when
 //! it receives the skb, in the sender's context: the whole transaction is
 //! one `sendmsg`, and every acknowledgement and error is queued before
-//! `sendmsg` returns. Every object message carries `NLM_F_ACK`, so each gets
-//! exactly one answer (error 0 or -errno); `NETLINK_CAP_ACK` keeps error
-//! answers small and `NETLINK_EXT_ACK` asks for the offending attribute.
+//! `sendmsg` returns. Every message that fails gets an error answer (with
+//! its sequence number), and the batch's last message carries `NLM_F_ACK`,
+//! so its answer (sent last) says the batch is done (see
+//! [`super::encode::Batch::frame`]); `NETLINK_CAP_ACK` keeps error answers
+//! small and `NETLINK_EXT_ACK` asks for the offending attribute.
 //! Every receive is bounded by `SO_RCVTIMEO`.
 
 use super::netlink::{self, Attr, MsgBuilder, NETLINK_NETFILTER, NLMSG_DONE, NLMSG_ERROR};
@@ -252,7 +254,10 @@ impl Conn {
     /// Reads answers until one has arrived for every sequence number in
     /// `seqs` (an acknowledgement or an error each), or an error answers the
     /// batch as a whole (`batch_seq`, the `BATCH_BEGIN`: e.g. a failed
-    /// commit or no memory for the error list). Other messages are ignored.
+    /// commit or no memory for the error list). Returns every answer read,
+    /// also errors for other sequence numbers (the refused messages of a
+    /// batch whose last message alone asked for an acknowledgement). Other
+    /// messages are ignored.
     pub fn read_acks(&self, seqs: &[u32], batch_seq: u32) -> Result<Vec<Ack>, SockError> {
         let mut acks: Vec<Ack> = Vec::with_capacity(seqs.len());
         while seqs.iter().any(|s| !acks.iter().any(|a| a.seq == *s))

@@ -23,7 +23,7 @@ pub mod install;
 pub mod watch;
 
 // The layers below, under the names the plugin uses for them.
-pub(crate) use meshnft_plugin::{cni, config, error, nft, pod, safefs, table};
+pub(crate) use meshnft_plugin::{cni, config, error, nft, pod, safefs, state, table};
 
 /// `meshnft-node`'s command line.
 #[derive(Debug, clap::Parser)]

@@ -41,8 +41,14 @@ pub const DEFAULT_INBOUND_IGNORE: [u16; 2] = [4190, 4191];
 /// Destinations redirected even during the init phase: Linkerd's network
 /// validator (an init container that expects its probe to be redirected).
 pub const DEFAULT_INIT_REDIRECT: [&str; 2] = ["1.1.1.1:20001", "[fd00::1]:20001"];
-/// Default directory for meshnft's per-attachment records (used by GC).
-pub const DEFAULT_STATE_DIR: &str = "/var/lib/cni/meshnft";
+/// Default directory for meshnft's per-attachment records (used by DEL,
+/// GC, CHECK and `inspect`) and per-boot caches: on tmpfs (`/run`), since a
+/// record describes a network namespace and no namespace survives a reboot.
+pub const DEFAULT_STATE_DIR: &str = "/run/meshnft";
+/// The default state directory of versions before [`DEFAULT_STATE_DIR`]
+/// (on disk); the installer moves what it finds there
+/// (`crate::node::install::records`).
+pub const OLD_STATE_DIR: &str = "/var/lib/cni/meshnft";
 
 /// Raw network configuration as found on stdin (CNI spec 1.1, section
 /// "Network configuration", plus Linkerd's and meshnft's keys).

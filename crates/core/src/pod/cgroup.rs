@@ -4,8 +4,9 @@
 //! Its name carries the pod UID: `pod<uid>` with the cgroupfs driver,
 //! `<prefix>-pod<uid_with_underscores>.slice` with the systemd driver, under a
 //! QoS level (`burstable`, `besteffort`) or directly under `kubepods` for
-//! Guaranteed pods. The cgroup2 mount point is read from
-//! `/proc/self/mountinfo`, never assumed.
+//! Guaranteed pods. The cgroup2 mount point is never assumed: it is found
+//! with `statfs(2)` at the usual places when that is certain, else read
+//! from `/proc/self/mountinfo` (see [`cgroup2_mount`]).
 
 use crate::error::{Code, Error, Result};
 use crate::table::ruleset::Levels;
@@ -74,9 +75,54 @@ pub fn parse_mountinfo(text: &str) -> Option<Cgroup2Mount> {
         .cloned()
 }
 
-/// The cgroup2 mount of this process. Error: code 105 context-free I/O,
+/// `CGROUP2_SUPER_MAGIC`: `statfs(2)`'s `f_type` of a cgroup2 file system.
+const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
+/// Inode number of the root cgroup's directory (kernfs numbers its root 1).
+const ROOT_CGROUP_INO: u64 = 1;
+/// Inode number of the initial cgroup namespace (`PROC_CGROUP_INIT_INO`).
+const INIT_CGROUP_NS_INO: u64 = 0xEFFF_FFFB;
+/// Where hosts mount cgroup2: alone (`/sys/fs/cgroup`), or beside the v1
+/// hierarchies (hybrid: `/sys/fs/cgroup/unified`); in the order
+/// [`parse_mountinfo`] prefers.
+pub const USUAL_MOUNTS: [&str; 2] = ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"];
+
+/// The cgroup2 mount at one of [`USUAL_MOUNTS`], found without reading
+/// mountinfo, when that is certain: this process is in the initial cgroup
+/// namespace (so every cgroup2 mount that shows the root cgroup shows it
+/// as `/`), the place is a cgroup2 file system (`statfs`), and its directory
+/// is the root cgroup (inode 1), not a bind mount of a cgroup below it.
+/// Any such mount gives the same paths and levels as the one mountinfo
+/// would name (there is one cgroup2 hierarchy). `None`: not certain, read
+/// mountinfo (nested cgroup namespaces such as kind nodes, other places).
+pub fn usual_mount() -> Option<Cgroup2Mount> {
+    let ns = std::fs::metadata("/proc/self/ns/cgroup").ok()?;
+    if ns.ino() != INIT_CGROUP_NS_INO {
+        return None;
+    }
+    USUAL_MOUNTS.iter().find_map(|p| {
+        let t = nix::sys::statfs::statfs(*p).ok()?.filesystem_type();
+        (t.0 as i64 == CGROUP2_SUPER_MAGIC && std::fs::metadata(p).ok()?.ino() == ROOT_CGROUP_INO)
+            .then(|| Cgroup2Mount {
+                mount_point: PathBuf::from(p),
+                root: PathBuf::from("/"),
+            })
+    })
+}
+
+/// The cgroup2 mount of this process: [`usual_mount`] when certain (three
+/// system calls), else from `/proc/self/mountinfo` (whose length grows with
+/// every pod's mounts on a node). Error: code 105 context-free I/O,
 /// `Ok(None)` when there is no cgroup2 mount.
 pub fn cgroup2_mount() -> Result<Option<Cgroup2Mount>> {
+    if let Some(m) = usual_mount() {
+        return Ok(Some(m));
+    }
+    mountinfo_mount()
+}
+
+/// The cgroup2 mount as `/proc/self/mountinfo` names it
+/// ([`parse_mountinfo`]). Errors: as [`cgroup2_mount`].
+pub fn mountinfo_mount() -> Result<Option<Cgroup2Mount>> {
     let text = std::fs::read_to_string("/proc/self/mountinfo").map_err(|e| {
         Error::with_details(Code::Io, "cannot read /proc/self/mountinfo", e.to_string())
     })?;
@@ -146,6 +192,109 @@ pub fn find_pod(mount: &Path, search_root: &Path, uid: &str) -> Option<PathBuf> 
         }
     }
     None
+}
+
+/// The CNI capability under which a runtime passes the pod's cgroup
+/// (`runtimeConfig.cgroupPath`; containerd 2.x passes the CRI sandbox's
+/// `linux.cgroup_parent` there when the entry declares it).
+pub const CAP_CGROUP_PATH: &str = "cgroupPath";
+
+/// Longest `runtimeConfig.cgroupPath` accepted, in bytes.
+pub const MAX_CGROUP_PATH: usize = 1024;
+
+/// The pod cgroup the runtime names in `runtimeConfig.cgroupPath` (the
+/// `cgroupPath` capability), as a path relative to the cgroup2 mount's
+/// root, or `None` when the runtime gave none (or an empty string).
+///
+/// kubelet names it (CRI `PodSandboxConfig.linux.cgroup_parent`) in one of
+/// two forms: with the cgroupfs driver a path from the root of the
+/// hierarchy, e.g. `/kubepods/burstable/pod<uid>`; with the systemd driver
+/// a slice name, e.g. `kubepods-burstable-pod<uid_>.slice`, which systemd
+/// places at `kubepods.slice/kubepods-burstable.slice/<name>` (each dash
+/// opens a parent slice: libcontainer's `ExpandSlice`).
+///
+/// Errors: code 7 naming `runtimeConfig.cgroupPath` when it is not a
+/// string, is longer than [`MAX_CGROUP_PATH`] bytes, holds a NUL, a `.` or
+/// `..` component or an empty one, or is neither an absolute path nor a
+/// slice name (`<a>-<b>.slice`, no `/`, no empty part).
+pub fn runtime_cgroup_path(runtime_config: Option<&serde_json::Value>) -> Result<Option<PathBuf>> {
+    let Some(v) = runtime_config.and_then(|rc| rc.get(CAP_CGROUP_PATH)) else {
+        return Ok(None);
+    };
+    let bad = |token: &str, why: &str| {
+        Err(Error::config(
+            &format!("runtimeConfig.{CAP_CGROUP_PATH}"),
+            token,
+            why.to_string(),
+        ))
+    };
+    let s = match v {
+        serde_json::Value::Null => return Ok(None),
+        serde_json::Value::String(s) => s.as_str(),
+        _ => return bad(&v.to_string(), "expected a string (the pod's cgroup)"),
+    };
+    if s.is_empty() {
+        return Ok(None);
+    }
+    let shown: String = s.chars().take(80).collect();
+    if s.len() > MAX_CGROUP_PATH {
+        return bad(&shown, &format!("longer than {MAX_CGROUP_PATH} bytes"));
+    }
+    if s.contains('\0') {
+        return bad(&shown, "holds a NUL byte");
+    }
+    if let Some(rest) = s.strip_prefix('/') {
+        let mut rel = PathBuf::new();
+        for part in rest.split('/') {
+            match part {
+                "" | "." | ".." => {
+                    return bad(
+                        &shown,
+                        "a cgroup path must not hold `.`, `..` or empty components",
+                    );
+                }
+                p => rel.push(p),
+            }
+        }
+        return Ok(Some(rel));
+    }
+    let Some(stem) = s.strip_suffix(".slice") else {
+        return bad(
+            &shown,
+            "expected an absolute cgroup path (cgroupfs driver) or a systemd slice name ending in .slice",
+        );
+    };
+    if s.contains('/') || stem.is_empty() || stem.split('-').any(str::is_empty) {
+        return bad(
+            &shown,
+            "not a systemd slice name (`<a>-<b>.slice`, no `/`, no empty part)",
+        );
+    }
+    // `a-b-c.slice` lives at `a.slice/a-b.slice/a-b-c.slice`.
+    let mut rel = PathBuf::new();
+    let mut prefix = String::new();
+    for part in stem.split('-') {
+        if !prefix.is_empty() {
+            prefix.push('-');
+        }
+        prefix.push_str(part);
+        rel.push(format!("{prefix}.slice"));
+    }
+    Ok(Some(rel))
+}
+
+/// Whether `rel` (from [`runtime_cgroup_path`]) is pod `uid`'s cgroup below
+/// `mount/search_root`: inside the search root, named after the pod UID
+/// (either driver's naming), and an existing directory (not a link).
+pub fn runtime_path_fits(mount: &Path, search_root: &Path, rel: &Path, uid: &str) -> bool {
+    let uid_us = uid.replace('-', "_");
+    valid_pod_uid(uid)
+        && rel.starts_with(search_root)
+        && rel
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| is_pod_dir(n, uid, &uid_us))
+        && std::fs::symlink_metadata(mount.join(rel)).is_ok_and(|m| m.is_dir())
 }
 
 /// Depth of a path: +1 per name, -1 per `..` (mountinfo shows a mount made
@@ -225,6 +374,28 @@ mod tests {
         );
     }
 
+    /// The shortcut names the mount mountinfo names, or nothing: on this
+    /// machine (hybrid or unified, initial cgroup namespace) it must find
+    /// one, with the same mount point and root.
+    #[test]
+    fn usual_mount_agrees_with_mountinfo() {
+        let Ok(Some(slow)) = mountinfo_mount() else {
+            eprintln!("skipped: no cgroup2 mount here");
+            return;
+        };
+        match usual_mount() {
+            Some(fast) => assert_eq!(fast, slow),
+            None => {
+                let in_init_ns = std::fs::metadata("/proc/self/ns/cgroup")
+                    .is_ok_and(|m| m.ino() == INIT_CGROUP_NS_INO);
+                assert!(
+                    !in_init_ns || !USUAL_MOUNTS.contains(&slow.mount_point.to_str().unwrap_or("")),
+                    "the shortcut missed {slow:?}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn levels_count_depth() {
         let l = levels(Path::new("/"), Path::new("kubepods/burstable/podx"), 0).unwrap();
@@ -245,6 +416,48 @@ mod tests {
         assert!(levels(Path::new("/../../.."), Path::new("a/b"), 0).is_err());
         assert!(levels(Path::new("/"), Path::new("p"), -1).is_err());
         assert!(levels(Path::new("/"), Path::new("p"), 254).is_err());
+    }
+
+    #[test]
+    fn runtime_cgroup_paths() {
+        let rc = |v: serde_json::Value| serde_json::json!({ "cgroupPath": v });
+        let get = |v| runtime_cgroup_path(Some(&rc(v)));
+        assert_eq!(
+            get("/kubepods/burstable/podx".into()).unwrap(),
+            Some(PathBuf::from("kubepods/burstable/podx"))
+        );
+        assert_eq!(
+            get("kubelet-kubepods-besteffort-pod1_2.slice".into()).unwrap(),
+            Some(PathBuf::from(
+                "kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-besteffort.slice/kubelet-kubepods-besteffort-pod1_2.slice"
+            ))
+        );
+        assert_eq!(get("".into()).unwrap(), None);
+        assert_eq!(get(serde_json::Value::Null).unwrap(), None);
+        assert_eq!(runtime_cgroup_path(None).unwrap(), None);
+        assert_eq!(
+            runtime_cgroup_path(Some(&serde_json::json!({}))).unwrap(),
+            None
+        );
+        for bad in [
+            serde_json::json!(7),
+            serde_json::json!(["/a"]),
+            "/kubepods/../../etc".into(),
+            "/kubepods//podx".into(),
+            "/kubepods/./podx".into(),
+            "/".into(),
+            "kubepods/podx".into(),
+            "kube/pods.slice".into(),
+            "a--b.slice".into(),
+            "-a.slice".into(),
+            ".slice".into(),
+            "/a\u{0}b".into(),
+            format!("/{}", "a/".repeat(600)).into(),
+        ] {
+            let e = get(bad.clone()).expect_err(&bad.to_string());
+            assert_eq!(e.code, Code::InvalidConfig, "{bad}");
+            assert!(e.msg.contains("runtimeConfig.cgroupPath"), "{e:?}");
+        }
     }
 
     #[test]

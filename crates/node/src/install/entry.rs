@@ -14,9 +14,11 @@ use std::path::Path;
 pub const TYPE: &str = "meshnft";
 
 /// The built-in entry: Linkerd's defaults (as in
-/// `conflists/ptp-meshnft.conflist`), pod annotations from the runtime when
-/// it offers them (`capabilities`), else from the API with the written
-/// kubeconfig (`kubernetes.kubeconfig` is filled in by the installer).
+/// `conflists/ptp-meshnft.conflist`), pod annotations and the pod cgroup
+/// from the runtime when it offers them (`capabilities`; containerd 2.x
+/// passes `cgroupPath`), else from the API with the written kubeconfig
+/// (`kubernetes.kubeconfig` is filled in by the installer) and a search of
+/// the cgroup tree.
 pub const DEFAULT_ENTRY: &str = r#"{
   "type": "meshnft",
   "log_level": "info",
@@ -36,7 +38,7 @@ pub const DEFAULT_ENTRY: &str = r#"{
   "kubernetes": {
     "kubeconfig": ""
   },
-  "capabilities": { "io.kubernetes.cri.pod-annotations": true }
+  "capabilities": { "io.kubernetes.cri.pod-annotations": true, "cgroupPath": true }
 }"#;
 
 /// Builds the entry to insert from `file` (or the default) and the host
@@ -129,6 +131,7 @@ mod tests {
             "/etc/cni/net.d/meshnft.d/kubeconfig"
         );
         assert_eq!(e["capabilities"]["io.kubernetes.cri.pod-annotations"], true);
+        assert_eq!(e["capabilities"]["cgroupPath"], true);
         let keys: Vec<_> = e.as_object().unwrap().keys().cloned().collect();
         assert_eq!(
             keys,

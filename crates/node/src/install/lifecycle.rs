@@ -9,7 +9,9 @@
 //! 1. the host directories exist and are directories;
 //! 2. the binary is in the bin dir, byte for byte (atomic copy otherwise);
 //! 3. the kubeconfig matches the current token and CA (atomic rewrite);
-//! 4. the entry is loaded (ConfigMap file or default);
+//! 4. the entry is loaded (ConfigMap file or default), and records left in
+//!    the old default state directory move to the entry's
+//!    ([`super::records`]; a failure there is logged, not a stop);
 //! 5. the primary network configuration is found (none yet: wait);
 //! 6. if it does not already end with exactly this entry: the STATUS
 //!    checks run, and only if they pass is the new conflist written
@@ -19,7 +21,7 @@
 //!    so no file sorting before it lacks the entry).
 
 use super::error::InstallError;
-use super::{Args, Layout, checks, conflist, discover, entry, fsutil, kubeconfig};
+use super::{Args, Layout, checks, conflist, discover, entry, fsutil, kubeconfig, records};
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -181,6 +183,11 @@ impl Installer {
         self.ensure_binary()?;
         self.ensure_kubeconfig()?;
         let entry = self.entry()?;
+        // Records serve DEL, GC and CHECK, never the datapath: a failure to
+        // move them must not keep meshnft out of the chain.
+        if let Err(e) = records::migrate(&l.host_root, &records::entry_state_dir(&entry)) {
+            tracing::warn!("moving the old state records: {e}");
+        }
         let scan = discover::scan(&l.net_dir)?;
         for (p, why) in &scan.skipped {
             tracing::debug!("skipping {}: {why} (runtimes skip it too)", p.display());

@@ -12,6 +12,8 @@
 //! - [`lifecycle`]: one reconcile pass, and the uninstall;
 //! - [`lock`]: one installer at a time (`flock(2)` in `meshnft.d/`);
 //! - [`upgrade`]: at SIGTERM, an update (keep) or an uninstall (remove)?
+//! - [`records`]: the plugin's records moved out of the old default state
+//!   directory;
 //! - [`fsutil`], [`error`]: atomic writes and error messages.
 //!
 //! Paths given on the command line are *host* paths (as they go into the
@@ -27,6 +29,7 @@ pub mod fsutil;
 pub mod kubeconfig;
 pub mod lifecycle;
 pub mod lock;
+pub mod records;
 pub mod upgrade;
 
 use std::path::{Path, PathBuf};

@@ -26,6 +26,7 @@ pub fn cmd_add(env: &CniEnv, conf: &NetConf) -> Result<Output> {
     let netns_path = env.netns()?;
     let k8s = env.k8s_args()?;
     let settings = conf.settings()?;
+    let runtime_cgroup = crate::pod::cgroup::runtime_cgroup_path(conf.runtime_config.as_ref())?;
     let Some(prev) = conf.prev_result.clone() else {
         return Err(Error::new(
             Code::InvalidConfig,
@@ -52,7 +53,12 @@ pub fn cmd_add(env: &CniEnv, conf: &NetConf) -> Result<Output> {
             Meshing::Meshed => settings = info.apply(&settings)?,
         }
     }
-    let pod = pod_cgroup(&settings, &k8s, &conf.state_dir())?;
+    let pod = pod_cgroup(
+        &settings,
+        &k8s,
+        runtime_cgroup.as_deref(),
+        &conf.state_dir(),
+    )?;
     let label = pod_label(&k8s);
     if let (true, Some(why)) = (settings.init_phase.enabled, &pod.why_not) {
         tracing::warn!(
@@ -76,6 +82,8 @@ pub fn cmd_add(env: &CniEnv, conf: &NetConf) -> Result<Output> {
         label,
     );
     let mut nft = Nft::open(&ns.file)?;
+    // No fork for the detached close unless a re-ADD flushed (see there).
+    nft.close_here_unless_freed();
     let started = std::time::Instant::now();
     // First ADD (the common case): NEWTABLE with NLM_F_EXCL fails the batch
     // atomically if the table exists; otherwise this is the whole job, with
@@ -148,6 +156,7 @@ pub fn cmd_add(env: &CniEnv, conf: &NetConf) -> Result<Output> {
         init_phase = settings.init_phase.enabled && pod.levels.is_some(),
         pod_level = pod.levels.map(|l| l.pod),
         container_level = pod.levels.map(|l| l.container),
+        pod_cgroup_from = if pod.from_runtime { "runtime" } else { "search" },
         re_add,
         elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
         "wrote table inet meshnft"

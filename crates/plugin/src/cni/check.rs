@@ -60,7 +60,8 @@ pub fn cmd_check(env: &CniEnv, conf: &NetConf) -> Result<Output> {
             (rec.settings.unwrap_or(settings), levels)
         }
         _ => {
-            let levels = pod_cgroup(&settings, &k8s, &conf.state_dir())?.levels;
+            let runtime = crate::pod::cgroup::runtime_cgroup_path(conf.runtime_config.as_ref())?;
+            let levels = pod_cgroup(&settings, &k8s, runtime.as_deref(), &conf.state_dir())?.levels;
             (settings, levels)
         }
     };

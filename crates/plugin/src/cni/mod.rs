@@ -51,7 +51,8 @@ pub enum Output {
 /// stdout (with the conflist's `cniVersion` when it could be read) and exit 1.
 pub fn run(command: &str) -> i32 {
     // A plugin process is short-lived: the kernel's RCU wait at the last
-    // close of its netlink sockets goes to a child (see `nft::detach_closes`).
+    // close of a netlink socket goes to a child (see `nft::detach_closes`;
+    // ADD's own socket only after a transaction that freed objects).
     crate::nft::detach_closes();
     let mut stdin = Vec::new();
     let read = std::io::stdin().take(MAX_STDIN + 1).read_to_end(&mut stdin);
@@ -252,18 +253,24 @@ pub struct PodCgroup {
     pub levels: Option<Levels>,
     /// Why there are no levels (for the warning).
     pub why_not: Option<String>,
+    /// The pod cgroup is the one the runtime named (`runtimeConfig.cgroupPath`),
+    /// not one found by searching.
+    pub from_runtime: bool,
 }
 
-/// Finds the pod cgroup from `K8S_POD_UID`
-/// (docs/design.md#where-a-pods-data-comes-from). Never fails: without it
-/// the table is written without the init phase
-/// (docs/design.md#7-unknown-pod-cgroup-the-plain-table);
+/// Finds the pod cgroup of `K8S_POD_UID` (docs/design.md#where-a-pods-data-comes-from): the one the runtime
+/// named (`runtime`, from [`cgroup::runtime_cgroup_path`]) when it is that
+/// pod's directory inside the search root (see
+/// [`cgroup::runtime_path_fits`]) and the cgroup2 mount shows the
+/// hierarchy's root, else found by [`cgroup::find_pod`]. Never fails:
+/// without it the table is written without the init phase (docs/design.md#7-unknown-pod-cgroup-the-plain-table);
 /// `why_not` says why (also when the kernel lacks `socket cgroupv2`, see
 /// [`crate::cni::kernel`]). With the init phase off, `levels` is `None` and no
 /// level probe runs. A bad `levelOffset` is the only error (code 7).
 pub fn pod_cgroup(
     settings: &Settings,
     k8s: &K8sArgs,
+    runtime: Option<&std::path::Path>,
     state_dir: &std::path::Path,
 ) -> Result<PodCgroup> {
     let Some(uid) = &k8s.pod_uid else {
@@ -294,7 +301,23 @@ pub fn pod_cgroup(
         }
     };
     let root = &settings.init_phase.cgroup_root;
-    let Some(rel) = cgroup::find_pod(&mount.mount_point, root, uid) else {
+    let named = runtime.filter(|rel| {
+        let fits = mount.root == std::path::Path::new("/")
+            && cgroup::runtime_path_fits(&mount.mount_point, root, rel, uid);
+        if !fits {
+            tracing::debug!(
+                cgroup_path = %rel.display(),
+                "runtimeConfig.cgroupPath is not pod {uid}'s cgroup below {}: searching",
+                mount.mount_point.join(root).display()
+            );
+        }
+        fits
+    });
+    let from_runtime = named.is_some();
+    let Some(rel) = named
+        .map(std::path::Path::to_path_buf)
+        .or_else(|| cgroup::find_pod(&mount.mount_point, root, uid))
+    else {
         return Ok(PodCgroup {
             why_not: Some(format!(
                 "no cgroup for pod UID {uid} under {}",
@@ -311,6 +334,7 @@ pub fn pod_cgroup(
             rel: Some(rel),
             levels: None,
             why_not: None,
+            from_runtime,
         });
     }
     // Without `socket cgroupv2` (Linux < 5.13) no level can be used: the
@@ -339,5 +363,6 @@ pub fn pod_cgroup(
         rel: Some(rel),
         levels: Some(levels),
         why_not: None,
+        from_runtime,
     })
 }
