@@ -208,8 +208,8 @@ pub fn report(
         "What dominates: the floor's DEL commits in {} ms (sendto) and then waits {} ms in close(): the last release of a\n\
          NETLINK_NETFILTER socket runs nf_tables' NETLINK_URELEASE handler (nft_rcv_nl_event), which flushes the destroy\n\
          work of transactions that freed objects (nf_tables_trans_destroy_flush_work): an RCU grace period, for pending work\n\
-         of any transaction on the node. A first ADD frees nothing (the floor's ADD: {} ms in close()). The plugin hands\n\
-         every socket's last close to a detached child, so none of its verbs waits: its re-ADD (which flushes) costs {} ms\n\
+         of any transaction on the node. A first ADD frees nothing (the floor's ADD: {} ms in close()): the plugin's first ADD\n\
+         closes its socket itself, every other last close goes to a detached child, so no verb waits: its re-ADD (which flushes) costs {} ms\n\
          more than its first ADD (a GETTABLE finds the table, no refused batch), and its DEL {} ms more with the table\n\
          there than with it gone (then it commits nothing). iptables-nft's cleanup pays the wait; iptables-legacy has no\n\
          nf_tables transaction and does not.\n",
