@@ -65,7 +65,7 @@ impl Listener {
                 drop(ns_file);
                 let mut listeners = vec![];
                 for a in &want {
-                    match raw_socket(*a, libc::SOCK_STREAM) {
+                    match bind_retrying(*a) {
                         // SAFETY: fd is a fresh, owned, listening socket.
                         Ok(fd) => listeners.push(unsafe { TcpListener::from_raw_fd(fd) }),
                         Err(e) => {
@@ -181,6 +181,31 @@ fn accept_loop(
                     line,
                 });
             }
+        }
+    }
+}
+
+/// [`raw_socket`] for a stream, retried for up to 3 s while the port is in use.
+///
+/// Why: a listener of this process that was just closed (another [`Listener`] on the same
+/// port in the same netns, dropped a moment before) can stay in LISTEN while a child
+/// that a test running in parallel forked holds a copy of its descriptor: `SOCK_CLOEXEC`
+/// closes it only at that child's `exec`, after its `pre_exec` work (setns, cgroup, uid),
+/// which takes milliseconds on a loaded machine. Seen as "bind 0.0.0.0:15001: Address
+/// already in use" in a fresh pod netns (tests/meshes.rs, a validator on 127.0.0.1:15001
+/// dropped, then the proxy's listener on 0.0.0.0:15001).
+fn bind_retrying(addr: SocketAddr) -> std::io::Result<RawFd> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    loop {
+        match raw_socket(addr, libc::SOCK_STREAM) {
+            Err(e)
+                if e.raw_os_error() == Some(libc::EADDRINUSE)
+                    && addr.port() != 0
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            r => return r,
         }
     }
 }
