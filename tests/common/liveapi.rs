@@ -70,6 +70,21 @@ fn node_of(pod: &Value) -> &str {
     pod["spec"]["nodeName"].as_str().unwrap_or("")
 }
 
+/// A watch request's `resourceVersion` and `timeoutSeconds` (290 s when
+/// unset); `None` when query `q` asks for a list.
+fn watch_of(q: &str) -> Option<(u64, Duration)> {
+    if !matches!(query(q, "watch").as_deref(), Some("true" | "1")) {
+        return None;
+    }
+    let from = query(q, "resourceVersion")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let secs = query(q, "timeoutSeconds")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(290u64);
+    Some((from, Duration::from_secs(secs)))
+}
+
 /// An object's `kind` (a pod when it has none).
 fn kind_of(obj: &Value) -> &str {
     obj["kind"].as_str().unwrap_or("Pod")
@@ -202,16 +217,8 @@ impl Inner {
             ("GET", ["api", "v1", "pods"]) => {
                 let node = query(q, "fieldSelector")
                     .and_then(|f| f.strip_prefix("spec.nodeName=").map(String::from));
-                if query(q, "watch").as_deref() == Some("true")
-                    || query(q, "watch").as_deref() == Some("1")
-                {
-                    let from = query(q, "resourceVersion")
-                        .and_then(|v| v.parse().ok())
-                        .unwrap_or(0);
-                    let secs = query(q, "timeoutSeconds")
-                        .and_then(|v| v.parse().ok())
-                        .unwrap_or(290u64);
-                    return self.watch(&mut s, "Pod", node, from, Duration::from_secs(secs));
+                if let Some((from, timeout)) = watch_of(q) {
+                    return self.watch(&mut s, "Pod", node, from, timeout);
                 }
                 let st = self.state.lock().unwrap();
                 let items: Vec<&Value> = st
@@ -225,16 +232,8 @@ impl Inner {
                 self.answer(&mut s, 200, list.to_string())
             }
             ("GET", ["api", "v1", "namespaces"]) => {
-                if query(q, "watch").as_deref() == Some("true")
-                    || query(q, "watch").as_deref() == Some("1")
-                {
-                    let from = query(q, "resourceVersion")
-                        .and_then(|v| v.parse().ok())
-                        .unwrap_or(0);
-                    let secs = query(q, "timeoutSeconds")
-                        .and_then(|v| v.parse().ok())
-                        .unwrap_or(290u64);
-                    return self.watch(&mut s, "Namespace", None, from, Duration::from_secs(secs));
+                if let Some((from, timeout)) = watch_of(q) {
+                    return self.watch(&mut s, "Namespace", None, from, timeout);
                 }
                 let st = self.state.lock().unwrap();
                 let items: Vec<&Value> = st.namespaces.values().collect();
