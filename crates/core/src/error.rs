@@ -5,6 +5,9 @@
 //! Codes 1-99 are the spec's well-known codes; meshnft's own codes start at 100
 //! and are listed in [`Code`] and in docs/cni.md#error-codes.
 
+use crate::nft::NftError;
+use crate::nft::dump::ReadError;
+use crate::nft::sock::{DumpError, SockError};
 use std::fmt;
 
 /// A CNI error code.
@@ -119,10 +122,6 @@ impl Error {
 pub type Result<T> = std::result::Result<T, Error>;
 
 // The nf_tables client's errors, in CNI terms (the client knows nothing of CNI).
-use crate::nft::NftError;
-use crate::nft::dump::ReadError;
-use crate::nft::sock::{DumpError, SockError};
-
 impl From<NftError> for Error {
     /// Codes: 100 (the kernel refused the transaction), 101 (no nf_tables
     /// netlink in this kernel), 102 (the namespace could not be entered), 11
