@@ -11,10 +11,13 @@
 #     there is no kube-proxy) is on lo as well, pods get 198.18.0.0/24 from
 #     the bridge plugin + host-local;
 #   * one mount namespace (slave of the host's): /etc/cni, /opt/cni,
-#     /var/lib/cni, /var/lib/kubelet and /var/log/pods are private directories
-#     (a bind mount, or an overlay of the nearest existing parent when the
-#     path does not exist on the host), so deploy/meshnft.yaml's hostPaths
-#     work unchanged and the host's own CNI directories are never touched;
+#     /var/lib/cni, /var/lib/kubelet, /var/log/pods, /run/meshnft (the
+#     plugin's records) and /run/meshnft-agent (the node agent's socket) are
+#     private directories (a bind mount, or an overlay of the nearest existing
+#     parent when the path does not exist on the host), so deploy/meshnft.yaml's
+#     hostPaths work unchanged and the host's own CNI directories are never
+#     touched; the two under /run are then each a small tmpfs of the node's
+#     (as /run is on a real node; RUN_TMPFS: a size tests/node.rs can fill);
 #   * "outside": a second network namespace behind a veth (198.19.0.2) with a
 #     web server on port 80, the service the pods' init containers fetch;
 #   * the kubelet's cgroups under /<cgroup hierarchy>/meshnft-node-<id> in
@@ -46,7 +49,11 @@ OUTSIDE_IP=198.19.0.2
 SERVICE_CIDR=198.19.128.0/24
 KUBERNETES_SVC_IP=198.19.128.1
 SYSCTLS=(kernel.panic kernel.panic_on_oops vm.overcommit_memory vm.panic_on_oom kernel.keys.root_maxkeys kernel.keys.root_maxbytes)
-PRIVATE_PATHS=(/etc/cni /opt/cni /var/lib/cni /var/lib/kubelet /var/log/pods /var/log/containers)
+PRIVATE_PATHS=(/etc/cni /opt/cni /var/lib/cni /var/lib/kubelet /var/log/pods /var/log/containers /run/meshnft /run/meshnft-agent)
+# Mounted as a tmpfs each in the node (on their private directory): gone with the node's mount
+# namespace; small enough for tests/node.rs to fill (size and inodes).
+RUN_TMPFS=(/run/meshnft /run/meshnft-agent)
+RUN_TMPFS_OPTS=mode=0755,size=16m,nr_inodes=4096
 
 log() { printf 'node.sh: %s\n' "$*" >&2; }
 die() { log "$*"; exit 1; }
@@ -214,6 +221,9 @@ private_mounts() {
     mkdir -p "$d/bind$p"
     mount --bind "$d/bind$p" "$p"
   done
+  for p in "${RUN_TMPFS[@]}"; do
+    mount -t tmpfs -o "$RUN_TMPFS_OPTS" meshnft-node "$p"
+  done
   mkdir -p /etc/cni/net.d /opt/cni/bin
   # Name lookups of the node's processes go to the outside namespace (nothing answers
   # there), never to the host's resolver.
@@ -329,7 +339,7 @@ up() {
   echo $! >"$d/pids/outside-web"
 
   # Private CNI/kubelet directories, then the primary CNI: bridge + host-local.
-  in_node "$d" bash -c "$(declare -p PRIVATE_PATHS OUTSIDE_IP); $(declare -f private_mounts); private_mounts '$d'"
+  in_node "$d" bash -c "$(declare -p PRIVATE_PATHS RUN_TMPFS RUN_TMPFS_OPTS OUTSIDE_IP); $(declare -f private_mounts); private_mounts '$d'"
   in_node "$d" sh -ec "cp /usr/lib/cni/bridge /usr/lib/cni/host-local /usr/lib/cni/loopback /opt/cni/bin/"
   python3 - "$here/conflists/bridge-meshnft.conflist" "$d/10-bridge.conflist" <<'EOF'
 import json, sys
