@@ -1156,6 +1156,42 @@ fn a_killed_installer_leaves_no_stale_lock() {
     assert_eq!(std::fs::read(&conf).unwrap(), original);
 }
 
+/// An installer killed while writing leaves its temporary file (`.<name>.<hex>.meshnft-tmp`:
+/// the conflist, the kubeconfig, the binary); the next pass, of any installer, removes it (all
+/// of them write under the pass lock, so none is in flight), instead of leaving one more per
+/// kill until an uninstall (the real node's fault table showed it: tests/node.rs).
+#[test]
+fn a_killed_installers_temporary_files_go_at_the_next_pass() {
+    if !support::root_or_skip("a_killed_installers_temporary_files_go_at_the_next_pass") {
+        return;
+    }
+    let tree = Tree::new();
+    tree.write_conf("10-kindnet.conflist", &kindnet());
+    std::fs::create_dir_all(tree.net().join("meshnft.d")).unwrap();
+    let left = [
+        tree.net()
+            .join(".10-kindnet.conflist.00112233aabbccdd.meshnft-tmp"),
+        tree.net()
+            .join("meshnft.d/.kubeconfig.8899aabbccddeeff.meshnft-tmp"),
+        tree.bin().join(".meshnft.0123456789abcdef.meshnft-tmp"),
+    ];
+    for f in &left {
+        std::fs::write(f, b"half of it").unwrap();
+    }
+    let mut a = Installer::start(&tree, &[]);
+    assert!(a.wait_log("meshnft is chained into"), "{}", a.log());
+    for f in &left {
+        assert!(!f.exists(), "{} left:\n{}", f.display(), a.log());
+    }
+    assert!(
+        a.log()
+            .contains("temporary file(s) a killed installer left"),
+        "{}",
+        a.log()
+    );
+    assert_eq!(a.term().code(), Some(0), "{}", a.log());
+}
+
 /// The locks hold off a pass: while the pass lock is held (another
 /// installer's pass), and while the "running" lock is held exclusively
 /// (another installer's uninstall), a starting installer writes nothing;

@@ -280,15 +280,7 @@ pub fn run(mut args: Args) -> i32 {
     }
     match inst.uninstall() {
         Ok(()) => {
-            for d in [&l.state_dir, &l.net_dir, &l.bin_dir] {
-                let n = install::fsutil::remove_stale_tmp(d);
-                if n > 0 {
-                    tracing::info!(
-                        "uninstall: removed {n} temporary file(s) a killed installer left in {}",
-                        d.display()
-                    );
-                }
-            }
+            remove_stale_tmp(&l);
             locks.remove_files();
             tracing::info!("uninstall complete");
             0
@@ -334,7 +326,32 @@ fn locked_pass(inst: &mut Installer, locks: &mut Locks) -> Result<Outcome, Insta
             "another installer's pass has held the pass lock for {PASS_LOCK_WAIT:?}"
         )));
     };
+    remove_stale_tmp(inst.layout());
     inst.reconcile()
+}
+
+/// Removes the temporary files that an installer killed while writing left
+/// (its conflist, kubeconfig, original or binary, never renamed into
+/// place). Every installer writes those only in a pass or its uninstall,
+/// both under the pass lock, which the caller holds: none is in flight.
+/// Without this they stayed until an uninstall, one more per kill (seen on
+/// the real node: tests/node.rs, the installer SIGKILLed mid-rewrite).
+fn remove_stale_tmp(l: &install::Layout) {
+    let mut dirs: Vec<&Path> = vec![&l.net_dir, &l.state_dir, &l.orig_dir, &l.bin_dir];
+    if let Some(parent) = l.kubeconfig.as_ref().and_then(|(_, here)| here.parent()) {
+        dirs.push(parent);
+    }
+    dirs.sort();
+    dirs.dedup();
+    for d in dirs {
+        let n = install::fsutil::remove_stale_tmp(d);
+        if n > 0 {
+            tracing::info!(
+                "removed {n} temporary file(s) a killed installer left in {}",
+                d.display()
+            );
+        }
+    }
 }
 
 fn forget_lost(watches: &mut Option<Watches>, path: &Path, removed: bool) {

@@ -86,7 +86,8 @@ pub fn write_atomic_if(
 /// Removes the temporary files of [`write_atomic`] and [`copy_atomic`]
 /// left in `dir` by an installer that was killed while writing (names
 /// `.<name>.<hex>` + [`TMP_SUFFIX`]; no one else uses that suffix). Only
-/// for the last installer, while no pass can run. Returns how many went.
+/// while no other installer can be writing: under the pass lock
+/// ([`super::lock`]). Returns how many went.
 pub fn remove_stale_tmp(dir: &Path) -> usize {
     let Ok(rd) = fs::read_dir(dir) else { return 0 };
     let mut n = 0;
