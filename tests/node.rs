@@ -13,6 +13,8 @@
 //!
 //! Root only. `MESHNFT_NODE=0` skips it (e.g. for a quick `cargo test` on a laptop).
 
+#[path = "node/faults.rs"]
+mod faults;
 mod support;
 
 use std::io::Write;
@@ -994,6 +996,7 @@ fn real_node() {
         return;
     }
     let before = sysctls();
+    let host_run = faults::HostRun::snapshot();
     let t0 = Instant::now();
     let node = Node::up();
     let (dir, id) = (node.dir.clone(), node.id.clone());
@@ -1339,6 +1342,10 @@ fn real_node() {
         sandboxes(&node, "seed", "many-0")
     );
 
+    // ---- the node agent stopped (issue 21), then the fault table during pod churn (issue 23) -
+    faults::agent_down(&node);
+    faults::fault_table(&node);
+
     // ---- uninstall the manifest: the installer removes its entry and binary -------------------
     let out = node.run(
         &["kubectl", "delete", "-f", "-", "--wait=true"],
@@ -1557,6 +1564,7 @@ fn real_node() {
         assert!(!cg.exists(), "{} left behind", cg.display());
     }
     assert_eq!(sysctls(), before, "host sysctls restored");
+    host_run.assert_unchanged();
     let dir_s = dir.display().to_string();
     let left: Vec<String> = std::fs::read_dir("/proc")
         .into_iter()

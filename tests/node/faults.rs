@@ -1,0 +1,1201 @@
+//! The real node under faults (issues 21 and 23), called from `real_node` in order:
+//!
+//! - [`agent_down`]: meshed pods created while the node agent is stopped (frozen with
+//!   SIGSTOP: its socket accepts and never answers) and while it is gone (its socket left
+//!   behind, refusing, as a killed agent leaves it): every pod meshed through the plugin's
+//!   API fallback, which the API server's audit log shows.
+//! - [`fault_table`]: while meshed pods are created and deleted in waves, each fault in turn:
+//!   SIGKILL of the node agent (also issue 21's "a pod created while the agent restarts"),
+//!   containerd restarted, kubelet restarted, the API server unreachable for 30 s, the
+//!   filesystem of meshnft's records full, the installer SIGKILLed mid-rewrite of the
+//!   conflist. In every case a running meshed pod keeps its table; a new meshed pod runs with
+//!   its table or does not start (its sandbox refused, the reason in its events), never
+//!   without it; after recovery everything converges.
+//!
+//! "Never without its table" is seen three ways, for every pod of a wave: its netns has
+//! `table inet meshnft` with the proxy's first packet in `proxy_started` (the nft oracle, from
+//! the host); the app's first connection, made as it starts, was answered by the proxy
+//! stand-in on 4140 (`port 4140, original destination ...`), never by the outside server
+//! (`outside ok`); and no `MeshnftRepaired` event (the agent never had to write the table
+//! into a pod that ran without one).
+
+use super::*;
+use std::collections::{BTreeMap, HashMap};
+
+/// Pods per wave (`MESHNFT_NODE_WAVE` overrides, e.g. on a smaller machine).
+fn wave_size() -> usize {
+    std::env::var("MESHNFT_NODE_WAVE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|n| *n > 0)
+        .unwrap_or(30)
+}
+
+/// Whether scenario `key` runs: all of them, unless `MESHNFT_NODE_FAULTS` lists some (comma
+/// separated: down, agent, containerd, kubelet, api, full, installer), e.g. to work on one.
+fn wanted(key: &str) -> bool {
+    std::env::var("MESHNFT_NODE_FAULTS")
+        .map(|v| v.split(',').any(|k| k.trim() == key))
+        .unwrap_or(true)
+}
+
+/// The label every pod of these scenarios carries, `churn: <group>`.
+const LABEL: &str = "churn";
+
+/// The seed pod (classic layout, meshed) labelled `churn: <group>`, whose app connects to the
+/// outside service as soon as it starts (retrying while the proxy is not listening yet) and
+/// logs who answered: the proxy stand-in when the pod is redirected, the outside server when
+/// it runs without its table.
+fn churn_pod(name: &str, group: &str) -> String {
+    let app = format!(
+        r#"["sh", "-c", "for i in $(seq 60); do timeout 5 wget -q -O- http://{OUTSIDE}/ && break; sleep 0.5; done; exec sleep 3600"]"#
+    );
+    seed_pod_with(name, "classic", true, false, "", &app)
+        .replacen(
+            "  namespace: seed\n",
+            &format!("  namespace: seed\n  labels: {{{LABEL}: {group}}}\n"),
+            1,
+        )
+        // No service account token: kubelet then starts the pod without asking the API server
+        // (its sandbox, so meshnft's ADD, runs also while the API server is unreachable).
+        .replacen(
+            "spec:\n",
+            "spec:\n  automountServiceAccountToken: false\n",
+            1,
+        )
+}
+
+/// `n` pods `<group>-0..n` of [`churn_pod`], in one `kubectl apply`.
+fn apply_group(node: &Node, group: &str, n: usize) {
+    let yaml = (0..n)
+        .map(|i| churn_pod(&format!("{group}-{i}"), group))
+        .collect::<Vec<_>>()
+        .join("---\n");
+    node.apply(&yaml);
+}
+
+/// A pod as `kubectl get pods -o json` shows it.
+#[derive(Debug, Clone)]
+struct PodView {
+    name: String,
+    uid: String,
+    ready: bool,
+    deleting: bool,
+}
+
+/// The pods of namespace `ns` matching `selector` ("" for all).
+fn pods(node: &Node, ns: &str, selector: &str) -> Vec<PodView> {
+    let mut args = vec!["-n", ns, "get", "pods", "-o", "json"];
+    if !selector.is_empty() {
+        args.extend(["-l", selector]);
+    }
+    let Ok(out) = node.kubectl(&args) else {
+        return Vec::new();
+    };
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
+    v["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| PodView {
+            name: p["metadata"]["name"].as_str().unwrap_or("").to_string(),
+            uid: p["metadata"]["uid"].as_str().unwrap_or("").to_string(),
+            ready: p["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True"),
+            deleting: !p["metadata"]["deletionTimestamp"].is_null(),
+        })
+        .collect()
+}
+
+/// Every pod cgroup below the node's cgroup root, by pod UID (one directory per hierarchy).
+fn pod_cgroups(node: &Node) -> HashMap<String, Vec<PathBuf>> {
+    fn walk(dir: &Path, depth: usize, out: &mut HashMap<String, Vec<PathBuf>>) {
+        let Ok(rd) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in rd.flatten() {
+            if !e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                continue;
+            }
+            let name = e.file_name().to_string_lossy().into_owned();
+            if let Some(uid) = name.strip_prefix("pod") {
+                out.entry(uid.to_string()).or_default().push(e.path());
+            } else if depth > 0 {
+                walk(&e.path(), depth - 1, out);
+            }
+        }
+    }
+    let mut out = HashMap::new();
+    for m in cgroup_mounts() {
+        walk(&m.join(format!("meshnft-node-{}", node.id)), 3, &mut out);
+    }
+    out
+}
+
+/// `nft list table inet meshnft` in the netns of the pod with `uid` (the test's oracle).
+fn table_of(cgroups: &HashMap<String, Vec<PathBuf>>, uid: &str) -> Result<String, String> {
+    let pid = cgroups
+        .get(uid)
+        .into_iter()
+        .flatten()
+        .find_map(|d| procs_below(d).into_iter().next())
+        .ok_or_else(|| format!("no process in the pod cgroup of {uid}"))?;
+    let out = Command::new("nsenter")
+        .arg(format!("--net=/proc/{pid}/ns/net"))
+        .args([
+            support::nft_bin().as_str(),
+            "list",
+            "table",
+            "inet",
+            "meshnft",
+        ])
+        .output()
+        .map_err(|e| e.to_string())?;
+    if out.status.success() {
+        Ok(text(&out.stdout))
+    } else {
+        Err(text(&out.stderr))
+    }
+}
+
+/// `(pod name, message)` of the events in namespace seed with `reason`.
+fn events(node: &Node, reason: &str) -> Vec<(String, String)> {
+    let out = node
+        .kubectl(&[
+            "-n",
+            "seed",
+            "get",
+            "events",
+            "--field-selector",
+            &format!("reason={reason}"),
+            "-o",
+            "json",
+        ])
+        .unwrap_or_default();
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
+    v["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|e| {
+            (
+                e["involvedObject"]["name"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string(),
+                e["message"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect()
+}
+
+/// The app containers' logs of group `group`, by pod name (one `kubectl logs -l`).
+fn app_logs(node: &Node, group: &str) -> HashMap<String, String> {
+    let out = node
+        .kubectl(&[
+            "-n",
+            "seed",
+            "logs",
+            "-l",
+            &format!("{LABEL}={group}"),
+            "-c",
+            "app",
+            "--prefix",
+            "--tail=-1",
+            "--max-log-requests=200",
+        ])
+        .unwrap_or_else(|e| e);
+    let mut m: HashMap<String, String> = HashMap::new();
+    for l in out.lines() {
+        // "[pod/<name>/app] <line>"
+        let Some(rest) = l.strip_prefix("[pod/") else {
+            continue;
+        };
+        let Some((name, line)) = rest.split_once("/app] ") else {
+            continue;
+        };
+        let s = m.entry(name.to_string()).or_default();
+        s.push_str(line);
+        s.push('\n');
+    }
+    m
+}
+
+/// What the app of a pod saw when it started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AppSaw {
+    /// The proxy stand-in answered on 4140: redirected.
+    Proxy,
+    /// The outside server answered: the pod ran without its table.
+    Outside,
+    /// No answer yet.
+    Nothing,
+}
+
+fn app_saw(log: &str) -> AppSaw {
+    if log.contains(&format!("port 4140, original destination {OUTSIDE}")) {
+        AppSaw::Proxy
+    } else if log.contains(OUTSIDE_BODY) {
+        AppSaw::Outside
+    } else {
+        AppSaw::Nothing
+    }
+}
+
+/// The plugin's served API requests (audit log, its user agent) for pods of `group`, by pod.
+fn plugin_reads(node: &Node, group: &str) -> BTreeMap<String, usize> {
+    let mut m = BTreeMap::new();
+    let prefix = format!("/namespaces/seed/pods/{group}-");
+    for l in audited_plugin(node, 200) {
+        if let Some(i) = l.find(&prefix) {
+            let name = l[i + "/namespaces/seed/pods/".len()..]
+                .split(['?', '/'])
+                .next()
+                .unwrap_or("")
+                .to_string();
+            *m.entry(name).or_insert(0) += 1;
+        }
+    }
+    m
+}
+
+/// From containerd's log (its CRI `RunPodSandbox for <metadata>` lines): for each pod of
+/// `group` that had a sandbox refused, the errors.
+fn refused_sandboxes(node: &Node, group: &str) -> BTreeMap<String, Vec<String>> {
+    let log = std::fs::read_to_string(node.dir.join("logs/containerd.log")).unwrap_or_default();
+    let mut m: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for l in log
+        .lines()
+        .filter(|l| l.contains("RunPodSandbox for") && l.contains("failed, error"))
+    {
+        // `&PodSandboxMetadata{Name:<pod>,Uid:...}`
+        let Some(name) = l
+            .split_once("Name:")
+            .and_then(|(_, r)| r.split(',').next())
+            .filter(|n| n.starts_with(&format!("{group}-")))
+        else {
+            continue;
+        };
+        let err = l
+            .split_once(" error=")
+            .map(|(_, e)| e.to_string())
+            .unwrap_or_else(|| l.to_string());
+        m.entry(name.to_string()).or_default().push(err);
+    }
+    m
+}
+
+/// Every record's text in the node's /run/meshnft.
+fn records_text(node: &Node) -> String {
+    text(
+        &node
+            .run(
+                &["sh", "-c", "cat /run/meshnft/*/*.json 2>/dev/null; true"],
+                None,
+            )
+            .stdout,
+    )
+}
+
+/// Records in the node's /run/meshnft (`<sandbox id>/<ifname>.json`) whose sandbox containerd
+/// does not know (`crictl pods`, ready or not): left behind.
+fn stale_records(node: &Node) -> Vec<String> {
+    let out = node.run(
+        &[
+            "sh",
+            "-c",
+            "for f in /run/meshnft/*/*.json; do [ -e \"$f\" ] && basename \"$(dirname \"$f\")\"; done; true",
+        ],
+        None,
+    );
+    let sandboxes = node.run(&["crictl", "pods", "-q", "--no-trunc"], None);
+    assert!(
+        sandboxes.status.success(),
+        "crictl pods: {}",
+        text(&sandboxes.stderr)
+    );
+    let known = text(&sandboxes.stdout);
+    text(&out.stdout)
+        .lines()
+        .filter(|id| !known.lines().any(|k| k.trim() == *id))
+        .map(str::to_string)
+        .collect()
+}
+
+/// The DaemonSet's pod on the node (name, uid), the one not being deleted.
+fn agent_pod(node: &Node) -> Option<PodView> {
+    pods(node, "meshnft", "app.kubernetes.io/name=meshnft")
+        .into_iter()
+        .find(|p| !p.deleting)
+}
+
+/// The PID of `meshnft-node install` (installer and node agent, one process) in the
+/// DaemonSet's pod cgroup.
+fn agent_pid(node: &Node) -> Option<u32> {
+    let pod = agent_pod(node)?;
+    pod_cgroups(node)
+        .get(&pod.uid)
+        .into_iter()
+        .flatten()
+        .flat_map(|d| procs_below(d))
+        .find(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .map(|c| text(&c).contains("meshnft-node"))
+                .unwrap_or(false)
+        })
+}
+
+fn signal(pid: u32, sig: libc::c_int) {
+    let pid = libc::pid_t::try_from(pid).expect("pid fits pid_t");
+    // SAFETY: kill has no memory preconditions; the pid was just read from the pod cgroup.
+    let r = unsafe { libc::kill(pid, sig) };
+    assert_eq!(
+        r,
+        0,
+        "kill({pid}, {sig}): {}",
+        std::io::Error::last_os_error()
+    );
+}
+
+/// How many times kubelet restarted the DaemonSet's container.
+fn agent_restarts(node: &Node) -> u64 {
+    node.get(
+        "meshnft",
+        "pods",
+        "{.items[*].status.containerStatuses[0].restartCount}",
+    )
+    .split_whitespace()
+    .filter_map(|n| n.parse::<u64>().ok())
+    .max()
+    .unwrap_or(0)
+}
+
+/// SIGKILL of `meshnft-node`, then waits (up to 120 s: kubelet's back-off grows with each
+/// restart) until kubelet has started its container again.
+fn kill_agent_and_wait_restart(node: &Node, pid: u32) {
+    let restarts = agent_restarts(node);
+    signal(pid, libc::SIGKILL);
+    node.wait(
+        120,
+        "kubelet restarting the DaemonSet's container",
+        "meshnft",
+        "daemonset/meshnft",
+        || agent_restarts(node) > restarts && agent_pid(node).is_some_and(|p| p != pid),
+    );
+}
+
+fn wait_agent_ready(node: &Node, secs: u64) {
+    node.wait(
+        secs,
+        "the DaemonSet's pod Ready (installer and agent back)",
+        "meshnft",
+        "daemonset/meshnft",
+        || agent_pod(node).is_some_and(|p| p.ready),
+    );
+}
+
+/// Waits until the `n` pods of `group` are Ready; panics after `secs` naming those that are not.
+fn wait_group_ready(node: &Node, group: &str, n: usize, secs: u64) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let ps = pods(node, "seed", &format!("{LABEL}={group}"));
+        let ready = ps.iter().filter(|p| p.ready).count();
+        if ps.len() == n && ready == n {
+            return;
+        }
+        if Instant::now() > deadline {
+            let not: Vec<&str> = ps
+                .iter()
+                .filter(|p| !p.ready)
+                .map(|p| p.name.as_str())
+                .collect();
+            let desc = not
+                .first()
+                .map(|p| {
+                    node.kubectl(&["-n", "seed", "describe", "pod", p])
+                        .unwrap_or_else(|e| e)
+                })
+                .unwrap_or_default();
+            panic!("{group}: {ready} of {n} pods Ready after {secs} s; not Ready: {not:?}\n{desc}");
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
+/// What a group of pods showed: meshed (table, proxy answered the app, no repair), unmeshed
+/// (with why), refused then recovered (a sandbox refused before it ran), and the distinct
+/// reasons of those refusals.
+#[derive(Debug, Default)]
+struct Verdict {
+    created: usize,
+    meshed: usize,
+    /// Pods with a sandbox refused (containerd's log), then started.
+    refused: usize,
+    /// Of those, refused by meshnft (its error in containerd's).
+    refused_by_meshnft: usize,
+    /// Of those, with meshnft's reason in a `FailedCreatePodSandBox` event of the pod.
+    reason_in_events: usize,
+    unmeshed: Vec<String>,
+    reasons: Vec<String>,
+}
+
+/// Checks every pod of `group` (all Ready): see the module docs.
+fn verdict(node: &Node, group: &str) -> Verdict {
+    let ps = pods(node, "seed", &format!("{LABEL}={group}"));
+    let cgroups = pod_cgroups(node);
+    // The app's answer: it connects as it starts, so wait for each to have logged one.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let logs = loop {
+        let l = app_logs(node, group);
+        let pending = ps
+            .iter()
+            .filter(|p| {
+                app_saw(l.get(&p.name).map(String::as_str).unwrap_or("")) == AppSaw::Nothing
+            })
+            .count();
+        if pending == 0 || Instant::now() > deadline {
+            break l;
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    };
+    let repaired = events(node, "MeshnftRepaired");
+    let refusals = events(node, "FailedCreatePodSandBox");
+    let refused_by_runtime = refused_sandboxes(node, group);
+    let mut v = Verdict {
+        created: ps.len(),
+        ..Verdict::default()
+    };
+    for p in &ps {
+        let mut why = Vec::new();
+        match table_of(&cgroups, &p.uid) {
+            Ok(t) if set_has_elements(&t, "proxy_started") => {}
+            Ok(t) => why.push(format!(
+                "its proxy's first packet is not in the table:\n{t}"
+            )),
+            Err(e) => why.push(format!("no table inet meshnft: {}", e.trim())),
+        }
+        match app_saw(logs.get(&p.name).map(String::as_str).unwrap_or("")) {
+            AppSaw::Proxy => {}
+            AppSaw::Outside => {
+                why.push("its app reached the outside server directly".into());
+            }
+            AppSaw::Nothing => {
+                why.push(format!("its app logged no answer: {:?}", logs.get(&p.name)))
+            }
+        }
+        if let Some((_, m)) = repaired.iter().find(|(n, _)| n == &p.name) {
+            why.push(format!(
+                "the agent repaired it (it ran without its table): {m}"
+            ));
+        }
+        let refused: Vec<&String> = refusals
+            .iter()
+            .filter(|(n, _)| n == &p.name)
+            .map(|(_, m)| m)
+            .collect();
+        if why.is_empty() {
+            v.meshed += 1;
+        } else {
+            v.unmeshed.push(format!("{}: {}", p.name, why.join("; ")));
+        }
+        if let Some(errs) = refused_by_runtime.get(&p.name) {
+            v.refused += 1;
+            if errs.iter().any(|e| e.contains("meshnft")) {
+                v.refused_by_meshnft += 1;
+                if refused.iter().any(|m| m.contains("meshnft")) {
+                    v.reason_in_events += 1;
+                }
+            }
+        }
+        if !refused.is_empty() {
+            for m in refused {
+                // The reason without the sandbox's id and the pod's name, to group them.
+                let short: String = m
+                    .split_once("plugin type=")
+                    .map(|(_, r)| format!("plugin type={r}"))
+                    .unwrap_or_else(|| m.clone())
+                    .chars()
+                    .take(240)
+                    .collect();
+                if !v.reasons.contains(&short) {
+                    v.reasons.push(short);
+                }
+            }
+        }
+    }
+    v
+}
+
+/// Waits until no pod matches `selector` and no record names one of `uids`.
+fn wait_gone(node: &Node, selector: &str, uids: &[String], secs: u64) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let left = pods(node, "seed", selector).len();
+        let recs = records_text(node);
+        let recorded = uids.iter().filter(|u| recs.contains(u.as_str())).count();
+        if left == 0 && recorded == 0 {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "after {secs} s, {left} pod(s) of {selector} are still there and {recorded} record(s) name them"
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
+// ---- issue 21: the agent stopped ---------------------------------------------------------
+
+/// SIGSTOP now, SIGCONT when dropped (also when the test fails).
+struct Frozen(u32);
+
+impl Frozen {
+    fn new(pid: u32) -> Frozen {
+        signal(pid, libc::SIGSTOP);
+        Frozen(pid)
+    }
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        let _ = libc::pid_t::try_from(self.0).map(|p| {
+            // SAFETY: kill has no memory preconditions.
+            unsafe { libc::kill(p, libc::SIGCONT) }
+        });
+    }
+}
+
+/// The agent's socket moved aside and a dead one (bound, no listener: connections are
+/// refused, as after the agent was killed) in its place; put back when dropped.
+struct DeadSocket<'a>(&'a Node);
+
+const AGENT_DIR: &str = "/run/meshnft-agent";
+
+impl<'a> DeadSocket<'a> {
+    fn new(node: &'a Node) -> DeadSocket<'a> {
+        let out = node.run(
+            &[
+                "sh",
+                "-ec",
+                "cd \"$1\"; mv agent.sock agent.sock.live; \
+                 python3 -c 'import socket; socket.socket(socket.AF_UNIX).bind(\"agent.sock\")'",
+                "sh",
+                AGENT_DIR,
+            ],
+            None,
+        );
+        assert!(
+            out.status.success(),
+            "a dead agent socket: {}",
+            text(&out.stderr)
+        );
+        DeadSocket(node)
+    }
+}
+
+impl Drop for DeadSocket<'_> {
+    fn drop(&mut self) {
+        let out = self.0.run(
+            &[
+                "sh",
+                "-c",
+                "cd \"$1\" && mv -f agent.sock.live agent.sock",
+                "sh",
+                AGENT_DIR,
+            ],
+            None,
+        );
+        if !out.status.success() {
+            eprintln!("restoring the agent's socket: {}", text(&out.stderr));
+        }
+    }
+}
+
+/// Issue 21 on the real node: meshed pods created while the node agent is stopped are still
+/// meshed, through the plugin's API fallback (its requests for them in the audit log):
+/// - the agent frozen (SIGSTOP of `meshnft-node`: its socket accepts, never answers; each
+///   ADD waits for its bounded ask, then reads the API);
+/// - the agent gone (its socket left behind with nothing listening, as a SIGKILL leaves it:
+///   connections refused, the ADD reads the API at once).
+///
+/// The installed plugin and entry stay as they are (nothing is uninstalled; the DaemonSet's
+/// pod and its token stay valid). Then the agent is back, and pods read nothing again.
+pub fn agent_down(node: &Node) {
+    if !wanted("down") {
+        return;
+    }
+    let t = Instant::now();
+    // The node's /run/meshnft-agent is its own (scripts/node.sh), not the host's.
+    let inode = |out: Output| text(&out.stdout).trim().to_string();
+    let in_node = inode(node.run(
+        &["stat", "-c", "%d:%i", "/run/meshnft-agent/agent.sock"],
+        None,
+    ));
+    let on_host = inode(support::run(&[
+        "stat",
+        "-c",
+        "%d:%i",
+        "/run/meshnft-agent/agent.sock",
+    ]));
+    assert!(
+        !in_node.is_empty() && in_node != on_host,
+        "the node's agent socket ({in_node}) is private, not the host's ({on_host:?})"
+    );
+    let n = 5;
+    let pid = agent_pid(node).expect("the node agent's process");
+    {
+        let _frozen = Frozen::new(pid);
+        apply_group(node, "down-hung", n);
+        wait_group_ready(node, "down-hung", n, 180);
+    }
+    {
+        let _dead = DeadSocket::new(node);
+        apply_group(node, "down-gone", n);
+        wait_group_ready(node, "down-gone", n, 180);
+    }
+    for group in ["down-hung", "down-gone"] {
+        let v = verdict(node, group);
+        let reads = plugin_reads(node, group);
+        let pods_read = (0..n)
+            .filter(|i| reads.contains_key(&format!("{group}-{i}")))
+            .count();
+        eprintln!(
+            "the agent {}: {} pods created, {} meshed, {} unmeshed; the plugin read {pods_read} of them \
+             from the API server ({} requests, audit log)",
+            if group == "down-hung" {
+                "frozen (SIGSTOP)"
+            } else {
+                "gone (its socket refusing)"
+            },
+            v.created,
+            v.meshed,
+            v.unmeshed.len(),
+            reads.values().sum::<usize>(),
+        );
+        assert!(
+            v.unmeshed.is_empty(),
+            "pods unmeshed with the agent down: {:#?}",
+            v.unmeshed
+        );
+        assert_eq!(v.created, n);
+        assert_eq!(
+            pods_read, n,
+            "with the agent down, the plugin read every pod from the API server: {reads:?}"
+        );
+    }
+    // The agent back: pod data from it again.
+    wait_agent_ready(node, 120);
+    apply_group(node, "down-back", 3);
+    wait_group_ready(node, "down-back", 3, 120);
+    let v = verdict(node, "down-back");
+    assert!(v.unmeshed.is_empty(), "{:#?}", v.unmeshed);
+    eprintln!(
+        "the agent back: 3 pods meshed, the plugin's API requests for them: {}",
+        plugin_reads(node, "down-back").values().sum::<usize>()
+    );
+    // Deleted by the fault table's first case, with its first wave's start.
+    eprintln!(
+        "the agent stopped (issue 21, API fallback): {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+}
+
+// ---- issue 23: the fault table during pod churn --------------------------------------------
+
+/// One row of the fault table.
+struct Row {
+    fault: &'static str,
+    v: Verdict,
+    from_api: usize,
+    secs: f64,
+}
+
+/// Waves of meshed pods: each case creates one as its fault starts and deletes the one before.
+struct Churn {
+    size: usize,
+    n: usize,
+    /// The wave to delete as the next one starts: its label selector and pod UIDs.
+    prev: Option<(String, Vec<String>)>,
+    conflist: serde_json::Value,
+    rows: Vec<Row>,
+}
+
+/// Temporary files of the installer (`<dir>/.<name>.<hex>.meshnft-tmp`) left on the node.
+fn installer_tmp_files(node: &Node) -> Vec<String> {
+    let out = node.run(
+        &[
+            "sh",
+            "-c",
+            "ls -a /etc/cni/net.d /etc/cni/net.d/meshnft.d /opt/cni/bin 2>/dev/null | grep -F .meshnft-tmp; true",
+        ],
+        None,
+    );
+    text(&out.stdout).lines().map(str::to_string).collect()
+}
+
+/// The meshed pods that run through every case (the suite's 20 `many-*` pods): name -> the
+/// `proxy_started` line of their table.
+fn standing(node: &Node) -> BTreeMap<String, String> {
+    let cgroups = pod_cgroups(node);
+    pods(node, "seed", "")
+        .into_iter()
+        .filter(|p| p.name.starts_with("many-"))
+        .map(|p| {
+            let line = table_of(&cgroups, &p.uid)
+                .map(|t| proxy_started_line(&t))
+                .unwrap_or_else(|e| format!("no table: {e}"));
+            (p.name, line)
+        })
+        .collect()
+}
+
+impl Churn {
+    /// The pods the steps before left with the `churn` label (see [`agent_down`]) are the
+    /// first to be deleted.
+    fn new(node: &Node) -> Churn {
+        let left: Vec<String> = pods(node, "seed", LABEL)
+            .into_iter()
+            .map(|p| p.uid)
+            .collect();
+        Churn {
+            size: wave_size(),
+            n: 0,
+            prev: (!left.is_empty()).then(|| (LABEL.to_string(), left)),
+            conflist: serde_json::from_str(&node.read_file(CONFLIST)).expect("the conflist"),
+            rows: Vec::new(),
+        }
+    }
+
+    /// One case: the previous wave deleted (not waited for), a new wave created, `fault`
+    /// (which returns once it is over: recovered, or left for the node to recover from), then
+    /// convergence and the checks.
+    fn case(&mut self, node: &Node, key: &str, fault: &'static str, inject: impl FnOnce(&Node)) {
+        self.case_with(node, key, fault, |node, _, apply| {
+            apply();
+            std::thread::sleep(Duration::from_secs(1));
+            inject(node);
+        });
+    }
+
+    /// [`Churn::case`] for a fault that creates the wave itself (`apply`) when it needs to.
+    fn case_with(
+        &mut self,
+        node: &Node,
+        key: &str,
+        fault: &'static str,
+        inject: impl FnOnce(&Node, &str, &(dyn Fn() + Sync)),
+    ) {
+        if !wanted(key) {
+            return;
+        }
+        let t = Instant::now();
+        self.n += 1;
+        let group = format!("f{}", self.n);
+        let before = standing(node);
+        assert!(
+            before.len() == 20 && before.values().all(|l| l.contains("elements = {")),
+            "the running meshed pods have their tables before {fault}: {before:#?}"
+        );
+        if let Some((prev, _)) = &self.prev {
+            node.kubectl_ok(&["-n", "seed", "delete", "pods", "-l", prev, "--wait=false"]);
+        }
+        let size = self.size;
+        inject(node, &group, &|| apply_group(node, &group, size));
+        let injected = t.elapsed().as_secs_f64();
+        // Convergence: the node, the installer and agent, every pod of the wave, the
+        // previous wave gone with its records, the conflist as before, no temporary file.
+        wait_node_ready(node);
+        wait_agent_ready(node, 180);
+        wait_group_ready(node, &group, self.size, 300);
+        let ready = t.elapsed().as_secs_f64();
+        if let Some((prev, uids)) = self.prev.take() {
+            wait_gone(node, &prev, &uids, 120);
+        }
+        let gone = t.elapsed().as_secs_f64();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let now: serde_json::Value =
+                serde_json::from_str(&node.read_file(CONFLIST)).unwrap_or_default();
+            let tmp = installer_tmp_files(node);
+            let stale = stale_records(node);
+            if now == self.conflist && tmp.is_empty() && stale.is_empty() {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "after {fault}: the conflist as before: {}; the installer's temporary files left: \
+                 {tmp:?}; records of sandboxes containerd does not know: {stale:?}\n{now:#}",
+                now == self.conflist
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        let v = verdict(node, &group);
+        let after = standing(node);
+        assert_eq!(
+            before, after,
+            "{fault}: the running meshed pods keep their tables"
+        );
+        let from_api = plugin_reads(node, &group).len();
+        let secs = t.elapsed().as_secs_f64();
+        eprintln!(
+            "fault '{fault}': {} pods created, {} meshed, {} refused then recovered ({} by \
+             meshnft, {} with its reason in their events), {} unmeshed; {from_api} read from the \
+             API by the plugin; {secs:.1} s (fault over after {injected:.1} s, the wave Ready \
+             after {ready:.1} s, the previous one gone after {gone:.1} s)",
+            v.created,
+            v.meshed,
+            v.refused,
+            v.refused_by_meshnft,
+            v.reason_in_events,
+            v.unmeshed.len()
+        );
+        for r in &v.reasons {
+            eprintln!("  a refused sandbox's event: {r}");
+        }
+        assert!(
+            v.unmeshed.is_empty(),
+            "{fault}: meshed pods that ran without their table: {:#?}",
+            v.unmeshed
+        );
+        assert_eq!(v.created, self.size, "{fault}: every pod of the wave");
+        let uids = pods(node, "seed", &format!("{LABEL}={group}"))
+            .into_iter()
+            .map(|p| p.uid)
+            .collect();
+        self.prev = Some((format!("{LABEL}={group}"), uids));
+        self.rows.push(Row {
+            fault,
+            v,
+            from_api,
+            secs,
+        });
+    }
+
+    /// Deletes the last wave (its pods and records gone) and prints the table.
+    fn finish(mut self, node: &Node, t: Instant) {
+        if let Some((prev, uids)) = self.prev.take() {
+            node.kubectl_ok(&["-n", "seed", "delete", "pods", "-l", &prev, "--wait=false"]);
+            wait_gone(node, &prev, &uids, 120);
+        }
+        eprintln!(
+            "fault table ({} meshed pods a wave, created as the fault starts while the previous \
+             wave is deleted; 20 meshed pods running throughout):",
+            self.size
+        );
+        eprintln!(
+            "| fault | created | meshed | refused then recovered | unmeshed | read from the API | cost (s) |"
+        );
+        eprintln!("|---|---|---|---|---|---|---|");
+        for r in &self.rows {
+            eprintln!(
+                "| {} | {} | {} | {} | {} | {} | {:.1} |",
+                r.fault,
+                r.v.created,
+                r.v.meshed,
+                r.v.refused,
+                r.v.unmeshed.len(),
+                r.from_api,
+                r.secs
+            );
+        }
+        eprintln!("fault table: {:.1} s in all", t.elapsed().as_secs_f64());
+    }
+}
+
+/// Issue 23's fault table on the real node (see the module docs): one case after the other,
+/// each with its wave of meshed pods.
+pub fn fault_table(node: &Node) {
+    let t = Instant::now();
+    let mut churn = Churn::new(node);
+    churn.case(node, "agent", "SIGKILL of the node agent", fault_kill_agent);
+    churn.case(node, "containerd", "containerd restarted", |node| {
+        node_sh(node, &["restart", "containerd"]);
+    });
+    churn.case(node, "kubelet", "kubelet restarted", |node| {
+        node_sh(node, &["restart", "kubelet"]);
+    });
+    churn.case_with(
+        node,
+        "api",
+        "API server unreachable 30 s (pods waiting at kubelet, the agent killed)",
+        fault_api_unreachable,
+    );
+    churn.case(node, "full", "records' filesystem full", fault_records_full);
+    churn.case(
+        node,
+        "installer",
+        "SIGKILL of the installer mid-rewrite",
+        fault_kill_installer_mid_rewrite,
+    );
+    churn.finish(node, t);
+}
+
+/// SIGKILL of `meshnft-node` (the agent and the installer): kubelet restarts its container;
+/// pods whose ADD runs meanwhile find the socket refusing, or the new agent's watch not
+/// synced yet (issue 21: a pod created while the agent restarts).
+fn fault_kill_agent(node: &Node) {
+    let pid = agent_pid(node).expect("the node agent's process");
+    kill_agent_and_wait_restart(node, pid);
+}
+
+/// Every TCP packet to or from port 443 dropped in the node's network namespace (every client
+/// of the API server is there: kubelet, the controllers, the agent, the plugin), for 30 s.
+struct ApiCut<'a>(&'a Node);
+
+const CUT_TABLE: &str = "meshnft_test_api_cut";
+
+impl<'a> ApiCut<'a> {
+    fn new(node: &'a Node) -> ApiCut<'a> {
+        let rules = format!(
+            "add table inet {CUT_TABLE}; \
+             add chain inet {CUT_TABLE} input {{ type filter hook input priority -10; }}; \
+             add rule inet {CUT_TABLE} input tcp dport 443 drop; \
+             add rule inet {CUT_TABLE} input tcp sport 443 drop"
+        );
+        let out = node_nft(node, &[&rules]);
+        assert!(out.status.success(), "cut: {}", text(&out.stderr));
+        ApiCut(node)
+    }
+}
+
+impl Drop for ApiCut<'_> {
+    fn drop(&mut self) {
+        let out = node_nft(self.0, &["delete", "table", "inet", CUT_TABLE]);
+        if !out.status.success() {
+            eprintln!("removing the API cut: {}", text(&out.stderr));
+        }
+    }
+}
+
+/// The test's nft in the node's network namespace.
+fn node_nft(node: &Node, args: &[&str]) -> Output {
+    let holder = std::fs::read_to_string(node.dir.join("holder.pid")).expect("holder.pid");
+    Command::new("nsenter")
+        .args(["-t", holder.trim(), "-n", "--", support::nft_bin().as_str()])
+        .args(args)
+        .output()
+        .expect("nsenter nft")
+}
+
+/// The API server unreachable for 30 s with pods waiting to start: containerd is frozen
+/// (SIGSTOP, at most 25 s) while the wave is created and bound, so that kubelet's sandbox
+/// requests wait for it; then the API server is cut off, the node agent SIGKILLed (its new
+/// instance cannot list the pods) and containerd goes on. The sandboxes are created during the
+/// outage with no pod data at all (the agent does not know the pods, the plugin's API requests
+/// get no answer): they must be refused, and the pods start meshed once the API server is back.
+fn fault_api_unreachable(node: &Node, group: &str, apply: &(dyn Fn() + Sync)) {
+    let containerd: u32 = std::fs::read_to_string(node.dir.join("pids/containerd"))
+        .expect("containerd's pid")
+        .trim()
+        .parse()
+        .expect("containerd's pid");
+    let agent = agent_pid(node).expect("the node agent's process");
+    let bound = || {
+        node.get(
+            "seed",
+            "pods",
+            &format!("{{.items[?(@.metadata.labels.{LABEL}==\"{group}\")].spec.nodeName}}"),
+        )
+        .split_whitespace()
+        .count()
+    };
+    let t = Instant::now();
+    std::thread::scope(|sc| {
+        let mut frozen = Some(Frozen::new(containerd));
+        let creator = sc.spawn(apply);
+        while !(creator.is_finished() && bound() == wave_size()) {
+            assert!(
+                t.elapsed() < Duration::from_secs(180),
+                "the wave was not created and bound within 180 s"
+            );
+            if t.elapsed() > Duration::from_secs(25) {
+                frozen.take();
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        creator.join().expect("kubectl apply");
+        std::thread::sleep(Duration::from_secs(1));
+        let cut = ApiCut::new(node);
+        signal(agent, libc::SIGKILL);
+        eprintln!(
+            "  the API server cut off {:.1} s after the wave's creation began (containerd {})",
+            t.elapsed().as_secs_f64(),
+            if frozen.is_some() {
+                "frozen until now"
+            } else {
+                "let go after 25 s"
+            }
+        );
+        drop(frozen);
+        std::thread::sleep(Duration::from_secs(30));
+        drop(cut);
+    });
+}
+
+/// The node's /run/meshnft (a 16 MiB tmpfs, scripts/node.sh) filled: its blocks, then its
+/// inodes; freed when dropped.
+struct Full<'a>(&'a Node);
+
+const FILL: &str = "/run/meshnft/zz-test-fill";
+
+impl<'a> Full<'a> {
+    fn new(node: &'a Node) -> Full<'a> {
+        let out = node.run(
+            &[
+                "sh",
+                "-c",
+                "mkdir -p \"$1\" && cd \"$1\" && { dd if=/dev/zero of=blocks bs=64k 2>/dev/null; \
+                 i=0; while true 2>/dev/null >\"i$i\"; do i=$((i+1)); done; \
+                 df -P /run/meshnft | tail -n1; df -Pi /run/meshnft | tail -n1; }",
+                "sh",
+                FILL,
+            ],
+            None,
+        );
+        let df = text(&out.stdout);
+        assert!(
+            df.lines().count() == 2 && df.lines().all(|l| l.contains(" 100% ")),
+            "/run/meshnft full (blocks and inodes): {df}{}",
+            text(&out.stderr)
+        );
+        Full(node)
+    }
+}
+
+impl Drop for Full<'_> {
+    fn drop(&mut self) {
+        self.0.run(&["rm", "-rf", FILL], None);
+    }
+}
+
+fn fault_records_full(node: &Node) {
+    let _full = Full::new(node);
+    std::thread::sleep(Duration::from_secs(20));
+}
+
+/// The installer rewrites the conflist (its entry there edited: `log_level` changed) and is
+/// SIGKILLed mid-rewrite: strace, attached to `meshnft-node`, delivers SIGKILL at the entry of
+/// its first rename, so its temporary file is written and never renamed over the conflist.
+fn fault_kill_installer_mid_rewrite(node: &Node) {
+    use std::io::{BufRead, BufReader};
+    let pid = agent_pid(node).expect("the installer's process");
+    let restarts = agent_restarts(node);
+    let renames = "rename,renameat,renameat2";
+    let mut strace = Command::new("strace")
+        .args(["-f", "-o", "/dev/null", "-p", &pid.to_string()])
+        .arg(format!("-etrace={renames}"))
+        .arg(format!("-einject={renames}:signal=SIGKILL"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("strace");
+    // Attached once it says so (one line per thread).
+    let mut err = BufReader::new(strace.stderr.take().expect("strace stderr"));
+    let mut line = String::new();
+    let attached = err.read_line(&mut line).is_ok() && line.contains("attached");
+    std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
+    if !attached {
+        let _ = strace.kill();
+        let _ = strace.wait();
+        panic!("strace -p {pid}: {line}");
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let conf = node.read_file(CONFLIST);
+    let edited = conf.replacen("\"log_level\": \"info\"", "\"log_level\": \"debug\"", 1);
+    assert_ne!(
+        conf, edited,
+        "the entry's log_level in the conflist:\n{conf}"
+    );
+    write_node_file(node, CONFLIST, &edited);
+    // strace ends when its tracee is gone.
+    let ended = support::wait_until(Duration::from_secs(60), || {
+        matches!(strace.try_wait(), Ok(Some(_)))
+    });
+    if !ended {
+        let _ = strace.kill();
+    }
+    let _ = strace.wait();
+    assert!(ended, "the installer did not rename anything within 60 s");
+    let tmp = installer_tmp_files(node);
+    eprintln!("  the installer SIGKILLed at its rename; its temporary files: {tmp:?}");
+    assert!(
+        tmp.iter().any(|t| t.starts_with(".10-bridge.conflist.")),
+        "killed mid-rewrite of the conflist: its temporary file is there: {tmp:?}"
+    );
+    assert_eq!(
+        node.read_file(CONFLIST),
+        edited,
+        "the conflist as it was before the installer's rewrite"
+    );
+    node.wait(
+        120,
+        "kubelet restarting the DaemonSet's container",
+        "meshnft",
+        "daemonset/meshnft",
+        || agent_restarts(node) > restarts,
+    );
+}
+
+// ---- the node's private /run directories ---------------------------------------------------
+
+/// A directory's entries: (name, inode); `None` when it does not exist.
+type Entries = Option<Vec<(String, u64)>>;
+
+/// The host's /run/meshnft and /run/meshnft-agent as they were.
+pub struct HostRun(Vec<(String, Entries)>);
+
+impl HostRun {
+    pub fn snapshot() -> HostRun {
+        use std::os::unix::fs::MetadataExt;
+        HostRun(
+            ["/run/meshnft", "/run/meshnft-agent"]
+                .iter()
+                .map(|d| {
+                    let entries = std::fs::read_dir(d).ok().map(|rd| {
+                        let mut v: Vec<(String, u64)> = rd
+                            .flatten()
+                            .map(|e| {
+                                (
+                                    e.file_name().to_string_lossy().into_owned(),
+                                    e.metadata().map(|m| m.ino()).unwrap_or(0),
+                                )
+                            })
+                            .collect();
+                        v.sort();
+                        v
+                    });
+                    (d.to_string(), entries)
+                })
+                .collect(),
+        )
+    }
+
+    /// Nothing of the node was left in the host's directories: the agent's directory as it was
+    /// (the same socket, if one was there, or none), no new record in meshnft's (the plugin's
+    /// caches, which other tests write there too, aside).
+    pub fn assert_unchanged(&self) {
+        let now = HostRun::snapshot();
+        for ((dir, was), (_, is)) in self.0.iter().zip(&now.0) {
+            let names = |v: &Entries| {
+                v.iter()
+                    .flatten()
+                    .filter(|(n, _)| !n.ends_with(".json"))
+                    .cloned()
+                    .collect::<Vec<_>>()
+            };
+            if dir.ends_with("-agent") {
+                assert_eq!(was, is, "the host's {dir} as before the node");
+            } else {
+                let new: Vec<_> = names(is)
+                    .into_iter()
+                    .filter(|(n, _)| !names(was).iter().any(|(m, _)| m == n))
+                    .collect();
+                assert!(new.is_empty(), "left in the host's {dir}: {new:?}");
+            }
+        }
+    }
+}
