@@ -14,25 +14,34 @@
 #   sudo ./bench.sh                  full run (a few minutes on 2 cores)
 #   sudo ./bench.sh --quick          few iterations, small sizes (test.sh runs this)
 #   sudo ./bench.sh --json FILE      where the JSON goes (default target/bench/results-{full,quick}.json)
+#   sudo ./bench.sh --node           only the real node's row (scripts/node-bench.sh: 60 meshed
+#                                    pods at once, until Ready, meshnft against the bridge alone);
+#                                    a full run ends with it when the node's parts are built
 #
 # Prints the table on stdout; progress goes to stderr.
 set -euo pipefail
 cd "$(dirname "$0")"
 
 args=()
+quick=0 node_only=0
 while (($#)); do
   case "$1" in
-    --quick) args+=(--quick) ;;
+    --quick) args+=(--quick); quick=1 ;;
+    --node) node_only=1 ;;
     --json)
       [[ $# -ge 2 ]] || { echo "bench.sh: --json needs a file" >&2; exit 2; }
       args+=(--json "$(realpath -m "$2")"); shift ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
     *) echo "bench.sh: unknown argument $1 (try --help)" >&2; exit 2 ;;
   esac
   shift
 done
 
 scripts/deps.sh
+
+if ((node_only)); then
+  exec scripts/node-bench.sh
+fi
 
 # shellcheck source=scripts/cargo-env.sh
 source scripts/cargo-env.sh
@@ -75,3 +84,15 @@ trap 'exit 143' TERM
 # The bench profile is the release profile: the plugin measured is the
 # release binary (target/release/meshnft), built by the same command.
 cargo bench --quiet --bench compare -- "${args[@]}"
+
+# The real node's row (what a user feels), on a full run, when the node's parts are built
+# (building them takes long; `./bench.sh --node` builds them if needed).
+if ((!quick)); then
+  if MESHNFT_NODE_CACHED_ONLY=1 scripts/node-build.sh >/dev/null 2>&1; then
+    echo
+    scripts/node-bench.sh
+  else
+    echo
+    echo "real node: skipped (its parts are not built: scripts/node-build.sh, or ./bench.sh --node)"
+  fi
+fi

@@ -19,6 +19,7 @@
 # time it took on stderr. MESHNFT_CACHE_DIR overrides <cache> (default
 # /var/cache/meshnft). MESHNFT_GO_P sets go build -p (default: Go's own); MESHNFT_NICE
 # the builds' niceness (default 15: they yield to anything else on the machine).
+# MESHNFT_NODE_CACHED_ONLY=1 builds nothing: it exits 3 when a part is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -56,6 +57,10 @@ build() {
     [[ $p == *=* ]] && b=${p#*=} || b=${pkg##*/}
     [[ -x $bin/$b ]] || { missing+=("$pkg"); names+=("$b"); }
   done
+  if ((${#missing[@]})) && [[ ${MESHNFT_NODE_CACHED_ONLY:-} == 1 ]]; then
+    log "$name $version is not built (${names[*]} missing)"
+    exit 3
+  fi
   if ((${#missing[@]})); then
     [[ -n $go ]] || { log "building $name needs Go >= $GO_MIN; found none"; exit 1; }
     log "building $name $version (${names[*]}) from its Go modules with $go ($(go_ver "$go")), first run only ..."
@@ -100,6 +105,11 @@ for part in "${parts[@]}"; do
       "-s -w -X sigs.k8s.io/cri-tools/pkg/version.Version=$CRICTL_VERSION" sigs.k8s.io/cri-tools/cmd/crictl
     ;;
   containerd)
+    if [[ ${MESHNFT_NODE_CACHED_ONLY:-} == 1 ]]; then
+      v=$(sed -n 's/^CONTAINERD_VERSION=//p' scripts/containerd.sh)
+      [[ -x $cache/containerd-$v/bin/containerd && -e $cache/containerd-$v/images.tar ]] ||
+        { log "containerd $v is not built"; exit 3; }
+    fi
     echo "containerd=$(scripts/containerd.sh)"
     ;;
   *) log "unknown part $part"; exit 2 ;;
