@@ -756,14 +756,20 @@ impl Churn {
     /// The pods the steps before left with the `churn` label (see [`agent_down`]) are the
     /// first to be deleted.
     fn new(node: &Node) -> Churn {
-        let left: Vec<String> = pods(node, "seed", LABEL)
-            .into_iter()
-            .map(|p| p.uid)
+        let left = pods(node, "seed", LABEL);
+        let mut groups: Vec<String> = left
+            .iter()
+            .filter_map(|p| p.name.rsplit_once('-').map(|(g, _)| g.to_string()))
             .collect();
+        groups.sort();
+        groups.dedup();
+        // Their groups by name, not the label alone (the waves carry it too).
+        let selector = format!("{LABEL} in ({})", groups.join(","));
+        let uids: Vec<String> = left.into_iter().map(|p| p.uid).collect();
         Churn {
             size: wave_size(),
             n: 0,
-            prev: (!left.is_empty()).then(|| (LABEL.to_string(), left)),
+            prev: (!uids.is_empty()).then_some((selector, uids)),
             conflist: serde_json::from_str(&node.read_file(CONFLIST)).expect("the conflist"),
             rows: Vec::new(),
         }
