@@ -4,13 +4,16 @@
 //! - watches the meshed pods of its node (`kube`'s watcher + reflector,
 //!   field selector `spec.nodeName`) and passes over all of them at start
 //!   and every `--agent-resync-seconds`;
-//! - finds running meshed pods whose `table inet meshnft` is missing or
-//!   wrong (their netns found from the pod cgroup; CHECK's comparison) and,
-//!   by `--repair-mode`, writes the table in place (`inPlace`, default),
-//!   deletes the pod (`delete`, also pods whose `linkerd-network-validator`
-//!   exited 95, as linkerd-cni's repair controller does), labels it
+//! - finds running pods of the entry's mesh (Linkerd, Istio, Kuma: the
+//!   plugin's meshing rules) whose `table inet meshnft` is missing or wrong
+//!   (their netns found from the pod cgroup; CHECK's comparison) and, by
+//!   `--repair-mode`, writes the table in place (`inPlace`, default),
+//!   deletes the pod (`delete`: pods whose mesh validator failed, as
+//!   linkerd-cni's repair controller does), labels it
 //!   `meshnft.io/uninitialized=true` (`label`), or does nothing (`off`);
 //!   each action is logged and recorded as a Kubernetes Event on the pod;
+//! - reports pods that failed for good for lack of their table (phase
+//!   `Failed`, validator failed): nothing can repair them;
 //! - reports readiness (`/readyz`: the entry is chained and the host checks
 //!   pass) and, with `--remove-node-taint`, removes the node taint
 //!   `meshnft.io/not-ready:NoSchedule` once ready;
@@ -46,7 +49,8 @@ pub enum RepairMode {
     /// Write the table into the running pod's netns (default).
     #[value(name = "inPlace")]
     InPlace,
-    /// Delete the pod (and pods whose `linkerd-network-validator` exited 95).
+    /// Delete pods whose mesh validator init container failed
+    /// ([`pods::validator`]); pods running without their table are reported.
     #[value(name = "delete")]
     Delete,
     /// Label the pod `meshnft.io/uninitialized=true`.
