@@ -611,6 +611,16 @@ impl Worker {
         if pods::meshing(pod, mesh) != Meshing::Meshed {
             return Ok(());
         }
+        if self.ctx.shared.peer_chained() {
+            // The node's pods get the peer's rules: a table of ours beside
+            // them would make two redirects. Checked again after the peer
+            // goes (the next full pass).
+            tracing::debug!(
+                "agent: pod {}: another mesh's CNI plugin is chained on this node; not checked",
+                pods::label(pod)
+            );
+            return Ok(());
+        }
         if pods::failed_for_lack_of_redirect(pod, mesh) {
             return self.report_failed(pod, mesh).await;
         }
