@@ -4,7 +4,9 @@
 //! projected service-account directory, real file events, real signals.
 //!
 //! Root only (the STATUS checks commit a table in a scratch netns; the
-//! read-only test bind-mounts inside `unshare -m`); skipped otherwise.
+//! read-only test bind-mounts inside `unshare -m`); skipped otherwise. The
+//! peer tests run the peers' own installers, built (once, cached) by
+//! scripts/peers.sh from the source snapshots in ../shared/peers.
 
 mod support;
 
