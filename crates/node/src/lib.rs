@@ -174,6 +174,13 @@ pub fn run(mut args: Args) -> i32 {
         }
         let r = locked_pass(&mut inst, &mut locks);
         reporter.report(&l.net_dir, &r);
+        agent.set_pass_problem(
+            r.as_ref().err().map(ToString::to_string),
+            match &r {
+                Err(InstallError::Peer { peers, .. }) => peers,
+                _ => &[],
+            },
+        );
         agent.set_chained(matches!(r, Ok(Outcome::Chained { .. })));
         let wait = if r.is_err() || !all_watched || watches.is_none() {
             l.retry

@@ -35,8 +35,9 @@ pub struct Metrics {
     pub meshed_pods: Gauge,
     /// `meshnft_pods_checked_total`: table checks of running meshed pods.
     pub checked: Counter,
-    /// `meshnft_pods_without_table_total{state="missing"|"wrong"}`: pods
-    /// found without their table, or with a table that differs.
+    /// `meshnft_pods_without_table_total{state="missing"|"wrong"|"failed"}`:
+    /// pods found without their table, or with a table that differs, or
+    /// failed for good for lack of it.
     pub without_table: Family<Label, Counter>,
     /// `meshnft_repairs_total{result="repaired"|"failed"}`: in-place repairs.
     pub repairs: Family<Label, Counter>,
@@ -53,6 +54,10 @@ pub struct Metrics {
     /// `meshnft_node_taint_removals_total`: times the agent removed the
     /// `meshnft.io/not-ready` taint from its node.
     pub taint_removals: Counter,
+    /// `meshnft_peer_plugin{type="linkerd-cni"|"istio-cni"|"kuma-cni"}`: 1
+    /// while that plugin's entry in the node's primary configuration keeps
+    /// the installer from chaining meshnft, else 0.
+    pub peer_plugin: Family<Label, Gauge>,
 }
 
 impl Metrics {
@@ -108,6 +113,11 @@ impl Metrics {
             "meshnft_last_resync_timestamp_seconds",
             "Unix time of the last full pass over the node's meshed pods",
             m.last_resync.clone(),
+        );
+        r.register(
+            "meshnft_peer_plugin",
+            "1 while another mesh's CNI plugin, by type, keeps meshnft out of the node's primary CNI configuration",
+            m.peer_plugin.clone(),
         );
         r.register(
             "meshnft_node_taint_removals",
