@@ -39,6 +39,20 @@ pub fn meshing(pod: &Pod) -> Meshing {
     pod_info(pod, Default::default()).meshing()
 }
 
+/// [`meshing`] by the rules of `mesh` (Linkerd's, Istio's or Kuma's:
+/// [`k8s::PodInfo::meshing_for`]).
+pub fn meshing_for(pod: &Pod, mesh: crate::config::mesh::Mesh) -> Meshing {
+    if pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.host_network)
+        .unwrap_or(false)
+    {
+        return Meshing::NotMeshed("host network".into());
+    }
+    pod_info(pod, Default::default()).meshing_for(mesh)
+}
+
 /// The pod as the plugin reads it from the API ([`k8s::doc::pod_info`]:
 /// one set of rules for both), from the agent's watched object and its
 /// namespace's annotations.

@@ -6,6 +6,7 @@ use super::pods;
 use super::repair::{Gap, Host};
 use super::{AgentError, Args, RepairMode, Shared};
 use crate::config::Settings;
+use crate::config::mesh::Mesh;
 use crate::install::{self, Layout};
 use crate::pod::k8s::Meshing;
 use futures_util::StreamExt;
@@ -118,6 +119,12 @@ fn entry_settings(cfg: &install::Args) -> Result<(Value, Settings), String> {
     let nc = crate::config::decode(conf.to_string().as_bytes()).map_err(|e| e.to_string())?;
     let s = nc.settings().map_err(|e| e.to_string())?;
     Ok((entry, s))
+}
+
+/// The mesh of the entry the installer inserts; `before` when the entry
+/// cannot be read (the readiness loop reports why).
+fn entry_mesh(cfg: &install::Args, before: Mesh) -> Mesh {
+    entry_settings(cfg).map_or(before, |(_, s)| s.mesh.mesh)
 }
 
 /// A client, retrying every `retry` until one can be built.
@@ -322,6 +329,18 @@ async fn pod_loop(ctx: Arc<Ctx>) {
             instance: Some(format!("meshnft-agent-{node}")),
         },
     );
+    if let Some(sock) = ctx.agent.socket() {
+        tokio::spawn(super::reports::serve(
+            install::under(
+                &ctx.install.host_root,
+                &crate::pod::k8s::report::socket_for(sock),
+            ),
+            ctx.shared.clone(),
+            Some(recorder.clone()),
+            ctx.retry,
+        ));
+    }
+    let mut mesh = entry_mesh(&ctx.install, Mesh::Linkerd);
     let mut w = Worker {
         ctx: ctx.clone(),
         host,
@@ -378,6 +397,7 @@ async fn pod_loop(ctx: Arc<Ctx>) {
         }
         let full = resync_due;
         if full {
+            mesh = entry_mesh(&ctx.install, mesh);
             w.verified.clear();
             pending.extend(reader.state().iter().map(|p| ObjectRef::from_obj(&**p)));
             resync_due = false;
@@ -385,9 +405,16 @@ async fn pod_loop(ctx: Arc<Ctx>) {
         let meshed = reader
             .state()
             .iter()
-            .filter(|p| !pods::finished(p) && pods::meshing(p) == Meshing::Meshed)
+            .filter(|p| !pods::finished(p) && pods::meshing_for(p, mesh) == Meshing::Meshed)
             .count();
-        ctx.shared.metrics.meshed_pods.set(meshed as i64);
+        let gauge = &ctx.shared.metrics.meshed_pods;
+        if gauge.get(&[("mesh", mesh.name())]).is_none() {
+            // The entry's mesh changed: only the current one is reported.
+            gauge.clear();
+        }
+        gauge
+            .get_or_create(&[("mesh", mesh.name())])
+            .set(meshed as i64);
         for key in std::mem::take(&mut pending) {
             let Some(pod) = reader.get(&key) else {
                 continue;
@@ -423,7 +450,7 @@ struct Worker {
 }
 
 impl Worker {
-    async fn event(&self, pod: &Pod, reason: &str, action: &str, note: String) {
+    async fn event(&self, pod: &Pod, reason: &'static str, action: &str, note: String) {
         let ev = Event {
             type_: EventType::Normal,
             reason: reason.into(),
@@ -436,14 +463,24 @@ impl Worker {
             self.recorder.publish(&ev, &pod.object_ref(&())),
         )
         .await;
-        if let Err(e) = r {
-            self.ctx
-                .shared
-                .metrics
-                .errors
-                .get_or_create(&[("stage", "event")])
-                .inc();
-            tracing::warn!("agent: {e}");
+        match r {
+            Ok(()) => {
+                self.ctx
+                    .shared
+                    .metrics
+                    .pod_events
+                    .get_or_create(&[("reason", reason)])
+                    .inc();
+            }
+            Err(e) => {
+                self.ctx
+                    .shared
+                    .metrics
+                    .errors
+                    .get_or_create(&[("stage", "event")])
+                    .inc();
+                tracing::warn!("agent: {e}");
+            }
         }
     }
 
