@@ -421,7 +421,7 @@ fn repairs_pods_that_came_up_without_their_table() {
         agent.metric(r#"meshnft_pods_without_table_total{state="wrong"}"#),
         0.0
     );
-    assert_eq!(agent.metric("meshnft_meshed_pods"), 3.0);
+    assert_eq!(agent.metric(r#"meshnft_meshed_pods{mesh="linkerd"}"#), 3.0);
     assert!(agent.metric("meshnft_pods_checked_total") >= 6.0);
     assert_eq!(agent.metric("meshnft_chained"), 1.0);
     assert_eq!(agent.metric("meshnft_ready"), 1.0);
@@ -639,7 +639,12 @@ fn label_mode_labels_and_the_api_server_may_go_away() {
         labeller.metric(r#"meshnft_pod_labels_total{result="labelled"}"#),
         1.0
     );
-    assert!(events_for(&api, "MeshnftNotConfigured").contains(&"web-third".to_string()));
+    assert!(
+        wait_until(T, || events_for(&api, "MeshnftNotConfigured")
+            .contains(&"web-third".to_string())),
+        "{:?}",
+        api.events()
+    );
 }
 
 /// The socket the agent answers the plugin's pod lookups on, in `tree`'s
@@ -985,12 +990,12 @@ fn warned_and_refused_adds_become_events_and_metrics() {
     // The refused ADDs waited for the agent (about 1 s each).
     assert!(agent.metric(r#"meshnft_cni_operation_duration_seconds_sum{verb="ADD"}"#) > 1.0);
     assert_eq!(
-        agent.metric(r#"meshnft_cni_operation_duration_seconds_bucket{verb="ADD",le="10.0"}"#),
+        agent.metric(r#"meshnft_cni_operation_duration_seconds_bucket{le="10.0",verb="ADD"}"#),
         3.0
     );
     // The warned ADD took less than the refused ones' wait.
     assert_eq!(
-        agent.metric(r#"meshnft_cni_operation_duration_seconds_bucket{verb="ADD",le="0.5"}"#),
+        agent.metric(r#"meshnft_cni_operation_duration_seconds_bucket{le="0.5",verb="ADD"}"#),
         1.0
     );
     assert_eq!(
