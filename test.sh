@@ -43,7 +43,8 @@ go_t0=$EPOCHREALTIME
   set -e
   took() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", b - a }'; }
   t=$EPOCHREALTIME; scripts/containerd.sh >/dev/null; echo "containerd ready in $(took "$t") s"
-  t=$EPOCHREALTIME; scripts/peers.sh >/dev/null; echo "peers ready in $(took "$t") s"
+  t=$EPOCHREALTIME; scripts/peers.sh istio-cni linkerd-cni kuma-cni linkerd-cni-install kuma-cni-install >/dev/null
+  echo "peers ready in $(took "$t") s"
   t=$EPOCHREALTIME; scripts/node-build.sh >/dev/null; echo "node parts ready in $(took "$t") s"
   echo "Go parts ready $(took "$go_t0") s after they started"
 ) >"$go_log" 2>&1 &

@@ -33,7 +33,12 @@
 #               sources mean a new build. A missing archive or a checksum that
 #               differs is an error naming the file, never a skip.
 #
-# Usage: scripts/peers.sh [--cached-only] [name...]   (default: all three)
+#   linkerd-cni-install, kuma-cni-install
+#               the peers' own installers (linkerd2-proxy-init's ./cni-install,
+#               kuma's ./app/cni/cmd/install), from the same snapshots; built
+#               only when named.
+#
+# Usage: scripts/peers.sh [--cached-only] [name...]   (default: the three plugins)
 # prints one line per peer, the path of its binary; with --cached-only a peer
 # not built yet is skipped (no line) instead of built (the benchmark's quick
 # mode uses it). MESHNFT_CACHE_DIR overrides <cache> (default
@@ -68,8 +73,14 @@ declare -A archives=(
   [linkerd-cni]="linkerd2-proxy-init-183e791d99dc.tar.gz"
   [kuma-cni]="kuma-348b6528bc23.tar.gz kuma-go-control-plane-a7b6eeb20fc5.tar.gz"
 )
-declare -A moddir=([linkerd-cni]=linkerd2-proxy-init [kuma-cni]=kuma)
-declare -A package=([linkerd-cni]=./cni-plugin [kuma-cni]=./app/cni/cmd/kuma-cni)
+# The peers' own installers (what their DaemonSets run to chain them into the
+# node's conflist), from the same snapshots: tests/install.rs runs them.
+archives[linkerd-cni-install]=${archives[linkerd-cni]}
+archives[kuma-cni-install]=${archives[kuma-cni]}
+declare -A moddir=([linkerd-cni]=linkerd2-proxy-init [kuma-cni]=kuma
+  [linkerd-cni-install]=linkerd2-proxy-init [kuma-cni-install]=kuma)
+declare -A package=([linkerd-cni]=./cni-plugin [kuma-cni]=./app/cni/cmd/kuma-cni
+  [linkerd-cni-install]=./cni-install [kuma-cni-install]=./app/cni/cmd/install)
 
 GO_MIN=1.26.6
 # shellcheck source=scripts/go-env.sh
@@ -115,7 +126,7 @@ build_from_archives() {
   trap "rm -rf '$work' '$out'" EXIT
   for a in ${archives[$name]}; do tar -xzf "$src/$a" -C "$work"; done
   mod=$work/${moddir[$name]}
-  if [[ $name == kuma-cni ]]; then
+  if [[ $name == kuma-cni* ]]; then
     local gcp=$work/kuma-go-control-plane p
     [[ -f $gcp/go.mod ]] || { log "kuma-cni: the go-control-plane archive has no kuma-go-control-plane/go.mod"; exit 1; }
     for p in "" /contrib /envoy /ratelimit; do
@@ -140,11 +151,11 @@ for name in "${peers[@]}"; do
       version=$(awk '$1 == "require" && NF == 3 { print $3; exit }' "$mod/go.mod")
       [[ -n $pkg && -n $module && -n $version ]] || { log "cannot read the pinned command of $mod"; exit 1; }
       ;;
-    linkerd-cni | kuma-cni)
+    linkerd-cni | kuma-cni | linkerd-cni-install | kuma-cni-install)
       version=$(version_of "$name")
       ;;
     *)
-      log "unknown peer $name (known: istio-cni, linkerd-cni, kuma-cni)"
+      log "unknown peer $name (known: istio-cni, linkerd-cni, kuma-cni, linkerd-cni-install, kuma-cni-install)"
       exit 1
       ;;
   esac

@@ -1100,3 +1100,342 @@ fn the_report_socket_drops_bad_and_foreign_reports() {
     );
     assert_eq!(api.events().len(), 1, "{:?}", api.events());
 }
+
+// ---- Istio and Kuma pods (issue 23: repair for every mesh) -----------------
+
+/// The entry of a mesh other than Linkerd: the mesh's defaults, the init
+/// phase on, no API lookups by the plugin (as [`entry`]).
+fn mesh_entry(node: &Node, mesh: &str) -> Value {
+    json!({
+        "type": "meshnft",
+        "mesh": mesh,
+        "log_level": "debug",
+        "stateDir": node.dir().join("state"),
+        "initPhase": {"enabled": true}
+    })
+}
+
+/// The API's view of a pod of `mesh`'s injector on [`NODE`]: its
+/// annotation (`sidecar.istio.io/status`, `kuma.io/sidecar-injected`),
+/// `restartPolicy: Never` (a pod that is never restarted: a Job's), a
+/// `phase`, and statuses.
+fn mesh_api_pod(
+    mesh: &str,
+    name: &str,
+    init: &[&str],
+    containers: &[&str],
+    phase: &str,
+    init_st: Vec<ContainerStatus>,
+    st: Vec<ContainerStatus>,
+) -> Pod {
+    let ann = match mesh {
+        "istio" => (
+            "sidecar.istio.io/status",
+            r#"{"containers":["istio-proxy"]}"#,
+        ),
+        _ => ("kuma.io/sidecar-injected", "true"),
+    };
+    let init: Vec<(&str, Option<&str>)> = init.iter().map(|n| (*n, None)).collect();
+    let mut p = apiserver::pod("default", name, &init, containers, &[ann], &[]);
+    let spec = p.spec.as_mut().unwrap();
+    spec.node_name = Some(NODE.into());
+    spec.restart_policy = Some("Never".into());
+    p.status = Some(PodStatus {
+        phase: Some(phase.into()),
+        init_container_statuses: Some(init_st),
+        container_statuses: Some(st),
+        ..Default::default()
+    });
+    p
+}
+
+/// A table listing with what differs between two pods of the same settings
+/// taken out: the table comment (pod UID and name), rule handles, counter
+/// values and the elements of the dynamic sets and the verdict map (state:
+/// the phase, closed or open). The static sets' elements stay.
+fn table_shape(listing: &str) -> String {
+    const STATE: [&str; 3] = [
+        "set proxy_started {",
+        "set init_containers {",
+        "map init_phase {",
+    ];
+    let mut out = String::new();
+    let (mut in_state, mut in_elems) = (false, false);
+    for line in listing.lines() {
+        let l = line.trim();
+        if in_elems {
+            in_elems = !l.contains('}');
+            continue;
+        }
+        if l.starts_with("set ") || l.starts_with("map ") || l.starts_with("chain ") {
+            in_state = STATE.contains(&l);
+        }
+        if in_state && l.starts_with("elements = {") {
+            in_elems = !l.contains('}');
+            continue;
+        }
+        if l.starts_with("comment \"meshnft ") {
+            continue;
+        }
+        let mut l = l.split(" # handle ").next().unwrap_or(l).to_string();
+        while let Some(i) = l.find("counter packets ") {
+            let rest = &l[i + "counter packets ".len()..];
+            let digits = |s: &str| s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+            let n = digits(rest);
+            let after = rest[n..].strip_prefix(" bytes ").unwrap_or(&rest[n..]);
+            let after = &after[digits(after)..];
+            l = format!("{}counter{after}", &l[..i]);
+        }
+        out.push_str(&l);
+        out.push('\n');
+    }
+    out
+}
+
+/// The mesh's proxy stand-in inside a pod: outbound 15001, inbound 15006
+/// (Istio's and Kuma's defaults).
+fn mesh_proxy_listeners(pod: &Netns) -> (support::Listener, support::Listener) {
+    let any4 = std::net::IpAddr::from([0, 0, 0, 0]);
+    let any6 = std::net::IpAddr::from([0u16; 8]);
+    (
+        support::Listener::start(pod.path(), "mesh-out", &[sa(any4, 15001), sa(any6, 15001)]),
+        support::Listener::start(pod.path(), "mesh-in", &[sa(any4, 15006), sa(any6, 15006)]),
+    )
+}
+
+/// One mesh's repair, end to end: a pod of the mesh that came up before
+/// meshnft was chained (so without its table) and runs is repaired in place
+/// with the table ADD writes for it (same rules, listed by nft, as a pod
+/// that went through ADD), the phase by the pod's status; the mesh's
+/// proxy name and annotation select it, Linkerd's do not; a pod of the
+/// mesh that failed because its validator found no redirect and will never
+/// run again (`restartPolicy: Never`, phase `Failed`) is reported (Event,
+/// counter), not written to, not deleted.
+fn repair_for_mesh(mesh: &str, proxy: &str, validator: (&str, i32), proxy_uid: u32) {
+    let Some((api, node, _server, _)) = setup() else {
+        return;
+    };
+    let tree = Tree::new(&mesh_entry(&node, mesh));
+    tree.write_primary();
+    let plain = node.write_conflist("agentnet", "1.0.0", vec![]);
+    let meshed = node.write_conflist("agentnet", "1.0.0", vec![mesh_entry(&node, mesh)]);
+    let running = |name: &str| {
+        mesh_api_pod(
+            mesh,
+            name,
+            &[validator.0],
+            &["app", proxy],
+            "Running",
+            vec![cs(validator.0, state(false, Some(0)), None)],
+            vec![
+                cs("app", state(true, None), None),
+                cs(proxy, state(true, None), None),
+            ],
+        )
+    };
+    // Came up without its table, running, never to be restarted: repaired,
+    // the phase closed.
+    let bare = TestPod::new(&node, "mesh-bare", &plain);
+    let _bare_proxy = mesh_proxy_listeners(&bare.netns);
+    api.put_pod(&running("mesh-bare"), bare.cg.pod_uid());
+    // Came up without its table, in its validator: repaired, phase open.
+    let init = TestPod::new(&node, "mesh-init", &plain);
+    let _init_proxy = mesh_proxy_listeners(&init.netns);
+    api.put_pod(
+        &mesh_api_pod(
+            mesh,
+            "mesh-init",
+            &[validator.0, "init"],
+            &["app", proxy],
+            "Pending",
+            vec![
+                cs(validator.0, state(false, Some(0)), None),
+                cs("init", state(true, None), None),
+            ],
+            vec![],
+        ),
+        init.cg.pod_uid(),
+    );
+    // The reference: the same pod through ADD with meshnft chained.
+    let reference = TestPod::new(&node, "mesh-ref", &meshed);
+    api.put_pod(&running("mesh-ref"), reference.cg.pod_uid());
+    let ref_table = list_table(&reference.netns).expect("ADD wrote the table");
+    // A Linkerd-shaped pod: not this mesh's.
+    let other = TestPod::new(&node, "mesh-other", &plain);
+    api.put_pod(&running_meshed("mesh-other"), other.cg.pod_uid());
+    // Failed for lack of its redirect, never restarted: reported only.
+    api.put_pod(
+        &mesh_api_pod(
+            mesh,
+            "mesh-failed",
+            &[validator.0],
+            &["app", proxy],
+            "Failed",
+            vec![cs(validator.0, state(false, Some(validator.1)), None)],
+            vec![],
+        ),
+        "uid-mesh-failed",
+    );
+    // Failed otherwise (the app exited 1): nothing to say.
+    api.put_pod(
+        &mesh_api_pod(
+            mesh,
+            "mesh-app-failed",
+            &[validator.0],
+            &["app", proxy],
+            "Failed",
+            vec![cs(validator.0, state(false, Some(0)), None)],
+            vec![cs("app", state(false, Some(1)), None)],
+        ),
+        "uid-mesh-app-failed",
+    );
+
+    api.put_node(NODE, &[("meshnft.io/not-ready", "NoSchedule")]);
+    let agent = Agent::start(&tree, &api, &["--remove-node-taint"]);
+    assert!(
+        wait_until(T, || bare.table().is_some() && init.table().is_some()),
+        "{mesh}: tables not repaired:\n{}",
+        agent.log()
+    );
+    // The same table as ADD's, rule for rule (the pods share layout and
+    // settings); only the comment, counters and elements differ.
+    for (what, p) in [("running", &bare), ("in its init containers", &init)] {
+        let t = list_table(&p.netns).unwrap();
+        assert_eq!(
+            table_shape(&t),
+            table_shape(&ref_table),
+            "{mesh}: the repaired table of the pod {what} differs from ADD's:\n{t}\nADD's:\n{ref_table}"
+        );
+        assert!(t.contains(&format!("mesh {mesh} pod uid")), "{t}");
+    }
+    // Closed: the app's outbound TCP lands on the mesh's proxy port; the
+    // proxy's own goes out.
+    expect_reply(
+        bare.probe("app", APP_UID),
+        "mesh-out",
+        Some("198.19.0.1:80"),
+    );
+    expect_reply(bare.probe(proxy, proxy_uid), "server", None);
+    let started = set_elements(&bare.netns, "proxy_started");
+    assert!(
+        started.iter().any(|e| elem_is(e, bare.cg.pod_dir())),
+        "{started:?}"
+    );
+    // Open: the init container goes out directly.
+    expect_reply(init.probe("init", INIT_UID), "server", None);
+    assert!(set_elements(&init.netns, "proxy_started").is_empty());
+    if mesh == "kuma" {
+        // As ADD: Kuma's IPv6 passthrough source on lo.
+        let lo = bare
+            .netns
+            .exec_ok(&["ip", "-6", "addr", "show", "dev", "lo"]);
+        assert!(lo.contains("::6/128"), "{lo}");
+    }
+    assert!(
+        wait_until(T, || !events_for(&api, "MeshnftNotConfigured").is_empty()),
+        "{}",
+        agent.log()
+    );
+    // Two more full passes: nothing else is written or said.
+    let passes = agent.metric("meshnft_last_resync_timestamp_seconds");
+    assert!(wait_until(T, || agent
+        .metric("meshnft_last_resync_timestamp_seconds")
+        >= passes + 3.0));
+    assert!(other.table().is_none(), "{mesh}: a Linkerd pod got a table");
+    assert_eq!(
+        events_for(&api, "MeshnftRepaired"),
+        ["mesh-bare", "mesh-init"],
+        "{:?}",
+        api.events()
+    );
+    assert_eq!(
+        events_for(&api, "MeshnftNotConfigured"),
+        ["mesh-failed"],
+        "{:?}",
+        api.events()
+    );
+    let note = api
+        .events()
+        .iter()
+        .find(|e| e["reason"] == "MeshnftNotConfigured")
+        .and_then(|e| e["note"].as_str().map(str::to_string))
+        .unwrap_or_default();
+    assert!(
+        note.contains(validator.0) && note.contains("recreate it"),
+        "{note}"
+    );
+    assert_eq!(
+        agent.metric(r#"meshnft_pods_without_table_total{state="failed"}"#),
+        1.0,
+        "reported once"
+    );
+    assert_eq!(
+        agent.metric(r#"meshnft_repairs_total{result="repaired"}"#),
+        2.0
+    );
+    // The two repaired ones and the reference (not the failed ones).
+    assert_eq!(
+        agent.metric(&format!("meshnft_meshed_pods{{mesh=\"{mesh}\"}}")),
+        3.0
+    );
+    assert!(api.deletes().is_empty());
+    assert!(
+        wait_until(T, || api.taints(NODE).is_empty()),
+        "{:?}",
+        api.taints(NODE)
+    );
+    drop(agent);
+
+    // Mode delete: a pod whose validator failed and that is restarted
+    // (phase Pending, the failure in its last state) is deleted; the
+    // failed one, which nothing would recreate, is not.
+    let mut crashing = mesh_api_pod(
+        mesh,
+        "mesh-crashing",
+        &[validator.0],
+        &["app", proxy],
+        "Pending",
+        vec![cs(
+            validator.0,
+            state(false, None),
+            Some(state(false, Some(validator.1))),
+        )],
+        vec![],
+    );
+    crashing.spec.as_mut().unwrap().restart_policy = Some("Always".into());
+    api.put_pod(&crashing, "uid-mesh-crashing");
+    let del = Agent::start(&tree, &api, &["--repair-mode", "delete"]);
+    assert!(wait_until(T, || !api.deletes().is_empty()), "{}", del.log());
+    let passes = del.metric("meshnft_last_resync_timestamp_seconds");
+    assert!(wait_until(T, || del
+        .metric("meshnft_last_resync_timestamp_seconds")
+        >= passes + 3.0));
+    assert_eq!(api.deletes(), ["default/mesh-crashing"]);
+    assert!(api.has_pod("default", "mesh-failed"));
+    drop(del);
+
+    // Mode label: a pod running without its table and the failed one are
+    // labelled; neither gets a table.
+    let unlabelled = TestPod::new(&node, "mesh-label", &plain);
+    api.put_pod(&running("mesh-label"), unlabelled.cg.pod_uid());
+    let labeller = Agent::start(&tree, &api, &["--repair-mode", "label"]);
+    let labelled =
+        |name: &str| api.pod_labels("default", name)["meshnft.io/uninitialized"] == "true";
+    assert!(
+        wait_until(T, || labelled("mesh-label") && labelled("mesh-failed")),
+        "{}",
+        labeller.log()
+    );
+    assert!(unlabelled.table().is_none());
+    assert!(!labelled("mesh-bare"), "a pod with its table was labelled");
+}
+
+#[test]
+fn repairs_istio_pods_that_came_up_without_their_table() {
+    repair_for_mesh("istio", "istio-proxy", ("istio-validation", 126), 1337);
+}
+
+#[test]
+fn repairs_kuma_pods_that_came_up_without_their_table() {
+    repair_for_mesh("kuma", "kuma-sidecar", ("kuma-validation", 1), 5678);
+}

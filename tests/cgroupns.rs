@@ -17,10 +17,15 @@ use serde_json::Value;
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Nesting {
     InheritedMount,
     KindLike,
+    /// Kind-like, on a root file system without `/bin/true` and
+    /// `/usr/bin/true` (tmpfs over `/usr/bin`, and over `/bin` unless it
+    /// links there), as on Talos or a distroless node: the level probe
+    /// must need no program of the node.
+    KindLikeWithoutPrograms,
 }
 
 /// Runs the plugin as a runtime inside a nested cgroup namespace whose root
@@ -36,6 +41,12 @@ fn invoke_nested(
         Nesting::InheritedMount => format!("exec unshare -C {MESHNFT}"),
         Nesting::KindLike => format!(
             "exec unshare -C -m sh -c 'mount --make-rprivate / && mount -t cgroup2 none /sys/fs/cgroup && exec {MESHNFT}'"
+        ),
+        // `[` is the shell's builtin: it still runs once /usr/bin is hidden.
+        Nesting::KindLikeWithoutPrograms => format!(
+            "exec unshare -C -m sh -c 'mount --make-rprivate / && mount -t cgroup2 none /sys/fs/cgroup && \
+             {{ [ -L /bin ] || mount -t tmpfs none /bin; }} && mount -t tmpfs none /usr/bin && \
+             [ ! -e /bin/true ] && [ ! -e /usr/bin/true ] || exit 99; exec {MESHNFT}'"
         ),
     };
     let script = format!("echo $$ > {}/cgroup.procs && {inner}", top.display());
@@ -82,6 +93,13 @@ fn nested(nesting: Nesting) {
     let env = cni_env(id, f.pod.path(), &args);
     let out = invoke_nested(nesting, f.cg.top(), "ADD", &env, &conf);
     assert_eq!(out.code, 0, "{nesting:?}: {out:?}");
+    // The probe ran (a failed probe warns and falls back to offset 0
+    // without caching it; the cache is read below).
+    assert!(
+        !out.stderr.contains("assuming cgroup levels need no offset"),
+        "{nesting:?}: {}",
+        out.stderr
+    );
     // kubepods/burstable/pod<uid> is level 3 below the namespace root; on
     // this kernel levels are relative to the rule writer's namespace root.
     let t = list_table(&f.pod).unwrap();
@@ -125,5 +143,12 @@ fn nested_cgroup_namespace_inherited_mount() {
 fn nested_cgroup_namespace_kind_like() {
     if support::root_or_skip("nested_cgroup_namespace_kind_like") {
         nested(Nesting::KindLike);
+    }
+}
+
+#[test]
+fn nested_cgroup_namespace_without_programs_on_the_node() {
+    if support::root_or_skip("nested_cgroup_namespace_without_programs_on_the_node") {
+        nested(Nesting::KindLikeWithoutPrograms);
     }
 }

@@ -4,7 +4,9 @@
 //! projected service-account directory, real file events, real signals.
 //!
 //! Root only (the STATUS checks commit a table in a scratch netns; the
-//! read-only test bind-mounts inside `unshare -m`); skipped otherwise.
+//! read-only test bind-mounts inside `unshare -m`); skipped otherwise. The
+//! peer tests run the peers' own installers, built (once, cached) by
+//! scripts/peers.sh from the source snapshots in ../shared/peers.
 
 mod support;
 
@@ -1461,4 +1463,375 @@ fn old_records_are_moved_once() {
     );
     assert_eq!(std::fs::read(new.join("late/eth0.json")).unwrap(), before);
     assert_eq!(third.term().code(), Some(0), "{}", third.log());
+}
+
+// ---- Another mesh's CNI plugin in the same conflist (issue 24) --------------------------
+
+/// A peer's own installer (scripts/peers.sh builds them from the peers'
+/// source snapshots, cached), or its plugin.
+fn peer_binary(name: &str) -> PathBuf {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/peers.sh");
+    let out = Command::new(&script)
+        .arg(name)
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e}", script.display()));
+    assert!(
+        out.status.success(),
+        "scripts/peers.sh {name} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let path = PathBuf::from(stdout.lines().last().unwrap_or_default().trim());
+    assert!(path.is_file(), "scripts/peers.sh printed {path:?}");
+    path
+}
+
+/// Runs a peer's real installer (`installer`, with `args` and `env`) the way
+/// its DaemonSet does, on `tree`'s host: in a private mount namespace, chrooted
+/// into `<tree>/peer-root`, where `/host` is `tree.host()` (bind mount), the
+/// service account is at kubelet's path
+/// (`/var/run/secrets/kubernetes.io/serviceaccount`: the peers read it there),
+/// and each of `files` (path in the root, file on this machine) is bound in.
+/// Its output goes to the returned handle's log; killed on drop. Everything
+/// it makes outside the tree's host dir lives under `<tree>/peer-root`,
+/// removed with the tree.
+fn peer_installer(
+    tree: &Tree,
+    installer: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+    files: &[(&str, &Path)],
+) -> Installer {
+    let root = tree.dir.join("peer-root");
+    let sa = root.join("var/run/secrets/kubernetes.io/serviceaccount");
+    for d in [root.join("host"), root.join("tmp"), sa.clone()] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    for f in ["token", "ca.crt"] {
+        std::fs::copy(tree.sa().join(f), sa.join(f)).unwrap();
+    }
+    let mut script = String::from("set -e\n");
+    script.push_str(&format!(
+        "mount --bind '{}' '{}'\n",
+        tree.host().display(),
+        root.join("host").display()
+    ));
+    let mut all: Vec<(&str, &Path)> = vec![("/peer-installer", installer)];
+    all.extend_from_slice(files);
+    for (inside, outside) in all {
+        let target = root.join(inside.trim_start_matches('/'));
+        std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+        std::fs::write(&target, b"").unwrap();
+        script.push_str(&format!(
+            "mount --bind '{}' '{}'\n",
+            outside.display(),
+            target.display()
+        ));
+    }
+    script.push_str(&format!(
+        "exec chroot '{}' /peer-installer {} 1>&2\n",
+        root.display(),
+        args.join(" ")
+    ));
+    let mut c = Command::new("unshare");
+    c.env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .args(["--mount", "--propagation", "private", "sh", "-c", &script]);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    Installer::spawn(c)
+}
+
+/// linkerd-cni's installer (linkerd2-proxy-init's `cni-install`) as the
+/// linkerd2-cni chart runs it: its entry template (the chart's defaults,
+/// tests/peers/linkerd-cni-entry.json, with the kubeconfig placeholder the
+/// installer fills in) in `CNI_NETWORK_CONFIG`, the node's directories under
+/// `/host`, the plugin binary to copy in `/linkerd-bin`.
+fn linkerd_cni_installer(tree: &Tree) -> Installer {
+    let mut e: Value = serde_json::from_str(include_str!("peers/linkerd-cni-entry.json")).unwrap();
+    e["kubernetes"]["kubeconfig"] = json!("__KUBECONFIG_FILEPATH__");
+    let plugin = peer_binary("linkerd-cni");
+    peer_installer(
+        tree,
+        &peer_binary("linkerd-cni-install"),
+        &["--log-level", "debug"],
+        &[
+            ("CNI_NETWORK_CONFIG", &e.to_string()),
+            ("CONTAINER_MOUNT_PREFIX", "/host"),
+            ("CONTAINER_CNI_BIN_DIR", "/linkerd-bin"),
+            ("DEST_CNI_NET_DIR", "/etc/cni/net.d"),
+            ("DEST_CNI_BIN_DIR", "/opt/cni/bin"),
+            ("KUBERNETES_SERVICE_HOST", "198.18.0.1"),
+            ("KUBERNETES_SERVICE_PORT", "6443"),
+        ],
+        &[("/linkerd-bin/linkerd-cni", &plugin)],
+    )
+}
+
+/// kuma-cni's installer (kuma's `app/cni/cmd/install`) as the kuma chart runs
+/// it in chained mode: its entry template in `CNI_NETWORK_CONFIG` (the chart's
+/// shape, the kubeconfig placeholder the installer fills in), the plugin at
+/// `/opt/cni/bin/kuma-cni` (where it copies it from), the node's directories
+/// under `/host`.
+fn kuma_cni_installer(tree: &Tree) -> Installer {
+    let plugin = peer_binary("kuma-cni");
+    let template = json!({
+        "type": "kuma-cni",
+        "log_level": "info",
+        "kubernetes": {
+            "kubeconfig": "__KUBECONFIG_FILEPATH__",
+            "cni_bin_dir": "/opt/cni/bin",
+            "exclude_namespaces": ["kuma-system"]
+        }
+    })
+    .to_string();
+    peer_installer(
+        tree,
+        &peer_binary("kuma-cni-install"),
+        &[],
+        &[
+            ("CHAINED_CNI_PLUGIN", "true"),
+            ("CNI_NET_DIR", "/etc/cni/net.d"),
+            ("MOUNTED_CNI_NET_DIR", "/host/etc/cni/net.d"),
+            ("KUBERNETES_SERVICE_HOST", "198.18.0.1"),
+            ("KUBERNETES_SERVICE_PORT", "6443"),
+            ("CNI_LOG_LEVEL", "debug"),
+            ("CNI_NETWORK_CONFIG", &template),
+        ],
+        &[("/opt/cni/bin/kuma-cni", &plugin)],
+    )
+}
+
+/// istio-cni's entry as its installer writes it in sidecar mode (written by
+/// hand: istio-cni's installer is part of its node agent, not built here).
+fn istio_cni_entry() -> Value {
+    json!({
+        "type": "istio-cni",
+        "plugin_log_level": "info",
+        "cni_agent_run_dir": "/var/run/istio-cni",
+        "ambient_enabled": false,
+        "exclude_namespaces": ["istio-system", "kube-system"],
+        "kubernetes": {
+            "kubeconfig": "/etc/cni/net.d/ZZZ-istio-cni-kubeconfig",
+            "cni_bin_dir": "/opt/cni/bin"
+        }
+    })
+}
+
+fn types(p: &Path) -> Vec<String> {
+    read_json(p)
+        .and_then(|v| v["plugins"].as_array().cloned())
+        .unwrap_or_default()
+        .iter()
+        .map(|p| p["type"].as_str().unwrap_or("?").to_string())
+        .collect()
+}
+
+/// A free local port for `--agent-listen`.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `GET path` on 127.0.0.1:`port` → (status, body).
+fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    let code = out.split_whitespace().nth(1)?.parse().ok()?;
+    let body = out.split_once("\r\n\r\n").map(|(_, b)| b.to_string())?;
+    Some((code, body))
+}
+
+/// The real linkerd-cni installer chains linkerd-cni into kindnet's conflist.
+/// meshnft's installer, started beside it, refuses to chain (saying which
+/// peer and how to proceed), changes nothing, stays up and not Ready, and
+/// exports `meshnft_peer_plugin{type="linkerd-cni"} 1`. With
+/// `--replace-peers` it replaces the entry, but linkerd-cni's installer (still
+/// running) puts its own back: meshnft then refuses instead of fighting it,
+/// and takes its own entry out. When linkerd-cni is uninstalled (its
+/// installer's SIGTERM removes its entry), meshnft chains itself in at once,
+/// without a restart.
+#[test]
+fn a_running_linkerd_cni_is_refused_until_it_is_uninstalled() {
+    if !support::root_or_skip("a_running_linkerd_cni_is_refused_until_it_is_uninstalled") {
+        return;
+    }
+    let tree = Tree::new();
+    let primary = tree.write_conf("10-kindnet.conflist", &kindnet());
+    let mut linkerd = linkerd_cni_installer(&tree);
+    assert!(
+        wait_until(T, || types(&primary).contains(&"linkerd-cni".to_string())),
+        "linkerd-cni's installer did not chain it:\n{}",
+        linkerd.log()
+    );
+    assert!(tree.bin().join("linkerd-cni").exists());
+    let written_by_linkerd = std::fs::read(&primary).unwrap();
+
+    let port = free_port();
+    let p = port.to_string();
+    let mut inst = Installer::start(&tree, &["--agent-listen", &format!("127.0.0.1:{p}")]);
+    assert!(inst.wait_log("refusing to chain meshnft"), "{}", inst.log());
+    let log = inst.log();
+    assert!(log.contains("beside linkerd-cni"), "{log}");
+    assert!(
+        log.contains("docs/migrating.md#linkerd-cni-to-meshnft"),
+        "{log}"
+    );
+    assert!(log.contains("installer.replacePeers=true"), "{log}");
+    std::thread::sleep(Duration::from_millis(1000));
+    assert!(inst.running(), "must keep running:\n{}", inst.log());
+    assert_eq!(std::fs::read(&primary).unwrap(), written_by_linkerd);
+    let (code, why) = http_get(port, "/readyz").expect("/readyz");
+    assert_eq!(code, 503);
+    assert!(why.contains("linkerd-cni"), "{why}");
+    let (_, metrics) = http_get(port, "/metrics").expect("/metrics");
+    assert!(
+        metrics.contains("meshnft_peer_plugin{type=\"linkerd-cni\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("meshnft_peer_plugin{type=\"kuma-cni\"} 0"),
+        "{metrics}"
+    );
+    assert_eq!(inst.term().code(), Some(0), "{}", inst.log());
+    assert_eq!(std::fs::read(&primary).unwrap(), written_by_linkerd);
+
+    // Told to replace it while linkerd-cni's installer still runs: replaced,
+    // put back by linkerd-cni's installer, then refused; never both chained.
+    let mut replacing = Installer::start(&tree, &["--replace-peers"]);
+    assert!(
+        replacing.wait_log("came back after meshnft replaced it"),
+        "{}\n--- linkerd-cni's installer:\n{}",
+        replacing.log(),
+        linkerd.log()
+    );
+    assert!(replacing.log().contains("replaced linkerd-cni's entry"));
+    assert!(
+        wait_until(T, || types(&primary) == ["ptp", "portmap", "linkerd-cni"]),
+        "{:?}\n{}",
+        types(&primary),
+        replacing.log()
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(types(&primary), ["ptp", "portmap", "linkerd-cni"]);
+    assert!(replacing.running());
+
+    // linkerd-cni uninstalled: its entry goes, meshnft's comes in.
+    assert!(linkerd.term().success() || linkerd.log().contains("removed"));
+    assert!(
+        wait_until(T, || types(&primary) == ["ptp", "portmap", "meshnft"]),
+        "{:?}\n{}",
+        types(&primary),
+        replacing.log()
+    );
+    assert_eq!(replacing.term().code(), Some(0), "{}", replacing.log());
+    assert_eq!(read_json(&primary).unwrap(), kindnet());
+}
+
+/// kuma-cni chained by its real installer, which then died without cleaning
+/// up (its entry, binary and kubeconfig left behind), and istio-cni's entry
+/// (written by hand): refused, naming the peers; with `--replace-peers`
+/// both entries go and meshnft's comes, the peers' files stay where they
+/// are; meshnft's uninstall does not bring the peers back.
+#[test]
+fn leftover_peer_entries_are_refused_or_replaced() {
+    if !support::root_or_skip("leftover_peer_entries_are_refused_or_replaced") {
+        return;
+    }
+    let tree = Tree::new();
+    let primary = tree.write_conf("10-kindnet.conflist", &kindnet());
+    let mut kuma = kuma_cni_installer(&tree);
+    assert!(
+        wait_until(T, || types(&primary).contains(&"kuma-cni".to_string())),
+        "kuma-cni's installer did not chain it:\n{}",
+        kuma.log()
+    );
+    kuma.crash();
+    let kuma_files = [
+        "opt/cni/bin/kuma-cni",
+        "etc/cni/net.d/ZZZ-kuma-cni-kubeconfig",
+    ];
+    for f in kuma_files {
+        assert!(tree.host().join(f).exists(), "{f}:\n{}", kuma.log());
+    }
+    let mut v = read_json(&primary).unwrap();
+    v["plugins"].as_array_mut().unwrap().push(istio_cni_entry());
+    std::fs::write(&primary, serde_json::to_vec_pretty(&v).unwrap()).unwrap();
+    let before = std::fs::read(&primary).unwrap();
+
+    let mut inst = Installer::start(&tree, &[]);
+    assert!(inst.wait_log("refusing to chain meshnft"), "{}", inst.log());
+    let log = inst.log();
+    assert!(log.contains("beside kuma-cni and istio-cni"), "{log}");
+    assert!(
+        log.contains("docs/migrating.md#kuma-cni-to-meshnft"),
+        "{log}"
+    );
+    assert!(
+        log.contains("docs/migrating.md#istio-cni-to-meshnft"),
+        "{log}"
+    );
+    std::thread::sleep(Duration::from_millis(700));
+    assert!(inst.running());
+    assert_eq!(std::fs::read(&primary).unwrap(), before);
+    assert_eq!(inst.term().code(), Some(0), "{}", inst.log());
+    assert_eq!(std::fs::read(&primary).unwrap(), before);
+
+    let mut inst = Installer::start(&tree, &["--replace-peers"]);
+    assert!(
+        wait_until(T, || types(&primary) == ["ptp", "portmap", "meshnft"]),
+        "{:?}\n{}",
+        types(&primary),
+        inst.log()
+    );
+    assert!(
+        inst.log().contains("replaced kuma-cni's entry"),
+        "{}",
+        inst.log()
+    );
+    assert!(
+        inst.log().contains("replaced istio-cni's entry"),
+        "{}",
+        inst.log()
+    );
+    // Everything but the peers' entries as kindnet wrote it.
+    let mut expect = read_json(&primary).unwrap();
+    expect["plugins"].as_array_mut().unwrap().pop();
+    assert_eq!(expect, kindnet());
+    for f in kuma_files {
+        assert!(tree.host().join(f).exists(), "{f} was removed");
+    }
+    assert_eq!(inst.term().code(), Some(0), "{}", inst.log());
+    assert_eq!(read_json(&primary).unwrap(), kindnet());
+    for f in kuma_files {
+        assert!(tree.host().join(f).exists(), "{f} was removed");
+    }
+
+    // meshnft chained first, a peer added after it: meshnft takes its own
+    // entry out rather than run beside it.
+    let mut inst = Installer::start(&tree, &[]);
+    assert!(wait_until(T, || tree.entries("10-kindnet.conflist") == 1));
+    let mut v = read_json(&primary).unwrap();
+    v["plugins"].as_array_mut().unwrap().push(istio_cni_entry());
+    std::fs::write(&primary, serde_json::to_vec_pretty(&v).unwrap()).unwrap();
+    assert!(
+        wait_until(T, || types(&primary) == ["ptp", "portmap", "istio-cni"]),
+        "{:?}\n{}",
+        types(&primary),
+        inst.log()
+    );
+    assert!(
+        inst.wait_log("meshnft's own entry was taken out"),
+        "{}",
+        inst.log()
+    );
+    assert_eq!(inst.term().code(), Some(0), "{}", inst.log());
 }

@@ -206,9 +206,8 @@ enum Peer {
     KumaCni,
     /// meshnft with the mesh's preset.
     Meshnft,
-    /// linkerd-cni (legacy) and meshnft chained one after the other, as
-    /// meshnft's installer leaves a node where linkerd-cni's entry is still
-    /// in the conflist.
+    /// linkerd-cni (legacy) and meshnft chained one after the other, as a
+    /// hand-written conflist (meshnft's installer refuses it) would chain them.
     LinkerdThenMeshnft,
 }
 
@@ -2245,11 +2244,12 @@ fn kuma_injected_pod_is_refused_by_meshnft() {
     let _ = node.cni("del", &cl, pod.path(), "kuma-refused", &args_ref(&args));
 }
 
-/// meshnft's installer leaves a peer's entry where it is and appends its
-/// own (docs/linkerd.md): installed while linkerd-cni is still chained,
-/// both run, linkerd-cni first. Its iptables rules still send the init
-/// container to 4140 before the proxy runs, meshnft's table beside them
-/// does not undo that: the seed bug stays until linkerd-cni is uninstalled.
+/// Why meshnft's installer refuses to chain beside a peer's entry
+/// (docs/linkerd.md, tests/install.rs): written by hand with linkerd-cni
+/// still chained, both run, linkerd-cni first. Its iptables rules still
+/// send the init container to 4140 before the proxy runs, meshnft's table
+/// beside them does not undo that: the seed bug stays until linkerd-cni is
+/// uninstalled.
 #[test]
 fn linkerd_cni_still_chained_keeps_the_seed_bug() {
     if !support::root_or_skip("linkerd_cni_still_chained_keeps_the_seed_bug") {

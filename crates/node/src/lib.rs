@@ -188,6 +188,13 @@ pub fn run(mut args: Args) -> i32 {
         }
         let r = locked_pass(&mut inst, &mut locks);
         reporter.report(&l.net_dir, &r);
+        agent.set_pass_problem(
+            r.as_ref().err().map(ToString::to_string),
+            match &r {
+                Err(InstallError::Peer { peers, .. }) => peers,
+                _ => &[],
+            },
+        );
         agent.record_pass(match &r {
             Ok(Outcome::Chained { changed, .. }) => Some(*changed),
             _ => None,

@@ -12,8 +12,9 @@
 //! 2. in a scratch network namespace, a filter chain records the cgroup id
 //!    at every level 0..[`MAX_LEVEL`] of each UDP packet's socket, one
 //!    dynamic set per level;
-//! 3. a short-lived child moves into the probe cgroup and sends one UDP
-//!    packet (all in `pre_exec`, async-signal-safe syscalls only);
+//! 3. a short-lived child, a fork of this process that never execs (so no
+//!    program of the node is needed), moves into the probe cgroup and sends
+//!    one UDP packet (async-signal-safe system calls only), then `_exit`s;
 //! 4. the level `N` whose set holds the probe cgroup's id gives the offset
 //!    `N - L` (0 on current kernels).
 //!
@@ -28,7 +29,6 @@ use serde::{Deserialize, Serialize};
 use std::ffi::CString;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
-use std::os::unix::process::CommandExt;
 use std::path::Path;
 
 /// Highest level the probe looks at.
@@ -194,8 +194,30 @@ fn measure_in(mount: &Cgroup2Mount, rel: &Path, dir: &Path) -> Result<i32> {
     ))
 }
 
+/// Steps of the probe child, named in its error.
+const CHILD_STEPS: [&str; 6] = [
+    "join the probe cgroup",
+    "enter the scratch netns",
+    "open a UDP socket",
+    "read lo's flags",
+    "bring lo up",
+    "send the packet",
+];
+
 /// Sends one UDP packet from a child process placed in the cgroup `dir`,
 /// inside the network namespace `netns` (loopback brought up first).
+///
+/// The child is a fork of this process that never execs: no program of the
+/// node is needed (nodes without `/bin/true`: Talos, distroless images).
+/// Between `fork` and `_exit` it makes only async-signal-safe system calls
+/// on buffers allocated before the fork, and touches no descriptor but the
+/// ones given here (so the plugin's stdout, the CNI result's, stays its
+/// own). On a failure it writes the failed step and `errno` to a pipe and
+/// exits 1; the parent waits for it (`waitpid`) before it reads the
+/// probe's sets.
+///
+/// Errors: the pipe, the fork, or the child's step (code 105, the step and
+/// the OS error in the details).
 fn send_from(dir: &Path, netns: &std::fs::File) -> Result<()> {
     let procs = std::fs::OpenOptions::new()
         .write(true)
@@ -203,62 +225,118 @@ fn send_from(dir: &Path, netns: &std::fs::File) -> Result<()> {
         .map_err(|e| probe_err("open cgroup.procs", e))?;
     let (pfd, nfd) = (procs.as_raw_fd(), netns.as_raw_fd());
     let lo = CString::new("lo").map_err(|e| probe_err("lo", e))?;
-    let true_bin = ["/bin/true", "/usr/bin/true"]
-        .into_iter()
-        .find(|p| Path::new(p).exists())
-        .unwrap_or("/bin/true");
-    let mut cmd = std::process::Command::new(true_bin);
-    cmd.stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null());
-    // SAFETY: only async-signal-safe syscalls run between fork and exec; all
-    // buffers were allocated before the fork.
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: pipe2 fills `fds` with two new descriptors, owned right away.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(probe_err("pipe", std::io::Error::last_os_error()));
+    }
+    // SAFETY: both descriptors are new and owned by nobody else.
+    let (rd, wr) = unsafe {
+        use std::os::fd::FromRawFd;
+        (
+            std::os::fd::OwnedFd::from_raw_fd(fds[0]),
+            std::os::fd::OwnedFd::from_raw_fd(fds[1]),
+        )
+    };
+    let wfd = wr.as_raw_fd();
+    // SAFETY: the child runs `child` (async-signal-safe system calls only,
+    // on memory allocated before the fork) and `_exit`s; it never returns
+    // into Rust code, runs no destructor and flushes no buffer.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(probe_err("fork", std::io::Error::last_os_error()));
+    }
+    if pid == 0 {
+        // SAFETY: see above.
+        unsafe { child(pfd, nfd, lo.as_bytes_with_nul(), wfd) }
+    }
+    drop(wr);
+    let mut status: libc::c_int = 0;
+    loop {
+        // SAFETY: waits for our own child.
+        let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+        if r == pid {
+            break;
+        }
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EINTR) {
+            return Err(probe_err("wait for the probe child", e));
+        }
+    }
+    if libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0 {
+        return Ok(());
+    }
+    let mut msg = [0u8; 5];
+    let got = std::io::Read::read(&mut std::fs::File::from(rd), &mut msg).unwrap_or(0);
+    if got == msg.len() {
+        let step = CHILD_STEPS.get(usize::from(msg[0])).copied().unwrap_or("?");
+        let errno = i32::from_ne_bytes([msg[1], msg[2], msg[3], msg[4]]);
+        return Err(probe_err(
+            &format!("probe child: {step}"),
+            std::io::Error::from_raw_os_error(errno),
+        ));
+    }
+    Err(probe_err("probe child", format!("wait status {status:#x}")))
+}
+
+/// The probe child's body: moves itself into the probe cgroup (`procs`,
+/// its `cgroup.procs`), enters the scratch netns `netns`, brings `lo` up
+/// and sends one UDP packet to 127.0.0.1:9; `_exit(0)`, or on a failure
+/// writes `[step, errno]` to `report` and `_exit(1)`.
+///
+/// # Safety
+/// Only in a freshly forked child: async-signal-safe calls only, never
+/// returns.
+unsafe fn child(procs: libc::c_int, netns: libc::c_int, lo: &[u8], report: libc::c_int) -> ! {
+    let fail = |step: u8| -> ! {
+        // SAFETY: errno location, write(2) and _exit(2) are async-signal-safe.
+        unsafe {
+            let e = *libc::__errno_location();
+            let b = e.to_ne_bytes();
+            let msg = [step, b[0], b[1], b[2], b[3]];
+            libc::write(report, msg.as_ptr().cast(), msg.len());
+            libc::_exit(1)
+        }
+    };
+    // SAFETY: plain system calls on descriptors and buffers of this
+    // process; the child's memory is its own copy.
     unsafe {
-        cmd.pre_exec(move || {
-            let fail = || Err(std::io::Error::last_os_error());
-            if libc::write(pfd, b"0".as_ptr().cast(), 1) != 1 {
-                return fail();
-            }
-            if libc::setns(nfd, libc::CLONE_NEWNET) != 0 {
-                return fail();
-            }
-            let s = libc::socket(libc::AF_INET, libc::SOCK_DGRAM, 0);
-            if s < 0 {
-                return fail();
-            }
-            let mut ifr: libc::ifreq = std::mem::zeroed();
-            let name = lo.as_bytes_with_nul();
-            for (i, b) in name.iter().enumerate() {
-                ifr.ifr_name[i] = *b as libc::c_char;
-            }
-            if libc::ioctl(s, libc::SIOCGIFFLAGS as _, &mut ifr) != 0 {
-                return fail();
-            }
-            ifr.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
-            if libc::ioctl(s, libc::SIOCSIFFLAGS as _, &ifr) != 0 {
-                return fail();
-            }
-            let mut sin: libc::sockaddr_in = std::mem::zeroed();
-            sin.sin_family = libc::AF_INET as libc::sa_family_t;
-            sin.sin_port = 9u16.to_be();
-            sin.sin_addr.s_addr = u32::from_be_bytes([127, 0, 0, 1]).to_be();
-            let sent = libc::sendto(
-                s,
-                b"x".as_ptr().cast(),
-                1,
-                0,
-                (&sin as *const libc::sockaddr_in).cast(),
-                std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
-            );
-            if sent != 1 {
-                return fail();
-            }
-            Ok(())
-        });
+        if libc::write(procs, b"0".as_ptr().cast(), 1) != 1 {
+            fail(0);
+        }
+        if libc::setns(netns, libc::CLONE_NEWNET) != 0 {
+            fail(1);
+        }
+        let s = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+        if s < 0 {
+            fail(2);
+        }
+        let mut ifr: libc::ifreq = std::mem::zeroed();
+        for (i, b) in lo.iter().enumerate().take(ifr.ifr_name.len()) {
+            ifr.ifr_name[i] = *b as libc::c_char;
+        }
+        if libc::ioctl(s, libc::SIOCGIFFLAGS as _, &mut ifr) != 0 {
+            fail(3);
+        }
+        ifr.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
+        if libc::ioctl(s, libc::SIOCSIFFLAGS as _, &ifr) != 0 {
+            fail(4);
+        }
+        let mut sin: libc::sockaddr_in = std::mem::zeroed();
+        sin.sin_family = libc::AF_INET as libc::sa_family_t;
+        sin.sin_port = 9u16.to_be();
+        sin.sin_addr.s_addr = u32::from_be_bytes([127, 0, 0, 1]).to_be();
+        let sent = libc::sendto(
+            s,
+            b"x".as_ptr().cast(),
+            1,
+            0,
+            (&sin as *const libc::sockaddr_in).cast(),
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        );
+        if sent != 1 {
+            fail(5);
+        }
+        libc::_exit(0)
     }
-    let status = cmd.status().map_err(|e| probe_err("probe child", e))?;
-    if !status.success() {
-        return Err(probe_err("probe child", status));
-    }
-    Ok(())
 }

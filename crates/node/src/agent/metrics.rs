@@ -59,8 +59,9 @@ pub struct Metrics {
     pub meshed_pods: Family<Label, Gauge>,
     /// `meshnft_pods_checked_total`: table checks of running meshed pods.
     pub checked: Counter,
-    /// `meshnft_pods_without_table_total{state="missing"|"wrong"}`: pods
-    /// found without their table, or with a table that differs.
+    /// `meshnft_pods_without_table_total{state="missing"|"wrong"|"failed"}`:
+    /// pods found without their table, or with a table that differs, or
+    /// failed for good for lack of it.
     pub without_table: Family<Label, Counter>,
     /// `meshnft_repairs_total{result="repaired"|"failed"}`: in-place repairs.
     pub repairs: Family<Label, Counter>,
@@ -94,6 +95,10 @@ pub struct Metrics {
     /// `meshnft_pod_events_total{reason}`: Kubernetes Events the agent
     /// created or updated on pods.
     pub pod_events: Family<Label, Counter>,
+    /// `meshnft_peer_plugin{type="linkerd-cni"|"istio-cni"|"kuma-cni"}`: 1
+    /// while that plugin's entry in the node's primary configuration keeps
+    /// the installer from chaining meshnft, else 0.
+    pub peer_plugin: Family<Label, Gauge>,
 }
 
 impl Default for Metrics {
@@ -115,6 +120,7 @@ impl Default for Metrics {
             durations: Family::new_with_constructor(duration_histogram),
             reports: Family::default(),
             pod_events: Family::default(),
+            peer_plugin: Family::default(),
         }
     }
 }
@@ -180,6 +186,11 @@ impl Metrics {
             "meshnft_last_resync_timestamp_seconds",
             "Unix time of the last full pass over the node's meshed pods",
             m.last_resync.clone(),
+        );
+        r.register(
+            "meshnft_peer_plugin",
+            "1 while another mesh's CNI plugin, by type, keeps meshnft out of the node's primary CNI configuration",
+            m.peer_plugin.clone(),
         );
         r.register(
             "meshnft_node_taint_removals",

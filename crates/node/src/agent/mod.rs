@@ -4,13 +4,16 @@
 //! - watches the meshed pods of its node (`kube`'s watcher + reflector,
 //!   field selector `spec.nodeName`) and passes over all of them at start
 //!   and every `--agent-resync-seconds`;
-//! - finds running meshed pods whose `table inet meshnft` is missing or
-//!   wrong (their netns found from the pod cgroup; CHECK's comparison) and,
-//!   by `--repair-mode`, writes the table in place (`inPlace`, default),
-//!   deletes the pod (`delete`, also pods whose `linkerd-network-validator`
-//!   exited 95, as linkerd-cni's repair controller does), labels it
+//! - finds running pods of the entry's mesh (Linkerd, Istio, Kuma: the
+//!   plugin's meshing rules) whose `table inet meshnft` is missing or wrong
+//!   (their netns found from the pod cgroup; CHECK's comparison) and, by
+//!   `--repair-mode`, writes the table in place (`inPlace`, default),
+//!   deletes the pod (`delete`: pods whose mesh validator failed, as
+//!   linkerd-cni's repair controller does), labels it
 //!   `meshnft.io/uninitialized=true` (`label`), or does nothing (`off`);
 //!   each action is logged and recorded as a Kubernetes Event on the pod;
+//! - reports pods that failed for good for lack of their table (phase
+//!   `Failed`, validator failed): nothing can repair them;
 //! - reports readiness (`/readyz`: the entry is chained and the host checks
 //!   pass) and, with `--remove-node-taint`, removes the node taint
 //!   `meshnft.io/not-ready:NoSchedule` once ready;
@@ -50,7 +53,8 @@ pub enum RepairMode {
     /// Write the table into the running pod's netns (default).
     #[value(name = "inPlace")]
     InPlace,
-    /// Delete the pod (and pods whose `linkerd-network-validator` exited 95).
+    /// Delete pods whose mesh validator init container failed
+    /// ([`pods::validator`]); pods running without their table are reported.
     #[value(name = "delete")]
     Delete,
     /// Label the pod `meshnft.io/uninitialized=true`.
@@ -174,6 +178,13 @@ impl AgentError {
 pub struct Shared {
     /// The installer's last pass found the entry chained.
     chained: AtomicBool,
+    /// Why the installer's last pass did not chain it (its error), if it
+    /// failed.
+    pass_problem: Mutex<Option<String>>,
+    /// Another mesh's CNI plugin is chained on the node (the installer's
+    /// last pass refused because of it): the pods are the peer's, and the
+    /// agent writes nothing into them.
+    peer_chained: AtomicBool,
     /// The host checks' last failures (`None`: not run yet).
     check_failures: Mutex<Option<Vec<String>>>,
     /// The metrics.
@@ -181,10 +192,22 @@ pub struct Shared {
 }
 
 impl Shared {
+    /// Whether the installer's last pass found another mesh's CNI plugin
+    /// chained (and so refused to chain meshnft).
+    pub fn peer_chained(&self) -> bool {
+        self.peer_chained.load(Ordering::SeqCst)
+    }
+
     /// Why the agent is not ready, or `None` when it is.
     pub fn not_ready(&self) -> Option<String> {
         if !self.chained.load(Ordering::SeqCst) {
-            return Some("meshnft is not chained into the node's primary CNI configuration".into());
+            let not = "meshnft is not chained into the node's primary CNI configuration";
+            return Some(
+                match &*self.pass_problem.lock().unwrap_or_else(|e| e.into_inner()) {
+                    Some(p) => format!("{not}: {p}"),
+                    None => not.into(),
+                },
+            );
         }
         match &*self
             .check_failures
@@ -241,6 +264,27 @@ impl Handle {
     pub fn set_chained(&self, chained: bool) {
         self.shared.chained.store(chained, Ordering::SeqCst);
         self.shared.refresh_gauges();
+    }
+
+    /// Records why the installer's last pass did not chain meshnft (`None`:
+    /// it did, or it is waiting without error) and which peers' entries
+    /// kept it out (`meshnft_peer_plugin`); `/readyz` then says why.
+    pub fn set_pass_problem(&self, problem: Option<String>, peers: &[&'static str]) {
+        *self
+            .shared
+            .pass_problem
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = problem;
+        self.shared
+            .peer_chained
+            .store(!peers.is_empty(), Ordering::SeqCst);
+        for t in crate::install::conflist::PEER_TYPES {
+            self.shared
+                .metrics
+                .peer_plugin
+                .get_or_create(&[("type", t)])
+                .set(i64::from(peers.contains(&t)));
+        }
     }
 
     /// Tells the agent to stop (the process is about to uninstall and exit;

@@ -1,18 +1,63 @@
 //! What the node agent reads from a pod object: whether meshnft is meant to
-//! redirect it, whether its sandbox is up, whether its init phase is over,
-//! and whether Linkerd's network validator failed for lack of redirection.
+//! redirect it (for the entry's mesh), whether its sandbox is up, whether its
+//! init phase is over, whether the mesh's validator init container failed for
+//! lack of redirection, and whether a failed pod will ever run again.
 //!
 //! Pure functions over `k8s_openapi`'s `Pod` (the watch's objects), so they
 //! are unit-tested without an API server.
 
+use crate::config::mesh::Mesh;
 use crate::pod::k8s::{self, Meshing};
 use k8s_openapi::api::core::v1::{ContainerState, ContainerStatus, Pod};
 
-/// Linkerd's network validator init container.
-pub const VALIDATOR_CONTAINER: &str = "linkerd-network-validator";
-/// The validator's exit code when its probe was not redirected (errno 95,
-/// `EOPNOTSUPP`), as linkerd-cni's repair controller reads it.
-pub const VALIDATOR_FAILED: i32 = 95;
+/// A mesh's validator: the init container its injector adds in CNI mode to
+/// check that the pod's traffic is redirected, and the exit code that says
+/// it was not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Validator {
+    /// The init container's name.
+    pub container: &'static str,
+    /// Its exit code when its probe was not redirected; `None`: any
+    /// non-zero code (the validator has no code of its own for it).
+    pub failed_code: Option<i32>,
+}
+
+/// The validator of `mesh`:
+/// - Linkerd: `linkerd-network-validator`, exit code 95 (errno
+///   `EOPNOTSUPP`), as linkerd-cni's repair controller reads it;
+/// - Istio: `istio-validation`, exit code 126, as istio-cni's repair reads it
+///   (its `InitExitCode` default);
+/// - Kuma: `kuma-validation` (`kumactl install transparent-proxy-validator`),
+///   which exits 1 on any error: any non-zero code.
+pub fn validator(mesh: Mesh) -> Validator {
+    match mesh {
+        Mesh::Linkerd => Validator {
+            container: "linkerd-network-validator",
+            failed_code: Some(95),
+        },
+        Mesh::Istio => Validator {
+            container: "istio-validation",
+            failed_code: Some(126),
+        },
+        Mesh::Kuma => Validator {
+            container: "kuma-validation",
+            failed_code: None,
+        },
+    }
+}
+
+impl std::fmt::Display for Validator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.failed_code {
+            Some(c) => write!(f, "its {} init container exited with {c}", self.container),
+            None => write!(
+                f,
+                "its {} init container exited with an error",
+                self.container
+            ),
+        }
+    }
+}
 
 /// `namespace/name` of a pod, for logs.
 pub fn label(pod: &Pod) -> String {
@@ -23,25 +68,11 @@ pub fn label(pod: &Pod) -> String {
     )
 }
 
-/// Whether meshnft's meshing rules (the plugin's own, [`k8s::PodInfo::meshing`])
-/// select this pod; pods in the host network never get a CNI ADD and are
-/// never meshed by meshnft. Namespace annotations do not take part in the
-/// decision, so none are needed here.
-pub fn meshing(pod: &Pod) -> Meshing {
-    if pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.host_network)
-        .unwrap_or(false)
-    {
-        return Meshing::NotMeshed("host network".into());
-    }
-    pod_info(pod, Default::default()).meshing()
-}
-
-/// [`meshing`] by the rules of `mesh` (Linkerd's, Istio's or Kuma's:
-/// [`k8s::PodInfo::meshing_for`]).
-pub fn meshing_for(pod: &Pod, mesh: crate::config::mesh::Mesh) -> Meshing {
+/// Whether meshnft's meshing rules for `mesh` (the plugin's own,
+/// [`k8s::PodInfo::meshing_for`]) select this pod; pods in the host network
+/// never get a CNI ADD and are never meshed by meshnft. Namespace
+/// annotations do not take part in the decision, so none are needed here.
+pub fn meshing(pod: &Pod, mesh: Mesh) -> Meshing {
     if pod
         .spec
         .as_ref()
@@ -85,13 +116,29 @@ pub fn service_ports(svc: &k8s_openapi::api::core::v1::Service) -> Option<Vec<u1
     k8s::doc::service_ports(&doc)
 }
 
-/// The pod is going away or is done: nothing to repair.
+/// The pod is going away or is done: nothing to repair (no container of a
+/// `Succeeded` or `Failed` pod runs again; [`failed_for_lack_of_redirect`]
+/// tells which failed ones to report).
 pub fn finished(pod: &Pod) -> bool {
-    pod.metadata.deletion_timestamp.is_some()
-        || matches!(
-            pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-            Some("Succeeded" | "Failed")
-        )
+    pod.metadata.deletion_timestamp.is_some() || phase_is(pod, &["Succeeded", "Failed"])
+}
+
+fn phase_is(pod: &Pod, phases: &[&str]) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .is_some_and(|p| phases.contains(&p))
+}
+
+/// A pod in the `Failed` phase (not being deleted) whose mesh validator
+/// failed ([`validator_failed`]): it started without its redirect, its
+/// validator said so, and it will never run again (phase `Failed` is final:
+/// `restartPolicy: Never`, or a failed init container under it). No table
+/// written now would reach a running container; the agent reports it.
+pub fn failed_for_lack_of_redirect(pod: &Pod, mesh: Mesh) -> bool {
+    pod.metadata.deletion_timestamp.is_none()
+        && phase_is(pod, &["Failed"])
+        && validator_failed(pod, mesh)
 }
 
 fn statuses(pod: &Pod) -> impl Iterator<Item = (&ContainerStatus, bool)> {
@@ -127,16 +174,17 @@ pub fn sandbox_up(pod: &Pod) -> bool {
 
 /// Whether a table written now must have the init phase closed, and why.
 ///
-/// Closed when the proxy container (`linkerd-proxy`, regular or native
-/// sidecar) has run, when any regular container has run, or when the pod
+/// Closed when the mesh's proxy container (`linkerd-proxy`, `istio-proxy`,
+/// `kuma-sidecar`; regular or native sidecar) has run, when any regular container has run, or when the pod
 /// is `Initialized` (all init containers completed): in each case the pod's
 /// init containers are done or the proxy is up, so the init phase's rules
 /// (docs/design.md#4-after-it-for-good) want everything redirected. Open
 /// otherwise: the pod is still in its init containers and they must reach
 /// the network directly.
-pub fn phase_closed(pod: &Pod) -> Option<&'static str> {
+pub fn phase_closed(pod: &Pod, mesh: Mesh) -> Option<&'static str> {
+    let proxy = k8s::meshes::proxy_container_name(mesh);
     for (c, init) in statuses(pod) {
-        if c.name == k8s::PROXY_CONTAINER && has_run(c) {
+        if c.name == proxy && has_run(c) {
             return Some("the proxy container has started");
         }
         if !init && has_run(c) {
@@ -153,16 +201,21 @@ pub fn phase_closed(pod: &Pod) -> Option<&'static str> {
     initialized.then_some("all init containers have completed")
 }
 
-/// Linkerd's network validator terminated with [`VALIDATOR_FAILED`] (its
-/// current or last state): the pod came up without redirection.
-pub fn validator_failed(pod: &Pod) -> bool {
+/// The mesh's validator init container ([`validator`]) terminated with its
+/// failure code, in its current state (a pod that will not restart it) or
+/// its last one (a pod that restarts it): the pod came up without
+/// redirection.
+pub fn validator_failed(pod: &Pod, mesh: Mesh) -> bool {
+    let v = validator(mesh);
     let code = |s: Option<&ContainerState>| {
         s.and_then(|s| s.terminated.as_ref())
-            .is_some_and(|t| t.exit_code == VALIDATOR_FAILED)
+            .is_some_and(|t| match v.failed_code {
+                Some(c) => t.exit_code == c,
+                None => t.exit_code != 0,
+            })
     };
     statuses(pod).any(|(c, init)| {
-        init && c.name == VALIDATOR_CONTAINER
-            && (code(c.state.as_ref()) || code(c.last_state.as_ref()))
+        init && c.name == v.container && (code(c.state.as_ref()) || code(c.last_state.as_ref()))
     })
 }
 
@@ -231,11 +284,11 @@ mod tests {
     #[test]
     fn meshed_and_host_network() {
         let mut p = pod(&[], &["app", k8s::PROXY_CONTAINER]);
-        assert_eq!(meshing(&p), Meshing::Meshed);
+        assert_eq!(meshing(&p, Mesh::Linkerd), Meshing::Meshed);
         p.spec.as_mut().unwrap().host_network = Some(true);
-        assert!(matches!(meshing(&p), Meshing::NotMeshed(_)));
+        assert!(matches!(meshing(&p, Mesh::Linkerd), Meshing::NotMeshed(_)));
         assert!(matches!(
-            meshing(&pod(&[], &["app"])),
+            meshing(&pod(&[], &["app"]), Mesh::Linkerd),
             Meshing::NotMeshed(_)
         ));
     }
@@ -244,14 +297,14 @@ mod tests {
     fn phase_follows_the_pod_status() {
         let mut p = pod(&[("init", None)], &["app", k8s::PROXY_CONTAINER]);
         assert!(!sandbox_up(&p));
-        assert_eq!(phase_closed(&p), None);
+        assert_eq!(phase_closed(&p, Mesh::Linkerd), None);
         // In its init container: open.
         p.status.as_mut().unwrap().init_container_statuses = Some(vec![running("init")]);
         assert!(sandbox_up(&p));
-        assert_eq!(phase_closed(&p), None);
+        assert_eq!(phase_closed(&p, Mesh::Linkerd), None);
         // Init done, containers running: closed.
         p.status.as_mut().unwrap().container_statuses = Some(vec![running("app")]);
-        assert!(phase_closed(&p).is_some());
+        assert!(phase_closed(&p, Mesh::Linkerd).is_some());
         // Initialized alone closes it too.
         p.status.as_mut().unwrap().container_statuses = None;
         p.status.as_mut().unwrap().conditions = Some(vec![PodCondition {
@@ -259,7 +312,7 @@ mod tests {
             status: "True".into(),
             ..Default::default()
         }]);
-        assert!(phase_closed(&p).is_some());
+        assert!(phase_closed(&p, Mesh::Linkerd).is_some());
         // A native sidecar proxy that started closes it while later init
         // containers run (docs/design.md#6-native-sidecars).
         let mut n = pod(
@@ -268,25 +321,93 @@ mod tests {
         );
         n.status.as_mut().unwrap().init_container_statuses =
             Some(vec![running(k8s::PROXY_CONTAINER), running("later")]);
-        assert_eq!(phase_closed(&n), Some("the proxy container has started"));
+        assert_eq!(
+            phase_closed(&n, Mesh::Linkerd),
+            Some("the proxy container has started")
+        );
     }
 
     #[test]
     fn validator_exit_95() {
-        let mut p = pod(
-            &[(VALIDATOR_CONTAINER, None)],
-            &["app", k8s::PROXY_CONTAINER],
-        );
-        assert!(!validator_failed(&p));
+        let l = Mesh::Linkerd;
+        let v = validator(l).container;
+        let mut p = pod(&[(v, None)], &["app", k8s::PROXY_CONTAINER]);
+        assert!(!validator_failed(&p, l));
         for last in [false, true] {
-            p.status.as_mut().unwrap().init_container_statuses =
-                Some(vec![exited(VALIDATOR_CONTAINER, 95, last)]);
-            assert!(validator_failed(&p));
+            p.status.as_mut().unwrap().init_container_statuses = Some(vec![exited(v, 95, last)]);
+            assert!(validator_failed(&p, l));
         }
-        p.status.as_mut().unwrap().init_container_statuses =
-            Some(vec![exited(VALIDATOR_CONTAINER, 1, true)]);
-        assert!(!validator_failed(&p));
+        p.status.as_mut().unwrap().init_container_statuses = Some(vec![exited(v, 1, true)]);
+        assert!(!validator_failed(&p, l));
         p.status.as_mut().unwrap().init_container_statuses = Some(vec![exited("other", 95, true)]);
-        assert!(!validator_failed(&p));
+        assert!(!validator_failed(&p, l));
+    }
+
+    #[test]
+    fn validators_of_istio_and_kuma() {
+        let i = Mesh::Istio;
+        let mut p = pod(&[("istio-validation", None)], &["app", "istio-proxy"]);
+        for (code, failed) in [(126, true), (1, false), (0, false)] {
+            p.status.as_mut().unwrap().init_container_statuses =
+                Some(vec![exited("istio-validation", code, false)]);
+            assert_eq!(validator_failed(&p, i), failed, "{code}");
+        }
+        // Linkerd's validator name means nothing to an Istio entry.
+        p.status.as_mut().unwrap().init_container_statuses =
+            Some(vec![exited("linkerd-network-validator", 95, false)]);
+        assert!(!validator_failed(&p, i));
+        let k = Mesh::Kuma;
+        let mut q = pod(&[("kuma-validation", None)], &["kuma-sidecar", "app"]);
+        for (code, failed) in [(1, true), (2, true), (0, false)] {
+            q.status.as_mut().unwrap().init_container_statuses =
+                Some(vec![exited("kuma-validation", code, true)]);
+            assert_eq!(validator_failed(&q, k), failed, "{code}");
+        }
+    }
+
+    #[test]
+    fn failed_pods_are_finished_and_reported_only_with_a_failed_validator() {
+        let i = Mesh::Istio;
+        let mut p = pod(&[("istio-validation", None)], &["app", "istio-proxy"]);
+        p.status.as_mut().unwrap().init_container_statuses =
+            Some(vec![exited("istio-validation", 126, false)]);
+        assert!(!finished(&p) && !failed_for_lack_of_redirect(&p, i));
+        p.status.as_mut().unwrap().phase = Some("Failed".into());
+        assert!(finished(&p) && failed_for_lack_of_redirect(&p, i));
+        assert!(!failed_for_lack_of_redirect(&p, Mesh::Kuma));
+        // Failed for another reason: finished, not reported.
+        p.status.as_mut().unwrap().init_container_statuses =
+            Some(vec![exited("istio-validation", 0, false)]);
+        assert!(finished(&p) && !failed_for_lack_of_redirect(&p, i));
+        // Being deleted: not reported.
+        p.status.as_mut().unwrap().init_container_statuses =
+            Some(vec![exited("istio-validation", 126, false)]);
+        p.metadata.deletion_timestamp =
+            Some(serde_json::from_value(serde_json::json!("2026-01-01T00:00:00Z")).unwrap());
+        assert!(!failed_for_lack_of_redirect(&p, i));
+    }
+
+    #[test]
+    fn the_proxy_of_each_mesh_closes_the_phase() {
+        for (mesh, proxy) in [
+            (Mesh::Linkerd, "linkerd-proxy"),
+            (Mesh::Istio, "istio-proxy"),
+            (Mesh::Kuma, "kuma-sidecar"),
+        ] {
+            let mut n = pod(&[(proxy, Some("Always")), ("later", None)], &["app"]);
+            n.status.as_mut().unwrap().init_container_statuses =
+                Some(vec![running(proxy), running("later")]);
+            assert_eq!(
+                phase_closed(&n, mesh),
+                Some("the proxy container has started"),
+                "{mesh}"
+            );
+            let other = if mesh == Mesh::Kuma {
+                Mesh::Istio
+            } else {
+                Mesh::Kuma
+            };
+            assert_eq!(phase_closed(&n, other), None, "{mesh}");
+        }
     }
 }

@@ -185,13 +185,30 @@ impl Host {
         None
     }
 
+    /// Whether the network namespace of process `pid` has an IPv6 address
+    /// of global scope (`/proc/PID/net/if_inet6`, scope `00`): what ADD
+    /// reads from `prevResult` before it puts Kuma's `::6` on `lo`.
+    fn has_global_ipv6(&self, pid: i32) -> bool {
+        std::fs::read_to_string(self.proc.join(pid.to_string()).join("net/if_inet6")).is_ok_and(
+            |t| {
+                t.lines().any(|l| {
+                    let f: Vec<&str> = l.split_whitespace().collect();
+                    f.len() == 6 && f[3] == "00" && f[5] != "lo"
+                })
+            },
+        )
+    }
+
     /// Inspects pod `uid`'s table against `settings` and, when `repair`,
     /// writes it as a repeated ADD would: in one transaction, a missing table
     /// created whole; a wrong one deleted and recreated with the elements of
     /// its dynamic sets carried over. `close` (the reason, from the pod's
     /// status) puts the pod cgroup into `proxy_started` in the same
     /// transaction; so does an existing table whose phase was already
-    /// closed. A table that is right is never written.
+    /// closed. A table that is right is never written. A Kuma table whose
+    /// IPv6 is redirected also puts `::6/128` on the pod's `lo`, as ADD
+    /// does, when the pod's netns has a global IPv6 address (a failure
+    /// there is logged; the table stands).
     ///
     /// Errors: pod cgroup or netns not found (the pod may be gone), the
     /// kernel refusing the transaction, the level or scratch-table steps.
@@ -275,6 +292,16 @@ impl Host {
                 nft.commit(batch(&table, actual.is_some(), mark, &[]))?;
             }
             Err(e) => return Err(e.into()),
+        }
+        if settings.mesh.mesh == crate::config::mesh::Mesh::Kuma
+            && settings.ipv6
+            && self.has_global_ipv6(pid)
+        {
+            // As ADD: Kuma's IPv6 inbound passthrough source on `lo`.
+            let lo6 = crate::pod::loaddr::KUMA_PASSTHROUGH6;
+            if let Err(e) = crate::pod::loaddr::add_to_lo(std::os::fd::AsFd::as_fd(&ns.file), lo6) {
+                tracing::warn!("agent: pod UID {uid}: cannot add {lo6}/128 to the pod's lo: {e}");
+            }
         }
         report.written = Some(if mark.is_some() {
             Written::Closed

@@ -121,10 +121,12 @@ fn entry_settings(cfg: &install::Args) -> Result<(Value, Settings), String> {
     Ok((entry, s))
 }
 
-/// The mesh of the entry the installer inserts; `before` when the entry
-/// cannot be read (the readiness loop reports why).
-fn entry_mesh(cfg: &install::Args, before: Mesh) -> Mesh {
-    entry_settings(cfg).map_or(before, |(_, s)| s.mesh.mesh)
+/// The mesh the entry serves (Linkerd when the entry does not load: the
+/// installer reports that, and no pod is checked against it anyway).
+fn entry_mesh(cfg: &install::Args) -> Mesh {
+    entry_settings(cfg)
+        .map(|(_, s)| s.mesh.mesh)
+        .unwrap_or(Mesh::Linkerd)
 }
 
 /// A client, retrying every `retry` until one can be built.
@@ -340,13 +342,13 @@ async fn pod_loop(ctx: Arc<Ctx>) {
             ctx.retry,
         ));
     }
-    let mut mesh = entry_mesh(&ctx.install, Mesh::Linkerd);
     let mut w = Worker {
         ctx: ctx.clone(),
         host,
         client,
         recorder,
         verified: HashSet::new(),
+        reported: HashSet::new(),
     };
     let mut pending: HashSet<ObjectRef<Pod>> = HashSet::new();
     let mut failed: HashSet<ObjectRef<Pod>> = HashSet::new();
@@ -364,6 +366,7 @@ async fn pod_loop(ctx: Arc<Ctx>) {
                 Some(Ok(watcher::Event::Delete(p))) => {
                     if let Some(uid) = &p.metadata.uid {
                         w.verified.remove(uid);
+                        w.reported.remove(uid);
                     }
                 }
                 Some(Ok(watcher::Event::Init)) => {}
@@ -397,15 +400,16 @@ async fn pod_loop(ctx: Arc<Ctx>) {
         }
         let full = resync_due;
         if full {
-            mesh = entry_mesh(&ctx.install, mesh);
             w.verified.clear();
             pending.extend(reader.state().iter().map(|p| ObjectRef::from_obj(&**p)));
             resync_due = false;
         }
+        // The entry is read each time: its edits apply live.
+        let mesh = entry_mesh(&ctx.install);
         let meshed = reader
             .state()
             .iter()
-            .filter(|p| !pods::finished(p) && pods::meshing_for(p, mesh) == Meshing::Meshed)
+            .filter(|p| !pods::finished(p) && pods::meshing(p, mesh) == Meshing::Meshed)
             .count();
         let gauge = &ctx.shared.metrics.meshed_pods;
         if gauge.get(&[("mesh", mesh.name())]).is_none() {
@@ -419,7 +423,7 @@ async fn pod_loop(ctx: Arc<Ctx>) {
             let Some(pod) = reader.get(&key) else {
                 continue;
             };
-            if let Err(e) = w.process(&pod).await {
+            if let Err(e) = w.process(&pod, mesh).await {
                 ctx.shared
                     .metrics
                     .errors
@@ -447,6 +451,9 @@ struct Worker {
     /// UIDs of pods whose table was found right (or dealt with) since the
     /// last full pass: their status updates are not rechecked.
     verified: HashSet<String>,
+    /// UIDs of failed pods already reported (kept across full passes: a
+    /// failed pod stays failed; forgotten when the pod is deleted).
+    reported: HashSet<String>,
 }
 
 impl Worker {
@@ -589,8 +596,63 @@ impl Worker {
         info.apply(&base).map_err(AgentError::Cni)
     }
 
-    async fn process(&mut self, pod: &Pod) -> Result<(), AgentError> {
-        if pods::finished(pod) || pods::meshing(pod) != Meshing::Meshed {
+    /// A pod that failed for lack of its redirect and will never run again
+    /// ([`pods::failed_for_lack_of_redirect`]): nothing to write or delete
+    /// (no container of it runs again, and deleting it recreates nothing:
+    /// its controller, a Job, has counted the failure already; a bare pod
+    /// would just vanish). Reported once per pod: logged, counted as
+    /// `meshnft_pods_without_table_total{state="failed"}`, an Event
+    /// `MeshnftNotConfigured` saying to recreate it (every mode but `off`),
+    /// and in mode `label` the label too.
+    async fn report_failed(&mut self, pod: &Pod, mesh: Mesh) -> Result<(), AgentError> {
+        let Some(uid) = pod.metadata.uid.clone() else {
+            return Ok(());
+        };
+        if self.reported.contains(&uid) {
+            return Ok(());
+        }
+        let label = pods::label(pod);
+        let why = format!(
+            "the pod failed without its redirection: {} (its traffic was not redirected; the pod started while meshnft was not chained) and it will not run again: recreate it",
+            pods::validator(mesh)
+        );
+        self.ctx
+            .shared
+            .metrics
+            .without_table
+            .get_or_create(&[("state", "failed")])
+            .inc();
+        tracing::warn!("agent: pod {label}: {why}");
+        match self.ctx.agent.repair_mode {
+            RepairMode::Off => {}
+            RepairMode::Label => self.label(pod, &why).await?,
+            RepairMode::InPlace | RepairMode::Delete => {
+                self.event(pod, super::REASON_NOT_CONFIGURED, "Report", why)
+                    .await
+            }
+        }
+        self.reported.insert(uid);
+        Ok(())
+    }
+
+    async fn process(&mut self, pod: &Pod, mesh: Mesh) -> Result<(), AgentError> {
+        if pods::meshing(pod, mesh) != Meshing::Meshed {
+            return Ok(());
+        }
+        if self.ctx.shared.peer_chained() {
+            // The node's pods get the peer's rules: a table of ours beside
+            // them would make two redirects. Checked again after the peer
+            // goes (the next full pass).
+            tracing::debug!(
+                "agent: pod {}: another mesh's CNI plugin is chained on this node; not checked",
+                pods::label(pod)
+            );
+            return Ok(());
+        }
+        if pods::failed_for_lack_of_redirect(pod, mesh) {
+            return self.report_failed(pod, mesh).await;
+        }
+        if pods::finished(pod) {
             return Ok(());
         }
         let Some(uid) = pod.metadata.uid.clone() else {
@@ -598,15 +660,11 @@ impl Worker {
         };
         let label = pods::label(pod);
         let mode = self.ctx.agent.repair_mode;
-        if mode == RepairMode::Delete && pods::validator_failed(pod) {
+        if mode == RepairMode::Delete && pods::validator_failed(pod, mesh) {
             return self
                 .delete(
                     pod,
-                    &format!(
-                        "its {} init container exited with {} (its traffic was not redirected)",
-                        pods::VALIDATOR_CONTAINER,
-                        pods::VALIDATOR_FAILED
-                    ),
+                    &format!("{} (its traffic was not redirected)", pods::validator(mesh)),
                 )
                 .await;
         }
@@ -629,10 +687,15 @@ impl Worker {
             }
             Err(e) => return Err(e),
         };
-        let close = pods::phase_closed(pod);
+        let close = pods::phase_closed(pod, mesh);
+        // The comment ADD writes (the mesh named when it is not Linkerd).
         let comment = format!(
-            "meshnft {} pod uid {uid} {label}",
-            env!("CARGO_PKG_VERSION")
+            "meshnft {}{} pod uid {uid} {label}",
+            env!("CARGO_PKG_VERSION"),
+            match mesh {
+                Mesh::Linkerd => String::new(),
+                m => format!(" mesh {m}"),
+            }
         );
         let (host, u) = (self.host.clone(), uid.clone());
         let repair = mode == RepairMode::InPlace;
@@ -680,11 +743,12 @@ impl Worker {
                     .await;
             }
             // As linkerd-cni's repair controller: only the pods whose
-            // validator exited 95 are deleted (above); a pod found without
+            // validator failed are deleted (above); a pod found without
             // its table is reported, not deleted.
             RepairMode::Delete => {
                 tracing::warn!(
-                    "agent: pod {label}: {what} (repair mode delete: only pods whose validator exited 95 are deleted)"
+                    "agent: pod {label}: {what} (repair mode delete: only pods whose {} init container failed are deleted)",
+                    pods::validator(mesh).container
                 );
             }
             RepairMode::Label => {

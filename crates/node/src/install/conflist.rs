@@ -15,6 +15,42 @@ pub fn is_meshnft(plugin: &Value) -> bool {
     plugin.get("type").and_then(Value::as_str) == Some(TYPE)
 }
 
+/// The `type`s of the peers' conflist entries: linkerd-cni (Linkerd),
+/// istio-cni (Istio's sidecar mode), kuma-cni (Kuma). Each redirects a
+/// pod's traffic with rules of its own, so meshnft never runs beside one.
+pub const PEER_TYPES: [&str; 3] = ["linkerd-cni", "istio-cni", "kuma-cni"];
+
+/// The peer `type` of `plugin`, when it is a peer's entry.
+pub fn peer_type(plugin: &Value) -> Option<&'static str> {
+    let t = plugin.get("type").and_then(Value::as_str)?;
+    PEER_TYPES.into_iter().find(|p| *p == t)
+}
+
+/// The peers chained in the list `list`, in the list's order, each once.
+pub fn peers(list: &Value) -> Vec<&'static str> {
+    let mut out: Vec<&'static str> = Vec::new();
+    for t in list["plugins"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(peer_type)
+    {
+        if !out.contains(&t) {
+            out.push(t);
+        }
+    }
+    out
+}
+
+/// `list` without the peers' entries.
+pub fn without_peers(list: &Value) -> Value {
+    let mut out = list.clone();
+    if let Some(p) = out.get_mut("plugins").and_then(Value::as_array_mut) {
+        p.retain(|p| peer_type(p).is_none());
+    }
+    out
+}
+
 /// How many meshnft entries the list `list` has.
 pub fn count(list: &Value) -> usize {
     list["plugins"]
@@ -130,6 +166,26 @@ mod tests {
         // Text form: original key order survives a render/parse cycle.
         let text = String::from_utf8(render(&out)).unwrap();
         assert!(text.find("\"zzz\"").unwrap() < text.find("\"plugins\"").unwrap());
+    }
+
+    #[test]
+    fn finds_and_removes_peers_only() {
+        let l = json!({"cniVersion":"0.3.1","name":"n","plugins":[
+            {"type":"calico"},{"type":"portmap"},{"type":"linkerd-cni","x":1},
+            {"type":"kuma-cni"},{"type":"linkerd-cni"},{"type":"istio"},{"type":"meshnft"}]});
+        assert_eq!(peers(&l), ["linkerd-cni", "kuma-cni"]);
+        let w = without_peers(&l);
+        assert!(peers(&w).is_empty());
+        let types: Vec<_> = w["plugins"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["type"].as_str().unwrap())
+            .collect();
+        assert_eq!(types, ["calico", "portmap", "istio", "meshnft"]);
+        assert_eq!(w["cniVersion"], "0.3.1");
+        assert!(peers(&json!({"plugins":[{"type":"istio-cni"}]})) == ["istio-cni"]);
+        assert!(peers(&json!({"plugins":[{"type":"Istio-CNI"}]})).is_empty());
     }
 
     #[test]

@@ -118,6 +118,71 @@ pub enum InstallError {
         /// `"<check>: <what is missing>"` for every failed check.
         failures: Vec<String>,
     },
+    /// Another mesh's CNI plugin (linkerd-cni, istio-cni, kuma-cni) is
+    /// chained in the primary configuration, and `--replace-peers` is off
+    /// (or its entry came back after a replacement: its installer still
+    /// runs). Nothing was written but the removal of meshnft's own entry
+    /// from beside it; retried.
+    #[error("{}", peer_message(.primary, .peers, *.returned, *.removed_ours))]
+    Peer {
+        /// The primary network configuration that was left alone.
+        primary: PathBuf,
+        /// The peers' `type`s found there.
+        peers: Vec<&'static str>,
+        /// The entry is back after this installer replaced it.
+        returned: bool,
+        /// meshnft's own entry was there (the peer came after it) and was
+        /// taken out.
+        removed_ours: bool,
+    },
+}
+
+/// What to do about a peer's entry, for the refusal's message: how that
+/// peer is uninstalled (docs/migrating.md has the whole way across).
+pub fn peer_hint(peer: &str) -> &'static str {
+    match peer {
+        "linkerd-cni" => {
+            "uninstall linkerd-cni (helm uninstall its linkerd2-cni release, or delete what `linkerd install-cni` applied): docs/migrating.md#linkerd-cni-to-meshnft"
+        }
+        "istio-cni" => {
+            "uninstall istio-cni (helm uninstall its cni release, or istioctl install --set components.cni.enabled=false keeping values.pilot.cni.enabled=true): docs/migrating.md#istio-cni-to-meshnft"
+        }
+        "kuma-cni" => {
+            "uninstall kuma-cni (the kuma chart with cni.enabled=false and KUMA_RUNTIME_KUBERNETES_INJECTOR_CNI_ENABLED=true): docs/migrating.md#kuma-cni-to-meshnft"
+        }
+        _ => "uninstall it: docs/migrating.md",
+    }
+}
+
+fn peer_message(
+    primary: &Path,
+    peers: &[&'static str],
+    returned: bool,
+    removed_ours: bool,
+) -> String {
+    let names = peers.join(" and ");
+    let hints: Vec<&str> = peers.iter().map(|p| peer_hint(p)).collect();
+    let left = if removed_ours {
+        "meshnft's own entry was taken out of it, the rest left as it is"
+    } else {
+        "the network configuration was left as it is"
+    };
+    if returned {
+        format!(
+            "refusing to chain meshnft into {}: the entry of {names} came back after meshnft replaced it, so its own \
+             installer still runs on this node and re-adds it; {}; {left}",
+            primary.display(),
+            hints.join("; ")
+        )
+    } else {
+        format!(
+            "refusing to chain meshnft into {} beside {names}: two mesh CNI plugins would each redirect the pods' \
+             traffic; {}; or, to have meshnft take its entry's place (its binary and kubeconfig are left alone), \
+             set installer.replacePeers=true (--replace-peers, MESHNFT_REPLACE_PEERS); {left}",
+            primary.display(),
+            hints.join("; ")
+        )
+    }
 }
 
 impl InstallError {

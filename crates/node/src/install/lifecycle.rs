@@ -13,7 +13,13 @@
 //!    the old default state directory move to the entry's
 //!    ([`super::records`]; a failure there is logged, not a stop);
 //! 5. the primary network configuration is found (none yet: wait);
-//! 6. if it does not already end with exactly this entry: the STATUS
+//! 6. another mesh's CNI plugin (linkerd-cni, istio-cni, kuma-cni) chained
+//!    there: refused ([`InstallError::Peer`]; an entry of meshnft's already
+//!    there is taken out, so meshnft never runs beside a peer), unless
+//!    `--replace-peers`, which removes the peer's entry in the write of
+//!    step 7; refused also when a replaced one comes back (its installer
+//!    still runs and re-adds it);
+//! 7. if it does not already end with exactly this entry: the STATUS
 //!    checks run, and only if they pass is the new conflist written
 //!    (atomically; a `.conf`/`.json` becomes `<stem>.conflist`, its
 //!    original moved to `meshnft.d/orig/` (copied there first, so that a
@@ -51,6 +57,10 @@ pub struct Installer {
     binary_seen: Option<(u64, std::time::SystemTime, u64)>,
     /// Last kubeconfig text written or found.
     kubeconfig_text: Option<String>,
+    /// Peers whose entry this process replaced (`--replace-peers`): one
+    /// that comes back has an installer of its own still running, and is
+    /// refused instead of replaced again (no rewrite war).
+    replaced: BTreeSet<&'static str>,
 }
 
 impl Installer {
@@ -63,6 +73,7 @@ impl Installer {
             touched: BTreeSet::new(),
             binary_seen: None,
             kubeconfig_text: None,
+            replaced: BTreeSet::new(),
         }
     }
 
@@ -206,19 +217,62 @@ impl Installer {
                 "it is a symbolic link: meshnft edits only regular files; make the primary a regular file".into(),
             ));
         }
+        let mut replacing: Vec<&'static str> = Vec::new();
         let (target, new_list, original) = match primary.kind {
             discover::Kind::List => {
-                if conflist::has_exactly(&primary.json, &entry) {
+                let found = conflist::peers(&primary.json);
+                if !found.is_empty() {
+                    let back = found.iter().any(|p| self.replaced.contains(p));
+                    if !self.args.replace_peers || back {
+                        // Never chained beside a peer: an entry of ours
+                        // already there (the peer came after it) goes.
+                        let mut removed_ours = false;
+                        if let Some(without) = conflist::without_entry(&primary.json) {
+                            let unchanged = || {
+                                discover::read_regular(&primary.path, discover::MAX_CONF_BYTES)
+                                    .is_ok_and(|b| b == primary.bytes)
+                            };
+                            let mode = file_mode(&primary.path);
+                            if !fsutil::write_atomic_if(
+                                &primary.path,
+                                &conflist::render(&without),
+                                mode,
+                                unchanged,
+                            )? {
+                                return Ok(None);
+                            }
+                            removed_ours = true;
+                        }
+                        return Err(InstallError::Peer {
+                            primary: primary.path,
+                            peers: found,
+                            returned: back,
+                            removed_ours,
+                        });
+                    }
+                    let rest = conflist::without_peers(&primary.json);
+                    let new = conflist::with_entry(&rest, &entry).map_err(bad)?;
+                    replacing = found;
+                    (primary.path.clone(), new, None)
+                } else if conflist::has_exactly(&primary.json, &entry) {
                     self.touched.insert(primary.path.clone());
                     return Ok(Some(Outcome::Chained {
                         path: primary.path,
                         changed: false,
                     }));
+                } else {
+                    let new = conflist::with_entry(&primary.json, &entry).map_err(bad)?;
+                    (primary.path.clone(), new, None)
                 }
-                let new = conflist::with_entry(&primary.json, &entry).map_err(bad)?;
-                (primary.path.clone(), new, None)
             }
             discover::Kind::Single => {
+                if let Some(peer) = conflist::peer_type(&primary.json) {
+                    return Err(bad(format!(
+                        "its only plugin is {peer}, another mesh's CNI plugin, not an interface plugin: \
+                         meshnft chains after the primary CNI's plugin; {}",
+                        super::error::peer_hint(peer)
+                    )));
+                }
                 if conflist::is_meshnft(&primary.json) {
                     return Err(bad(
                         "its only plugin is meshnft: meshnft must be chained after an interface plugin"
@@ -307,6 +361,18 @@ impl Installer {
             "chained meshnft into {} (plugins: {types})",
             target.display()
         );
+        for peer in replacing {
+            // Its files are its installer's to remove (its uninstall does);
+            // none of them is read by a runtime once the entry is gone.
+            tracing::warn!(
+                "replaced {peer}'s entry in {} with meshnft's (--replace-peers); {peer}'s own files (its \
+                 binary {}, its kubeconfig in {}) were left in place: its uninstall removes them",
+                target.display(),
+                l.bin_dir.join(peer).display(),
+                l.net_dir.display()
+            );
+            self.replaced.insert(peer);
+        }
         self.touched.insert(target.clone());
         Ok(Some(Outcome::Chained {
             path: target,

@@ -86,6 +86,13 @@ pub struct Args {
     /// the API server says (without it: see `--daemonset`).
     #[arg(long, env = "MESHNFT_KEEP_ON_EXIT")]
     pub keep_on_exit: bool,
+    /// Replace another mesh's CNI plugin (linkerd-cni, istio-cni,
+    /// kuma-cni) chained in the primary configuration: its entry is removed
+    /// and meshnft's appended (its binary and kubeconfig are left alone).
+    /// Off: the installer refuses to chain beside one, says which, and
+    /// retries until it is gone.
+    #[arg(long, env = "MESHNFT_REPLACE_PEERS")]
+    pub replace_peers: bool,
     /// The DaemonSet that runs this installer (the chart sets it). On
     /// SIGTERM the installer asks the API server about it: still there,
     /// an update or a restart: keep everything; gone or being deleted, an
