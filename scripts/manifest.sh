@@ -81,6 +81,8 @@ a wrong type|--set-string agent.port=9431
 a wrong type in a mesh block|--set-string linkerd.ipv6=yes
 an unknown mesh|--set mesh=consul
 an unknown repair mode|--set agent.repairMode=inplace
+an unknown log format|--set installer.logFormat=yaml
+a log level that is neither a level nor directives|--set installer.logLevel=verbose
 BAD
   echo "manifest.sh: values.schema.json refuses $refused kinds of bad values (helm template and lint --strict)"
   # Settings beyond the defaults render what they promise: the agent's modes with their RBAC
@@ -89,7 +91,8 @@ BAD
     --set agent.repairMode=label --set agent.removeNodeTaint=true \
     --set metrics.podMonitor.enabled=true --set metrics.annotations=false \
     --set 'imagePullSecrets[0].name=registry' --set podLabels.team=net --set podAnnotations.note=x \
-    --set seccompProfile=null --set revisionHistoryLimit=3 |
+    --set seccompProfile=null --set revisionHistoryLimit=3 \
+    --set installer.logFormat=json --set 'installer.logLevel=info\,meshnft_node::agent=debug' |
     python3 -c '
 import sys, yaml
 docs = [d for d in yaml.safe_load_all(sys.stdin) if d]
@@ -103,6 +106,7 @@ pod = ds["spec"]["template"]
 c = pod["spec"]["containers"][0]
 env = {e["name"]: e.get("value") for e in c["env"]}
 assert env["MESHNFT_REPAIR_MODE"] == "label" and env["MESHNFT_REMOVE_NODE_TAINT"] == "true", env
+assert env["MESHNFT_LOG_FORMAT"] == "json" and env["MESHNFT_LOG"] == "info,meshnft_node::agent=debug", env
 assert pod["spec"]["imagePullSecrets"] == [{"name": "registry"}]
 assert pod["metadata"]["labels"]["team"] == "net" and pod["metadata"]["annotations"] == {"note": "x"}, pod["metadata"]
 assert "seccompProfile" not in c["securityContext"] and ds["spec"]["revisionHistoryLimit"] == 3

@@ -421,7 +421,7 @@ fn repairs_pods_that_came_up_without_their_table() {
         agent.metric(r#"meshnft_pods_without_table_total{state="wrong"}"#),
         0.0
     );
-    assert_eq!(agent.metric("meshnft_meshed_pods"), 3.0);
+    assert_eq!(agent.metric(r#"meshnft_meshed_pods{mesh="linkerd"}"#), 3.0);
     assert!(agent.metric("meshnft_pods_checked_total") >= 6.0);
     assert_eq!(agent.metric("meshnft_chained"), 1.0);
     assert_eq!(agent.metric("meshnft_ready"), 1.0);
@@ -639,7 +639,12 @@ fn label_mode_labels_and_the_api_server_may_go_away() {
         labeller.metric(r#"meshnft_pod_labels_total{result="labelled"}"#),
         1.0
     );
-    assert!(events_for(&api, "MeshnftNotConfigured").contains(&"web-third".to_string()));
+    assert!(
+        wait_until(T, || events_for(&api, "MeshnftNotConfigured")
+            .contains(&"web-third".to_string())),
+        "{:?}",
+        api.events()
+    );
 }
 
 /// The socket the agent answers the plugin's pod lookups on, in `tree`'s
@@ -837,6 +842,263 @@ fn the_agent_socket_refuses_bad_peers_and_requests() {
     set(&dir, 0o700).unwrap();
     // Still serving.
     assert!(ask(good.to_string().as_bytes()).starts_with("{\"pod\":"));
+}
+
+/// The socket the plugin reports its verbs on, beside [`agent_socket`].
+fn report_socket(tree: &Tree) -> PathBuf {
+    tree.dir.join("host/run/meshnft-agent/report.sock")
+}
+
+/// The events of `reason` on pod `name`.
+fn events_of(api: &LiveApi, reason: &str, name: &str) -> Vec<Value> {
+    api.events()
+        .into_iter()
+        .filter(|e| e["reason"] == reason && e["regarding"]["name"] == name)
+        .collect()
+}
+
+/// Operator visibility (issue 24): the plugin reports each verb to the
+/// agent; a warned ADD (no pod cgroup: the plain redirect table) and a
+/// refused ADD (code 11: no pod data) become Warning Events on their pods,
+/// a repeated refusal one Event with a series, not a second one; every
+/// verb is counted by result and code, with its time in a histogram; and
+/// `meshnft_build_info` is there.
+#[test]
+fn warned_and_refused_adds_become_events_and_metrics() {
+    let Some((api, node, _server, tree)) = setup() else {
+        return;
+    };
+    tree.write_primary();
+    api.put_node(NODE, &[]);
+    // Meshed, known to the agent, but with no pod cgroup on the node.
+    let uid = format!("0f4e6c1a-2b3c-4d5e-8f90-{:012x}", std::process::id());
+    api.put_pod(&running_meshed("web-warned"), &uid);
+    let dir = node.dir().join("agentreports");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut e = entry(&node);
+    e["kubernetes"] = json!({
+        "kubeconfig": api.kubeconfig(&dir),
+        "agentSocket": agent_socket(&tree),
+        "timeoutSeconds": 1,
+        "attempts": 1
+    });
+    let conflist = node.write_conflist("agentreports", "1.0.0", vec![e]);
+    let agent = Agent::start(&tree, &api, &[]);
+    assert!(
+        wait_until(T, || report_socket(&tree).exists()
+            && agent_socket(&tree).exists()),
+        "no sockets; agent log:\n{}",
+        agent.log()
+    );
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&report_socket(&tree)), 0o600);
+
+    // Warned: the table without the init phase, and an Event saying why.
+    let netns = Netns::new("mtpod");
+    let args: Vec<(String, String)> = vec![
+        ("K8S_POD_NAMESPACE".into(), "default".into()),
+        ("K8S_POD_NAME".into(), "web-warned".into()),
+        ("K8S_POD_INFRA_CONTAINER_ID".into(), "sandbox".into()),
+        ("K8S_POD_UID".into(), uid.clone()),
+    ];
+    node.cni(
+        "add",
+        &conflist,
+        netns.path(),
+        "web-warned",
+        &args_ref(&args),
+    )
+    .unwrap_or_else(|e| panic!("ADD: {e}\nagent log:\n{}", agent.log()));
+    assert!(list_table(&netns).is_ok());
+    assert!(
+        wait_until(T, || !events_of(&api, "MeshnftWarning", "web-warned")
+            .is_empty()),
+        "no Event for the warned ADD: {:?}\nagent log:\n{}",
+        api.events(),
+        agent.log()
+    );
+    let ev = &events_of(&api, "MeshnftWarning", "web-warned")[0];
+    assert_eq!(ev["type"], "Warning");
+    assert_eq!(ev["action"], "Add");
+    assert_eq!(ev["regarding"]["uid"], uid.as_str());
+    assert_eq!(ev["regarding"]["kind"], "Pod");
+    let note = ev["note"].as_str().unwrap_or_default();
+    assert!(
+        note.starts_with("meshnft ADD succeeded with warnings: init phase off for this pod: no cgroup for pod UID")
+            && note.contains("writing the plain redirect table"),
+        "{note}"
+    );
+    node.cni(
+        "del",
+        &conflist,
+        netns.path(),
+        "web-warned",
+        &args_ref(&args),
+    )
+    .unwrap();
+
+    // Refused twice: a pod the watch never delivers, and no API server.
+    // (Two sandboxes of the pod, as kubelet's retry makes.)
+    let ghost_cg = PodCgroups::new(Layout::Cgroupfs, Qos::Burstable);
+    let ghost = k8s_args(&ghost_cg, "web-ghost");
+    for sandbox in ["web-ghost-1", "web-ghost-2"] {
+        let ghost_ns = Netns::new("mtpod");
+        let err = node
+            .cni(
+                "add",
+                &conflist,
+                ghost_ns.path(),
+                sandbox,
+                &args_ref(&ghost),
+            )
+            .expect_err("no pod data: refused");
+        assert!(err.contains("11"), "{err}");
+    }
+    assert!(
+        wait_until(T, || {
+            events_of(&api, "MeshnftFailed", "web-ghost")
+                .first()
+                .is_some_and(|e| e["series"]["count"] == 2)
+        }),
+        "{:?}\nagent log:\n{}",
+        api.events(),
+        agent.log()
+    );
+    let failed = events_of(&api, "MeshnftFailed", "web-ghost");
+    assert_eq!(failed.len(), 1, "one Event and its series: {failed:?}");
+    let note = failed[0]["note"].as_str().unwrap_or_default();
+    assert!(
+        note.starts_with("meshnft ADD failed with CNI error 11: "),
+        "{note}"
+    );
+    assert_eq!(failed[0]["type"], "Warning");
+
+    // The metrics: outcomes by verb, result and code; the time per verb.
+    let ops = |labels: &str| agent.metric(&format!("meshnft_cni_operations_total{{{labels}}}"));
+    assert!(
+        wait_until(T, || ops(r#"verb="ADD",result="failed",code="11""#) == 2.0),
+        "{}",
+        agent.get("/metrics").unwrap().1
+    );
+    assert_eq!(ops(r#"verb="ADD",result="warned",code="0""#), 1.0);
+    assert_eq!(ops(r#"verb="DEL",result="ok",code="0""#), 1.0);
+    assert_eq!(
+        agent.metric(r#"meshnft_cni_operation_duration_seconds_count{verb="ADD"}"#),
+        3.0
+    );
+    // The refused ADDs waited for the agent (about 1 s each).
+    assert!(agent.metric(r#"meshnft_cni_operation_duration_seconds_sum{verb="ADD"}"#) > 1.0);
+    assert_eq!(
+        agent.metric(r#"meshnft_cni_operation_duration_seconds_bucket{le="10.0",verb="ADD"}"#),
+        3.0
+    );
+    // The warned ADD took less than the refused ones' wait.
+    assert_eq!(
+        agent.metric(r#"meshnft_cni_operation_duration_seconds_bucket{le="0.5",verb="ADD"}"#),
+        1.0
+    );
+    assert_eq!(
+        agent.metric(r#"meshnft_reports_total{result="accepted"}"#),
+        4.0
+    );
+    assert_eq!(
+        agent.metric(r#"meshnft_pod_events_total{reason="MeshnftWarning"}"#),
+        1.0
+    );
+    assert_eq!(
+        agent.metric(r#"meshnft_pod_events_total{reason="MeshnftFailed"}"#),
+        2.0
+    );
+    let body = agent.get("/metrics").unwrap().1;
+    assert!(
+        body.lines().any(
+            |l| l.starts_with("meshnft_build_info{version=\"0.1.0\",commit=\"")
+                && l.ends_with("} 1")
+        ),
+        "{body}"
+    );
+    assert_eq!(agent.metric(r#"meshnft_meshed_pods{mesh="linkerd"}"#), 1.0);
+}
+
+/// The report socket drops what is not a report from root, and counts it:
+/// a malformed datagram, an oversized one, one from uid 65534 (the file
+/// modes loosened for it, then restored); a good report right after is
+/// still counted, and none of the bad ones made an Event.
+#[test]
+fn the_report_socket_drops_bad_and_foreign_reports() {
+    let Some((api, _node, _server, tree)) = setup() else {
+        return;
+    };
+    tree.write_primary();
+    api.put_node(NODE, &[]);
+    let agent = Agent::start(&tree, &api, &[]);
+    let sock = report_socket(&tree);
+    assert!(wait_until(T, || sock.exists()), "{}", agent.log());
+    let send = |body: &[u8]| {
+        let s = std::os::unix::net::UnixDatagram::unbound().unwrap();
+        s.send_to(body, &sock).unwrap();
+    };
+    let report = |name: &str, code: u32| {
+        json!({"v": 1, "verb": "ADD", "namespace": "default", "name": name, "uid": null,
+               "code": code, "error": (code != 0).then_some("refused"), "warnings": [],
+               "micros": 700})
+        .to_string()
+    };
+    send(b"not json");
+    send(br#"{"v":1,"verb":"GC"}"#);
+    send(&vec![b' '; 9000]);
+    let r = |res: &str| agent.metric(&format!("meshnft_reports_total{{result=\"{res}\"}}"));
+    assert!(
+        wait_until(T, || r("malformed") == 2.0 && r("oversized") == 1.0),
+        "{}",
+        agent.log()
+    );
+    use std::os::unix::fs::PermissionsExt;
+    let set = |p: &Path, m: u32| std::fs::set_permissions(p, std::fs::Permissions::from_mode(m));
+    let dir = sock.parent().unwrap().to_path_buf();
+    set(&dir, 0o755).unwrap();
+    set(&sock, 0o666).unwrap();
+    let out = Command::new("setpriv")
+        .args(["--reuid", "65534", "--regid", "65534", "--clear-groups", "--"])
+        .args(["/usr/bin/python3", "-c"])
+        .arg(format!(
+            "import socket\ns=socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)\ns.sendto(b'{}', {:?})",
+            report("web-foreign", 7),
+            sock.display().to_string()
+        ))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        wait_until(T, || r("refused") == 1.0),
+        "the foreign report did not reach the agent:\n{}",
+        agent.log()
+    );
+    set(&sock, 0o600).unwrap();
+    set(&dir, 0o700).unwrap();
+    send(report("web-good", 106).as_bytes());
+    assert!(wait_until(T, || r("accepted") == 1.0), "{}", agent.log());
+    assert!(
+        wait_until(T, || !events_of(&api, "MeshnftFailed", "web-good")
+            .is_empty()),
+        "{:?}",
+        api.events()
+    );
+    assert_eq!(
+        agent.metric(r#"meshnft_cni_operations_total{verb="ADD",result="failed",code="106"}"#),
+        1.0
+    );
+    assert!(
+        events_of(&api, "MeshnftFailed", "web-foreign").is_empty(),
+        "{:?}",
+        api.events()
+    );
+    assert_eq!(api.events().len(), 1, "{:?}", api.events());
 }
 
 // ---- Istio and Kuma pods (issue 23: repair for every mesh) -----------------
@@ -1112,7 +1374,10 @@ fn repair_for_mesh(mesh: &str, proxy: &str, validator: (&str, i32), proxy_uid: u
         2.0
     );
     // The two repaired ones and the reference (not the failed ones).
-    assert_eq!(agent.metric("meshnft_meshed_pods"), 3.0);
+    assert_eq!(
+        agent.metric(&format!("meshnft_meshed_pods{{mesh=\"{mesh}\"}}")),
+        3.0
+    );
     assert!(api.deletes().is_empty());
     assert!(
         wait_until(T, || api.taints(NODE).is_empty()),

@@ -986,6 +986,94 @@ fn mesh_on_node(node: &Node, chart: &str, mesh: &str) {
     );
 }
 
+/// Operator visibility (issue 24): a meshed pod whose ADD meshnft refuses (a pod annotation
+/// that does not parse: CNI error 7) gets meshnft's own Warning Event, `MeshnftFailed` with
+/// the code, beside kubelet's `FailedCreatePodSandBox`, in `kubectl describe pod`; the node
+/// agent's `/metrics` show the build and the ADD outcomes by result and code, with their
+/// times. The pod is deleted at the end.
+fn refusal_event_and_metrics(node: &Node) {
+    let t = Instant::now();
+    let pod = seed_pod("refused", "classic", true, false).replace(
+        "    linkerd.io/proxy-version: standin\n",
+        "    linkerd.io/proxy-version: standin\n    config.linkerd.io/skip-outbound-ports: \"none\"\n",
+    );
+    node.apply(&pod);
+    let events = || {
+        node.kubectl(&[
+            "-n",
+            "seed",
+            "get",
+            "events",
+            "--field-selector",
+            "involvedObject.name=refused,reason=MeshnftFailed",
+            "-o",
+            "jsonpath={range .items[*]}{.type} {.message}{\"\\n\"}{end}",
+        ])
+        .unwrap_or_default()
+    };
+    node.wait(
+        120,
+        "meshnft's Event on seed/refused",
+        "seed",
+        "pod/refused",
+        || events().contains("Warning meshnft ADD failed with CNI error 7"),
+    );
+    let desc = node.kubectl_ok(&["-n", "seed", "describe", "pod", "refused"]);
+    assert!(
+        desc.contains("MeshnftFailed")
+            && desc.contains("meshnft ADD failed with CNI error 7")
+            && desc.contains("config.linkerd.io/skip-outbound-ports"),
+        "kubectl describe pod shows meshnft's Event:\n{desc}"
+    );
+    let metrics = text(
+        &node
+            .run(
+                &[
+                    "busybox",
+                    "wget",
+                    "-q",
+                    "-O-",
+                    "http://127.0.0.1:9431/metrics",
+                ],
+                None,
+            )
+            .stdout,
+    );
+    let value = |name: &str| -> f64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+            .unwrap_or(0.0)
+    };
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("meshnft_build_info{version=\"") && l.ends_with("} 1")),
+        "{metrics}"
+    );
+    assert!(
+        value(r#"meshnft_cni_operations_total{verb="ADD",result="failed",code="7"}"#) >= 1.0,
+        "{metrics}"
+    );
+    assert!(
+        value(r#"meshnft_cni_operations_total{verb="ADD",result="ok",code="0"}"#) >= 1.0,
+        "the seed pods' ADDs: {metrics}"
+    );
+    assert!(
+        value(r#"meshnft_cni_operation_duration_seconds_count{verb="ADD"}"#) >= 2.0,
+        "{metrics}"
+    );
+    assert!(
+        value(r#"meshnft_pod_events_total{reason="MeshnftFailed"}"#) >= 1.0,
+        "{metrics}"
+    );
+    node.kubectl_ok(&["-n", "seed", "delete", "pod", "refused", "--wait=true"]);
+    eprintln!(
+        "a refused ADD: meshnft's Event on the pod, the agent's metrics: {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+}
+
 #[test]
 fn real_node() {
     if !support::root_or_skip("real_node") {
@@ -1198,6 +1286,9 @@ fn real_node() {
         v.contains("port 4140") && v.contains("1.1.1.1:20001"),
         "the validator's probe was redirected to its own listener: {v}"
     );
+
+    // ---- a refused ADD: meshnft's Event on the pod, the agent's metrics --------------------
+    refusal_event_and_metrics(&node);
 
     // ---- 20 pods created at once -------------------------------------------------------------
     let t = Instant::now();

@@ -5,12 +5,15 @@
 //! connect, peer check, request, answer, then the same transaction as the
 //! annotations row. The real agent answers from its watch's store the same
 //! way (crates/node/src/agent/socket.rs); its own cost is not the plugin's.
+//! Beside it the report socket (`report.sock`), drained by the same thread,
+//! so the row includes the plugin's report of the verb
+//! (`meshnft::pod::k8s::report`), sent as it is to the real agent.
 
 use crate::sys::Result;
 use meshnft::pod::k8s::agent::{Answer, Request};
 use meshnft::pod::k8s::{Container, PodInfo, PodSource};
 use std::io::{Read, Write};
-use std::os::unix::net::UnixListener;
+use std::os::unix::net::{UnixDatagram, UnixListener};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,6 +21,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// The stand-in: listens until dropped.
 pub struct AgentStandIn {
     pub socket: PathBuf,
+    reports: PathBuf,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -46,12 +50,17 @@ impl AgentStandIn {
         let socket = dir.join("agent.sock");
         let l = UnixListener::bind(&socket).map_err(|e| format!("{}: {e}", socket.display()))?;
         l.set_nonblocking(true).map_err(|e| e.to_string())?;
+        let reports = meshnft::pod::k8s::report::socket_for(&socket);
+        let r = UnixDatagram::bind(&reports).map_err(|e| format!("{}: {e}", reports.display()))?;
+        r.set_nonblocking(true).map_err(|e| e.to_string())?;
         let body =
             serde_json::to_vec(&Answer::Pod(Box::new(meshed_pod()))).map_err(|e| e.to_string())?;
         let stop = Arc::new(AtomicBool::new(false));
         let s2 = stop.clone();
         let thread = std::thread::spawn(move || {
+            let mut report = vec![0u8; meshnft::pod::k8s::report::MAX_REPORT];
             while !s2.load(Ordering::Relaxed) {
+                while r.recv(&mut report).is_ok() {}
                 match l.accept() {
                     Ok((mut s, _)) => {
                         let _ = s.set_nonblocking(false);
@@ -68,6 +77,7 @@ impl AgentStandIn {
         });
         Ok(AgentStandIn {
             socket,
+            reports,
             stop,
             thread: Some(thread),
         })
@@ -81,5 +91,6 @@ impl Drop for AgentStandIn {
             let _ = t.join();
         }
         let _ = std::fs::remove_file(&self.socket);
+        let _ = std::fs::remove_file(&self.reports);
     }
 }

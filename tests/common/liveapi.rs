@@ -2,7 +2,8 @@
 //! (list and watch with a field selector on `spec.nodeName`, get, delete,
 //! merge patch of labels), namespaces (list and watch of those put or
 //! holding a pod; get, where any name exists), nodes (get,
-//! merge patch of `spec.taints`), `events.k8s.io/v1` events (create),
+//! merge patch of `spec.taints`), `events.k8s.io/v1` events (create, and
+//! the merge patch that adds to an event's series),
 //! `apps/v1` daemonsets (get; put, marked deleting or removed by the
 //! test). Every
 //! change gets a `resourceVersion` and goes into a log that watches stream
@@ -297,6 +298,37 @@ impl Inner {
             ("POST", ["apis", "events.k8s.io", "v1", "namespaces", _ns, "events"]) => {
                 self.state.lock().unwrap().events.push(body.clone());
                 self.answer(&mut s, 201, body.to_string())
+            }
+            (
+                "PATCH",
+                [
+                    "apis",
+                    "events.k8s.io",
+                    "v1",
+                    "namespaces",
+                    _ns,
+                    "events",
+                    name,
+                ],
+            ) => {
+                let mut st = self.state.lock().unwrap();
+                st.patches.push((format!("events/{name}"), body.clone()));
+                match st
+                    .events
+                    .iter_mut()
+                    .find(|e| e["metadata"]["name"].as_str() == Some(*name))
+                {
+                    Some(e) => {
+                        merge(e, &body);
+                        let e = e.clone();
+                        drop(st);
+                        self.answer(&mut s, 200, e.to_string())
+                    }
+                    None => {
+                        drop(st);
+                        self.answer(&mut s, 404, status(404, "NotFound", "event not found"))
+                    }
+                }
             }
             (m @ ("GET" | "PATCH"), ["api", "v1", "nodes", name]) => {
                 let mut st = self.state.lock().unwrap();

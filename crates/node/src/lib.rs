@@ -23,15 +23,23 @@ pub mod install;
 pub mod watch;
 
 // The layers below, under the names the plugin uses for them.
-pub(crate) use meshnft_plugin::{cni, config, error, nft, pod, safefs, state, table};
+pub(crate) use meshnft_plugin::{cni, config, error, logging, nft, pod, safefs, state, table};
 
 /// `meshnft-node`'s command line.
 #[derive(Debug, clap::Parser)]
 #[command(name = "meshnft-node", version, about, long_about = None)]
 pub struct Cli {
+    /// The format of the log lines on stderr: `text`, or `json` (one JSON
+    /// object a line: timestamp, level, message, fields, target).
+    #[arg(long, global = true, env = "MESHNFT_LOG_FORMAT", default_value = "text", value_parser = log_format)]
+    pub log_format: meshnft_plugin::logging::Format,
     /// What to do.
     #[command(subcommand)]
     pub command: Cmd,
+}
+
+fn log_format(s: &str) -> Result<meshnft_plugin::logging::Format, String> {
+    meshnft_plugin::logging::Format::parse(s).ok_or_else(|| format!("{s:?} is not text or json"))
 }
 
 /// `meshnft-node`'s subcommands.
@@ -43,8 +51,9 @@ pub enum Cmd {
 }
 
 /// Entry point of the `meshnft-node` binary; returns the process exit code
-/// (0 ok, 1 failure, 2 usage). Logging as for the plugin's commands:
-/// `MESHNFT_LOG` sets the level.
+/// (0 ok, 1 failure, 2 usage). Logging: `MESHNFT_LOG` (else `RUST_LOG`)
+/// sets the level or `RUST_LOG`-style directives (a bad value: `info`, and
+/// a warning), `--log-format`/`MESHNFT_LOG_FORMAT` the format.
 pub fn main_entry() -> i32 {
     use clap::Parser;
     let cli = match Cli::try_parse() {
@@ -54,10 +63,15 @@ pub fn main_entry() -> i32 {
             return if e.use_stderr() { 2 } else { 0 };
         }
     };
-    meshnft_plugin::logging::init(
-        meshnft_plugin::logging::level(std::env::var("MESHNFT_LOG").ok().as_deref()),
-        None,
-    );
+    let (filter, bad) = meshnft_plugin::logging::env_filter();
+    meshnft_plugin::logging::init(meshnft_plugin::logging::Options {
+        filter,
+        stderr: cli.log_format,
+        ..Default::default()
+    });
+    if let Some(why) = bad {
+        tracing::warn!("MESHNFT_LOG: {why}");
+    }
     match cli.command {
         Cmd::Install(args) => run(*args),
     }
@@ -181,7 +195,10 @@ pub fn run(mut args: Args) -> i32 {
                 _ => &[],
             },
         );
-        agent.set_chained(matches!(r, Ok(Outcome::Chained { .. })));
+        agent.record_pass(match &r {
+            Ok(Outcome::Chained { changed, .. }) => Some(*changed),
+            _ => None,
+        });
         let wait = if r.is_err() || !all_watched || watches.is_none() {
             l.retry
         } else {

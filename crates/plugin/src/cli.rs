@@ -166,10 +166,14 @@ pub fn run() -> i32 {
             return if e.use_stderr() { 2 } else { 0 };
         }
     };
-    crate::logging::init(
-        crate::logging::level(std::env::var("MESHNFT_LOG").ok().as_deref()),
-        None,
-    );
+    let (filter, bad) = crate::logging::env_filter();
+    crate::logging::init(crate::logging::Options {
+        filter,
+        ..Default::default()
+    });
+    if let Some(why) = bad {
+        tracing::warn!("MESHNFT_LOG: {why}");
+    }
     match cli.command {
         Cmd::Render {
             config,

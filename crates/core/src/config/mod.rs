@@ -67,12 +67,17 @@ pub struct NetConf {
     /// Plugin type (`type`), normally `meshnft`.
     #[serde(rename = "type", default)]
     pub plugin_type: Option<String>,
-    /// Log level for stderr and `log_file`: error, warn, info, debug, trace.
+    /// Log level for stderr and `log_file`: error, warn, info, debug,
+    /// trace, off, or `RUST_LOG`-style directives (`crate::logging::filter`).
     #[serde(default)]
     pub log_level: Option<String>,
     /// Optional file to append logs to (in addition to stderr).
     #[serde(default)]
     pub log_file: Option<PathBuf>,
+    /// The format of `log_file`: `"text"` (default) or `"json"` (one JSON
+    /// object a line); anything else is refused (7) when the entry is loaded.
+    #[serde(default)]
+    pub log_format: Option<String>,
     /// Linkerd's `linkerd` block.
     #[serde(default)]
     pub linkerd: LinkerdConf,

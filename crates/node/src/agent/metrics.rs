@@ -11,6 +11,8 @@ use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::Registry;
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -19,10 +21,31 @@ use std::sync::atomic::AtomicU64;
 
 /// One label, e.g. `[("result", "repaired")]`.
 pub type Label = [(&'static str, &'static str); 1];
+/// The labels of `meshnft_cni_operations_total`: verb, result, code.
+pub type OperationLabels = [(&'static str, String); 3];
+/// A histogram family's constructor.
+pub type NewHistogram = fn() -> Histogram;
+
+/// Upper bounds of the buckets of `meshnft_cni_operation_duration_seconds`,
+/// in seconds: 0.5 ms to 10 s (an ADD takes about a millisecond; one that
+/// waits for the API server, seconds).
+pub const DURATION_BUCKETS: [f64; 14] = [
+    0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+fn duration_histogram() -> Histogram {
+    Histogram::new(DURATION_BUCKETS)
+}
+
+/// The git commit the node binary was built from (`MESHNFT_GIT_COMMIT` at
+/// build time, else `git rev-parse` by the build script), or `unknown`.
+pub const GIT_COMMIT: &str = match option_env!("MESHNFT_GIT_COMMIT") {
+    Some(c) => c,
+    None => "unknown",
+};
 
 /// Every metric of the agent (names as exposed; counters get `_total`).
-/// docs/install.md#node-agent-repair-readiness-metrics documents each one.
-#[derive(Default)]
+/// docs/install.md#metrics documents each one.
 pub struct Metrics {
     /// `meshnft_chained`: 1 while the entry is in the node's primary network
     /// configuration (the installer's last pass), else 0.
@@ -30,9 +53,10 @@ pub struct Metrics {
     /// `meshnft_ready`: 1 while the agent reports ready (chained and the
     /// host checks pass), else 0.
     pub ready: Gauge,
-    /// `meshnft_meshed_pods`: meshed pods on this node in the watch's cache
-    /// (not finished, not in the host network).
-    pub meshed_pods: Gauge,
+    /// `meshnft_meshed_pods{mesh}`: meshed pods on this node in the watch's
+    /// cache (not finished, not in the host network), by the rules of the
+    /// entry's mesh (`linkerd`, `istio`, `kuma`).
+    pub meshed_pods: Family<Label, Gauge>,
     /// `meshnft_pods_checked_total`: table checks of running meshed pods.
     pub checked: Counter,
     /// `meshnft_pods_without_table_total{state="missing"|"wrong"|"failed"}`:
@@ -54,16 +78,65 @@ pub struct Metrics {
     /// `meshnft_node_taint_removals_total`: times the agent removed the
     /// `meshnft.io/not-ready` taint from its node.
     pub taint_removals: Counter,
+    /// `meshnft_rechains_total`: passes of the installer that wrote the
+    /// entry back after an earlier pass had found it chained (the primary
+    /// CNI rewrote or replaced its configuration, or the entry was edited).
+    pub rechains: Counter,
+    /// `meshnft_cni_operations_total{verb,result,code}`: the plugin's ADD,
+    /// DEL and CHECK, from its reports; `result` is `ok`, `warned` (ok with
+    /// warnings) or `failed`, `code` the CNI error code (`0`: success).
+    pub operations: Family<OperationLabels, Counter>,
+    /// `meshnft_cni_operation_duration_seconds{verb}`: the plugin's time per
+    /// verb, from its reports.
+    pub durations: Family<Label, Histogram, NewHistogram>,
+    /// `meshnft_reports_total{result}`: datagrams on the report socket:
+    /// `accepted`, `malformed`, `oversized`, `refused` (a sender not root).
+    pub reports: Family<Label, Counter>,
+    /// `meshnft_pod_events_total{reason}`: Kubernetes Events the agent
+    /// created or updated on pods.
+    pub pod_events: Family<Label, Counter>,
     /// `meshnft_peer_plugin{type="linkerd-cni"|"istio-cni"|"kuma-cni"}`: 1
     /// while that plugin's entry in the node's primary configuration keeps
     /// the installer from chaining meshnft, else 0.
     pub peer_plugin: Family<Label, Gauge>,
 }
 
+impl Default for Metrics {
+    fn default() -> Metrics {
+        Metrics {
+            chained: Gauge::default(),
+            ready: Gauge::default(),
+            meshed_pods: Family::default(),
+            checked: Counter::default(),
+            without_table: Family::default(),
+            repairs: Family::default(),
+            deletions: Family::default(),
+            labels: Family::default(),
+            errors: Family::default(),
+            last_resync: Gauge::default(),
+            taint_removals: Counter::default(),
+            rechains: Counter::default(),
+            operations: Family::default(),
+            durations: Family::new_with_constructor(duration_histogram),
+            reports: Family::default(),
+            pod_events: Family::default(),
+            peer_plugin: Family::default(),
+        }
+    }
+}
+
 impl Metrics {
     /// The registry exposing `m`.
     pub fn registry(m: &Metrics) -> Registry {
         let mut r = Registry::default();
+        r.register(
+            "meshnft_build",
+            "The build of the node process: its version and git commit",
+            Info::new([
+                ("version", env!("CARGO_PKG_VERSION")),
+                ("commit", GIT_COMMIT),
+            ]),
+        );
         r.register(
             "meshnft_chained",
             "1 while meshnft is chained into the node's primary CNI configuration",
@@ -76,7 +149,7 @@ impl Metrics {
         );
         r.register(
             "meshnft_meshed_pods",
-            "Meshed pods on this node",
+            "Meshed pods on this node, by the rules of the entry's mesh",
             m.meshed_pods.clone(),
         );
         r.register(
@@ -123,6 +196,31 @@ impl Metrics {
             "meshnft_node_taint_removals",
             "Removals of the meshnft.io/not-ready taint from this node",
             m.taint_removals.clone(),
+        );
+        r.register(
+            "meshnft_rechains",
+            "Times the installer wrote meshnft's entry back after an earlier pass had found it chained",
+            m.rechains.clone(),
+        );
+        r.register(
+            "meshnft_cni_operations",
+            "The plugin's ADD, DEL and CHECK, by verb, result (ok, warned, failed) and CNI error code",
+            m.operations.clone(),
+        );
+        r.register(
+            "meshnft_cni_operation_duration_seconds",
+            "The plugin's time per verb, from its reports",
+            m.durations.clone(),
+        );
+        r.register(
+            "meshnft_reports",
+            "Reports received from the plugin, by result (accepted, malformed, oversized, refused)",
+            m.reports.clone(),
+        );
+        r.register(
+            "meshnft_pod_events",
+            "Kubernetes Events the agent created or updated on pods, by reason",
+            m.pod_events.clone(),
         );
         r
     }

@@ -17,6 +17,9 @@
 //! - reports readiness (`/readyz`: the entry is chained and the host checks
 //!   pass) and, with `--remove-node-taint`, removes the node taint
 //!   `meshnft.io/not-ready:NoSchedule` once ready;
+//! - receives the plugin's report of each ADD, DEL and CHECK ([`reports`]):
+//!   counts them, and turns a failed or warned verb into a Kubernetes
+//!   Event on its pod;
 //! - exports Prometheus metrics (`/metrics`, see [`metrics::Metrics`]).
 //!
 //! Nothing here ends the process: every failure is logged, counted in
@@ -25,6 +28,7 @@
 pub mod metrics;
 pub mod pods;
 pub mod repair;
+pub mod reports;
 mod run;
 pub mod socket;
 
@@ -239,9 +243,23 @@ impl Shared {
 pub struct Handle {
     shared: Arc<Shared>,
     stop: Option<tokio::sync::watch::Sender<bool>>,
+    /// A pass of this process has found the entry chained.
+    was_chained: bool,
 }
 
 impl Handle {
+    /// Records an installer pass: `Some(wrote)` when it found (or made) the
+    /// entry chained, `wrote` when it wrote it; `None` otherwise. A write
+    /// after an earlier pass had found the entry chained is a re-chain
+    /// (`meshnft_rechains_total`).
+    pub fn record_pass(&mut self, chained: Option<bool>) {
+        if chained == Some(true) && self.was_chained {
+            self.shared.metrics.rechains.inc();
+        }
+        self.was_chained |= chained.is_some();
+        self.set_chained(chained.is_some());
+    }
+
     /// Records the installer's last pass: chained or not.
     pub fn set_chained(&self, chained: bool) {
         self.shared.chained.store(chained, Ordering::SeqCst);
@@ -286,7 +304,11 @@ impl Handle {
 pub fn start(install: &crate::install::Args, agent: &Args) -> Handle {
     let shared = Arc::new(Shared::default());
     if agent.node_name.is_none() && agent.agent_listen.is_none() {
-        return Handle { shared, stop: None };
+        return Handle {
+            shared,
+            stop: None,
+            was_chained: false,
+        };
     }
     let (tx, rx) = tokio::sync::watch::channel(false);
     let (s, cfg, a) = (shared.clone(), install.clone(), agent.clone());
@@ -299,5 +321,6 @@ pub fn start(install: &crate::install::Args, agent: &Args) -> Handle {
     Handle {
         shared,
         stop: Some(tx),
+        was_chained: false,
     }
 }

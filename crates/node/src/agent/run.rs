@@ -331,6 +331,17 @@ async fn pod_loop(ctx: Arc<Ctx>) {
             instance: Some(format!("meshnft-agent-{node}")),
         },
     );
+    if let Some(sock) = ctx.agent.socket() {
+        tokio::spawn(super::reports::serve(
+            install::under(
+                &ctx.install.host_root,
+                &crate::pod::k8s::report::socket_for(sock),
+            ),
+            ctx.shared.clone(),
+            Some(recorder.clone()),
+            ctx.retry,
+        ));
+    }
     let mut w = Worker {
         ctx: ctx.clone(),
         host,
@@ -400,7 +411,14 @@ async fn pod_loop(ctx: Arc<Ctx>) {
             .iter()
             .filter(|p| !pods::finished(p) && pods::meshing(p, mesh) == Meshing::Meshed)
             .count();
-        ctx.shared.metrics.meshed_pods.set(meshed as i64);
+        let gauge = &ctx.shared.metrics.meshed_pods;
+        if gauge.get(&[("mesh", mesh.name())]).is_none() {
+            // The entry's mesh changed: only the current one is reported.
+            gauge.clear();
+        }
+        gauge
+            .get_or_create(&[("mesh", mesh.name())])
+            .set(meshed as i64);
         for key in std::mem::take(&mut pending) {
             let Some(pod) = reader.get(&key) else {
                 continue;
@@ -439,7 +457,7 @@ struct Worker {
 }
 
 impl Worker {
-    async fn event(&self, pod: &Pod, reason: &str, action: &str, note: String) {
+    async fn event(&self, pod: &Pod, reason: &'static str, action: &str, note: String) {
         let ev = Event {
             type_: EventType::Normal,
             reason: reason.into(),
@@ -452,14 +470,24 @@ impl Worker {
             self.recorder.publish(&ev, &pod.object_ref(&())),
         )
         .await;
-        if let Err(e) = r {
-            self.ctx
-                .shared
-                .metrics
-                .errors
-                .get_or_create(&[("stage", "event")])
-                .inc();
-            tracing::warn!("agent: {e}");
+        match r {
+            Ok(()) => {
+                self.ctx
+                    .shared
+                    .metrics
+                    .pod_events
+                    .get_or_create(&[("reason", reason)])
+                    .inc();
+            }
+            Err(e) => {
+                self.ctx
+                    .shared
+                    .metrics
+                    .errors
+                    .get_or_create(&[("stage", "event")])
+                    .inc();
+                tracing::warn!("agent: {e}");
+            }
         }
     }
 

@@ -24,6 +24,8 @@ pub struct DelConf {
     pub log_level: Option<String>,
     /// `log_file`, if an absolute path.
     pub log_file: Option<PathBuf>,
+    /// `log_format`: JSON when it says `json`, else text.
+    pub log_format: crate::logging::Format,
 }
 
 impl DelConf {
@@ -37,6 +39,9 @@ impl DelConf {
             state_dir: abs("stateDir").unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR)),
             log_level: s("log_level"),
             log_file: abs("log_file"),
+            log_format: s("log_format")
+                .and_then(|f| crate::logging::Format::parse(&f))
+                .unwrap_or_default(),
         }
     }
 }

@@ -20,6 +20,7 @@ pub mod del;
 pub mod env;
 pub mod gc;
 pub mod kernel;
+pub mod report;
 pub mod status;
 pub mod version;
 
@@ -49,7 +50,10 @@ pub enum Output {
 ///
 /// Success: exit 0 and the verb's output. Failure: a CNI error JSON on
 /// stdout (with the conflist's `cniVersion` when it could be read) and exit 1.
+/// Then, for ADD, DEL and CHECK, the verb's report to the node agent
+/// ([`report`]).
 pub fn run(command: &str) -> i32 {
+    let started = std::time::Instant::now();
     // A plugin process is short-lived: the kernel's RCU wait at the last
     // close of a netlink socket goes to a child (see `nft::detach_closes`;
     // ADD's own socket only after a transaction that freed objects).
@@ -71,28 +75,34 @@ pub fn run(command: &str) -> i32 {
             Command::parse(command).and_then(|cmd| dispatch(cmd, &CniEnv::from_process(), &stdin))
         }
     };
+    let failure = outcome
+        .as_ref()
+        .err()
+        .map(|e| (e.code.as_u32(), e.to_string()));
     let mut out = std::io::stdout().lock();
     let (doc, code) = match outcome {
         Ok(Output::Json(v)) => (Some(v), 0),
         Ok(Output::Nothing) => (None, 0),
         Err(e) => {
-            init_logging(None, None);
+            init_logging(None, None, Default::default());
             tracing::error!(code = e.code.as_u32(), "{command}: {e}");
             (Some(error_json(&e, cni_version.as_deref())), 1)
         }
     };
-    match doc {
+    let code = match doc {
         // The runtime must get the whole document or a failure exit code.
         Some(d) => match writeln!(out, "{d}").and_then(|_| out.flush()) {
             Ok(()) => code,
             Err(e) => {
-                init_logging(None, None);
+                init_logging(None, None, Default::default());
                 tracing::error!("{command}: cannot write the result to stdout: {e}");
                 1
             }
         },
         None => code,
-    }
+    };
+    report::send(command, &stdin, failure, started);
+    code
 }
 
 /// The CNI error document (CNI spec 1.1, section "Error").
@@ -148,30 +158,55 @@ pub fn peek_version(stdin: &[u8]) -> Option<String> {
 
 static LOGGING: std::sync::Once = std::sync::Once::new();
 
-/// Installs logging once: `log_level` (default info) and `log_file` (only
-/// an absolute path) from the configuration when there is one.
-fn init_logging(level: Option<&str>, file: Option<&std::path::Path>) {
+/// Installs logging once: `log_level` (a level or directives, default
+/// info), `log_file` (only an absolute path) in `log_format`, from the
+/// configuration when there is one; the verb's warnings are kept for its
+/// report to the node agent ([`report`]).
+fn init_logging(
+    level: Option<&str>,
+    file: Option<&std::path::Path>,
+    file_format: crate::logging::Format,
+) {
     LOGGING.call_once(|| {
-        crate::logging::init(
-            crate::logging::level(level),
-            file.filter(|p| p.is_absolute()),
-        );
-        if let Some(l) =
-            level.filter(|l| !crate::logging::KNOWN.contains(&l.to_ascii_lowercase().as_str()))
-        {
-            tracing::warn!(
-                "log_level {l:?} is not one of error, warn, info, debug, trace, off: using info"
-            );
+        let (filter, bad) = match crate::logging::filter(level) {
+            Ok(f) => (f, None),
+            Err(why) => (crate::logging::filter(None).unwrap_or_default(), Some(why)),
+        };
+        crate::logging::init(crate::logging::Options {
+            filter,
+            file: file.filter(|p| p.is_absolute()),
+            file_format,
+            keep_warnings: true,
+            ..Default::default()
+        });
+        if let Some(why) = bad {
+            tracing::warn!("log_level: {why}: using info");
         }
     });
 }
 
 /// Decodes the configuration and checks its version; sets up logging.
 /// Errors: 6/7 (see [`config::decode`]), 7 for a `log_file` that is a
-/// symbolic link, not a regular file, or on procfs/sysfs, 1 (version).
+/// symbolic link, not a regular file, or on procfs/sysfs, or a
+/// `log_format` other than `text` or `json`, 1 (version).
 pub fn load(stdin: &[u8]) -> Result<NetConf> {
     let conf = config::decode(stdin)?;
-    init_logging(conf.log_level.as_deref(), conf.log_file.as_deref());
+    let format = conf
+        .log_format
+        .as_deref()
+        .map(crate::logging::Format::parse);
+    init_logging(
+        conf.log_level.as_deref(),
+        conf.log_file.as_deref(),
+        format.flatten().unwrap_or_default(),
+    );
+    if let (Some(None), Some(f)) = (format, &conf.log_format) {
+        return Err(Error::config(
+            "log_format",
+            f,
+            "must be \"text\" or \"json\"",
+        ));
+    }
     if let (Some(why), Some(p)) = (crate::logging::refused(), &conf.log_file) {
         // A link, FIFO, device or kernel interface: a bad value, not an
         // I/O hiccup (those only cost the file's log lines).
@@ -188,7 +223,11 @@ pub fn dispatch(cmd: Command, env: &CniEnv, stdin: &[u8]) -> Result<Output> {
         Command::Add => add::cmd_add(env, &load(stdin)?),
         Command::Del => {
             let conf = del::DelConf::lenient(stdin);
-            init_logging(conf.log_level.as_deref(), conf.log_file.as_deref());
+            init_logging(
+                conf.log_level.as_deref(),
+                conf.log_file.as_deref(),
+                conf.log_format,
+            );
             del::cmd_del(env, &conf)
         }
         Command::Check => check::cmd_check(env, &load(stdin)?),

@@ -9,6 +9,9 @@
 //!    `kubernetes` service) from the API server named by
 //!    `kubernetes.kubeconfig` ([`api`]).
 //!
+//! Beside them: [`agent`] (asking the node agent for a pod) and [`report`]
+//! (telling it how a verb went).
+//!
 //! Annotation names and semantics are Linkerd's (linkerd2-proxy-init
 //! `cni-plugin/main.go`), so existing pods work unchanged.
 
@@ -17,6 +20,7 @@ pub mod api;
 pub mod doc;
 pub mod meshes;
 pub mod names;
+pub mod report;
 
 use crate::config::{DEFAULT_INBOUND_IGNORE, Settings};
 use crate::error::{Code, Error, Result};

@@ -1,0 +1,408 @@
+//! The plugin's reports (`meshnft_core::pod::k8s::report` is the other
+//! side and the wire format): a unix datagram socket beside the lookup
+//! socket, `report.sock`. Each report is counted in the metrics (verb,
+//! result, CNI code, time); a verb that failed or warned becomes a
+//! Kubernetes Event on its pod (`Warning`, reason [`REASON_FAILED`] or
+//! [`REASON_WARNED`]), which `kubectl describe pod` shows.
+//!
+//! - The socket is root's, 0600, in the lookup socket's 0700 directory;
+//!   with `SO_PASSCRED` the kernel attaches every sender's credentials, and
+//!   a datagram from any uid but 0 is dropped (and counted).
+//! - A datagram over `MAX_REPORT` bytes or that does not decode is dropped
+//!   (and counted); nothing a sender does makes the agent wait.
+//! - Events go through a bounded queue ([`EVENT_QUEUE`]) to one task: a
+//!   burst beyond it is dropped (`meshnft_errors_total{stage="event"}`), and
+//!   kube's recorder folds a repeated Event of a pod into one series.
+
+use super::Shared;
+use crate::pod::k8s::report::{self, Report, ReportError, Verb};
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::runtime::events::{Event, EventType, Recorder};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Event reason of a verb that failed (the pod's sandbox was refused).
+pub const REASON_FAILED: &str = "MeshnftFailed";
+/// Event reason of a verb that succeeded with warnings.
+pub const REASON_WARNED: &str = "MeshnftWarning";
+/// Events waiting to be published at most; more are dropped.
+pub const EVENT_QUEUE: usize = 256;
+/// Bound on publishing one Event.
+const EVENT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why a datagram was dropped, or the report it carried.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Received {
+    /// A good report from root.
+    Report(Box<Report>),
+    /// The sender is not root (its uid), or sent no credentials (`None`).
+    Refused(Option<u32>),
+    /// Over `MAX_REPORT` bytes.
+    Oversized,
+    /// Not a report.
+    Malformed(String),
+}
+
+impl Received {
+    /// The `result` label of `meshnft_reports_total`.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Received::Report(_) => "accepted",
+            Received::Refused(_) => "refused",
+            Received::Oversized => "oversized",
+            Received::Malformed(_) => "malformed",
+        }
+    }
+}
+
+/// Judges one datagram: `uid`, the sender's (from `SCM_CREDENTIALS`),
+/// `truncated`, whether it was longer than the buffer.
+pub fn judge(bytes: &[u8], uid: Option<u32>, truncated: bool) -> Received {
+    if uid != Some(0) {
+        return Received::Refused(uid);
+    }
+    if truncated {
+        return Received::Oversized;
+    }
+    match report::decode(bytes) {
+        Ok(r) => Received::Report(Box::new(r)),
+        Err(ReportError::Oversized) => Received::Oversized,
+        Err(ReportError::Malformed(why)) => Received::Malformed(why),
+    }
+}
+
+/// The `result` label of `meshnft_cni_operations_total` for `r`.
+pub fn result(r: &Report) -> &'static str {
+    match (r.code, r.warnings.is_empty()) {
+        (0, true) => "ok",
+        (0, false) => "warned",
+        _ => "failed",
+    }
+}
+
+/// Counts `r` in the metrics.
+pub fn count(shared: &Shared, r: &Report) {
+    let m = &shared.metrics;
+    m.operations
+        .get_or_create(&[
+            ("verb", r.verb.as_str().to_string()),
+            ("result", result(r).to_string()),
+            ("code", r.code.to_string()),
+        ])
+        .inc();
+    m.durations
+        .get_or_create(&[("verb", r.verb.as_str())])
+        .observe(r.micros as f64 / 1e6);
+}
+
+/// The Event for `r`, when it failed or warned and names its pod: its
+/// reason, action and note (at most 1 KiB, the API's limit).
+pub fn event(r: &Report) -> Option<(ObjectReference, Event)> {
+    let (Some(namespace), Some(name)) = (&r.namespace, &r.name) else {
+        return None;
+    };
+    let verb = r.verb.as_str();
+    let warnings = r.warnings.join("; ");
+    let mut note = match (&r.error, warnings.is_empty()) {
+        (Some(e), true) => format!("meshnft {verb} failed with CNI error {}: {e}", r.code),
+        (Some(e), false) => format!(
+            "meshnft {verb} failed with CNI error {}: {e}; warnings: {warnings}",
+            r.code
+        ),
+        (None, false) => format!("meshnft {verb} succeeded with warnings: {warnings}"),
+        (None, true) => return None,
+    };
+    crate::logging::truncate(&mut note, 1024);
+    let reference = ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        namespace: Some(namespace.clone()),
+        name: Some(name.clone()),
+        uid: r.uid.clone(),
+        ..Default::default()
+    };
+    let ev = Event {
+        type_: EventType::Warning,
+        reason: if r.error.is_some() {
+            REASON_FAILED
+        } else {
+            REASON_WARNED
+        }
+        .into(),
+        note: Some(note),
+        action: match r.verb {
+            Verb::Add => "Add",
+            Verb::Del => "Delete",
+            Verb::Check => "Check",
+        }
+        .into(),
+        secondary: None,
+    };
+    Some((reference, ev))
+}
+
+/// Binds the report socket at `path` (a stale socket is replaced, any other
+/// file refused), root's and 0600, with `SO_PASSCRED`.
+fn bind(path: &Path) -> std::io::Result<tokio::net::UnixDatagram> {
+    use std::os::unix::fs::FileTypeExt;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    }
+    match std::fs::symlink_metadata(path) {
+        Ok(md) if md.file_type().is_socket() => std::fs::remove_file(path)?,
+        Ok(_) => {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                format!("{} exists and is not a socket", path.display()),
+            ));
+        }
+        Err(_) => {}
+    }
+    let s = std::os::unix::net::UnixDatagram::bind(path)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    nix::sys::socket::setsockopt(&s, nix::sys::socket::sockopt::PassCred, &true)?;
+    s.set_nonblocking(true)?;
+    tokio::net::UnixDatagram::from_std(s)
+}
+
+/// Receives one datagram: its bytes, the sender's uid, whether it was cut.
+fn recv(fd: i32, buf: &mut [u8]) -> std::io::Result<(usize, Option<u32>, bool)> {
+    use nix::sys::socket::{ControlMessageOwned, MsgFlags, UnixCredentials, recvmsg};
+    let mut cmsg = nix::cmsg_space!(UnixCredentials);
+    let mut iov = [std::io::IoSliceMut::new(buf)];
+    let msg = recvmsg::<()>(fd, &mut iov, Some(&mut cmsg), MsgFlags::MSG_DONTWAIT)?;
+    let uid = msg.cmsgs().ok().and_then(|mut c| {
+        c.find_map(|m| match m {
+            ControlMessageOwned::ScmCredentials(c) => Some(c.uid()),
+            _ => None,
+        })
+    });
+    Ok((msg.bytes, uid, msg.flags.contains(MsgFlags::MSG_TRUNC)))
+}
+
+/// Serves the report socket at `path` until the runtime stops: counts
+/// every report, and queues an Event for each failed or warned verb to
+/// `recorder` (none: counted only). A failure to bind is logged and
+/// retried every `retry`.
+pub async fn serve(
+    path: PathBuf,
+    shared: Arc<Shared>,
+    recorder: Option<Recorder>,
+    retry: Duration,
+) {
+    let sock = loop {
+        match bind(&path) {
+            Ok(s) => break s,
+            Err(e) => {
+                tracing::warn!(
+                    "agent: cannot listen on {} for the plugin's reports ({e}); retrying",
+                    path.display()
+                );
+                tokio::time::sleep(retry).await;
+            }
+        }
+    };
+    tracing::info!(
+        "agent: receiving the plugin's reports on {}",
+        path.display()
+    );
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<(ObjectReference, Event)>(EVENT_QUEUE);
+    if let Some(recorder) = recorder {
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            while let Some((reference, ev)) = rx.recv().await {
+                publish(&shared, &recorder, &reference, &ev).await;
+            }
+        });
+    }
+    let mut buf = vec![0u8; report::MAX_REPORT + 1];
+    loop {
+        let got = sock
+            .async_io(tokio::io::Interest::READABLE, || {
+                recv(sock.as_raw_fd(), &mut buf)
+            })
+            .await;
+        let (n, uid, cut) = match got {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::warn!("agent: receiving a report: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let received = judge(&buf[..n.min(buf.len())], uid, cut || n > report::MAX_REPORT);
+        shared
+            .metrics
+            .reports
+            .get_or_create(&[("result", received.label())])
+            .inc();
+        let r = match received {
+            Received::Report(r) => r,
+            Received::Refused(uid) => {
+                tracing::warn!("agent: dropped a report from uid {uid:?}: root only");
+                continue;
+            }
+            other => {
+                tracing::warn!("agent: dropped a report: {other:?}");
+                continue;
+            }
+        };
+        count(&shared, &r);
+        let pod = format!(
+            "{}/{}",
+            r.namespace.as_deref().unwrap_or("-"),
+            r.name.as_deref().unwrap_or("-")
+        );
+        tracing::debug!(
+            pod,
+            verb = r.verb.as_str(),
+            code = r.code,
+            warnings = r.warnings.len(),
+            micros = r.micros,
+            "agent: report"
+        );
+        if let Some(e) = event(&r) {
+            match tx.try_send(e) {
+                Ok(()) => {}
+                Err(tokio::sync::mpsc::error::TrySendError::Full(_)) => {
+                    shared
+                        .metrics
+                        .errors
+                        .get_or_create(&[("stage", "event")])
+                        .inc();
+                    tracing::warn!(
+                        "agent: more than {EVENT_QUEUE} Events waiting: the one for pod {pod} is dropped"
+                    );
+                }
+                Err(tokio::sync::mpsc::error::TrySendError::Closed(_)) => {}
+            }
+        }
+    }
+}
+
+/// Publishes one Event, bounded by [`EVENT_TIMEOUT`]; a failure is logged
+/// and counted.
+async fn publish(shared: &Shared, recorder: &Recorder, reference: &ObjectReference, ev: &Event) {
+    let pod = format!(
+        "{}/{}",
+        reference.namespace.as_deref().unwrap_or(""),
+        reference.name.as_deref().unwrap_or("")
+    );
+    match tokio::time::timeout(EVENT_TIMEOUT, recorder.publish(ev, reference)).await {
+        Ok(Ok(())) => {
+            shared
+                .metrics
+                .pod_events
+                .get_or_create(&[(
+                    "reason",
+                    if ev.reason == REASON_FAILED {
+                        REASON_FAILED
+                    } else {
+                        REASON_WARNED
+                    },
+                )])
+                .inc();
+            tracing::info!(
+                "agent: event {} on pod {pod}: {}",
+                ev.reason,
+                ev.note.as_deref().unwrap_or("")
+            );
+        }
+        Ok(Err(e)) => {
+            shared
+                .metrics
+                .errors
+                .get_or_create(&[("stage", "event")])
+                .inc();
+            tracing::warn!("agent: event {} on pod {pod}: {e}", ev.reason);
+        }
+        Err(_) => {
+            shared
+                .metrics
+                .errors
+                .get_or_create(&[("stage", "event")])
+                .inc();
+            tracing::warn!(
+                "agent: event {} on pod {pod}: the API server did not answer in time",
+                ev.reason
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(code: u32, warnings: &[&str]) -> Report {
+        Report {
+            v: report::VERSION,
+            verb: Verb::Add,
+            namespace: Some("default".into()),
+            name: Some("web".into()),
+            uid: Some("0f4e6c1a-2b3c-4d5e-8f90-123456789abc".into()),
+            code,
+            error: (code != 0).then(|| "cannot read pod default/web".to_string()),
+            warnings: warnings.iter().map(|w| w.to_string()).collect(),
+            micros: 1500,
+        }
+    }
+
+    #[test]
+    fn only_root_reports_that_decode_are_accepted() {
+        let good = report::encode(&report(0, &[]));
+        assert!(matches!(judge(&good, Some(0), false), Received::Report(_)));
+        assert_eq!(
+            judge(&good, Some(1000), false),
+            Received::Refused(Some(1000))
+        );
+        assert_eq!(judge(&good, None, false), Received::Refused(None));
+        assert_eq!(judge(&good, Some(0), true), Received::Oversized);
+        assert!(matches!(
+            judge(b"{\"v\":1}", Some(0), false),
+            Received::Malformed(_)
+        ));
+        assert_eq!(
+            judge(&vec![b' '; report::MAX_REPORT + 1], Some(0), false),
+            Received::Oversized
+        );
+    }
+
+    #[test]
+    fn failed_and_warned_verbs_become_warning_events() {
+        assert!(event(&report(0, &[])).is_none(), "a clean ADD has no Event");
+        let (reference, ev) = event(&report(106, &[])).unwrap();
+        assert_eq!(ev.reason, REASON_FAILED);
+        assert_eq!(ev.type_, EventType::Warning);
+        assert_eq!(ev.action, "Add");
+        assert_eq!(
+            ev.note.as_deref(),
+            Some("meshnft ADD failed with CNI error 106: cannot read pod default/web")
+        );
+        assert_eq!(reference.kind.as_deref(), Some("Pod"));
+        assert_eq!(reference.name.as_deref(), Some("web"));
+        assert_eq!(
+            reference.uid.as_deref(),
+            Some("0f4e6c1a-2b3c-4d5e-8f90-123456789abc")
+        );
+        let (_, ev) = event(&report(0, &["init phase off for this pod: x"])).unwrap();
+        assert_eq!(ev.reason, REASON_WARNED);
+        assert_eq!(
+            ev.note.as_deref(),
+            Some("meshnft ADD succeeded with warnings: init phase off for this pod: x")
+        );
+        let long = "w".repeat(1000);
+        let (_, ev) = event(&report(7, &[&long, &long])).unwrap();
+        assert!(ev.note.unwrap().len() <= 1024);
+        let mut anonymous = report(7, &[]);
+        anonymous.name = None;
+        assert!(event(&anonymous).is_none(), "no pod, no Event");
+        assert_eq!(result(&report(0, &[])), "ok");
+        assert_eq!(result(&report(0, &["w"])), "warned");
+        assert_eq!(result(&report(11, &["w"])), "failed");
+    }
+}
