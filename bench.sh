@@ -15,6 +15,9 @@
 #   sudo ./bench.sh --quick          few iterations, small sizes (test.sh runs this)
 #   sudo ./bench.sh --json FILE      where the JSON goes (default target/bench/results-{full,quick}.json)
 #
+# The plugin timed is the image's static musl build when the musl target is
+# installed, else the host's release build (its footprint section names it).
+#
 # Prints the table on stdout; progress goes to stderr.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -26,7 +29,7 @@ while (($#)); do
     --json)
       [[ $# -ge 2 ]] || { echo "bench.sh: --json needs a file" >&2; exit 2; }
       args+=(--json "$(realpath -m "$2")"); shift ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
     *) echo "bench.sh: unknown argument $1 (try --help)" >&2; exit 2 ;;
   esac
   shift
@@ -72,6 +75,15 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# The bench profile is the release profile: the plugin measured is the
-# release binary (target/release/meshnft), built by the same command.
+# The plugin measured is the one the image ships (deploy/Dockerfile): a
+# static musl build, release profile, when this machine has the musl target
+# (rustup target add x86_64-unknown-linux-musl); else the release build for
+# the host (glibc, dynamically linked: target/release/meshnft, which the
+# bench profile builds with the same command). The report's footprint
+# section names the binary.
+musl="$(uname -m)-unknown-linux-musl"
+if rustup target list --installed 2>/dev/null | grep -qx "$musl"; then
+  cargo build --quiet --release --locked --target "$musl" --bin meshnft
+  args+=(--bin "$PWD/target/$musl/release/meshnft")
+fi
 cargo bench --quiet --bench compare -- "${args[@]}"
