@@ -18,6 +18,9 @@
 #                                    pods at once, until Ready, meshnft against the bridge alone);
 #                                    a full run ends with it when the node's parts are built
 #
+# The plugin timed is the image's static musl build when the musl target is
+# installed, else the host's release build (its footprint section names it).
+#
 # Prints the table on stdout; progress goes to stderr.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -81,8 +84,17 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# The bench profile is the release profile: the plugin measured is the
-# release binary (target/release/meshnft), built by the same command.
+# The plugin measured is the one the image ships (deploy/Dockerfile): a
+# static musl build, release profile, when this machine has the musl target
+# (rustup target add x86_64-unknown-linux-musl); else the release build for
+# the host (glibc, dynamically linked: target/release/meshnft, which the
+# bench profile builds with the same command). The report's footprint
+# section names the binary.
+musl="$(uname -m)-unknown-linux-musl"
+if rustup target list --installed 2>/dev/null | grep -qx "$musl"; then
+  cargo build --quiet --release --locked --target "$musl" --bin meshnft
+  args+=(--bin "$PWD/target/$musl/release/meshnft")
+fi
 cargo bench --quiet --bench compare -- "${args[@]}"
 
 # The real node's row (what a user feels), on a full run, when the node's parts are built

@@ -58,6 +58,9 @@ pub fn run(command: &str) -> i32 {
     // close of a netlink socket goes to a child (see `nft::detach_closes`;
     // ADD's own socket only after a transaction that freed objects).
     crate::nft::detach_closes();
+    // One thread: it opens its netlink sockets in the pod's namespace
+    // itself, and comes back, rather than spawning a thread to do it.
+    crate::nft::sock::enter_in_place();
     let mut stdin = Vec::new();
     let read = std::io::stdin().take(MAX_STDIN + 1).read_to_end(&mut stdin);
     let cni_version = peek_version(&stdin);
