@@ -79,14 +79,19 @@ docker_up() {
   exit 1
 }
 
+# Stops the dockerd that docker_up started, and removes the bridges it leaves behind
+# (docker0 and kind's network), so no address of it stays on the machine.
 docker_down() {
   [[ -f $state/dockerd.pid ]] || return 0
-  local pid i
+  local pid i bridges
+  bridges=$(docker network ls -q --filter driver=bridge 2>/dev/null | xargs -r docker network inspect -f '{{.Id}}' 2>/dev/null | cut -c1-12 | sed 's/^/br-/')
+  docker network rm kind >/dev/null 2>&1 || true
   pid=$(cat "$state/dockerd.pid")
   if kill "$pid" 2>/dev/null; then
     for i in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
   fi
   rm -f "$state/dockerd.pid"
+  for i in docker0 $bridges; do ip link delete "$i" 2>/dev/null || true; done
 }
 
 # The Rust builder image for deploy/Dockerfile: a Debian base with gcc and musl-tools,
