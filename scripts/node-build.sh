@@ -7,6 +7,8 @@
 #       from tests/node/gomod/kubernetes (a wrapper module: k8s.io/kubernetes
 #       replaces its staging modules with local paths, the wrapper replaces
 #       them with their published versions), version-stamped.
+#   kubernetes-<v>/bin/{kubeadm,kube-proxy}   the same way, part `kubeadm`: only the
+#                            kind node image needs them (scripts/kind-image.sh).
 #   etcd-<v>/bin/etcd        from tests/node/gomod/etcd (same reason: etcd's
 #                            server module replaces its sibling modules).
 #   helm-<v>/bin/helm        helm.sh/helm/v4 with go install.
@@ -14,8 +16,8 @@
 #                            the node suite's view of pod sandboxes through CRI.
 #   containerd-<v>/...       scripts/containerd.sh (containerd 2.x + local images).
 #
-# Usage: scripts/node-build.sh [part...]   (parts: kubernetes etcd helm crictl containerd;
-# default all). Prints `NAME=DIR` lines on stdout, one per part, and the
+# Usage: scripts/node-build.sh [part...]   (parts: kubernetes etcd helm crictl containerd,
+# default all of these; and kubeadm). Prints `NAME=DIR` lines on stdout, one per part, and the
 # time it took on stderr. MESHNFT_CACHE_DIR overrides <cache> (default
 # /var/cache/meshnft). MESHNFT_GO_P sets go build -p (default: Go's own); MESHNFT_NICE
 # the builds' niceness (default 15: they yield to anything else on the machine).
@@ -82,16 +84,21 @@ parts=("$@")
 ((${#parts[@]})) || parts=(kubernetes etcd helm crictl containerd)
 for part in "${parts[@]}"; do
   case $part in
-  kubernetes)
+  kubernetes | kubeadm)
     v=$KUBERNETES_VERSION minor=${KUBERNETES_VERSION#v1.}
     minor=${minor%%.*}
     ld="-s -w"
     for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
       ld+=" -X $pkg.gitVersion=$v -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
     done
-    build kubernetes "$v" tests/node/gomod/kubernetes "$ld" \
-      k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
-      k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kubectl
+    if [[ $part == kubeadm ]]; then
+      build kubernetes "$v" tests/node/gomod/kubernetes "$ld" \
+        k8s.io/kubernetes/cmd/kubeadm k8s.io/kubernetes/cmd/kube-proxy
+    else
+      build kubernetes "$v" tests/node/gomod/kubernetes "$ld" \
+        k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+        k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kubectl
+    fi
     ;;
   etcd)
     build etcd "$ETCD_VERSION" tests/node/gomod/etcd "-s -w" go.etcd.io/etcd/server/v3=etcd
