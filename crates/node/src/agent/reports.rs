@@ -147,21 +147,7 @@ pub fn event(r: &Report) -> Option<(ObjectReference, Event)> {
 /// Binds the report socket at `path` (a stale socket is replaced, any other
 /// file refused), root's and 0600, with `SO_PASSCRED`.
 fn bind(path: &Path) -> std::io::Result<tokio::net::UnixDatagram> {
-    use std::os::unix::fs::FileTypeExt;
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
-    }
-    match std::fs::symlink_metadata(path) {
-        Ok(md) if md.file_type().is_socket() => std::fs::remove_file(path)?,
-        Ok(_) => {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::AlreadyExists,
-                format!("{} exists and is not a socket", path.display()),
-            ));
-        }
-        Err(_) => {}
-    }
+    super::socket::clear_socket_path(path)?;
     let s = std::os::unix::net::UnixDatagram::bind(path)?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
     nix::sys::socket::setsockopt(&s, nix::sys::socket::sockopt::PassCred, &true)?;

@@ -39,9 +39,13 @@ pub struct Cache {
     pub wait: Duration,
 }
 
-/// Binds `path` (removing a stale socket, never another kind of file) in a
-/// directory that is made root's and 0700.
-fn bind(path: &Path) -> std::io::Result<tokio::net::UnixListener> {
+/// Makes `path` ready for a socket to be bound there: its directory is
+/// created and made root's and 0700, and a stale socket at `path` is removed.
+///
+/// # Errors
+/// `AlreadyExists` when `path` is another kind of file (never removed), or
+/// the I/O error of creating the directory or removing the stale socket.
+pub(crate) fn clear_socket_path(path: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::FileTypeExt;
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
@@ -57,6 +61,13 @@ fn bind(path: &Path) -> std::io::Result<tokio::net::UnixListener> {
         }
         Err(_) => {}
     }
+    Ok(())
+}
+
+/// Binds `path` (removing a stale socket, never another kind of file) in a
+/// directory that is made root's and 0700.
+fn bind(path: &Path) -> std::io::Result<tokio::net::UnixListener> {
+    clear_socket_path(path)?;
     let l = tokio::net::UnixListener::bind(path)?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
     Ok(l)
