@@ -126,6 +126,12 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Counts one retried failure at `stage` (`api`, `host`, `event`, ...) in
+    /// `meshnft_errors_total{stage}`.
+    pub fn error(&self, stage: &'static str) {
+        self.errors.get_or_create(&[("stage", stage)]).inc();
+    }
+
     /// The registry exposing `m`.
     pub fn registry(m: &Metrics) -> Registry {
         let mut r = Registry::default();
@@ -278,11 +284,7 @@ pub async fn serve(addr: SocketAddr, shared: Arc<Shared>, retry: std::time::Dura
                 tracing::warn!(
                     "agent: cannot listen on {addr} for /metrics and /readyz: {e}; retrying"
                 );
-                shared
-                    .metrics
-                    .errors
-                    .get_or_create(&[("stage", "listen")])
-                    .inc();
+                shared.metrics.error("listen");
                 tokio::time::sleep(retry).await;
             }
         }

@@ -255,11 +255,7 @@ pub async fn serve(
             match tx.try_send(e) {
                 Ok(()) => {}
                 Err(tokio::sync::mpsc::error::TrySendError::Full(_)) => {
-                    shared
-                        .metrics
-                        .errors
-                        .get_or_create(&[("stage", "event")])
-                        .inc();
+                    shared.metrics.error("event");
                     tracing::warn!(
                         "agent: more than {EVENT_QUEUE} Events waiting: the one for pod {pod} is dropped"
                     );
@@ -299,19 +295,11 @@ async fn publish(shared: &Shared, recorder: &Recorder, reference: &ObjectReferen
             );
         }
         Ok(Err(e)) => {
-            shared
-                .metrics
-                .errors
-                .get_or_create(&[("stage", "event")])
-                .inc();
+            shared.metrics.error("event");
             tracing::warn!("agent: event {} on pod {pod}: {e}", ev.reason);
         }
         Err(_) => {
-            shared
-                .metrics
-                .errors
-                .get_or_create(&[("stage", "event")])
-                .inc();
+            shared.metrics.error("event");
             tracing::warn!(
                 "agent: event {} on pod {pod}: the API server did not answer in time",
                 ev.reason

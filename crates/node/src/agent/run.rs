@@ -140,11 +140,7 @@ async fn client(ctx: &Ctx) -> Client {
                     tracing::warn!("agent: {e}; retrying");
                     said = true;
                 }
-                ctx.shared
-                    .metrics
-                    .errors
-                    .get_or_create(&[("stage", "api")])
-                    .inc();
+                ctx.shared.metrics.error("api");
                 tokio::time::sleep(ctx.retry).await;
             }
         }
@@ -217,11 +213,7 @@ async fn readiness_loop(ctx: Arc<Ctx>) {
                         }
                     }
                     Err(e) => {
-                        ctx.shared
-                            .metrics
-                            .errors
-                            .get_or_create(&[("stage", "api")])
-                            .inc();
+                        ctx.shared.metrics.error("api");
                         tracing::warn!("agent: node taint: {e}; retrying");
                     }
                 }
@@ -270,11 +262,7 @@ async fn pod_loop(ctx: Arc<Ctx>) {
             Ok(h) => break Arc::new(h),
             Err(e) => {
                 tracing::warn!("agent: {e}; retrying");
-                ctx.shared
-                    .metrics
-                    .errors
-                    .get_or_create(&[("stage", "host")])
-                    .inc();
+                ctx.shared.metrics.error("host");
                 tokio::time::sleep(ctx.retry).await;
             }
         }
@@ -379,7 +367,7 @@ async fn pod_loop(ctx: Arc<Ctx>) {
                     resync_due = true;
                 }
                 Some(Err(e)) => {
-                    ctx.shared.metrics.errors.get_or_create(&[("stage", "api")]).inc();
+                    ctx.shared.metrics.error("api");
                     if !watch_failing {
                         tracing::warn!("agent: pod watch: {e}; retrying with backoff");
                         watch_failing = true;
@@ -424,11 +412,7 @@ async fn pod_loop(ctx: Arc<Ctx>) {
                 continue;
             };
             if let Err(e) = w.process(&pod, mesh).await {
-                ctx.shared
-                    .metrics
-                    .errors
-                    .get_or_create(&[("stage", e.stage())])
-                    .inc();
+                ctx.shared.metrics.error(e.stage());
                 tracing::warn!("agent: pod {}: {e}; retrying", pods::label(&pod));
                 failed.insert(key);
             }
@@ -480,12 +464,7 @@ impl Worker {
                     .inc();
             }
             Err(e) => {
-                self.ctx
-                    .shared
-                    .metrics
-                    .errors
-                    .get_or_create(&[("stage", "event")])
-                    .inc();
+                self.ctx.shared.metrics.error("event");
                 tracing::warn!("agent: {e}");
             }
         }
@@ -675,12 +654,7 @@ impl Worker {
             Ok(s) => s,
             Err(AgentError::Cni(e)) => {
                 // The plugin refuses such a pod at ADD too; nothing to write.
-                self.ctx
-                    .shared
-                    .metrics
-                    .errors
-                    .get_or_create(&[("stage", "config")])
-                    .inc();
+                self.ctx.shared.metrics.error("config");
                 tracing::warn!("agent: pod {label}: {e}; not checked");
                 self.verified.insert(uid);
                 return Ok(());
