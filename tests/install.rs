@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use support::wait_until;
+use support::{peer_binary, wait_until};
 
 const MESHNFT: &str = env!("CARGO_BIN_EXE_meshnft");
 const MESHNFT_NODE: &str = env!("CARGO_BIN_EXE_meshnft-node");
@@ -1502,25 +1502,6 @@ fn old_records_are_moved_once() {
 }
 
 // ---- Another mesh's CNI plugin in the same conflist (issue 24) --------------------------
-
-/// A peer's own installer (scripts/peers.sh builds them from the peers'
-/// source snapshots, cached), or its plugin.
-fn peer_binary(name: &str) -> PathBuf {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/peers.sh");
-    let out = Command::new(&script)
-        .arg(name)
-        .output()
-        .unwrap_or_else(|e| panic!("{}: {e}", script.display()));
-    assert!(
-        out.status.success(),
-        "scripts/peers.sh {name} failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let path = PathBuf::from(stdout.lines().last().unwrap_or_default().trim());
-    assert!(path.is_file(), "scripts/peers.sh printed {path:?}");
-    path
-}
 
 /// Runs a peer's real installer (`installer`, with `args` and `env`) the way
 /// its DaemonSet does, on `tree`'s host: in a private mount namespace, chrooted

@@ -43,31 +43,13 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
-use support::{Listener, Netns, Node, PodCgroups, SRV4_A, SRV4_B, SRV6_A, SRV6_B};
+use support::{Listener, Netns, Node, PodCgroups, SRV4_A, SRV4_B, SRV6_A, SRV6_B, peer_binary};
 
 /// istio-cni's default proxy UID and GID (`istio-proxy` without a
 /// securityContext), exempt from its redirection.
 const ISTIO_PROXY_UID: u32 = 1337;
 /// Kuma's default kuma-dp UID.
 const KUMA_PROXY_UID: u32 = 5678;
-
-/// The peer's binary, built (or taken from the cache) by scripts/peers.sh.
-fn peer_binary(name: &str) -> PathBuf {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/peers.sh");
-    let out = Command::new(&script)
-        .arg(name)
-        .output()
-        .unwrap_or_else(|e| panic!("{}: {e}", script.display()));
-    assert!(
-        out.status.success(),
-        "scripts/peers.sh {name} failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let path = PathBuf::from(stdout.lines().last().unwrap_or_default().trim());
-    assert!(path.is_file(), "scripts/peers.sh printed {path:?}");
-    path
-}
 
 /// Which mesh a scenario's pod belongs to.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

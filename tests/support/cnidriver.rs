@@ -158,3 +158,24 @@ fn build_cnidriver() -> PathBuf {
     fs::rename(&tmp, &bin).expect("rename cnidriver");
     bin
 }
+
+/// A peer's binary (`name`: a plugin such as `linkerd-cni`, or a peer's own
+/// installer), built from the peers' source snapshots or taken from the
+/// cache by scripts/peers.sh, which prints its path last. Panics when the
+/// script fails or prints no file.
+pub fn peer_binary(name: &str) -> PathBuf {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/peers.sh");
+    let out = Command::new(&script)
+        .arg(name)
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e}", script.display()));
+    assert!(
+        out.status.success(),
+        "scripts/peers.sh {name} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let path = PathBuf::from(stdout.lines().last().unwrap_or_default().trim());
+    assert!(path.is_file(), "scripts/peers.sh printed {path:?}");
+    path
+}
