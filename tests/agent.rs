@@ -810,21 +810,14 @@ fn the_agent_socket_refuses_bad_peers_and_requests() {
     );
     // A non-root peer is closed unanswered, even where the file modes
     // would let it connect (they are loosened here for that, then restored).
-    use std::os::unix::fs::PermissionsExt;
-    let set = |p: &Path, m: u32| std::fs::set_permissions(p, std::fs::Permissions::from_mode(m));
-    let dir = sock.parent().unwrap().to_path_buf();
-    set(&dir, 0o755).unwrap();
-    set(&sock, 0o666).unwrap();
-    let uid_out = Command::new("setpriv")
-        .args(["--reuid", "65534", "--regid", "65534", "--clear-groups", "--"])
-        .args(["/usr/bin/python3", "-c"])
-        .arg(format!(
+    let uid_out = python_as_nobody(
+        &sock,
+        &format!(
             "import socket,sys\ns=socket.socket(socket.AF_UNIX)\ns.connect({:?})\ns.sendall(b'{}')\ns.shutdown(socket.SHUT_WR)\nsys.stdout.write(s.recv(100).decode())",
             sock.display().to_string(),
             good.to_string().replace('\'', "")
-        ))
-        .output()
-        .unwrap();
+        ),
+    );
     assert!(
         uid_out.stdout.is_empty(),
         "a non-root peer was answered: {}",
@@ -838,8 +831,6 @@ fn the_agent_socket_refuses_bad_peers_and_requests() {
         String::from_utf8_lossy(&uid_out.stderr),
         agent.log()
     );
-    set(&sock, 0o600).unwrap();
-    set(&dir, 0o700).unwrap();
     // Still serving.
     assert!(ask(good.to_string().as_bytes()).starts_with("{\"pod\":"));
 }
@@ -1054,21 +1045,14 @@ fn the_report_socket_drops_bad_and_foreign_reports() {
         "{}",
         agent.log()
     );
-    use std::os::unix::fs::PermissionsExt;
-    let set = |p: &Path, m: u32| std::fs::set_permissions(p, std::fs::Permissions::from_mode(m));
-    let dir = sock.parent().unwrap().to_path_buf();
-    set(&dir, 0o755).unwrap();
-    set(&sock, 0o666).unwrap();
-    let out = Command::new("setpriv")
-        .args(["--reuid", "65534", "--regid", "65534", "--clear-groups", "--"])
-        .args(["/usr/bin/python3", "-c"])
-        .arg(format!(
+    let out = python_as_nobody(
+        &sock,
+        &format!(
             "import socket\ns=socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)\ns.sendto(b'{}', {:?})",
             report("web-foreign", 7),
             sock.display().to_string()
-        ))
-        .output()
-        .unwrap();
+        ),
+    );
     assert!(
         out.status.success(),
         "{}",
@@ -1079,8 +1063,6 @@ fn the_report_socket_drops_bad_and_foreign_reports() {
         "the foreign report did not reach the agent:\n{}",
         agent.log()
     );
-    set(&sock, 0o600).unwrap();
-    set(&dir, 0o700).unwrap();
     send(report("web-good", 106).as_bytes());
     assert!(wait_until(T, || r("accepted") == 1.0), "{}", agent.log());
     assert!(
@@ -1438,4 +1420,33 @@ fn repairs_istio_pods_that_came_up_without_their_table() {
 #[test]
 fn repairs_kuma_pods_that_came_up_without_their_table() {
     repair_for_mesh("kuma", "kuma-sidecar", ("kuma-validation", 1), 5678);
+}
+
+/// Runs Python `code` as uid and gid 65534 (nobody), with the agent's socket
+/// `sock` and its directory opened to others for the run (their modes
+/// loosened, so that only the agent's own peer check can refuse it), then
+/// gives them back root's 0600 and 0700. Panics when setpriv cannot run.
+fn python_as_nobody(sock: &Path, code: &str) -> std::process::Output {
+    use std::os::unix::fs::PermissionsExt;
+    let set = |p: &Path, m: u32| {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(m))
+            .unwrap_or_else(|e| panic!("chmod {}: {e}", p.display()))
+    };
+    let dir = sock.parent().expect("the socket's directory");
+    set(dir, 0o755);
+    set(sock, 0o666);
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid",
+            "65534",
+            "--regid",
+            "65534",
+            "--clear-groups",
+            "--",
+        ])
+        .args(["/usr/bin/python3", "-c", code])
+        .output();
+    set(sock, 0o600);
+    set(dir, 0o700);
+    out.expect("setpriv python3")
 }
