@@ -189,17 +189,7 @@ impl Node {
         let pid = self
             .pod_pid(ns, name)
             .ok_or_else(|| format!("no process of pod {ns}/{name}"))?;
-        let nft = support::nft_bin();
-        let out = Command::new("nsenter")
-            .arg(format!("--net=/proc/{pid}/ns/net"))
-            .args([nft.as_str(), "list", "table", "inet", "meshnft"])
-            .output()
-            .map_err(|e| e.to_string())?;
-        if out.status.success() {
-            Ok(text(&out.stdout))
-        } else {
-            Err(text(&out.stderr))
-        }
+        table_in_netns_of(pid)
     }
 
     fn logs(&self, ns: &str, pod: &str, container: &str) -> String {
@@ -253,6 +243,22 @@ fn find_dir(root: &Path, name: &str, depth: usize) -> Option<PathBuf> {
         }
     }
     None
+}
+
+/// `nft list table inet meshnft` in the network namespace of process `pid`
+/// (the test's nft oracle): the listing, or nft's error.
+fn table_in_netns_of(pid: u32) -> Result<String, String> {
+    let nft = support::nft_bin();
+    let out = Command::new("nsenter")
+        .arg(format!("--net=/proc/{pid}/ns/net"))
+        .args([nft.as_str(), "list", "table", "inet", "meshnft"])
+        .output()
+        .map_err(|e| e.to_string())?;
+    if out.status.success() {
+        Ok(text(&out.stdout))
+    } else {
+        Err(text(&out.stderr))
+    }
 }
 
 fn procs_below(dir: &Path) -> Vec<u32> {

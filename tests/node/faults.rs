@@ -143,22 +143,7 @@ fn table_of(cgroups: &HashMap<String, Vec<PathBuf>>, uid: &str) -> Result<String
         .flatten()
         .find_map(|d| procs_below(d).into_iter().next())
         .ok_or_else(|| format!("no process in the pod cgroup of {uid}"))?;
-    let out = Command::new("nsenter")
-        .arg(format!("--net=/proc/{pid}/ns/net"))
-        .args([
-            support::nft_bin().as_str(),
-            "list",
-            "table",
-            "inet",
-            "meshnft",
-        ])
-        .output()
-        .map_err(|e| e.to_string())?;
-    if out.status.success() {
-        Ok(text(&out.stdout))
-    } else {
-        Err(text(&out.stderr))
-    }
+    table_in_netns_of(pid)
 }
 
 /// `(pod name, message)` of the events in namespace seed with `reason`.
