@@ -380,6 +380,71 @@ fn primary_rewritten_or_replaced_gets_the_entry_back() {
     assert!(!tree.binary().exists());
 }
 
+/// `meshnft_rechains_total` from the agent's `/metrics` on `port`.
+fn rechains(port: u16) -> Option<u64> {
+    let (_, body) = http_get(port, "/metrics")?;
+    body.lines()
+        .find_map(|l| l.strip_prefix("meshnft_rechains_total "))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+#[test]
+fn rechains_count_a_primary_rewriting_its_file_not_an_edited_entry() {
+    if !support::root_or_skip("rechains_count_a_primary_rewriting_its_file_not_an_edited_entry") {
+        return;
+    }
+    let tree = Tree::new();
+    tree.write_conf("10-kindnet.conflist", &kindnet());
+    let mut entry: Value =
+        serde_json::from_str(meshnft::node::install::entry::DEFAULT_ENTRY).unwrap();
+    let ef = tree.dir.join("entry.json");
+    std::fs::write(&ef, entry.to_string()).unwrap();
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let inst = Installer::start(
+        &tree,
+        &[
+            "--entry-file",
+            ef.to_str().unwrap(),
+            "--agent-listen",
+            &listen,
+        ],
+    );
+    assert!(
+        wait_until(T, || tree.entries("10-kindnet.conflist") == 1),
+        "{}",
+        inst.log()
+    );
+    // The first insert is no re-chain.
+    assert!(
+        wait_until(T, || rechains(port) == Some(0)),
+        "{}",
+        inst.log()
+    );
+
+    // The primary CNI writes its file again without the entry: one re-chain.
+    tree.write_conf("10-kindnet.conflist", &kindnet());
+    assert!(
+        wait_until(T, || rechains(port) == Some(1)),
+        "{}",
+        inst.log()
+    );
+    assert_eq!(tree.entries("10-kindnet.conflist"), 1);
+
+    // The ConfigMap's entry is edited: the entry in the file is brought up
+    // to date, and that is not a re-chain.
+    entry["log_level"] = json!("debug");
+    std::fs::write(&ef, entry.to_string()).unwrap();
+    let primary = tree.net().join("10-kindnet.conflist");
+    assert!(
+        wait_until(T, || last_plugin(&primary)["log_level"] == "debug"),
+        "{}",
+        inst.log()
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(rechains(port), Some(1), "{}", inst.log());
+}
+
 #[test]
 fn conf_is_converted_and_restored_on_uninstall() {
     if !support::root_or_skip("conf_is_converted_and_restored_on_uninstall") {

@@ -196,7 +196,7 @@ pub fn run(mut args: Args) -> i32 {
             },
         );
         agent.record_pass(match &r {
-            Ok(Outcome::Chained { changed, .. }) => Some(*changed),
+            Ok(Outcome::Chained { inserted, .. }) => Some(*inserted),
             _ => None,
         });
         let wait = if r.is_err() || !all_watched || watches.is_none() {

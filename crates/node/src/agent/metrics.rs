@@ -79,8 +79,9 @@ pub struct Metrics {
     /// `meshnft.io/not-ready` taint from its node.
     pub taint_removals: Counter,
     /// `meshnft_rechains_total`: passes of the installer that wrote the
-    /// entry back after an earlier pass had found it chained (the primary
-    /// CNI rewrote or replaced its configuration, or the entry was edited).
+    /// entry back into a file without it after an earlier pass had found it
+    /// chained (the primary CNI rewrote or replaced its configuration); an
+    /// entry brought up to date after a ConfigMap edit is not counted.
     pub rechains: Counter,
     /// `meshnft_cni_operations_total{verb,result,code}`: the plugin's ADD,
     /// DEL and CHECK, from its reports; `result` is `ok`, `warned` (ok with
@@ -205,7 +206,7 @@ impl Metrics {
         );
         r.register(
             "meshnft_rechains",
-            "Times the installer wrote meshnft's entry back after an earlier pass had found it chained",
+            "Times the installer wrote meshnft's entry back into a primary CNI file without it, after an earlier pass had found it chained",
             m.rechains.clone(),
         );
         r.register(

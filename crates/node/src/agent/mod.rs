@@ -248,10 +248,12 @@ pub struct Handle {
 }
 
 impl Handle {
-    /// Records an installer pass: `Some(wrote)` when it found (or made) the
-    /// entry chained, `wrote` when it wrote it; `None` otherwise. A write
-    /// after an earlier pass had found the entry chained is a re-chain
-    /// (`meshnft_rechains_total`).
+    /// Records an installer pass: `Some(inserted)` when it found (or made)
+    /// the entry chained, `inserted` when it wrote the entry into a file
+    /// that had none; `None` otherwise. An insert after an earlier pass had
+    /// found the entry chained is a re-chain (`meshnft_rechains_total`): the
+    /// primary CNI rewrote its file without meshnft. An entry brought up to
+    /// date after a ConfigMap edit is not one.
     pub fn record_pass(&mut self, chained: Option<bool>) {
         if chained == Some(true) && self.was_chained {
             self.shared.metrics.rechains.inc();

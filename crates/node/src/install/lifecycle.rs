@@ -43,6 +43,11 @@ pub enum Outcome {
         path: PathBuf,
         /// This pass wrote it.
         changed: bool,
+        /// This pass wrote an entry into a file that had none (the primary
+        /// CNI had written its file without it, or this is the first pass):
+        /// false when it found the entry, or only brought an entry already
+        /// there up to date (the ConfigMap was edited).
+        inserted: bool,
     },
 }
 
@@ -218,6 +223,8 @@ impl Installer {
             ));
         }
         let mut replacing: Vec<&'static str> = Vec::new();
+        // No entry of ours in the file this pass read: writing one inserts it.
+        let inserted = conflist::count(&primary.json) == 0;
         let (target, new_list, original) = match primary.kind {
             discover::Kind::List => {
                 let found = conflist::peers(&primary.json);
@@ -259,6 +266,7 @@ impl Installer {
                     return Ok(Some(Outcome::Chained {
                         path: primary.path,
                         changed: false,
+                        inserted: false,
                     }));
                 } else {
                     let new = conflist::with_entry(&primary.json, &entry).map_err(bad)?;
@@ -377,6 +385,7 @@ impl Installer {
         Ok(Some(Outcome::Chained {
             path: target,
             changed: true,
+            inserted,
         }))
     }
 
