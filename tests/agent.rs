@@ -851,7 +851,8 @@ fn events_of(api: &LiveApi, reason: &str, name: &str) -> Vec<Value> {
 /// Operator visibility (issue 24): the plugin reports each verb to the
 /// agent; a warned ADD (no pod cgroup: the plain redirect table) and a
 /// refused ADD (code 11: no pod data) become Warning Events on their pods,
-/// a repeated refusal one Event with a series, not a second one; every
+/// a repeated refusal one Event with a series, not a second one, and a
+/// refusal for another cause an Event of its own; every
 /// verb is counted by result and code, with its time in a histogram; and
 /// `meshnft_build_info` is there.
 #[test]
@@ -873,7 +874,7 @@ fn warned_and_refused_adds_become_events_and_metrics() {
         "timeoutSeconds": 1,
         "attempts": 1
     });
-    let conflist = node.write_conflist("agentreports", "1.0.0", vec![e]);
+    let conflist = node.write_conflist("agentreports", "1.0.0", vec![e.clone()]);
     let agent = Agent::start(&tree, &api, &[]);
     assert!(
         wait_until(T, || report_socket(&tree).exists()
@@ -965,10 +966,49 @@ fn warned_and_refused_adds_become_events_and_metrics() {
     );
     assert_eq!(failed[0]["type"], "Warning");
 
+    // Refused again, for another cause: its own Event, not a third count
+    // under the first one's note.
+    let mut bad = e.clone();
+    bad["kubernetes"]["timeoutSeconds"] = json!(-1);
+    let bad_conflist = node.write_conflist("agentreports-bad", "1.0.0", vec![bad]);
+    let bad_ns = Netns::new("mtpod");
+    let err = node
+        .cni(
+            "add",
+            &bad_conflist,
+            bad_ns.path(),
+            "web-ghost-3",
+            &args_ref(&ghost),
+        )
+        .expect_err("bad timeoutSeconds: refused");
+    assert!(err.contains("timeoutSeconds"), "{err}");
+    assert!(
+        wait_until(T, || events_of(&api, "MeshnftFailed", "web-ghost").len()
+            == 2),
+        "{:?}\nagent log:\n{}",
+        api.events(),
+        agent.log()
+    );
+    let failed = events_of(&api, "MeshnftFailed", "web-ghost");
+    let notes: Vec<&str> = failed
+        .iter()
+        .map(|e| e["note"].as_str().unwrap_or_default())
+        .collect();
+    assert!(
+        notes[0].starts_with("meshnft ADD failed with CNI error 11: ")
+            && failed[0]["series"]["count"] == 2,
+        "{failed:?}"
+    );
+    assert!(
+        notes[1].contains("timeoutSeconds") && failed[1]["series"].is_null(),
+        "{failed:?}"
+    );
+
     // The metrics: outcomes by verb, result and code; the time per verb.
     let ops = |labels: &str| agent.metric(&format!("meshnft_cni_operations_total{{{labels}}}"));
     assert!(
-        wait_until(T, || ops(r#"verb="ADD",result="failed",code="11""#) == 2.0),
+        wait_until(T, || ops(r#"verb="ADD",result="failed",code="11""#) == 2.0
+            && ops(r#"verb="ADD",result="failed",code="7""#) == 1.0),
         "{}",
         agent.get("/metrics").unwrap().1
     );
@@ -976,22 +1016,23 @@ fn warned_and_refused_adds_become_events_and_metrics() {
     assert_eq!(ops(r#"verb="DEL",result="ok",code="0""#), 1.0);
     assert_eq!(
         agent.metric(r#"meshnft_cni_operation_duration_seconds_count{verb="ADD"}"#),
-        3.0
+        4.0
     );
     // The refused ADDs waited for the agent (about 1 s each).
     assert!(agent.metric(r#"meshnft_cni_operation_duration_seconds_sum{verb="ADD"}"#) > 1.0);
     assert_eq!(
         agent.metric(r#"meshnft_cni_operation_duration_seconds_bucket{le="10.0",verb="ADD"}"#),
-        3.0
+        4.0
     );
-    // The warned ADD took less than the refused ones' wait.
+    // The warned ADD and the bad configuration's took less than the
+    // refused ones' wait.
     assert_eq!(
         agent.metric(r#"meshnft_cni_operation_duration_seconds_bucket{le="0.5",verb="ADD"}"#),
-        1.0
+        2.0
     );
     assert_eq!(
         agent.metric(r#"meshnft_reports_total{result="accepted"}"#),
-        4.0
+        5.0
     );
     assert_eq!(
         agent.metric(r#"meshnft_pod_events_total{reason="MeshnftWarning"}"#),
@@ -999,7 +1040,7 @@ fn warned_and_refused_adds_become_events_and_metrics() {
     );
     assert_eq!(
         agent.metric(r#"meshnft_pod_events_total{reason="MeshnftFailed"}"#),
-        2.0
+        3.0
     );
     let body = agent.get("/metrics").unwrap().1;
     assert!(

@@ -12,12 +12,14 @@
 //!   (and counted); nothing a sender does makes the agent wait.
 //! - Events go through a bounded queue ([`EVENT_QUEUE`]) to one task: a
 //!   burst beyond it is dropped (`meshnft_errors_total{stage="event"}`), and
-//!   kube's recorder folds a repeated Event of a pod into one series.
+//!   a repeated Event of a pod (same reason, same note) is folded into one
+//!   series; a different note is a new Event ([`ByNote`]).
 
 use super::Shared;
 use crate::pod::k8s::report::{self, Report, ReportError, Verb};
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use std::collections::VecDeque;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -32,6 +34,54 @@ pub const REASON_WARNED: &str = "MeshnftWarning";
 pub const EVENT_QUEUE: usize = 256;
 /// Bound on publishing one Event.
 const EVENT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Distinct notes whose recorder [`ByNote`] keeps; the least recently used
+/// goes first.
+const NOTE_RECORDERS: usize = 64;
+
+/// One kube [`Recorder`] per distinct Event note.
+///
+/// kube's recorder (kube-runtime 5, `events.rs`) keys a repeat by the
+/// object, reason and action, not the note: it bumps the first Event's
+/// series and keeps the first note. A pod refused first for one cause
+/// (the agent timed out) and then for another (a bad annotation) would show
+/// only the first in `kubectl describe pod`. Recorders keyed by note fold
+/// true repeats into a series and give a new cause its own Event.
+pub struct ByNote {
+    client: kube::Client,
+    reporter: Reporter,
+    recorders: VecDeque<(String, Recorder)>,
+}
+
+impl ByNote {
+    /// Recorders for `client`, all reporting as `reporter`.
+    pub fn new(client: kube::Client, reporter: Reporter) -> ByNote {
+        ByNote {
+            client,
+            reporter,
+            recorders: VecDeque::new(),
+        }
+    }
+
+    /// The recorder of `note`: the one that published it last, or a new
+    /// one (dropping the least recently used beyond [`NOTE_RECORDERS`]).
+    fn recorder(&mut self, note: &str) -> Recorder {
+        let r = match self.recorders.iter().position(|(n, _)| n == note) {
+            Some(i) => self.recorders.remove(i),
+            None => None,
+        };
+        let (n, r) = r.unwrap_or_else(|| {
+            (
+                note.to_string(),
+                Recorder::new(self.client.clone(), self.reporter.clone()),
+            )
+        });
+        self.recorders.push_back((n, r.clone()));
+        if self.recorders.len() > NOTE_RECORDERS {
+            self.recorders.pop_front();
+        }
+        r
+    }
+}
 
 /// Why a datagram was dropped, or the report it carried.
 #[derive(Debug, PartialEq, Eq)]
@@ -172,14 +222,9 @@ fn recv(fd: i32, buf: &mut [u8]) -> std::io::Result<(usize, Option<u32>, bool)> 
 
 /// Serves the report socket at `path` until the runtime stops: counts
 /// every report, and queues an Event for each failed or warned verb to
-/// `recorder` (none: counted only). A failure to bind is logged and
-/// retried every `retry`.
-pub async fn serve(
-    path: PathBuf,
-    shared: Arc<Shared>,
-    recorder: Option<Recorder>,
-    retry: Duration,
-) {
+/// `events` (none: counted only). A failure to bind is logged and retried
+/// every `retry`.
+pub async fn serve(path: PathBuf, shared: Arc<Shared>, events: Option<ByNote>, retry: Duration) {
     let sock = loop {
         match bind(&path) {
             Ok(s) => break s,
@@ -197,10 +242,11 @@ pub async fn serve(
         path.display()
     );
     let (tx, mut rx) = tokio::sync::mpsc::channel::<(ObjectReference, Event)>(EVENT_QUEUE);
-    if let Some(recorder) = recorder {
+    if let Some(mut events) = events {
         let shared = shared.clone();
         tokio::spawn(async move {
             while let Some((reference, ev)) = rx.recv().await {
+                let recorder = events.recorder(ev.note.as_deref().unwrap_or(""));
                 publish(&shared, &recorder, &reference, &ev).await;
             }
         });

@@ -312,13 +312,11 @@ async fn pod_loop(ctx: Arc<Ctx>) {
             ctx.retry,
         ));
     }
-    let recorder = Recorder::new(
-        client.clone(),
-        Reporter {
-            controller: "meshnft-agent".into(),
-            instance: Some(format!("meshnft-agent-{node}")),
-        },
-    );
+    let reporter = Reporter {
+        controller: "meshnft-agent".into(),
+        instance: Some(format!("meshnft-agent-{node}")),
+    };
+    let recorder = Recorder::new(client.clone(), reporter.clone());
     if let Some(sock) = ctx.agent.socket() {
         tokio::spawn(super::reports::serve(
             install::under(
@@ -326,7 +324,7 @@ async fn pod_loop(ctx: Arc<Ctx>) {
                 &crate::pod::k8s::report::socket_for(sock),
             ),
             ctx.shared.clone(),
-            Some(recorder.clone()),
+            Some(super::reports::ByNote::new(client.clone(), reporter)),
             ctx.retry,
         ));
     }
