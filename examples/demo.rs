@@ -26,8 +26,7 @@
 //! `MESHNFT_BIN` overrides the plugin binary (default: the `meshnft` next to
 //! this example's directory, i.e. `target/release/meshnft`).
 
-#[path = "../tests/support/mod.rs"]
-mod support;
+use meshnft_testkit as support;
 
 #[path = "../tests/containerd/mod.rs"]
 mod cri_node;

@@ -24,8 +24,7 @@
 //! Environment: `MESHNFT_EXPECT_CGROUPV2` = `1` when the kernel is expected
 //! to have `socket cgroupv2` (Linux >= 5.13), `0` when not.
 
-#[path = "../tests/support/mod.rs"]
-mod support;
+use meshnft_testkit as support;
 
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Read, Write};

@@ -2,7 +2,7 @@
 # Runs a command (the test suite) where meshnft cannot execute nft: in a
 # private mount namespace, every nft binary on the usual paths is covered by
 # a program that records its call and fails. The tests keep nft as their
-# oracle under another path ($MESHNFT_TEST_NFT, which tests/support uses for
+# oracle under another path ($MESHNFT_TEST_NFT, which crates/testkit uses for
 # every `nft` they run). Fails when anything ran the covered nft, and when
 # the command left test network namespaces behind (they live in this mount
 # namespace's /run/netns, invisible outside it).

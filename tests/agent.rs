@@ -9,7 +9,7 @@
 //! Root only (network namespaces, cgroups, nf_tables); skipped otherwise.
 
 mod common;
-mod support;
+use meshnft_testkit as support;
 
 use common::apiserver;
 use common::liveapi::LiveApi;

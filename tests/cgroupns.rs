@@ -10,7 +10,7 @@
 //! The datapath is then exercised with real connections. Root only.
 
 mod common;
-mod support;
+use meshnft_testkit as support;
 
 use common::*;
 use serde_json::Value;
@@ -132,23 +132,17 @@ fn nested(nesting: Nesting) {
         .expect("ptp DEL");
 }
 
-#[test]
+#[support::root_test]
 fn nested_cgroup_namespace_inherited_mount() {
-    if support::root_or_skip("nested_cgroup_namespace_inherited_mount") {
-        nested(Nesting::InheritedMount);
-    }
+    nested(Nesting::InheritedMount);
 }
 
-#[test]
+#[support::root_test]
 fn nested_cgroup_namespace_kind_like() {
-    if support::root_or_skip("nested_cgroup_namespace_kind_like") {
-        nested(Nesting::KindLike);
-    }
+    nested(Nesting::KindLike);
 }
 
-#[test]
+#[support::root_test]
 fn nested_cgroup_namespace_without_programs_on_the_node() {
-    if support::root_or_skip("nested_cgroup_namespace_without_programs_on_the_node") {
-        nested(Nesting::KindLikeWithoutPrograms);
-    }
+    nested(Nesting::KindLikeWithoutPrograms);
 }

@@ -4,7 +4,7 @@
 //! (STATUS, GC) that Debian's libcni 1.1.2 cannot drive.
 
 mod common;
-mod support;
+use meshnft_testkit as support;
 
 use common::*;
 use serde_json::{Value, json};
@@ -248,11 +248,8 @@ fn del_is_idempotent_and_lenient() {
     .quiet_ok();
 }
 
-#[test]
+#[support::root_test]
 fn never_writes_into_the_host_netns() {
-    if !support::root_or_skip("never_writes_into_the_host_netns") {
-        return;
-    }
     let host_has = || {
         support::run(&["nft", "list", "table", "inet", "meshnft"])
             .status
@@ -282,11 +279,8 @@ fn never_writes_into_the_host_netns() {
 
 /// A transaction that fails leaves no table (fresh netns) or the previous
 /// table byte for byte (re-ADD).
-#[test]
+#[support::root_test]
 fn failed_transaction_is_atomic() {
-    if !support::root_or_skip("failed_transaction_is_atomic") {
-        return;
-    }
     let node = Node::new();
     let pod = Netns::new("mtpod");
     let (prev, ptp_only) = real_prev(&node, &pod, "atomic");
@@ -322,11 +316,8 @@ fn failed_transaction_is_atomic() {
 }
 
 /// CHECK names what differs; a missing table is code 104.
-#[test]
+#[support::root_test]
 fn check_reports_differences() {
-    if !support::root_or_skip("check_reports_differences") {
-        return;
-    }
     let node = Node::new();
     let pod = Netns::new("mtpod");
     let cg = PodCgroups::new(Layout::Cgroupfs, Qos::Burstable);
@@ -376,11 +367,8 @@ fn check_reports_differences() {
         .expect("ptp DEL");
 }
 
-#[test]
+#[support::root_test]
 fn status_reports_what_is_missing() {
-    if !support::root_or_skip("status_reports_what_is_missing") {
-        return;
-    }
     invoke("STATUS", &[], &conf("1.1.0")).quiet_ok();
     // A host without cgroup v2.
     let mut cmd = std::process::Command::new(MESHNFT);
@@ -425,11 +413,8 @@ fn status_reports_what_is_missing() {
 }
 
 /// GC removes tables and records of attachments not listed, keeps the others.
-#[test]
+#[support::root_test]
 fn gc_removes_only_stale_attachments() {
-    if !support::root_or_skip("gc_removes_only_stale_attachments") {
-        return;
-    }
     let node = Node::new();
     let (pod_a, pod_b) = (Netns::new("mtpod"), Netns::new("mtpod"));
     let (prev_a, ptp_only) = real_prev(&node, &pod_a, "gc-a");
@@ -499,11 +484,8 @@ fn gc_removes_only_stale_attachments() {
 /// Two attachments (interfaces) of one pod netns share its one table: DEL
 /// of one keeps it, DEL of the last removes it. A DEL with a broken config
 /// still removes it.
-#[test]
+#[support::root_test]
 fn shared_netns_and_lenient_del() {
-    if !support::root_or_skip("shared_netns_and_lenient_del") {
-        return;
-    }
     let node = Node::new();
     let pod = Netns::new("mtpod");
     let (prev, ptp_only) = real_prev(&node, &pod, "multi");
@@ -532,11 +514,8 @@ fn shared_netns_and_lenient_del() {
 
 /// CHECK is exact: a rule whose action was changed but whose comment was
 /// kept is found; an IPv6 /32 skip list is not a false alarm.
-#[test]
+#[support::root_test]
 fn check_sees_tampering_behind_a_kept_comment() {
-    if !support::root_or_skip("check_sees_tampering_behind_a_kept_comment") {
-        return;
-    }
     let node = Node::new();
     let pod = Netns::new("mtpod");
     let (prev, ptp_only) = real_prev(&node, &pod, "tamper");
@@ -568,11 +547,8 @@ fn check_sees_tampering_behind_a_kept_comment() {
 /// DEL (and a re-ADD) leave the kernel's RCU wait to a detached child: when
 /// the plugin has exited, nothing holds its stdout or stderr any more (a
 /// runtime reading them sees EOF at once), and the table is gone.
-#[test]
+#[support::root_test]
 fn del_and_re_add_leave_nothing_holding_stdout() {
-    if !support::root_or_skip("del_and_re_add_leave_nothing_holding_stdout") {
-        return;
-    }
     let node = Node::new();
     let pod = Netns::new("mtpod");
     let (prev, ptp_only) = real_prev(&node, &pod, "detach");
@@ -657,11 +633,8 @@ impl Drop for Tmpfs {
 /// ADD wrote), and are gone after a reboot (the tmpfs unmounted, a fresh one
 /// in its place), where DEL still removes the table without one and ADD
 /// writes a new one.
-#[test]
+#[support::root_test]
 fn records_on_tmpfs_outlive_processes_not_a_reboot() {
-    if !support::root_or_skip("records_on_tmpfs_outlive_processes_not_a_reboot") {
-        return;
-    }
     let node = Node::new();
     let pod = Netns::new("mtpod");
     let (prev, ptp_only) = real_prev(&node, &pod, "rec");
@@ -711,11 +684,8 @@ fn records_on_tmpfs_outlive_processes_not_a_reboot() {
 /// no table (right after another DEL of the namespace its close would wait
 /// for that DEL's). Processes (not threads) created by the plugin, counted
 /// with `strace -f`.
-#[test]
+#[support::root_test]
 fn only_transactions_that_free_fork_a_closer() {
-    if !support::root_or_skip("only_transactions_that_free_fork_a_closer") {
-        return;
-    }
     let node = Node::new();
     let (warm, pod) = (Netns::new("mtpod"), Netns::new("mtpod"));
     let (prev, ptp_only) = real_prev(&node, &pod, "forks");

@@ -26,7 +26,7 @@
 //!
 //! Root only for step 2 (skipped with a message otherwise).
 
-mod support;
+use meshnft_testkit as support;
 
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};

@@ -14,7 +14,7 @@
 
 #[path = "containerd/mod.rs"]
 mod cri_node;
-mod support;
+use meshnft_testkit as support;
 
 use cri_node::{CriNode, KubePods, Network, Pod, PodCg, Qos, Runtime, WebServer, http_get};
 use serde_json::{Value, json};
@@ -556,72 +556,52 @@ fn ten_pods(rt: Runtime) {
 
 // The matrix: every scenario on containerd 2.x; the cheap ones on Debian's 1.6 too.
 
-#[test]
+#[support::root_test]
 fn classic_sidecar_pod_through_containerd() {
-    if support::root_or_skip("classic_sidecar_pod_through_containerd") {
-        classic(Runtime::Containerd2);
-    }
+    classic(Runtime::Containerd2);
 }
 
-#[test]
+#[support::root_test]
 fn classic_sidecar_pod_through_containerd_1_6() {
-    if support::root_or_skip("classic_sidecar_pod_through_containerd_1_6") {
-        classic(Runtime::Debian16);
-    }
+    classic(Runtime::Debian16);
 }
 
-#[test]
+#[support::root_test]
 fn seed_bug_with_init_phase_off() {
-    if support::root_or_skip("seed_bug_with_init_phase_off") {
-        seed_off(Runtime::Containerd2);
-    }
+    seed_off(Runtime::Containerd2);
 }
 
-#[test]
+#[support::root_test]
 fn seed_bug_with_init_phase_off_on_containerd_1_6() {
-    if support::root_or_skip("seed_bug_with_init_phase_off_on_containerd_1_6") {
-        seed_off(Runtime::Debian16);
-    }
+    seed_off(Runtime::Debian16);
 }
 
-#[test]
+#[support::root_test]
 fn native_sidecar_redirects_later_init_containers() {
-    if support::root_or_skip("native_sidecar_redirects_later_init_containers") {
-        native_sidecar(Runtime::Containerd2);
-    }
+    native_sidecar(Runtime::Containerd2);
 }
 
-#[test]
+#[support::root_test]
 fn native_sidecar_redirects_later_init_containers_on_containerd_1_6() {
-    if support::root_or_skip("native_sidecar_redirects_later_init_containers_on_containerd_1_6") {
-        native_sidecar(Runtime::Debian16);
-    }
+    native_sidecar(Runtime::Debian16);
 }
 
-#[test]
+#[support::root_test]
 fn guaranteed_pod() {
-    if support::root_or_skip("guaranteed_pod") {
-        guaranteed(Runtime::Containerd2);
-    }
+    guaranteed(Runtime::Containerd2);
 }
 
-#[test]
+#[support::root_test]
 fn unmeshed_pod_gets_no_table() {
-    if support::root_or_skip("unmeshed_pod_gets_no_table") {
-        unmeshed(Runtime::Containerd2);
-    }
+    unmeshed(Runtime::Containerd2);
 }
 
-#[test]
+#[support::root_test]
 fn unmeshed_pod_gets_no_table_on_containerd_1_6() {
-    if support::root_or_skip("unmeshed_pod_gets_no_table_on_containerd_1_6") {
-        unmeshed(Runtime::Debian16);
-    }
+    unmeshed(Runtime::Debian16);
 }
 
-#[test]
+#[support::root_test]
 fn ten_pods_at_once() {
-    if support::root_or_skip("ten_pods_at_once") {
-        ten_pods(Runtime::Containerd2);
-    }
+    ten_pods(Runtime::Containerd2);
 }

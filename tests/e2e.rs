@@ -6,7 +6,7 @@
 //! Root only (`sudo cargo test`); skipped with a message otherwise.
 
 mod common;
-mod support;
+use meshnft_testkit as support;
 
 use common::*;
 use serde_json::{Value, json};
@@ -221,11 +221,9 @@ fn seed_scenario(version: &str, layout: Layout, qos: Qos, example: &str) {
 /// One test per (spec version, cgroup driver and QoS class, interface plugin).
 macro_rules! seed_test {
     ($name:ident, $version:literal, $layout:expr, $qos:expr, $example:literal) => {
-        #[test]
+        #[support::root_test]
         fn $name() {
-            if support::root_or_skip(stringify!($name)) {
-                seed_scenario($version, $layout, $qos, $example);
-            }
+            seed_scenario($version, $layout, $qos, $example);
         }
     };
 }
@@ -261,11 +259,8 @@ seed_test!(
 
 /// The proxy's first packet of any protocol ends the init phase: here a DNS
 /// query over UDP, before any TCP.
-#[test]
+#[support::root_test]
 fn proxy_udp_packet_ends_init_phase() {
-    if !support::root_or_skip("proxy_udp_packet_ends_init_phase") {
-        return;
-    }
     let f = Fixture::ptp(true, |_| {});
     let (cg, pod) = (&f.cg, &f.pod);
     f.cni("add", "udp-sandbox", true).expect("ADD");
@@ -295,11 +290,8 @@ fn proxy_udp_packet_ends_init_phase() {
 
 /// With the init phase off the init container's fetch is refused: the bug
 /// meshnft exists to fix (linkerd/linkerd2#4788), reproduced on purpose.
-#[test]
+#[support::root_test]
 fn init_phase_off_reproduces_the_seed_bug() {
-    if !support::root_or_skip("init_phase_off_reproduces_the_seed_bug") {
-        return;
-    }
     let f = Fixture::new(
         false,
         "1.0.0",
@@ -330,11 +322,8 @@ fn init_phase_off_reproduces_the_seed_bug() {
 }
 
 /// No K8S_POD_UID: the plain redirect table, one warning, no init phase.
-#[test]
+#[support::root_test]
 fn without_pod_uid_the_table_has_no_init_phase() {
-    if !support::root_or_skip("without_pod_uid_the_table_has_no_init_phase") {
-        return;
-    }
     let f = Fixture::ptp(true, |_| {});
     let (cg, pod) = (&f.cg, &f.pod);
     f.cni("add", "nouid-sandbox", false).expect("ADD");
@@ -366,11 +355,8 @@ fn without_pod_uid_the_table_has_no_init_phase() {
 
 /// ADD returns the interface plugin's result unchanged, field for field,
 /// for every version libcni and the reference plugins speak.
-#[test]
+#[support::root_test]
 fn prev_result_passes_through_unchanged() {
-    if !support::root_or_skip("prev_result_passes_through_unchanged") {
-        return;
-    }
     let node = Node::new();
     let cg = PodCgroups::new(Layout::Cgroupfs, Qos::Burstable);
     for version in ["0.3.0", "0.3.1", "0.4.0", "1.0.0"] {
@@ -416,11 +402,8 @@ fn prev_result_passes_through_unchanged() {
 
 /// 20 pods ADDed and DELed in parallel: every successful ADD has its table,
 /// nothing is left after DEL.
-#[test]
+#[support::root_test]
 fn twenty_pods_in_parallel() {
-    if !support::root_or_skip("twenty_pods_in_parallel") {
-        return;
-    }
     let node = Node::new();
     node.install_plugin("meshnft", std::path::Path::new(MESHNFT));
     let cl = conflist(&node, "ptp-meshnft.conflist", "1.0.0", |_| {});
@@ -494,11 +477,8 @@ fn twenty_pods_in_parallel() {
 /// again with it: the pod is running, so the phase must not open now
 /// (docs/design.md#4-after-it-for-good); its cgroup is marked started in the
 /// same transaction.
-#[test]
+#[support::root_test]
 fn re_add_never_opens_the_init_phase_of_a_running_pod() {
-    if !support::root_or_skip("re_add_never_opens_the_init_phase_of_a_running_pod") {
-        return;
-    }
     let f = Fixture::ptp(true, |_| {});
     let result = f.cni("add", "readd", false).expect("ADD without pod UID");
     let args = cni_args_text(&k8s_args(&f.cg, "readd"));
@@ -532,11 +512,8 @@ fn re_add_never_opens_the_init_phase_of_a_running_pod() {
 /// With `proxy-gid` set, a container that merely runs as the proxy's UID is
 /// neither exempt from redirection nor able to end the init phase; the
 /// proxy (UID and GID) is both.
-#[test]
+#[support::root_test]
 fn proxy_gid_requires_uid_and_gid() {
-    if !support::root_or_skip("proxy_gid_requires_uid_and_gid") {
-        return;
-    }
     let f = Fixture::ptp(true, |e| e["linkerd"]["proxy-gid"] = json!(2102));
     f.cni("add", "gid", true).expect("ADD");
     let (impostor, proxy, app) = (

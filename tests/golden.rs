@@ -6,7 +6,7 @@
 //! also applied by the real nft in a scratch network namespace, so the
 //! goldens cannot drift from what nft and the kernel accept.
 
-mod support;
+use meshnft_testkit as support;
 
 use meshnft::config::{self, NetConf};
 use meshnft::table::ruleset::{self, Levels};
@@ -147,11 +147,8 @@ fn rendered_transactions_match_golden_files() {
     }
 }
 
-#[test]
+#[support::root_test]
 fn golden_files_are_accepted_by_nft_and_the_kernel() {
-    if !support::root_or_skip("golden_files_are_accepted_by_nft_and_the_kernel") {
-        return;
-    }
     for (name, text) in cases() {
         let ns = support::Netns::new("mtgold");
         if name.ends_with(".fresh.nft") {

@@ -13,7 +13,7 @@
 //! Root only (network namespaces, nft, chown); skipped with a message otherwise.
 
 mod common;
-mod support;
+use meshnft_testkit as support;
 
 use common::apiserver::{self, FakeApi, Mode};
 use common::*;
@@ -160,11 +160,8 @@ fn cli(args: &[&str]) -> Invocation {
 
 /// 1. A FIFO named like another attachment's record, and a record that is a
 ///    link to /dev/zero, must not block DEL, GC or `inspect`.
-#[test]
+#[support::root_test]
 fn stray_files_in_the_state_dir_never_block_del_gc_or_inspect() {
-    if !support::root_or_skip("stray_files_in_the_state_dir_never_block_del_gc_or_inspect") {
-        return;
-    }
     let p = Pod::new("i1");
     let conf = p.conf();
     expect_ok(&p.run("ADD", "c1", "", &conf), "ADD");
@@ -204,11 +201,8 @@ fn stray_files_in_the_state_dir_never_block_del_gc_or_inspect() {
 ///    not a `<stateDir>/<cid>` that links elsewhere (ADD writing there, DEL
 ///    deleting there); and a state dir owned by someone else or writable by
 ///    others is refused.
-#[test]
+#[support::root_test]
 fn state_writes_never_follow_links_or_trust_foreign_dirs() {
-    if !support::root_or_skip("state_writes_never_follow_links_or_trust_foreign_dirs") {
-        return;
-    }
     let p = Pod::new("i2");
     let conf = p.conf();
     let victim = p.files().join("victim");
@@ -307,11 +301,8 @@ const POD_ARGS: &str = "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=w
 
 /// 3. A kubeconfig that would make the plugin run a program (`exec`, an
 ///    `auth-provider`) is refused, and nothing is run.
-#[test]
+#[support::root_test]
 fn kubeconfig_programs_are_never_run() {
-    if !support::root_or_skip("kubeconfig_programs_are_never_run") {
-        return;
-    }
     let p = Pod::new("i3");
     let marker = p.files().join("ran");
     let script = p.files().join("cred.sh");
@@ -356,11 +347,8 @@ fn kubeconfig_programs_are_never_run() {
 /// 4. The `kubernetes` block is strict: a misspelt key or a wrong shape is
 ///    refused (code 7), not silently ignored (which turned off every API
 ///    lookup and so every annotation).
-#[test]
+#[support::root_test]
 fn kubernetes_block_is_strict() {
-    if !support::root_or_skip("kubernetes_block_is_strict") {
-        return;
-    }
     let p = Pod::new("i4");
     for (block, token) in [
         (json!({"kubeConfig": "/x"}), "kubeConfig"),
@@ -388,11 +376,8 @@ fn kubernetes_block_is_strict() {
 
 /// 5. Pod name and namespace must be Kubernetes names before they go into
 ///    a request path with the bearer token.
-#[test]
+#[support::root_test]
 fn pod_names_never_become_other_request_paths() {
-    if !support::root_or_skip("pod_names_never_become_other_request_paths") {
-        return;
-    }
     let p = Pod::new("i5");
     let api = FakeApi::serving(&[]);
     let kc = api.kubeconfig(&p.files());
@@ -426,11 +411,8 @@ fn pod_names_never_become_other_request_paths() {
 /// 6. Files meshnft is pointed at (the kubeconfig, `render`/`status
 ///    --config`) may be FIFOs or devices: refused at once, never waited on
 ///    or read without end.
-#[test]
+#[support::root_test]
 fn fifos_and_devices_are_refused_not_read() {
-    if !support::root_or_skip("fifos_and_devices_are_refused_not_read") {
-        return;
-    }
     let p = Pod::new("i6");
     let fifo = p.files().join("fifo");
     mkfifo(&fifo);
@@ -467,11 +449,8 @@ fn fifos_and_devices_are_refused_not_read() {
 /// 7. `log_file` never follows a link, never writes into procfs/sysfs, and
 ///    must be a regular file: ADD refuses such a value (code 7); DEL, which
 ///    must never block a teardown, only skips the file.
-#[test]
+#[support::root_test]
 fn log_file_is_never_a_link_or_a_kernel_file() {
-    if !support::root_or_skip("log_file_is_never_a_link_or_a_kernel_file") {
-        return;
-    }
     let p = Pod::new("i7");
     let victim = p.files().join("victim");
     std::fs::write(&victim, "precious").unwrap();
@@ -502,11 +481,8 @@ fn log_file_is_never_a_link_or_a_kernel_file() {
 
 /// 8. A DEL whose table removal fails keeps the attachment's record, so a
 ///    retried DEL or a later GC still finds (and removes) the table.
-#[test]
+#[support::root_test]
 fn failed_del_keeps_the_record_for_gc() {
-    if !support::root_or_skip("failed_del_keeps_the_record_for_gc") {
-        return;
-    }
     let p = Pod::new("i8");
     let conf = p.conf();
     expect_ok(&p.run("ADD", "c1", "", &conf), "ADD");
@@ -534,11 +510,8 @@ fn failed_del_keeps_the_record_for_gc() {
 /// 9. Everything the plugin waits on has a bound: a kubeconfig's referenced
 ///    files (a FIFO token file, a FIFO CA) are refused at once, and an API
 ///    server that trickles its answer is cut off (code 11: retrying can help).
-#[test]
+#[support::root_test]
 fn every_wait_is_bounded() {
-    if !support::root_or_skip("every_wait_is_bounded") {
-        return;
-    }
     let p = Pod::new("i9");
     let fifo = p.files().join("fifo");
     mkfifo(&fifo);
@@ -605,11 +578,8 @@ fn error_documents_keep_the_conflists_version() {
 
 /// 10b. API answers that are not the object asked for say what came back
 ///      (not "unreachable"): garbage, the wrong JSON, a redirect.
-#[test]
+#[support::root_test]
 fn api_answers_say_what_was_received() {
-    if !support::root_or_skip("api_answers_say_what_was_received") {
-        return;
-    }
     let p = Pod::new("i10b");
     for (mode, words) in [
         (
@@ -642,11 +612,8 @@ fn api_answers_say_what_was_received() {
 
 /// 10c. Port 0 from the `kubernetes` Service never reaches the skip list
 ///      (port 0 is refused everywhere else).
-#[test]
+#[support::root_test]
 fn service_port_zero_is_not_skipped() {
-    if !support::root_or_skip("service_port_zero_is_not_skipped") {
-        return;
-    }
     let p = Pod::new("i10c");
     let pod = apiserver::pod(
         "default",
@@ -672,11 +639,8 @@ fn service_port_zero_is_not_skipped() {
 }
 
 /// 10d. DEL says "removed table" only when it removed one.
-#[test]
+#[support::root_test]
 fn del_logs_only_what_it_removed() {
-    if !support::root_or_skip("del_logs_only_what_it_removed") {
-        return;
-    }
     let p = Pod::new("i10d");
     let conf = p.conf();
     expect_ok(&p.run("DEL", "c1", "", &conf), "DEL without a table");
@@ -1302,11 +1266,8 @@ fn snapshot(dir: &Path) -> Vec<(PathBuf, u32, u64, i64)> {
 /// CNI error document with a code from docs/cni.md's table whose message
 /// names the field, no panic, no hang, nothing written outside `stateDir`
 /// and `log_file`, and no table in the netns the test made.
-#[test]
+#[support::root_test]
 fn bad_input_corpus() {
-    if !support::root_or_skip("bad_input_corpus") {
-        return;
-    }
     let pod = Pod::new("corpus");
     let cases = corpus(&pod);
     assert!(cases.len() > 250, "only {} cases", cases.len());

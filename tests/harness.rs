@@ -1,11 +1,11 @@
-//! Self-test of the test harness (`tests/support`), without meshnft: the libcni driver
+//! Self-test of the test harness (`crates/testkit`), without meshnft: the libcni driver
 //! runs a reference ptp + host-local chain, processes are placed into a pod netns and a
 //! kubelet-like cgroup, the in-process Listener answers probes and reports
 //! SO_ORIGINAL_DST for an nft `redirect`. Root only (skips otherwise).
 //!
 //! Run: `cargo test --test harness -- --test-threads=2` as root.
 
-mod support;
+use meshnft_testkit as support;
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
@@ -36,11 +36,8 @@ fn cgroup2_mount_is_found() {
     assert!(m.join("cgroup.procs").exists(), "{}", m.display());
 }
 
-#[test]
+#[support::root_test]
 fn ptp_add_check_del_all_versions() {
-    if !root_or_skip("ptp_add_check_del_all_versions") {
-        return;
-    }
     let node = Node::new();
     for (i, version) in ["0.3.1", "0.4.0", "1.0.0"].into_iter().enumerate() {
         let pod = Netns::new("mtpod");
@@ -105,11 +102,8 @@ fn ptp_add_check_del_all_versions() {
     }
 }
 
-#[test]
+#[support::root_test]
 fn driver_reports_cni_errors() {
-    if !root_or_skip("driver_reports_cni_errors") {
-        return;
-    }
     let node = Node::new();
     let pod = Netns::new("mtpod");
     let conf = node.write_conflist(
@@ -273,27 +267,18 @@ fn listener_probe_redirect(layout: Layout, qos: Qos) {
     assert!(node.ipam_allocated("mtnet").is_empty());
 }
 
-#[test]
+#[support::root_test]
 fn listener_probe_redirect_cgroupfs_burstable() {
-    if !root_or_skip("listener_probe_redirect_cgroupfs_burstable") {
-        return;
-    }
     listener_probe_redirect(Layout::Cgroupfs, Qos::Burstable);
 }
 
-#[test]
+#[support::root_test]
 fn listener_probe_redirect_systemd_guaranteed() {
-    if !root_or_skip("listener_probe_redirect_systemd_guaranteed") {
-        return;
-    }
     listener_probe_redirect(Layout::Systemd, Qos::Guaranteed);
 }
 
-#[test]
+#[support::root_test]
 fn drops_clean_up_processes_cgroups_and_netns() {
-    if !root_or_skip("drops_clean_up_processes_cgroups_and_netns") {
-        return;
-    }
     let (ns_name, top, pid) = {
         let ns = Netns::new("mtpod");
         let pc = PodCgroups::new(Layout::Systemd, Qos::Burstable);
@@ -323,11 +308,8 @@ fn drops_clean_up_processes_cgroups_and_netns() {
     assert!(libc::WIFSIGNALED(st));
 }
 
-#[test]
+#[support::root_test]
 fn panicking_test_still_cleans_up() {
-    if !root_or_skip("panicking_test_still_cleans_up") {
-        return;
-    }
     let names = std::sync::Mutex::new(None);
     let r = std::panic::catch_unwind(|| {
         let node = Node::new();

@@ -8,7 +8,7 @@
 //! peer tests run the peers' own installers, built (once, cached) by
 //! scripts/peers.sh from the source snapshots in ../shared/peers.
 
-mod support;
+use meshnft_testkit as support;
 
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader};
@@ -255,11 +255,8 @@ fn last_plugin(p: &Path) -> Value {
         .clone()
 }
 
-#[test]
+#[support::root_test]
 fn empty_net_d_then_a_primary_appears() {
-    if !support::root_or_skip("empty_net_d_then_a_primary_appears") {
-        return;
-    }
     let tree = Tree::new();
     let mut inst = Installer::start(&tree, &[]);
     assert!(
@@ -315,11 +312,8 @@ fn empty_net_d_then_a_primary_appears() {
     assert!(!tree.binary().exists());
 }
 
-#[test]
+#[support::root_test]
 fn primary_rewritten_or_replaced_gets_the_entry_back() {
-    if !support::root_or_skip("primary_rewritten_or_replaced_gets_the_entry_back") {
-        return;
-    }
     let tree = Tree::new();
     let primary = tree.write_conf("10-kindnet.conflist", &kindnet());
     let mut inst = Installer::start(&tree, &[]);
@@ -388,11 +382,8 @@ fn rechains(port: u16) -> Option<u64> {
         .and_then(|v| v.trim().parse().ok())
 }
 
-#[test]
+#[support::root_test]
 fn rechains_count_a_primary_rewriting_its_file_not_an_edited_entry() {
-    if !support::root_or_skip("rechains_count_a_primary_rewriting_its_file_not_an_edited_entry") {
-        return;
-    }
     let tree = Tree::new();
     tree.write_conf("10-kindnet.conflist", &kindnet());
     let mut entry: Value =
@@ -445,11 +436,8 @@ fn rechains_count_a_primary_rewriting_its_file_not_an_edited_entry() {
     assert_eq!(rechains(port), Some(1), "{}", inst.log());
 }
 
-#[test]
+#[support::root_test]
 fn conf_is_converted_and_restored_on_uninstall() {
-    if !support::root_or_skip("conf_is_converted_and_restored_on_uninstall") {
-        return;
-    }
     let tree = Tree::new();
     let conf = tree.write_conf("10-bridge.conf", &single_conf());
     let original = std::fs::read(&conf).unwrap();
@@ -482,11 +470,8 @@ fn conf_is_converted_and_restored_on_uninstall() {
     );
 }
 
-#[test]
+#[support::root_test]
 fn two_installs_and_a_reboot_leave_one_entry() {
-    if !support::root_or_skip("two_installs_and_a_reboot_leave_one_entry") {
-        return;
-    }
     let tree = Tree::new();
     let conf = tree.write_conf("10-bridge.conf", &single_conf());
     let original = std::fs::read(&conf).unwrap();
@@ -520,11 +505,8 @@ fn two_installs_and_a_reboot_leave_one_entry() {
     assert_eq!(std::fs::read(&conf).unwrap(), original);
 }
 
-#[test]
+#[support::root_test]
 fn token_rotation_rewrites_the_kubeconfig() {
-    if !support::root_or_skip("token_rotation_rewrites_the_kubeconfig") {
-        return;
-    }
     let mut tree = Tree::new();
     tree.write_conf("10-kindnet.conflist", &kindnet());
     let mut inst = Installer::start(&tree, &[]);
@@ -554,11 +536,8 @@ fn token_rotation_rewrites_the_kubeconfig() {
     assert!(!tree.kubeconfig().exists());
 }
 
-#[test]
+#[support::root_test]
 fn read_only_bin_dir_is_reported_and_retried() {
-    if !support::root_or_skip("read_only_bin_dir_is_reported_and_retried") {
-        return;
-    }
     let tree = Tree::new();
     let primary = tree.write_conf("10-kindnet.conflist", &kindnet());
     let before = std::fs::read(&primary).unwrap();
@@ -610,11 +589,8 @@ fn read_only_bin_dir_is_reported_and_retried() {
     assert_eq!(inst.term().code(), Some(0), "{}", inst.log());
 }
 
-#[test]
+#[support::root_test]
 fn sigterm_cleans_up_entry_then_kubeconfig_then_binary() {
-    if !support::root_or_skip("sigterm_cleans_up_entry_then_kubeconfig_then_binary") {
-        return;
-    }
     use notify::{EventKind, RecursiveMode, Watcher};
     let tree = Tree::new();
     let primary = tree.write_conf("10-kindnet.conflist", &kindnet());
@@ -671,11 +647,8 @@ fn sigterm_cleans_up_entry_then_kubeconfig_then_binary() {
     assert_eq!(tree.files(), ["10-kindnet.conflist"]);
 }
 
-#[test]
+#[support::root_test]
 fn keep_on_exit_leaves_everything_and_a_used_binary_is_never_removed() {
-    if !support::root_or_skip("keep_on_exit_leaves_everything_and_a_used_binary_is_never_removed") {
-        return;
-    }
     let tree = Tree::new();
     tree.write_conf("10-kindnet.conflist", &kindnet());
     let mut inst = Installer::start(&tree, &["--keep-on-exit"]);
@@ -709,11 +682,8 @@ fn keep_on_exit_leaves_everything_and_a_used_binary_is_never_removed() {
     assert!(!tree.kubeconfig().exists());
 }
 
-#[test]
+#[support::root_test]
 fn refuses_when_the_node_cannot_run_meshnft() {
-    if !support::root_or_skip("refuses_when_the_node_cannot_run_meshnft") {
-        return;
-    }
     let tree = Tree::new();
     let conf = tree.write_conf("10-bridge.conf", &single_conf());
     let before = std::fs::read(&conf).unwrap();
@@ -762,11 +732,8 @@ fn refuses_when_the_node_cannot_run_meshnft() {
     assert_eq!(std::fs::read(&conf).unwrap(), before);
 }
 
-#[test]
+#[support::root_test]
 fn missing_directories_are_reported_and_waited_for() {
-    if !support::root_or_skip("missing_directories_are_reported_and_waited_for") {
-        return;
-    }
     let tree = Tree::new();
     std::fs::remove_dir(tree.net()).unwrap();
     let mut inst = Installer::start(&tree, &[]);
@@ -789,11 +756,8 @@ fn missing_directories_are_reported_and_waited_for() {
 
 /// The conflist the installer produced runs through libcni with the binary
 /// it copied: ADD, CHECK, DEL in a throwaway node and pod netns.
-#[test]
+#[support::root_test]
 fn the_installed_chain_runs_through_libcni() {
-    if !support::root_or_skip("the_installed_chain_runs_through_libcni") {
-        return;
-    }
     let node = support::Node::new();
     let pod = support::Netns::new("mtpod");
     let tree = Tree::new();
@@ -845,11 +809,8 @@ fn the_installed_chain_runs_through_libcni() {
 /// In its container the installer is PID 1, for which the kernel drops
 /// signals that have the default disposition: SIGTERM must still trigger
 /// the cleanup (`unshare --pid --fork` makes it PID 1 of a new namespace).
-#[test]
+#[support::root_test]
 fn sigterm_works_when_the_installer_is_pid_1() {
-    if !support::root_or_skip("sigterm_works_when_the_installer_is_pid_1") {
-        return;
-    }
     let tree = Tree::new();
     tree.write_conf("10-kindnet.conflist", &kindnet());
     let inner = install_cmd(&tree, &[]);
@@ -886,11 +847,8 @@ fn sigterm_works_when_the_installer_is_pid_1() {
 
 /// Hostile or broken contents of net.d and of the entry: nothing blocks,
 /// nothing unloadable is written, links and other people's files are kept.
-#[test]
+#[support::root_test]
 fn dangerous_inputs_are_refused_or_skipped() {
-    if !support::root_or_skip("dangerous_inputs_are_refused_or_skipped") {
-        return;
-    }
     // A FIFO sorting first never blocks the scan; SIGTERM is still honoured.
     let tree = Tree::new();
     let fifo = tree.net().join("00-fifo.conflist");
@@ -986,11 +944,8 @@ fn dangerous_inputs_are_refused_or_skipped() {
 /// exclusively under unpredictable names, so a hard link planted at the
 /// old predictable name (`.<name>.<pid>.meshnft-tmp`; the installer is
 /// PID 1 of its own PID namespace here) is never written through.
-#[test]
+#[support::root_test]
 fn fifo_service_account_files_never_block_sigterm() {
-    if !support::root_or_skip("fifo_service_account_files_never_block_sigterm") {
-        return;
-    }
     let mkfifo = |p: &Path| {
         nix::unistd::mkfifo(p, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
     };
@@ -1082,12 +1037,8 @@ fn count(log: &str, needle: &str) -> usize {
 /// ever writes it, and the first to go never removes it), none after the
 /// last one goes, and the node as it was (the converted `.conf` back, no
 /// `meshnft.d`, no binary).
-#[test]
+#[support::root_test]
 fn overlapping_installers_leave_one_entry_and_the_last_one_uninstalls() {
-    if !support::root_or_skip("overlapping_installers_leave_one_entry_and_the_last_one_uninstalls")
-    {
-        return;
-    }
     const ROUNDS: usize = 24;
     for round in 0..ROUNDS {
         let tree = Tree::new();
@@ -1186,11 +1137,8 @@ fn overlapping_installers_leave_one_entry_and_the_last_one_uninstalls() {
 /// leaves no lock behind and no state the next one cannot resume: the
 /// next one chains at once and, alone, is the last one when it goes,
 /// restoring the node as it was.
-#[test]
+#[support::root_test]
 fn a_killed_installer_leaves_no_stale_lock() {
-    if !support::root_or_skip("a_killed_installer_leaves_no_stale_lock") {
-        return;
-    }
     let tree = Tree::new();
     let conf = tree.write_conf("10-bridge.conf", &single_conf());
     let original = std::fs::read(&conf).unwrap();
@@ -1227,11 +1175,8 @@ fn a_killed_installer_leaves_no_stale_lock() {
 /// the conflist, the kubeconfig, the binary); the next pass, of any installer, removes it (all
 /// of them write under the pass lock, so none is in flight), instead of leaving one more per
 /// kill until an uninstall (the real node's fault table showed it: tests/node.rs).
-#[test]
+#[support::root_test]
 fn a_killed_installers_temporary_files_go_at_the_next_pass() {
-    if !support::root_or_skip("a_killed_installers_temporary_files_go_at_the_next_pass") {
-        return;
-    }
     let tree = Tree::new();
     tree.write_conf("10-kindnet.conflist", &kindnet());
     std::fs::create_dir_all(tree.net().join("meshnft.d")).unwrap();
@@ -1263,11 +1208,8 @@ fn a_killed_installers_temporary_files_go_at_the_next_pass() {
 /// installer's pass), and while the "running" lock is held exclusively
 /// (another installer's uninstall), a starting installer writes nothing;
 /// once they are let go, it chains.
-#[test]
+#[support::root_test]
 fn a_pass_waits_for_the_locks_of_another_installer() {
-    if !support::root_or_skip("a_pass_waits_for_the_locks_of_another_installer") {
-        return;
-    }
     let tree = Tree::new();
     let primary = tree.write_conf("10-kindnet.conflist", &kindnet());
     let state = tree.net().join("meshnft.d");
@@ -1299,11 +1241,8 @@ fn a_pass_waits_for_the_locks_of_another_installer() {
 /// cannot be made; a kill at that point is the same) never leaves a list
 /// beside the original that the next pass refuses as someone else's: once
 /// the obstacle goes, the conversion completes.
-#[test]
+#[support::root_test]
 fn an_interrupted_conversion_is_resumed() {
-    if !support::root_or_skip("an_interrupted_conversion_is_resumed") {
-        return;
-    }
     let tree = Tree::new();
     let conf = tree.write_conf("10-bridge.conf", &single_conf());
     let original = std::fs::read(&conf).unwrap();
@@ -1349,11 +1288,8 @@ const DS_GET: &str = "GET /apis/apps/v1/namespaces/meshnft/daemonsets/meshnft";
 /// the plugin, its kubeconfig and the entry stay for the next installer,
 /// which takes them over; when that one goes and the DaemonSet is gone
 /// (an uninstall), it removes them.
-#[test]
+#[support::root_test]
 fn sigterm_keeps_everything_while_the_daemonset_is_there() {
-    if !support::root_or_skip("sigterm_keeps_everything_while_the_daemonset_is_there") {
-        return;
-    }
     let tree = Tree::new();
     tree.write_conf("10-kindnet.conflist", &kindnet());
     let api = liveapi::LiveApi::start();
@@ -1387,11 +1323,8 @@ fn sigterm_keeps_everything_while_the_daemonset_is_there() {
 /// An uninstall: the DaemonSet being deleted (foreground), gone, or no
 /// longer readable (the chart's RBAC removed first): SIGTERM removes the
 /// entry, the kubeconfig and the binary.
-#[test]
+#[support::root_test]
 fn sigterm_uninstalls_when_the_daemonset_is_gone_or_being_deleted() {
-    if !support::root_or_skip("sigterm_uninstalls_when_the_daemonset_is_gone_or_being_deleted") {
-        return;
-    }
     for case in ["being deleted", "gone", "forbidden"] {
         let tree = Tree::new();
         tree.write_conf("10-kindnet.conflist", &kindnet());
@@ -1426,11 +1359,8 @@ fn sigterm_uninstalls_when_the_daemonset_is_gone_or_being_deleted() {
 /// at all): SIGTERM keeps everything (a kept entry with its plugin is
 /// harmless, a removed one opens a window), says so loudly, and still
 /// exits within its bound.
-#[test]
+#[support::root_test]
 fn sigterm_keeps_everything_when_the_api_cannot_be_reached() {
-    if !support::root_or_skip("sigterm_keeps_everything_when_the_api_cannot_be_reached") {
-        return;
-    }
     for case in ["down", "unreachable"] {
         let tree = Tree::new();
         tree.write_conf("10-kindnet.conflist", &kindnet());
@@ -1478,11 +1408,8 @@ fn sigterm_keeps_everything_when_the_api_cannot_be_reached() {
 /// (its namespace is gone) is dropped, the per-boot caches and the old
 /// directory go. A record the plugin already wrote in the new directory is
 /// never overwritten, and a later installer finds nothing left to move.
-#[test]
+#[support::root_test]
 fn old_records_are_moved_once() {
-    if !support::root_or_skip("old_records_are_moved_once") {
-        return;
-    }
     use std::os::unix::fs::DirBuilderExt;
     let tree = Tree::new();
     tree.write_conf("10-kindnet.conflist", &kindnet());
@@ -1741,11 +1668,8 @@ fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
 /// and takes its own entry out. When linkerd-cni is uninstalled (its
 /// installer's SIGTERM removes its entry), meshnft chains itself in at once,
 /// without a restart.
-#[test]
+#[support::root_test]
 fn a_running_linkerd_cni_is_refused_until_it_is_uninstalled() {
-    if !support::root_or_skip("a_running_linkerd_cni_is_refused_until_it_is_uninstalled") {
-        return;
-    }
     let tree = Tree::new();
     let primary = tree.write_conf("10-kindnet.conflist", &kindnet());
     let mut linkerd = linkerd_cni_installer(&tree);
@@ -1823,11 +1747,8 @@ fn a_running_linkerd_cni_is_refused_until_it_is_uninstalled() {
 /// (written by hand): refused, naming the peers; with `--replace-peers`
 /// both entries go and meshnft's comes, the peers' files stay where they
 /// are; meshnft's uninstall does not bring the peers back.
-#[test]
+#[support::root_test]
 fn leftover_peer_entries_are_refused_or_replaced() {
-    if !support::root_or_skip("leftover_peer_entries_are_refused_or_replaced") {
-        return;
-    }
     let tree = Tree::new();
     let primary = tree.write_conf("10-kindnet.conflist", &kindnet());
     let mut kuma = kuma_cni_installer(&tree);

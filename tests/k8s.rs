@@ -6,7 +6,7 @@
 //! Root only (network namespaces, cgroups, nft); skipped with a message otherwise.
 
 mod common;
-mod support;
+use meshnft_testkit as support;
 
 use common::apiserver::{self, FakeApi, Mode};
 use common::*;
@@ -83,11 +83,8 @@ fn with_api(api: &FakeApi, dir: &std::path::Path) -> impl Fn(&mut Value) {
 const PROXY_VERSION: (&str, &str) = ("linkerd.io/proxy-version", "edge-25.11.1");
 
 /// The API cannot be read: ADD fails, says why, and writes nothing.
-#[test]
+#[support::root_test]
 fn api_failures_fail_closed() {
-    if !support::root_or_skip("api_failures_fail_closed") {
-        return;
-    }
     let dir = tmpdir("fail");
     for (mode, code, words) in [
         (Mode::Fail(403), 106, "RBAC"),
@@ -149,11 +146,8 @@ fn api_failures_fail_closed() {
 /// kubeconfig they are all meshnft uses; an unmeshed pod needs no API call
 /// even with a kubeconfig (most pods of a node); a meshed one is read from
 /// the API when a kubeconfig is set (labels, containers, namespace).
-#[test]
+#[support::root_test]
 fn runtime_config_annotations() {
-    if !support::root_or_skip("runtime_config_annotations") {
-        return;
-    }
     let rc = |extra: Value| {
         let mut a = json!({
             "linkerd.io/proxy-version": "edge-25.11.1",
@@ -217,11 +211,8 @@ fn runtime_config_annotations() {
 
 /// Classic sidecar layout: user init containers, then the validator, then
 /// the proxy as a regular container.
-#[test]
+#[support::root_test]
 fn classic_sidecar_timeline() {
-    if !support::root_or_skip("classic_sidecar_timeline") {
-        return;
-    }
     let dir = tmpdir("classic");
     let spec = apiserver::pod(
         "default",
@@ -262,11 +253,8 @@ fn classic_sidecar_timeline() {
 
 /// Native sidecar layout: validator, proxy (init container with
 /// restartPolicy Always), then user init containers, which are redirected.
-#[test]
+#[support::root_test]
 fn native_sidecar_timeline() {
-    if !support::root_or_skip("native_sidecar_timeline") {
-        return;
-    }
     let dir = tmpdir("native");
     let spec = apiserver::pod(
         "default",
@@ -304,11 +292,8 @@ fn native_sidecar_timeline() {
 }
 
 /// No init containers: the proxy's first packet precedes the app's.
-#[test]
+#[support::root_test]
 fn pod_without_init_containers() {
-    if !support::root_or_skip("pod_without_init_containers") {
-        return;
-    }
     let dir = tmpdir("noinit");
     let spec = apiserver::pod(
         "default",
@@ -331,11 +316,8 @@ fn pod_without_init_containers() {
 }
 
 /// Unmeshed and opted-out pods: prevResult through, no table, traffic untouched.
-#[test]
+#[support::root_test]
 fn unmeshed_and_opted_out_pods_get_no_table() {
-    if !support::root_or_skip("unmeshed_and_opted_out_pods_get_no_table") {
-        return;
-    }
     let dir = tmpdir("unmeshed");
     let plain = apiserver::pod("default", "plain", &[], &["app"], &[], &[]);
     let optout = apiserver::pod(
@@ -375,11 +357,8 @@ fn unmeshed_and_opted_out_pods_get_no_table() {
 
 /// Annotations, pod first then namespace; control-plane pods skip the API
 /// server's ports; bad values fail ADD naming the annotation.
-#[test]
+#[support::root_test]
 fn annotations_and_control_plane() {
-    if !support::root_or_skip("annotations_and_control_plane") {
-        return;
-    }
     let dir = tmpdir("ann");
     let web = apiserver::pod(
         "default",

@@ -8,7 +8,7 @@
 //! configurations.
 
 mod common;
-mod support;
+use meshnft_testkit as support;
 
 use common::*;
 use serde_json::{Value, json};
@@ -75,11 +75,8 @@ fn complete(node: &Node, conf_of: impl Fn(&Netns) -> Value) -> (String, Duration
     (listing(&pod).expect("table after a complete ADD"), took)
 }
 
-#[test]
+#[support::root_test]
 fn sigkill_at_any_instant_leaves_no_table_or_the_complete_one() {
-    if !support::root_or_skip("sigkill_at_any_instant_leaves_no_table_or_the_complete_one") {
-        return;
-    }
     let node = Node::new();
     let a = |p: &Netns| conf(&node, 1..9_601, p);
     let b = |p: &Netns| conf(&node, 2..9_602, p);

@@ -21,7 +21,7 @@
 //! Root only (`sudo cargo test`); skipped with a message otherwise.
 
 mod common;
-mod support;
+use meshnft_testkit as support;
 
 use common::apiserver::{self, FakeApi};
 use common::*;
@@ -238,11 +238,8 @@ fn validate(p: &MeshPod, container: &str, uid: u32, listen: &[u16], port: u16) {
     );
 }
 
-#[test]
+#[support::root_test]
 fn istio_pod_classic_layout() {
-    if !support::root_or_skip("istio_pod_classic_layout") {
-        return;
-    }
     let name = "istio-web";
     let spec = apiserver::pod(
         "default",
@@ -354,11 +351,8 @@ fn istio_pod_classic_layout() {
 /// Istio's native sidecar layout (`istio-validation`, `istio-proxy` with
 /// `restartPolicy: Always`, then the user's init containers): the proxy
 /// starts before them, so they are redirected.
-#[test]
+#[support::root_test]
 fn istio_pod_native_sidecar() {
-    if !support::root_or_skip("istio_pod_native_sidecar") {
-        return;
-    }
     let name = "istio-native";
     let spec = apiserver::pod(
         "default",
@@ -392,11 +386,8 @@ fn istio_pod_native_sidecar() {
     p.check_and_del();
 }
 
-#[test]
+#[support::root_test]
 fn kuma_pod_classic_layout() {
-    if !support::root_or_skip("kuma_pod_classic_layout") {
-        return;
-    }
     let name = "kuma-web";
     let spec = apiserver::pod(
         "default",
@@ -481,11 +472,8 @@ fn kuma_pod_classic_layout() {
 
 /// Pods the peers would not redirect get no table; values meshnft cannot
 /// honour fail ADD (code 7) naming the annotation, and write nothing.
-#[test]
+#[support::root_test]
 fn unmeshed_pods_and_refused_annotations() {
-    if !support::root_or_skip("unmeshed_pods_and_refused_annotations") {
-        return;
-    }
     let istio = [
         apiserver::pod("default", "plain", &[], &["app"], &[], &[]),
         // A proxy container but no sidecar.istio.io/status: not injected.

@@ -7,7 +7,7 @@
 //! list table` must print the same for both. nft is a test tool here only.
 //! Also: a batch the kernel refuses leaves nothing and names the object.
 
-mod support;
+use meshnft_testkit as support;
 
 use meshnft::config::{self, NetConf};
 use meshnft::nft::{Nft, encode};
@@ -96,11 +96,8 @@ fn open(ns: &support::Netns) -> Nft {
     Nft::open(&File::open(ns.path()).expect("open netns")).expect("netlink socket")
 }
 
-#[test]
+#[support::root_test]
 fn netlink_tables_list_exactly_like_nft_text() {
-    if !support::root_or_skip("netlink_tables_list_exactly_like_nft_text") {
-        return;
-    }
     for (name, t) in cases() {
         let ours = support::Netns::new("mtorc");
         let theirs = support::Netns::new("mtorc");
@@ -129,11 +126,8 @@ fn netlink_tables_list_exactly_like_nft_text() {
     }
 }
 
-#[test]
+#[support::root_test]
 fn a_second_first_add_fails_whole_with_eexist() {
-    if !support::root_or_skip("a_second_first_add_fails_whole_with_eexist") {
-        return;
-    }
     let t = &cases()[0].1;
     let ns = support::Netns::new("mtorc");
     open(&ns).commit(encode::fresh(t)).unwrap();
@@ -144,11 +138,8 @@ fn a_second_first_add_fails_whole_with_eexist() {
     assert_eq!(listings(&ns), before);
 }
 
-#[test]
+#[support::root_test]
 fn a_refused_batch_leaves_nothing_and_names_the_object() {
-    if !support::root_or_skip("a_refused_batch_leaves_nothing_and_names_the_object") {
-        return;
-    }
     // A redirect in the filter-type probe chain: the kernel accepts every
     // message up to the last rule, then refuses it (redir needs a nat chain);
     // the whole transaction must vanish.

@@ -15,7 +15,7 @@
 
 #[path = "node/faults.rs"]
 mod faults;
-mod support;
+use meshnft_testkit as support;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -1080,11 +1080,8 @@ fn refusal_event_and_metrics(node: &Node) {
     );
 }
 
-#[test]
+#[support::root_test]
 fn real_node() {
-    if !support::root_or_skip("real_node") {
-        return;
-    }
     if std::env::var("MESHNFT_NODE").as_deref() == Ok("0") {
         eprintln!("SKIP real_node: MESHNFT_NODE=0");
         return;

@@ -8,7 +8,7 @@
 //! Root only (`sudo cargo test`); skipped with a message otherwise.
 
 mod common;
-mod support;
+use meshnft_testkit as support;
 
 use common::*;
 use serde_json::Value;
@@ -242,11 +242,8 @@ fn agree(p: &Pod, f: &Flow) -> Value {
 }
 
 /// `explain` agrees with real connections for a table of flows.
-#[test]
+#[support::root_test]
 fn explain_agrees_with_real_connections() {
-    if !support::root_or_skip("explain_agrees_with_real_connections") {
-        return;
-    }
     let p = Pod::new("explain-sandbox", true);
     let (init, init2, proxy, app) = (
         p.cg.container("init"),
@@ -477,11 +474,8 @@ fn explain_agrees_with_real_connections() {
 
 /// `inspect` before and after the proxy's first packet, and after pins;
 /// `--json` shape; the three ways of naming the pod agree.
-#[test]
+#[support::root_test]
 fn inspect_follows_the_init_phase() {
-    if !support::root_or_skip("inspect_follows_the_init_phase") {
-        return;
-    }
     let p = Pod::new("inspect-sandbox", true);
     let (init, proxy, app) = (
         p.cg.container("init"),
@@ -774,11 +768,8 @@ fn pins_of(ns: &Netns) -> Vec<(String, String)> {
 }
 
 /// pin and unpin change their map element and nothing else, byte for byte.
-#[test]
+#[support::root_test]
 fn pin_and_unpin_touch_nothing_else() {
-    if !support::root_or_skip("pin_and_unpin_touch_nothing_else") {
-        return;
-    }
     let p = Pod::new("pin-sandbox", true);
     let (a, b) = (p.cg.container("a"), p.cg.container("b"));
     let rel = |d: &Path| {
@@ -1108,11 +1099,8 @@ fn bad_input_is_refused_clearly() {
 
 /// `inspect --all` finds named namespaces, state records and namespaces
 /// only a process holds, lists only those with a table, one line each.
-#[test]
+#[support::root_test]
 fn inspect_all_lists_every_pod_netns() {
-    if !support::root_or_skip("inspect_all_lists_every_pod_netns") {
-        return;
-    }
     let p = Pod::new("all-sandbox", true);
     let bare = Netns::new("mtbare");
     // A namespace no file names: only its process holds it.

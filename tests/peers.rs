@@ -33,7 +33,7 @@
 //! Root only (`sudo cargo test`); skipped with a message otherwise.
 
 mod common;
-mod support;
+use meshnft_testkit as support;
 
 use common::apiserver::{self, FakeApi};
 use common::*;
@@ -1146,11 +1146,8 @@ fn srv(ip: impl Into<IpAddr>, port: u16) -> Dest {
 /// listens yet: refused (the seed bug, with a real peer); meshnft lets it
 /// out directly. Then the proxy starts: its own fetch goes out directly
 /// with both (UID 1337), the app's goes to 15001, inbound to 15006.
-#[test]
+#[support::root_test]
 fn classic_sidecar_side_by_side() {
-    if !support::root_or_skip("classic_sidecar_side_by_side") {
-        return;
-    }
     use Landed::*;
     side_by_side(&[Scenario {
         title: "classic sidecar (istio-proxy a regular container, the init container runs before it):",
@@ -1191,11 +1188,8 @@ fn classic_sidecar_side_by_side() {
 /// directly, and the user's init container, the app and inbound are
 /// redirected to the proxy (15001, 15006): meshnft's init phase ended at
 /// the proxy's first packet, istio-cni redirects everything from ADD on.
-#[test]
+#[support::root_test]
 fn native_sidecar_side_by_side() {
-    if !support::root_or_skip("native_sidecar_side_by_side") {
-        return;
-    }
     use Landed::*;
     side_by_side(&[Scenario {
         title: "native sidecar (istio-proxy an init container with restartPolicy: Always, started first):",
@@ -1250,11 +1244,8 @@ fn native_sidecar_side_by_side() {
 ///   `includeOutboundPorts`, `includeInboundPorts: ""`.
 /// * dual stack (`ISTIO_DUAL_STACK=true` on `istio-proxy`): IPv6 redirected
 ///   by both, `excludeOutboundIPRanges` with an IPv6 range.
-#[test]
+#[support::root_test]
 fn annotations_side_by_side() {
-    if !support::root_or_skip("annotations_side_by_side") {
-        return;
-    }
     use Landed::*;
     let node = Source::Node;
     // Only the GID is the proxy's.
@@ -1556,11 +1547,8 @@ const INIT: Source = Source::Container("init", INIT_UID, INIT_UID);
 /// directly, the app's and the init container's (meshnft's init phase is
 /// over) to 4140, inbound to 4143 except the entry's ignored 4191, loopback
 /// left alone, IPv6 left alone (`ipv6: false`).
-#[test]
+#[support::root_test]
 fn linkerd_classic_seed_side_by_side() {
-    if !support::root_or_skip("linkerd_classic_seed_side_by_side") {
-        return;
-    }
     use Landed::*;
     let lo4 = Dest::Lo(Ipv4Addr::LOCALHOST.into(), 8080);
     side_by_side(&[Scenario {
@@ -1629,11 +1617,8 @@ fn linkerd_classic_seed_side_by_side() {
 /// Native sidecar: `linkerd-proxy` an init container with `restartPolicy:
 /// Always`, started before the user's init container: everything after its
 /// start is redirected by all three alike.
-#[test]
+#[support::root_test]
 fn linkerd_native_sidecar_side_by_side() {
-    if !support::root_or_skip("linkerd_native_sidecar_side_by_side") {
-        return;
-    }
     use Landed::*;
     side_by_side(&[Scenario {
         title: "Linkerd, native sidecar (linkerd-proxy an init container with restartPolicy: Always, started first):",
@@ -1672,11 +1657,8 @@ fn linkerd_native_sidecar_side_by_side() {
 /// `skip-inbound-ports` (added to the entry's), `skip-subnets` (inbound
 /// *sources*), `proxy-uid`, `proxy-gid`; the entry's `ports-to-redirect`
 /// (inbound allow-list) and `ipv6: true`.
-#[test]
+#[support::root_test]
 fn linkerd_annotations_side_by_side() {
-    if !support::root_or_skip("linkerd_annotations_side_by_side") {
-        return;
-    }
     use Landed::*;
     let node = Source::Node;
     let proxy_2200 = Source::Container("linkerd-proxy", 2200, 2200);
@@ -1862,11 +1844,8 @@ const KUMA_CONFIG: &str = "traffic.kuma.io/transparent-proxy-config";
 /// container's to 15001, inbound to 15006 except 9901 and 9001; IPv6 too
 /// (dual stack), and the proxy's inbound passthrough from 127.0.0.6 and
 /// ::6 (both add `::6` to the pod's `lo`).
-#[test]
+#[support::root_test]
 fn kuma_classic_seed_side_by_side() {
-    if !support::root_or_skip("kuma_classic_seed_side_by_side") {
-        return;
-    }
     use Landed::*;
     let node = Source::Node;
     side_by_side(&[Scenario {
@@ -1965,11 +1944,8 @@ fn kuma_classic_seed_side_by_side() {
 
 /// Native sidecar: `kuma-sidecar` an init container with `restartPolicy:
 /// Always`: everything after its start is redirected by both alike.
-#[test]
+#[support::root_test]
 fn kuma_native_sidecar_side_by_side() {
-    if !support::root_or_skip("kuma_native_sidecar_side_by_side") {
-        return;
-    }
     use Landed::*;
     side_by_side(&[Scenario {
         title: "Kuma, native sidecar (kuma-sidecar an init container with restartPolicy: Always, started first):",
@@ -2009,11 +1985,8 @@ fn kuma_native_sidecar_side_by_side() {
 /// kuma-cp at the snapshot's commit ignores (it renders the runtime's UID
 /// and logs a warning) while meshnft, reading Kuma 2.x's per-key
 /// annotations, honours it. The peer's pod carries what kuma-cp renders.
-#[test]
+#[support::root_test]
 fn kuma_annotations_side_by_side() {
-    if !support::root_or_skip("kuma_annotations_side_by_side") {
-        return;
-    }
     use Landed::*;
     let node = Source::Node;
     let exclusions = Scenario {
@@ -2183,11 +2156,8 @@ fn kuma_annotations_side_by_side() {
 /// rendered `traffic.kuma.io/transparent-proxy-config`): kuma-cni meshes
 /// it; meshnft refuses it (code 7 naming the annotation), so such a pod
 /// does not start with meshnft instead of starting with different rules.
-#[test]
+#[support::root_test]
 fn kuma_injected_pod_is_refused_by_meshnft() {
-    if !support::root_or_skip("kuma_injected_pod_is_refused_by_meshnft") {
-        return;
-    }
     let config = kuma_default_config();
     let spec = mesh_pod(
         Mesh::Kuma,
@@ -2232,11 +2202,8 @@ fn kuma_injected_pod_is_refused_by_meshnft() {
 /// send the init container to 4140 before the proxy runs, meshnft's table
 /// beside them does not undo that: the seed bug stays until linkerd-cni is
 /// uninstalled.
-#[test]
+#[support::root_test]
 fn linkerd_cni_still_chained_keeps_the_seed_bug() {
-    if !support::root_or_skip("linkerd_cni_still_chained_keeps_the_seed_bug") {
-        return;
-    }
     use Landed::*;
     let sc = Scenario {
         title: "Linkerd, classic layout, linkerd-cni and meshnft both chained (linkerd-cni first):",

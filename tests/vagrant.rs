@@ -6,7 +6,7 @@
 //! e2e script relies on (names, images, layouts, annotations).
 
 mod common;
-mod support;
+use meshnft_testkit as support;
 
 #[path = "common/k8syaml.rs"]
 mod k8syaml;
@@ -241,11 +241,8 @@ fn base_objects_serve_what_the_e2e_expects() {
 
 /// The stand-in image's program (vagrant/standin/standin.py) against the
 /// real plugin, here: its replies are what e2e.sh greps for.
-#[test]
+#[support::root_test]
 fn standin_answers_what_e2e_greps_for() {
-    if !support::root_or_skip("standin_answers_what_e2e_greps_for") {
-        return;
-    }
     let script = repo("vagrant/standin/standin.py");
     let script = script.to_str().unwrap();
     let f = common::Fixture::ptp(false, |_| {});

@@ -3,9 +3,10 @@
 //! in-process TCP listener that reports `SO_ORIGINAL_DST`, and a libcni driver
 //! (`tests/cnidriver`, Go) that runs conflists exactly as a container runtime would.
 //!
-//! Used by integration tests (`mod support;`) and by `examples/demo.rs`
-//! (`#[path = "../tests/support/mod.rs"] mod support;`), so it depends only on std,
-//! `libc` and `serde_json`.
+//! A crate of the workspace (`meshnft-testkit`, a dev-dependency), built once
+//! for all the integration tests (`use meshnft_testkit as support;`) and the
+//! examples; it depends only on std, `libc` and `serde_json`, and re-exports
+//! [`root_test`], the attribute of a test that needs root.
 //!
 //! Rules every helper keeps:
 //! - Test traffic stays inside network namespaces created here, on 198.18.0.0/15 and
@@ -27,7 +28,6 @@
 //! - [`listener`]: the `SO_ORIGINAL_DST` listener;
 //! - [`cnidriver`]: the libcni driver and the reference plugins;
 //! - [`node`]: a throwaway node with its CNI setup.
-#![allow(dead_code)]
 
 mod basics;
 mod cgroups;
@@ -37,7 +37,5 @@ mod netns;
 mod node;
 mod processes;
 
-// Each test crate uses part of the harness: the rest is neither dead code
-// (the module attribute above) nor an unused import.
-#[allow(unused_imports)]
 pub use self::{basics::*, cgroups::*, cnidriver::*, listener::*, netns::*, node::*, processes::*};
+pub use meshnft_testkit_macros::root_test;

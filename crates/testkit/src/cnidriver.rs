@@ -31,7 +31,7 @@ pub fn target_dir() -> PathBuf {
     if let Ok(t) = std::env::var("CARGO_TARGET_DIR") {
         return PathBuf::from(t);
     }
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("target")
+    repo().join("target")
 }
 
 impl CniDriver {
@@ -119,7 +119,7 @@ fn mtime(p: &Path) -> Option<std::time::SystemTime> {
 }
 
 fn build_cnidriver() -> PathBuf {
-    let src_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/cnidriver");
+    let src_dir = repo().join("tests/cnidriver");
     let src = src_dir.join("main.go");
     let out_dir = target_dir().join("cnidriver");
     let bin = out_dir.join("cnidriver");
@@ -164,7 +164,7 @@ fn build_cnidriver() -> PathBuf {
 /// cache by scripts/peers.sh, which prints its path last. Panics when the
 /// script fails or prints no file.
 pub fn peer_binary(name: &str) -> PathBuf {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/peers.sh");
+    let script = repo().join("scripts/peers.sh");
     let out = Command::new(&script)
         .arg(name)
         .output()
@@ -178,4 +178,9 @@ pub fn peer_binary(name: &str) -> PathBuf {
     let path = PathBuf::from(stdout.lines().last().unwrap_or_default().trim());
     assert!(path.is_file(), "scripts/peers.sh printed {path:?}");
     path
+}
+
+/// The repository's root (this crate is `crates/testkit` in it).
+fn repo() -> &'static Path {
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
 }
