@@ -26,11 +26,13 @@
 //! `meshnft_errors_total` and retried.
 
 pub mod metrics;
+mod podloop;
 pub mod pods;
 pub mod repair;
 pub mod reports;
 mod run;
 pub mod socket;
+mod worker;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
