@@ -176,7 +176,7 @@ pub fn run(mut args: Args) -> i32 {
     let mut reporter = Reporter { last: None };
     let mut agent = agent::start(&args.install, &args.agent);
     let mut locks = Locks::new(&l.state_dir);
-    let signal = 'run: loop {
+    let signal = loop {
         let mut all_watched = true;
         if let Some(w) = watches.as_mut() {
             for d in &dirs {
@@ -204,71 +204,102 @@ pub fn run(mut args: Args) -> i32 {
         } else {
             l.resync
         };
-        // Wait for an event, a signal or the timer; then let a burst of
-        // events settle (up to 1 s) before the next pass.
-        match rx.recv_timeout(wait) {
-            Ok(Wake::Signal(s)) => break 'run s,
-            Ok(Wake::Fs { path, removed }) => {
-                forget_lost(&mut watches, &path, removed);
-                let settle = Instant::now() + Duration::from_secs(1);
-                loop {
-                    match rx.recv_timeout(Duration::from_millis(50)) {
-                        Ok(Wake::Signal(s)) => break 'run s,
-                        Ok(Wake::Fs { path, removed }) => {
-                            forget_lost(&mut watches, &path, removed);
-                            if Instant::now() >= settle {
-                                break;
-                            }
-                        }
-                        Err(_) => break,
-                    }
-                }
-            }
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
-            Err(mpsc::RecvTimeoutError::Disconnected) => std::thread::sleep(wait),
+        if let Some(s) = wait_for_wake(&rx, wait, &mut watches) {
+            break s;
         }
     };
     tracing::info!("received {signal}");
     agent.stop();
     drop(watches);
+    if let Some(code) = kept_on_exit(&args) {
+        return code;
+    }
+    uninstall(&mut inst, &mut locks, &l)
+}
+
+/// Waits up to `wait` for a file event or a signal; after a file event,
+/// lets a burst of them settle (up to 1 s). Returns the signal that came,
+/// if one did.
+fn wait_for_wake(
+    rx: &mpsc::Receiver<Wake>,
+    wait: Duration,
+    watches: &mut Option<Watches>,
+) -> Option<nix::sys::signal::Signal> {
+    match rx.recv_timeout(wait) {
+        Ok(Wake::Signal(s)) => return Some(s),
+        Ok(Wake::Fs { path, removed }) => {
+            forget_lost(watches, &path, removed);
+            let settle = Instant::now() + Duration::from_secs(1);
+            loop {
+                match rx.recv_timeout(Duration::from_millis(50)) {
+                    Ok(Wake::Signal(s)) => return Some(s),
+                    Ok(Wake::Fs { path, removed }) => {
+                        forget_lost(watches, &path, removed);
+                        if Instant::now() >= settle {
+                            break;
+                        }
+                    }
+                    Err(_) => break,
+                }
+            }
+        }
+        Err(mpsc::RecvTimeoutError::Timeout) => {}
+        Err(mpsc::RecvTimeoutError::Disconnected) => std::thread::sleep(wait),
+    }
+    None
+}
+
+/// At exit, whether the entry, the kubeconfig and the binary stay: `Some`
+/// (the exit code) with `--keep-on-exit`, when the DaemonSet is only being
+/// updated, or when that cannot be told; `None` when meshnft is being
+/// uninstalled (or no DaemonSet is named).
+fn kept_on_exit(args: &Args) -> Option<i32> {
     if args.install.keep_on_exit {
         tracing::info!("--keep-on-exit: leaving the entry, the kubeconfig and the binary in place");
-        return 0;
+        return Some(0);
     }
-    if let Some(ds) = args.install.daemonset.as_deref() {
-        let Some(ns) = install::upgrade::pod_namespace(
-            args.install.pod_namespace.as_deref(),
-            &args.install.service_account_dir,
-        ) else {
+    let ds = args.install.daemonset.as_deref()?;
+    let Some(ns) = install::upgrade::pod_namespace(
+        args.install.pod_namespace.as_deref(),
+        &args.install.service_account_dir,
+    ) else {
+        tracing::error!(
+            "--daemonset {ds} without a namespace (MESHNFT_POD_NAMESPACE, the service account's \
+             namespace file): cannot tell an update from an uninstall, so keeping the entry, \
+             the kubeconfig and the binary"
+        );
+        return Some(0);
+    };
+    match install::upgrade::decide(
+        &ns,
+        ds,
+        args.agent.agent_kubeconfig.as_deref(),
+        Duration::from_secs_f64(args.install.exit_api_seconds),
+    ) {
+        OnExit::Keep(why) => {
+            tracing::info!("{why}: leaving the entry, the kubeconfig and the binary in place");
+            Some(0)
+        }
+        OnExit::Unsure(why) => {
             tracing::error!(
-                "--daemonset {ds} without a namespace (MESHNFT_POD_NAMESPACE, the service account's \
-                 namespace file): cannot tell an update from an uninstall, so keeping the entry, \
-                 the kubeconfig and the binary"
+                "{why}: cannot tell an update from an uninstall, so keeping the entry, the \
+                 kubeconfig and the binary (the next installer takes them over; if meshnft is \
+                 being uninstalled, remove them by hand: until then pods whose data needs the \
+                 API server fail their sandbox creation on this node)"
             );
-            return 0;
-        };
-        match install::upgrade::decide(
-            &ns,
-            ds,
-            args.agent.agent_kubeconfig.as_deref(),
-            Duration::from_secs_f64(args.install.exit_api_seconds),
-        ) {
-            OnExit::Keep(why) => {
-                tracing::info!("{why}: leaving the entry, the kubeconfig and the binary in place");
-                return 0;
-            }
-            OnExit::Unsure(why) => {
-                tracing::error!(
-                    "{why}: cannot tell an update from an uninstall, so keeping the entry, the \
-                     kubeconfig and the binary (the next installer takes them over; if meshnft is \
-                     being uninstalled, remove them by hand: until then pods whose data needs the \
-                     API server fail their sandbox creation on this node)"
-                );
-                return 0;
-            }
-            OnExit::Uninstall(why) => tracing::info!("{why}: removing meshnft from this node"),
+            Some(0)
+        }
+        OnExit::Uninstall(why) => {
+            tracing::info!("{why}: removing meshnft from this node");
+            None
         }
     }
+}
+
+/// The uninstall at exit, under the installers' locks: only by an
+/// installer that ran, and only by the last one on the node. Returns the
+/// exit code (1: the lock could not be had, or a removal failed).
+fn uninstall(inst: &mut Installer, locks: &mut Locks, l: &install::Layout) -> i32 {
     if !locks.is_running() {
         // Never got past the lock: another installer was uninstalling, and
         // this one wrote nothing.
@@ -304,7 +335,7 @@ pub fn run(mut args: Args) -> i32 {
     }
     match inst.uninstall() {
         Ok(()) => {
-            remove_stale_tmp(&l);
+            remove_stale_tmp(l);
             locks.remove_files();
             tracing::info!("uninstall complete");
             0

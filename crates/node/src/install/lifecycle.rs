@@ -1,4 +1,4 @@
-//! The installer's passes and its uninstall. [`crate::run`] calls
+//! The installer's passes (its uninstall is [`super::uninstall`]). [`crate::run`] calls
 //! [`Installer::reconcile`] at start, on file events and on timers, and
 //! [`Installer::uninstall`] on SIGTERM (in order: entry, kubeconfig,
 //! binary).
@@ -54,9 +54,9 @@ pub enum Outcome {
 /// The installer's state across passes.
 pub struct Installer {
     args: Args,
-    layout: Layout,
+    pub(super) layout: Layout,
     /// Files this process inserted the entry into (removed from at exit).
-    touched: BTreeSet<PathBuf>,
+    pub(super) touched: BTreeSet<PathBuf>,
     /// Fingerprint (len, mtime, inode) of the binary after the last copy or
     /// comparison, to avoid re-reading megabytes every pass.
     binary_seen: Option<(u64, std::time::SystemTime, u64)>,
@@ -231,31 +231,7 @@ impl Installer {
                 if !found.is_empty() {
                     let back = found.iter().any(|p| self.replaced.contains(p));
                     if !self.args.replace_peers || back {
-                        // Never chained beside a peer: an entry of ours
-                        // already there (the peer came after it) goes.
-                        let mut removed_ours = false;
-                        if let Some(without) = conflist::without_entry(&primary.json) {
-                            let unchanged = || {
-                                discover::read_regular(&primary.path, discover::MAX_CONF_BYTES)
-                                    .is_ok_and(|b| b == primary.bytes)
-                            };
-                            let mode = file_mode(&primary.path);
-                            if !fsutil::write_atomic_if(
-                                &primary.path,
-                                &conflist::render(&without),
-                                mode,
-                                unchanged,
-                            )? {
-                                return Ok(None);
-                            }
-                            removed_ours = true;
-                        }
-                        return Err(InstallError::Peer {
-                            primary: primary.path,
-                            peers: found,
-                            returned: back,
-                            removed_ours,
-                        });
+                        return refuse_peers(primary, found, back);
                     }
                     let rest = conflist::without_peers(&primary.json);
                     let new = conflist::with_entry(&rest, &entry).map_err(bad)?;
@@ -274,33 +250,7 @@ impl Installer {
                 }
             }
             discover::Kind::Single => {
-                if let Some(peer) = conflist::peer_type(&primary.json) {
-                    return Err(bad(format!(
-                        "its only plugin is {peer}, another mesh's CNI plugin, not an interface plugin: \
-                         meshnft chains after the primary CNI's plugin; {}",
-                        super::error::peer_hint(peer)
-                    )));
-                }
-                if conflist::is_meshnft(&primary.json) {
-                    return Err(bad(
-                        "its only plugin is meshnft: meshnft must be chained after an interface plugin"
-                            .into(),
-                    ));
-                }
-                let target = primary.path.with_extension("conflist");
-                let name = primary.path.file_name().unwrap_or_default();
-                let ours = l.orig_dir.join(name).exists();
-                if (target.exists() || std::fs::symlink_metadata(&target).is_ok()) && !ours {
-                    // Only overwrite a list we generated from this very file
-                    // (its original is kept in orig_dir); a list that merely
-                    // contains a meshnft entry may be someone else's.
-                    return Err(bad(format!(
-                        "it would become {}, which already exists and was not made by meshnft from it: \
-                         remove one of the two files",
-                        target.display()
-                    )));
-                }
-                let new = conflist::from_single(&primary.json, &entry);
+                let (target, new) = single_to_list(&primary, &entry, &l)?;
                 (target, new, Some(primary.path.clone()))
             }
         };
@@ -333,41 +283,15 @@ impl Installer {
         if !fsutil::write_atomic_if(&target, &conflist::render(&new_list), mode, unchanged)? {
             return Ok(None);
         }
-        if let Some(orig) = &original {
-            fsutil::ensure_subdir(&l.state_dir)?;
-            fsutil::ensure_subdir(&l.orig_dir)?;
-            let name = orig.file_name().unwrap_or_default();
-            let kept = l.orig_dir.join(name);
-            fsutil::rename(orig, &kept)?;
-            if discover::read_regular(&kept, discover::MAX_CONF_BYTES)
-                .map_or(true, |b| b != primary.bytes)
-            {
-                // Rewritten between our read and the move: put it back and
-                // derive the list again from what it says now.
-                if !orig.exists() {
-                    fsutil::rename(&kept, orig)?;
-                }
-                return Ok(None);
-            }
-            tracing::info!(
-                "converted {} into {} (original kept as {})",
-                orig.display(),
-                target.display(),
-                l.orig_dir.join(name).display()
-            );
+        if let Some(orig) = &original
+            && !keep_original(orig, &target, &primary.bytes, &l)?
+        {
+            return Ok(None);
         }
-        let types = new_list["plugins"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .map(|p| p["type"].as_str().unwrap_or("?"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            })
-            .unwrap_or_default();
         tracing::info!(
-            "chained meshnft into {} (plugins: {types})",
-            target.display()
+            "chained meshnft into {} (plugins: {})",
+            target.display(),
+            plugin_types(&new_list)
         );
         for peer in replacing {
             // Its files are its installer's to remove (its uninstall does);
@@ -388,166 +312,131 @@ impl Installer {
             inserted,
         }))
     }
+}
 
-    /// Removes the entry (restoring converted files), then the kubeconfig,
-    /// then the binary; a file still referred to by a remaining meshnft
-    /// entry in any configuration file is kept (and said so).
-    ///
-    /// Errors: every step that failed (later steps still run, except that
-    /// nothing is removed while an entry could not be taken out).
-    pub fn uninstall(&mut self) -> Result<(), Vec<InstallError>> {
-        let l = self.layout.clone();
-        let mut errs = Vec::new();
-        // 1a. Converted files come back first (they sort before the list
-        // made from them, so they take over at once), then the list goes.
-        if let Ok(rd) = std::fs::read_dir(&l.orig_dir) {
-            let mut names: Vec<_> = rd.flatten().map(|e| e.file_name()).collect();
-            names.sort();
-            for name in names {
-                let back = l.net_dir.join(&name);
-                let generated = back.with_extension("conflist");
-                // The original still in place (an installer was killed
-                // before moving it): it is the current one, the copy is
-                // older; drop the copy.
-                let restore = if std::fs::symlink_metadata(&back).is_ok() {
-                    fsutil::remove(&l.orig_dir.join(&name))
-                } else {
-                    fsutil::rename(&l.orig_dir.join(&name), &back)
-                };
-                match restore {
-                    Ok(()) => {
-                        tracing::info!("uninstall: restored {}", back.display());
-                        if generated != back
-                            && let Ok(c) = discover::load(&generated)
-                            && conflist::count(&c.json) > 0
-                        {
-                            match fsutil::remove(&generated) {
-                                Ok(()) => tracing::info!(
-                                    "uninstall: removed {} (made from {})",
-                                    generated.display(),
-                                    back.display()
-                                ),
-                                Err(e) => errs.push(e),
-                            }
-                        }
-                        self.touched.remove(&generated);
-                    }
-                    Err(e) => errs.push(e),
-                }
-            }
+/// After a `.conf` was made into `target`: moves the original `orig` into
+/// the state directory (the uninstall puts it back). `false` when `orig`
+/// was rewritten between the pass's read (`read`) and the move: it is put
+/// back, and the pass starts over.
+fn keep_original(
+    orig: &Path,
+    target: &Path,
+    read: &[u8],
+    l: &Layout,
+) -> Result<bool, InstallError> {
+    fsutil::ensure_subdir(&l.state_dir)?;
+    fsutil::ensure_subdir(&l.orig_dir)?;
+    let name = orig.file_name().unwrap_or_default();
+    let kept = l.orig_dir.join(name);
+    fsutil::rename(orig, &kept)?;
+    if discover::read_regular(&kept, discover::MAX_CONF_BYTES).map_or(true, |b| b != read) {
+        // Rewritten between our read and the move: put it back and derive
+        // the list again from what it says now.
+        if !orig.exists() {
+            fsutil::rename(&kept, orig)?;
         }
-        // 1b. The entry out of every list this process wrote, and out of
-        // the current primary.
-        let mut files = self.touched.clone();
-        if let Ok(scan) = discover::scan(&l.net_dir)
-            && let Some(p) = scan.primary
-            && p.kind == discover::Kind::List
-        {
-            files.insert(p.path);
-        }
-        for f in files {
-            let Ok(c) = discover::load(&f) else { continue };
-            if let Some(without) = conflist::without_entry(&c.json) {
-                match fsutil::write_atomic(&f, &conflist::render(&without), file_mode(&f)) {
-                    Ok(()) => {
-                        tracing::info!("uninstall: removed the meshnft entry from {}", f.display())
-                    }
-                    Err(e) => errs.push(e),
-                }
-            }
-        }
-        if !errs.is_empty() {
-            tracing::warn!("uninstall: keeping the kubeconfig and the binary: an entry may remain");
-            return Err(errs);
-        }
-        // What still refers to meshnft after that (a conflist of someone
-        // else's, an older primary of ours...)?
-        let remaining = remaining_entries(&l.net_dir);
-        // 2. The kubeconfig.
-        if let Some((host, here)) = &l.kubeconfig {
-            let users: Vec<_> = remaining
-                .iter()
-                .filter(|(_, e)| {
-                    e.pointer("/kubernetes/kubeconfig").and_then(Value::as_str)
-                        == Some(&*host.to_string_lossy())
-                })
-                .map(|(p, _)| p.display().to_string())
-                .collect();
-            if users.is_empty() {
-                match fsutil::remove(here) {
-                    Ok(()) => {
-                        tracing::info!("uninstall: removed the kubeconfig {}", here.display())
-                    }
-                    Err(e) => errs.push(e),
-                }
-            } else {
-                tracing::warn!(
-                    "uninstall: keeping the kubeconfig {}: still used by {}",
-                    here.display(),
-                    users.join(", ")
-                );
-            }
-        }
-        // 3. The binary.
-        let users: BTreeSet<_> = remaining
-            .iter()
-            .map(|(p, _)| p.display().to_string())
-            .collect();
-        if users.is_empty() {
-            match fsutil::remove(&l.binary) {
-                Ok(()) => tracing::info!("uninstall: removed the binary {}", l.binary.display()),
-                Err(e) => errs.push(e),
-            }
-        } else {
-            tracing::warn!(
-                "uninstall: keeping the binary {}: still referred to by {}",
-                l.binary.display(),
-                users.into_iter().collect::<Vec<_>>().join(", ")
-            );
-        }
-        // Our directory, if nothing is left in it.
-        let _ = std::fs::remove_dir(&l.orig_dir);
-        let _ = std::fs::remove_dir(&l.state_dir);
-        if errs.is_empty() { Ok(()) } else { Err(errs) }
+        return Ok(false);
     }
+    tracing::info!(
+        "converted {} into {} (original kept as {})",
+        orig.display(),
+        target.display(),
+        kept.display()
+    );
+    Ok(true)
+}
+
+/// The `type`s of a list's plugins, in order, for the log.
+fn plugin_types(list: &Value) -> String {
+    list["plugins"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|p| p["type"].as_str().unwrap_or("?"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        })
+        .unwrap_or_default()
+}
+
+/// A list that names a peer (linkerd-cni, istio-cni, kuma-cni): meshnft is
+/// never chained beside it, so an entry of ours already there (the peer
+/// came after it) is taken out, and the pass fails naming the peers
+/// (`returned`: one this installer had replaced is back). `Ok(None)`: the
+/// file changed while it was read.
+fn refuse_peers(
+    primary: discover::ConfFile,
+    peers: Vec<&'static str>,
+    returned: bool,
+) -> Result<Option<Outcome>, InstallError> {
+    let mut removed_ours = false;
+    if let Some(without) = conflist::without_entry(&primary.json) {
+        let unchanged = || {
+            discover::read_regular(&primary.path, discover::MAX_CONF_BYTES)
+                .is_ok_and(|b| b == primary.bytes)
+        };
+        let mode = file_mode(&primary.path);
+        if !fsutil::write_atomic_if(&primary.path, &conflist::render(&without), mode, unchanged)? {
+            return Ok(None);
+        }
+        removed_ours = true;
+    }
+    Err(InstallError::Peer {
+        primary: primary.path,
+        peers,
+        returned,
+        removed_ours,
+    })
+}
+
+/// A single-plugin `.conf` made into a list (the target `.conflist` beside
+/// it, and the list with the entry). Errors: its plugin is a peer's or
+/// meshnft itself, or the target exists and was not made by meshnft from
+/// this file (its original is not kept in the state directory).
+fn single_to_list(
+    primary: &discover::ConfFile,
+    entry: &Value,
+    l: &Layout,
+) -> Result<(PathBuf, Value), InstallError> {
+    let bad = |reason: String| InstallError::Conflist {
+        path: primary.path.clone(),
+        reason,
+    };
+    if let Some(peer) = conflist::peer_type(&primary.json) {
+        return Err(bad(format!(
+            "its only plugin is {peer}, another mesh's CNI plugin, not an interface plugin: \
+             meshnft chains after the primary CNI's plugin; {}",
+            super::error::peer_hint(peer)
+        )));
+    }
+    if conflist::is_meshnft(&primary.json) {
+        return Err(bad(
+            "its only plugin is meshnft: meshnft must be chained after an interface plugin".into(),
+        ));
+    }
+    let target = primary.path.with_extension("conflist");
+    let name = primary.path.file_name().unwrap_or_default();
+    let ours = l.orig_dir.join(name).exists();
+    if (target.exists() || std::fs::symlink_metadata(&target).is_ok()) && !ours {
+        // Only overwrite a list we generated from this very file (its
+        // original is kept in orig_dir); a list that merely contains a
+        // meshnft entry may be someone else's.
+        return Err(bad(format!(
+            "it would become {}, which already exists and was not made by meshnft from it: \
+             remove one of the two files",
+            target.display()
+        )));
+    }
+    Ok((target, conflist::from_single(&primary.json, entry)))
 }
 
 /// Mode for a rewritten configuration file: the original's permission
 /// bits, else 0644.
-fn file_mode(p: &Path) -> u32 {
+pub(super) fn file_mode(p: &Path) -> u32 {
     use std::os::unix::fs::PermissionsExt;
     std::fs::metadata(p)
         .map(|m| m.permissions().mode() & 0o7777)
         .unwrap_or(0o644)
-}
-
-/// Every meshnft entry left in a candidate file of `dir` (loadable or
-/// not: a file that does not parse but names `"meshnft"` counts, to err on
-/// the side of keeping the binary).
-pub fn remaining_entries(dir: &Path) -> Vec<(PathBuf, Value)> {
-    let mut out = Vec::new();
-    for p in discover::candidates(dir).unwrap_or_default() {
-        let Ok(bytes) = discover::read_regular(&p, discover::MAX_CONF_BYTES) else {
-            continue;
-        };
-        match serde_json::from_slice::<Value>(&bytes) {
-            Ok(v) => {
-                let plugins: Vec<Value> = match v.get("plugins").and_then(Value::as_array) {
-                    Some(a) => a.clone(),
-                    None => vec![v.clone()],
-                };
-                for e in plugins.into_iter().filter(conflist::is_meshnft) {
-                    out.push((p.clone(), e));
-                }
-            }
-            Err(_) => {
-                if bytes.windows(9).any(|w| w == b"\"meshnft\"") {
-                    out.push((p.clone(), Value::Null));
-                }
-            }
-        }
-    }
-    out
 }
 
 #[cfg(test)]

@@ -30,6 +30,7 @@ pub mod kubeconfig;
 pub mod lifecycle;
 pub mod lock;
 pub mod records;
+pub mod uninstall;
 pub mod upgrade;
 
 use std::path::{Path, PathBuf};
