@@ -801,6 +801,16 @@ fn env_case(
 /// Every bad input, generated for `pod` (files are planted in its sandbox).
 fn corpus(pod: &Pod) -> Vec<Case> {
     let mut cases = Vec::new();
+    config_cases(pod, &mut cases);
+    stdin_cases(&mut cases);
+    env_cases(pod, &mut cases);
+    file_cases(pod, &mut cases);
+    gc_cases(pod, &mut cases);
+    cases
+}
+
+/// The corpus, part (1), (2): every config key with every JSON type it does not take; list items of every type, bad values of the right type.
+fn config_cases(pod: &Pod, cases: &mut Vec<Case>) {
     // (1) Every config key with every JSON type it does not take.
     for (key, ok, verbs) in keys() {
         let field = key.replace("\\.", ".");
@@ -952,6 +962,10 @@ fn corpus(pod: &Pod) -> Vec<Case> {
             "cniVersion",
         ));
     }
+}
+
+/// The corpus, part (3): stdin itself: empty, not an object, cut, not UTF-8, over the cap.
+fn stdin_cases(cases: &mut Vec<Case>) {
     // (3) stdin itself.
     let mut big = br#"{"cniVersion":"1.1.0","pad":""#.to_vec();
     big.resize((4 << 20) + 10, b'x');
@@ -981,6 +995,10 @@ fn corpus(pod: &Pod) -> Vec<Case> {
             field: field.into(),
         });
     }
+}
+
+/// The corpus, part (4): every CNI variable.
+fn env_cases(pod: &Pod, cases: &mut Vec<Case>) {
     // (4) Every CNI variable.
     let non_utf8 = || Some(OsString::from_vec(b"c\xff".to_vec()));
     for v in [
@@ -1051,6 +1069,10 @@ fn corpus(pod: &Pod) -> Vec<Case> {
         "CNI_ARGS",
     ));
     cases.push(env_case(pod, "CNI_NETNS", None, ADD_CHECK, 4, "CNI_NETNS"));
+}
+
+/// The corpus, part (5): file types (FIFO, links, /dev/zero, directories, procfs, oversized) for every path the plugin opens, and the files a kubeconfig refers to.
+fn file_cases(pod: &Pod, cases: &mut Vec<Case>) {
     // (5) File types for every path the plugin opens.
     let f = pod.files();
     let fifo = f.join("fifo");
@@ -1213,6 +1235,10 @@ fn corpus(pod: &Pod) -> Vec<Case> {
             field: key.into(),
         });
     }
+}
+
+/// The corpus, part GC's own input (`cni.dev/valid-attachments`).
+fn gc_cases(pod: &Pod, cases: &mut Vec<Case>) {
     // GC's own input.
     for bad in [
         json!({}),
@@ -1231,7 +1257,6 @@ fn corpus(pod: &Pod) -> Vec<Case> {
             field: "cni.dev/valid-attachments".into(),
         });
     }
-    cases
 }
 
 /// (path, type, size, mtime) of everything under `dir`, links not followed.
