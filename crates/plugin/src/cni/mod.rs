@@ -24,6 +24,9 @@ pub mod report;
 pub mod status;
 pub mod version;
 
+#[cfg(test)]
+mod batch_tests;
+
 use crate::config::{self, NetConf, Settings};
 use crate::error::{Code, Error, Result};
 use crate::pod::cgroup;
