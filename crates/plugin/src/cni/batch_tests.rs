@@ -76,14 +76,32 @@ fn cases() -> Vec<(&'static str, Vec<u8>)> {
     let seed = table(base.clone(), l3);
     let full = table(full, l5);
     vec![
-        ("linkerd-defaults-level3.fresh", encode::fresh(&seed).frame(1).bytes),
-        ("linkerd-defaults-level3.replace", encode::replace(&seed).frame(1).bytes),
-        ("no-pod-cgroup.fresh", encode::fresh(&table(base, None)).frame(1).bytes),
+        (
+            "linkerd-defaults-level3.fresh",
+            encode::fresh(&seed).frame(1).bytes,
+        ),
+        (
+            "linkerd-defaults-level3.replace",
+            encode::replace(&seed).frame(1).bytes,
+        ),
+        (
+            "no-pod-cgroup.fresh",
+            encode::fresh(&table(base, None)).frame(1).bytes,
+        ),
         ("full-level5.fresh", encode::fresh(&full).frame(1).bytes),
         ("full-level5.replace", encode::replace(&full).frame(7).bytes),
-        ("istio-full-level5.fresh", encode::fresh(&table(istio, l5)).frame(1).bytes),
-        ("kuma-full-level5.fresh", encode::fresh(&table(kuma, l5)).frame(1).bytes),
-        ("delete-table", encode::delete_table("meshnft").frame(1).bytes),
+        (
+            "istio-full-level5.fresh",
+            encode::fresh(&table(istio, l5)).frame(1).bytes,
+        ),
+        (
+            "kuma-full-level5.fresh",
+            encode::fresh(&table(kuma, l5)).frame(1).bytes,
+        ),
+        (
+            "delete-table",
+            encode::delete_table("meshnft").frame(1).bytes,
+        ),
     ]
 }
 
@@ -105,5 +123,8 @@ fn transactions_encode_to_the_pinned_bytes() {
             bad.push(name);
         }
     }
-    assert!(bad.is_empty(), "encoded transactions differ from testdata/batches: {bad:?}");
+    assert!(
+        bad.is_empty(),
+        "encoded transactions differ from testdata/batches: {bad:?}"
+    );
 }
