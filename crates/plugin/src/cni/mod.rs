@@ -30,6 +30,8 @@ pub mod version;
 
 #[cfg(test)]
 mod batch_tests;
+#[cfg(test)]
+mod verb_tests;
 
 use crate::config::{self, NetConf};
 use crate::error::{Code, Error, Result};
