@@ -90,8 +90,8 @@ fn sigkill_at_any_instant_leaves_no_table_or_the_complete_one() {
         .unwrap();
     let t = meshnft::table::ruleset::build(&settings, None, "x");
     let bytes: usize = meshnft::nft::encode::fresh(&t)
-        .msgs
-        .into_iter()
+        .msgs()
+        .iter()
         .map(|m| m.msg.len())
         .sum();
     assert!(bytes > 65_536, "transaction is only {bytes} bytes");

@@ -22,6 +22,7 @@ const LAYERS: &[&[&str]] = &[
     &["config"],
     &["table"],
     &["state"],
+    &["bootcache"],
     &["pod"],
     &["cni", "ops"],
     &["cli"],

@@ -71,14 +71,8 @@ pub fn add_batch(conf: &[u8], id: &str, pod: Option<&PodCg>) -> Result<Vec<u8>> 
             cg.why_not
         ));
     }
-    // The table comment the plugin writes (crates/plugin/src/cni/add.rs); the listing
-    // comparison in main.rs's check_floor fails if the two drift apart.
-    let comment = format!(
-        "meshnft {} pod uid {} {}",
-        env!("CARGO_PKG_VERSION"),
-        k8s.pod_uid.as_deref().unwrap_or("-"),
-        meshnft::cni::pod_label(&k8s),
-    );
+    // The table comment the plugin writes.
+    let comment = meshnft::cni::podtable::comment(settings.mesh.mesh, &k8s);
     let table = meshnft::table::ruleset::build(&settings, cg.levels, &comment);
     Ok(encode::fresh(&table).frame(1).bytes)
 }

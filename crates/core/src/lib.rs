@@ -19,6 +19,7 @@
 
 pub use meshnft_nft as nft;
 
+pub mod bootcache;
 pub mod config;
 pub mod error;
 pub mod logging;

@@ -6,7 +6,7 @@
 
 use super::encode::RawElem;
 use super::expr::Expr;
-use super::netlink::{MsgBuilder, NLM_F_ACK, NLM_F_DUMP, attr, attrs, find, msg};
+use super::netlink::{Attr, MsgBuilder, NLM_F_ACK, NLM_F_DUMP, attr, attrs, find, msg};
 use super::sock::{Conn, DumpError};
 use super::verdict::Verdict;
 
@@ -101,6 +101,11 @@ fn err(what: &str) -> impl FnOnce(DumpError) -> ReadError + '_ {
     }
 }
 
+/// The comment of a `NEWTABLE` message's (or a table dump's) attributes.
+pub(crate) fn decode_table_comment(a: &[Attr<'_>]) -> Option<String> {
+    find(a, attr::table::USERDATA).and_then(|u| udata_comment(u.value, 0))
+}
+
 /// Reads table `inet NAME`: `Ok(None)` when it does not exist.
 pub fn read(conn: &mut Conn, name: &str) -> Result<Option<Listing>, ReadError> {
     let mut req = MsgBuilder::nft(msg::GETTABLE, NLM_F_ACK);
@@ -114,7 +119,7 @@ pub fn read(conn: &mut Conn, name: &str) -> Result<Option<Listing>, ReadError> {
         return Ok(None);
     };
     let mut l = Listing {
-        comment: find(&attrs(t), attr::table::USERDATA).and_then(|u| udata_comment(u.value, 0)),
+        comment: decode_table_comment(&attrs(t)),
         ..Default::default()
     };
 
@@ -122,53 +127,18 @@ pub fn read(conn: &mut Conn, name: &str) -> Result<Option<Listing>, ReadError> {
     req.str(attr::chain::TABLE, name);
     for c in conn.dump(req).map_err(err("chains"))? {
         let a = attrs(&c);
-        if find(&a, attr::chain::TABLE).map(|x| x.str()).as_deref() != Some(name) {
-            continue;
+        if find(&a, attr::chain::TABLE).map(|x| x.str()).as_deref() == Some(name) {
+            l.chains.push(decode_chain(&a));
         }
-        let hook = find(&a, attr::chain::HOOK).map(|h| {
-            let h = h.nested();
-            (
-                find(&a, attr::chain::TYPE)
-                    .map(|x| x.str())
-                    .unwrap_or_default(),
-                find(&h, attr::chain::hook::NUM)
-                    .and_then(|x| x.be32())
-                    .unwrap_or(0),
-                find(&h, attr::chain::hook::PRIORITY)
-                    .and_then(|x| x.be32())
-                    .unwrap_or(0) as i32,
-            )
-        });
-        l.chains.push(ChainInfo {
-            name: find(&a, attr::chain::NAME)
-                .map(|x| x.str())
-                .unwrap_or_default(),
-            hook,
-            policy: find(&a, attr::chain::POLICY).and_then(|x| x.be32()),
-        });
     }
 
     let mut req = MsgBuilder::nft(msg::GETSET, NLM_F_DUMP);
     req.str(attr::set::TABLE, name);
     for s in conn.dump(req).map_err(err("sets"))? {
         let a = attrs(&s);
-        if find(&a, attr::set::TABLE).map(|x| x.str()).as_deref() != Some(name) {
-            continue;
+        if find(&a, attr::set::TABLE).map(|x| x.str()).as_deref() == Some(name) {
+            l.sets.push(decode_set(&a));
         }
-        let be = |ty| find(&a, ty).and_then(|x| x.be32());
-        l.sets.push(SetInfo {
-            name: find(&a, attr::set::NAME)
-                .map(|x| x.str())
-                .unwrap_or_default(),
-            flags: be(attr::set::FLAGS).unwrap_or(0),
-            key_type: be(attr::set::KEY_TYPE).unwrap_or(0),
-            key_len: be(attr::set::KEY_LEN).unwrap_or(0),
-            data_type: be(attr::set::DATA_TYPE),
-            udata: find(&a, attr::set::USERDATA)
-                .map(|x| x.value.to_vec())
-                .unwrap_or_default(),
-            elems: Vec::new(),
-        });
     }
     for s in &mut l.sets {
         s.elems = read_elems(conn, name, &s.name)?;
@@ -178,30 +148,9 @@ pub fn read(conn: &mut Conn, name: &str) -> Result<Option<Listing>, ReadError> {
     req.str(attr::rule::TABLE, name);
     for r in conn.dump(req).map_err(err("rules"))? {
         let a = attrs(&r);
-        if find(&a, attr::rule::TABLE).map(|x| x.str()).as_deref() != Some(name) {
-            continue;
+        if find(&a, attr::rule::TABLE).map(|x| x.str()).as_deref() == Some(name) {
+            l.rules.push(decode_rule(&a));
         }
-        let exprs = find(&a, attr::rule::EXPRESSIONS)
-            .map(|e| {
-                e.nested()
-                    .iter()
-                    .filter(|x| x.ty == attr::list::ELEM)
-                    .map(|x| Expr::decode(&x.nested()))
-                    .collect()
-            })
-            .unwrap_or_default();
-        l.rules.push(RuleInfo {
-            chain: find(&a, attr::rule::CHAIN)
-                .map(|x| x.str())
-                .unwrap_or_default(),
-            handle: find(&a, attr::rule::HANDLE)
-                .and_then(|x| x.be64())
-                .unwrap_or(0),
-            exprs,
-            comment: find(&a, attr::rule::USERDATA)
-                .and_then(|u| udata_comment(u.value, 0))
-                .unwrap_or_default(),
-        });
     }
     Ok(Some(l))
 }
@@ -218,24 +167,100 @@ pub fn read_elems(conn: &mut Conn, table: &str, set: &str) -> Result<Vec<RawElem
         let Some(list) = find(&a, attr::elem_list::ELEMENTS) else {
             continue;
         };
-        for e in list.nested().iter().filter(|x| x.ty == attr::list::ELEM) {
-            let ea = e.nested();
-            let key = find(&ea, attr::elem::KEY)
-                .and_then(|k| find(&k.nested(), attr::data::VALUE))
-                .map(|v| v.value.to_vec())
-                .unwrap_or_default();
-            let end = find(&ea, attr::elem::FLAGS)
-                .and_then(|f| f.be32())
-                .unwrap_or(0)
-                & super::netlink::ELEM_INTERVAL_END
-                != 0;
-            let verdict = find(&ea, attr::elem::DATA)
-                .and_then(|d| find(&d.nested(), attr::data::VERDICT))
-                .and_then(|v| Verdict::decode(&v.nested()));
-            out.push(RawElem { key, end, verdict });
-        }
+        out.extend(decode_elems(list));
     }
     Ok(out)
+}
+
+/// The chain of a `NEWCHAIN` message's (or a chain dump's) attributes.
+pub(crate) fn decode_chain(a: &[Attr<'_>]) -> ChainInfo {
+    let hook = find(a, attr::chain::HOOK).map(|h| {
+        let h = h.nested();
+        (
+            find(a, attr::chain::TYPE)
+                .map(|x| x.str())
+                .unwrap_or_default(),
+            find(&h, attr::chain::hook::NUM)
+                .and_then(|x| x.be32())
+                .unwrap_or(0),
+            find(&h, attr::chain::hook::PRIORITY)
+                .and_then(|x| x.be32())
+                .unwrap_or(0) as i32,
+        )
+    });
+    ChainInfo {
+        name: find(a, attr::chain::NAME)
+            .map(|x| x.str())
+            .unwrap_or_default(),
+        hook,
+        policy: find(a, attr::chain::POLICY).and_then(|x| x.be32()),
+    }
+}
+
+/// The set of a `NEWSET` message's (or a set dump's) attributes, without
+/// elements.
+pub(crate) fn decode_set(a: &[Attr<'_>]) -> SetInfo {
+    let be = |ty| find(a, ty).and_then(|x| x.be32());
+    SetInfo {
+        name: find(a, attr::set::NAME)
+            .map(|x| x.str())
+            .unwrap_or_default(),
+        flags: be(attr::set::FLAGS).unwrap_or(0),
+        key_type: be(attr::set::KEY_TYPE).unwrap_or(0),
+        key_len: be(attr::set::KEY_LEN).unwrap_or(0),
+        data_type: be(attr::set::DATA_TYPE),
+        udata: find(a, attr::set::USERDATA)
+            .map(|x| x.value.to_vec())
+            .unwrap_or_default(),
+        elems: Vec::new(),
+    }
+}
+
+/// The rule of a `NEWRULE` message's (or a rule dump's) attributes.
+pub(crate) fn decode_rule(a: &[Attr<'_>]) -> RuleInfo {
+    let exprs = find(a, attr::rule::EXPRESSIONS)
+        .map(|e| {
+            e.nested()
+                .iter()
+                .filter(|x| x.ty == attr::list::ELEM)
+                .map(|x| Expr::decode(&x.nested()))
+                .collect()
+        })
+        .unwrap_or_default();
+    RuleInfo {
+        chain: find(a, attr::rule::CHAIN)
+            .map(|x| x.str())
+            .unwrap_or_default(),
+        handle: find(a, attr::rule::HANDLE)
+            .and_then(|x| x.be64())
+            .unwrap_or(0),
+        exprs,
+        comment: find(a, attr::rule::USERDATA)
+            .and_then(|u| udata_comment(u.value, 0))
+            .unwrap_or_default(),
+    }
+}
+
+/// The elements of an `NFTA_SET_ELEM_LIST_ELEMENTS` attribute.
+pub(crate) fn decode_elems(list: Attr<'_>) -> Vec<RawElem> {
+    let mut out = Vec::new();
+    for e in list.nested().iter().filter(|x| x.ty == attr::list::ELEM) {
+        let ea = e.nested();
+        let key = find(&ea, attr::elem::KEY)
+            .and_then(|k| find(&k.nested(), attr::data::VALUE))
+            .map(|v| v.value.to_vec())
+            .unwrap_or_default();
+        let end = find(&ea, attr::elem::FLAGS)
+            .and_then(|f| f.be32())
+            .unwrap_or(0)
+            & super::netlink::ELEM_INTERVAL_END
+            != 0;
+        let verdict = find(&ea, attr::elem::DATA)
+            .and_then(|d| find(&d.nested(), attr::data::VERDICT))
+            .and_then(|v| Verdict::decode(&v.nested()));
+        out.push(RawElem { key, end, verdict });
+    }
+    out
 }
 
 /// Inclusive (first, last) key ranges of an interval set's elements: start

@@ -18,117 +18,13 @@
 
 use super::model::{Elem, KeyType, Rule, Set, Table};
 use super::netlink::{
-    ELEM_INTERVAL_END, MsgBuilder, NLM_F_APPEND, NLM_F_CREATE, NLM_F_EXCL, attr, msg, set_flags,
+    ELEM_INTERVAL_END, MsgBuilder, NLM_F_APPEND, NLM_F_CREATE, attr, msg, set_flags,
 };
+use super::transaction::Transaction;
 use super::verdict::Verdict;
 
 /// Elements per `NEWSETELEM` message.
 pub const ELEMS_PER_MSG: usize = 1000;
-
-/// One message of a batch and what it is about (for error messages).
-#[derive(Debug)]
-pub struct Msg {
-    /// The message, without its sequence number.
-    pub msg: MsgBuilder,
-    /// The object it creates or changes, e.g. `set skip_outbound_ports`.
-    pub what: String,
-    /// (offset in the message, expression name) of each rule expression.
-    pub exprs: Vec<(usize, String)>,
-}
-
-/// The messages of one transaction, without `BATCH_BEGIN`/`BATCH_END`.
-#[derive(Debug, Default)]
-pub struct Batch {
-    /// Messages in order.
-    pub msgs: Vec<Msg>,
-}
-
-/// A batch framed for one `sendmsg`.
-#[derive(Debug)]
-pub struct Framed {
-    /// `BATCH_BEGIN`, the messages (the last one with `NLM_F_ACK`),
-    /// `BATCH_END`.
-    pub bytes: Vec<u8>,
-    /// Sequence number of `BATCH_BEGIN` (errors about the whole batch).
-    pub begin_seq: u32,
-    /// Sequence numbers of the messages, in order.
-    pub seqs: Vec<u32>,
-    /// Sequence number of the last message, the only one that asks for an
-    /// acknowledgement: its answer is the last one the kernel sends for
-    /// the batch's messages.
-    pub ack_seq: u32,
-}
-
-impl Batch {
-    /// Frames the batch with sequence numbers from `first_seq` on:
-    /// `NFNL_MSG_BATCH_BEGIN` (`res_id` = `NFNL_SUBSYS_NFTABLES`), the
-    /// messages, then `NFNL_MSG_BATCH_END`. Only the last message carries
-    /// `NLM_F_ACK`: nfnetlink (`nfnetlink_rcv_batch`) queues an error for
-    /// every message that fails, whatever its flags, and an acknowledgement
-    /// for every message with `NLM_F_ACK`, in the order it processed them,
-    /// and sends the queue once the batch is committed or aborted; so the
-    /// last message's answer comes after every error of the batch. (Errors
-    /// about the batch as a whole answer `BATCH_BEGIN`.) One answer per
-    /// transaction instead of one per message: ~50 fewer `recvfrom` pairs
-    /// for a pod's table.
-    pub fn frame(&self, first_seq: u32) -> Framed {
-        use super::netlink::{
-            NFNL_MSG_BATCH_BEGIN, NFNL_MSG_BATCH_END, NFNL_SUBSYS_NFTABLES, NLM_F_ACK,
-            NLM_F_REQUEST,
-        };
-        let begin_seq = first_seq;
-        let mut bytes =
-            MsgBuilder::new(NFNL_MSG_BATCH_BEGIN, NLM_F_REQUEST, 0, NFNL_SUBSYS_NFTABLES)
-                .finish(begin_seq);
-        let mut seqs = Vec::with_capacity(self.msgs.len());
-        let last = self.msgs.len().saturating_sub(1);
-        for (i, m) in self.msgs.iter().enumerate() {
-            let seq = begin_seq.wrapping_add(1 + i as u32);
-            seqs.push(seq);
-            let mut b = m.msg.clone().finish(seq);
-            if i == last {
-                let flags = u16::from_ne_bytes([b[6], b[7]]) | NLM_F_ACK;
-                b[6..8].copy_from_slice(&flags.to_ne_bytes());
-            }
-            bytes.extend_from_slice(&b);
-        }
-        let end_seq = begin_seq.wrapping_add(1 + self.msgs.len() as u32);
-        bytes.extend_from_slice(
-            &MsgBuilder::new(NFNL_MSG_BATCH_END, NLM_F_REQUEST, 0, NFNL_SUBSYS_NFTABLES)
-                .finish(end_seq),
-        );
-        Framed {
-            bytes,
-            begin_seq,
-            ack_seq: seqs.last().copied().unwrap_or(begin_seq),
-            seqs,
-        }
-    }
-
-    /// Whether committing the batch frees kernel objects: it deletes a
-    /// table, flushes a chain (`DELRULE`) or a set (`DELSETELEM`). Only then
-    /// does nf_tables queue destroy work, which the last close of the
-    /// socket waits for (see [`super::close_detached`]).
-    pub fn frees(&self) -> bool {
-        use super::netlink::NFNL_SUBSYS_NFTABLES;
-        self.msgs.iter().any(|m| {
-            let ty = m.msg.msg_type();
-            ty >> 8 == NFNL_SUBSYS_NFTABLES
-                && matches!(
-                    (ty & 0xff) as u8,
-                    msg::DELTABLE | msg::DELRULE | msg::DELSETELEM
-                )
-        })
-    }
-
-    fn push(&mut self, msg: MsgBuilder, what: impl Into<String>) {
-        self.msgs.push(Msg {
-            msg,
-            what: what.into(),
-            exprs: Vec::new(),
-        });
-    }
-}
 
 /// A libnftnl userdata TLV: type byte, length byte, value.
 fn tlv(out: &mut Vec<u8>, ty: u8, value: &[u8]) {
@@ -175,16 +71,18 @@ fn set_udata(s: &Set) -> Vec<u8> {
     u
 }
 
-fn table_msg(t: &Table, flags: u16) -> MsgBuilder {
+/// `NEWTABLE` of `t` with `flags` (`NLM_F_EXCL` or `NLM_F_CREATE`).
+pub(crate) fn table_msg(t: &Table, flags: u16) -> MsgBuilder {
     let mut m = MsgBuilder::nft(msg::NEWTABLE, flags);
     m.str(attr::table::NAME, t.name).be32(attr::table::FLAGS, 0);
     m.bytes(attr::table::USERDATA, &comment_udata(&t.comment));
     m
 }
 
-fn set_msg(t: &Table, s: &Set, id: u32) -> MsgBuilder {
+/// `NEWSET` of `s` in table `table`, transaction-local id `id`.
+pub(crate) fn set_msg(table: &str, s: &Set, id: u32) -> MsgBuilder {
     let mut m = MsgBuilder::nft(msg::NEWSET, NLM_F_CREATE);
-    m.str(attr::set::TABLE, t.name).str(attr::set::NAME, s.name);
+    m.str(attr::set::TABLE, table).str(attr::set::NAME, s.name);
     let mut flags = 0;
     if s.interval {
         flags |= set_flags::INTERVAL;
@@ -350,13 +248,15 @@ fn set_elem_msgs(
         .collect()
 }
 
-fn rule_msg(
-    t: &Table,
+/// `NEWRULE` of `r` (appended to its chain) and the (offset, name) of
+/// each of its expressions in the message.
+pub(crate) fn rule_msg(
+    table: &str,
     r: &Rule,
     set_id: &dyn Fn(&str) -> Option<u32>,
 ) -> (MsgBuilder, Vec<(usize, String)>) {
     let mut m = MsgBuilder::nft(msg::NEWRULE, NLM_F_CREATE | NLM_F_APPEND);
-    m.str(attr::rule::TABLE, t.name)
+    m.str(attr::rule::TABLE, table)
         .str(attr::rule::CHAIN, r.chain);
     m.begin(attr::rule::EXPRESSIONS);
     let mut offsets = Vec::new();
@@ -369,9 +269,10 @@ fn rule_msg(
     (m, offsets)
 }
 
-fn chain_msg(t: &Table, name: &str, hook: Option<super::model::Hook>) -> MsgBuilder {
+/// `NEWCHAIN` of chain `name` (a base chain with `hook`).
+pub(crate) fn chain_msg(table: &str, name: &str, hook: Option<super::model::Hook>) -> MsgBuilder {
     let mut m = MsgBuilder::nft(msg::NEWCHAIN, NLM_F_CREATE);
-    m.str(attr::chain::TABLE, t.name)
+    m.str(attr::chain::TABLE, table)
         .str(attr::chain::NAME, name);
     if let Some(h) = hook {
         let (ty, num, prio) = h.parts();
@@ -386,7 +287,7 @@ fn chain_msg(t: &Table, name: &str, hook: Option<super::model::Hook>) -> MsgBuil
 
 /// The transaction of a first ADD: `create table` (fails with `EEXIST`,
 /// atomically, when the table exists) and every object, with no flushes.
-pub fn fresh(t: &Table) -> Batch {
+pub fn fresh(t: &Table) -> Transaction {
     build(t, true)
 }
 
@@ -394,67 +295,56 @@ pub fn fresh(t: &Table) -> Batch {
 /// for existing ones), flushes every chain and static set, then refills
 /// them. The dynamic sets and the verdict map keep their elements, so a
 /// closed init phase stays closed and pins stay.
-pub fn replace(t: &Table) -> Batch {
+pub fn replace(t: &Table) -> Transaction {
     build(t, false)
 }
 
-fn build(t: &Table, fresh: bool) -> Batch {
-    let mut b = Batch::default();
-    let tname = format!("table inet {}", t.name);
-    b.push(
-        table_msg(t, if fresh { NLM_F_EXCL } else { NLM_F_CREATE }),
-        tname.clone(),
-    );
-    for c in &t.chains {
-        b.push(chain_msg(t, c.name, c.hook), format!("chain {}", c.name));
-    }
-    let ids: Vec<(&str, u32)> = t
-        .sets
+/// The transaction-local id of each set of `t` (`NFTA_SET_ID`): its
+/// position, from 1.
+pub fn set_id(t: &Table, name: &str) -> Option<u32> {
+    t.sets
         .iter()
-        .enumerate()
-        .map(|(i, s)| (s.name, i as u32 + 1))
-        .collect();
-    let set_id = |n: &str| ids.iter().find(|(s, _)| *s == n).map(|(_, id)| *id);
-    for (s, (_, id)) in t.sets.iter().zip(&ids) {
-        b.push(set_msg(t, s, *id), format!("{} {}", s.kind(), s.name));
+        .position(|s| s.name == name)
+        .map(|i| i as u32 + 1)
+}
+
+fn build(t: &Table, fresh: bool) -> Transaction {
+    let mut tx = Transaction::new();
+    if fresh {
+        tx.create_table(t);
+    } else {
+        tx.add_table(t);
+    }
+    for c in &t.chains {
+        tx.add_chain(t.name, c);
+    }
+    for (i, s) in t.sets.iter().enumerate() {
+        tx.add_set(t.name, s, i as u32 + 1);
     }
     if !fresh {
         for c in &t.chains {
-            let mut m = MsgBuilder::nft(msg::DELRULE, 0);
-            m.str(attr::rule::TABLE, t.name)
-                .str(attr::rule::CHAIN, c.name);
-            b.push(m, format!("flush of chain {}", c.name));
+            tx.flush_chain(t.name, c.name);
         }
         for s in t.sets.iter().filter(|s| s.elements.is_some()) {
-            let mut m = MsgBuilder::nft(msg::DELSETELEM, 0);
-            m.str(attr::elem_list::TABLE, t.name)
-                .str(attr::elem_list::SET, s.name);
-            b.push(m, format!("flush of set {}", s.name));
+            tx.flush_set(t.name, s.name);
         }
     }
+    let set_id = |n: &str| set_id(t, n);
     for s in &t.sets {
         if let Some(e) = s.elements.as_ref().filter(|e| !e.is_empty()) {
-            for m in elem_msgs(t.name, s.name, set_id(s.name), &raw_elems(e)) {
-                b.push(m, format!("elements of set {}", s.name));
-            }
+            let what = format!("elements of set {}", s.name);
+            tx.add_elements(t.name, s.name, set_id(s.name), &raw_elems(e), &what);
         }
     }
     for r in &t.rules {
-        let (m, exprs) = rule_msg(t, r, &set_id);
-        b.msgs.push(Msg {
-            msg: m,
-            what: format!("rule \"{}\" in chain {}", r.comment, r.chain),
-            exprs,
-        });
+        tx.add_rule(t.name, r, &set_id);
     }
-    b
+    tx
 }
 
 /// `DELTABLE inet NAME`.
-pub fn delete_table(name: &str) -> Batch {
-    let mut b = Batch::default();
-    let mut m = MsgBuilder::nft(msg::DELTABLE, 0);
-    m.str(attr::table::NAME, name);
-    b.push(m, format!("table inet {name}"));
-    b
+pub fn delete_table(name: &str) -> Transaction {
+    let mut tx = Transaction::new();
+    tx.delete_table(name);
+    tx
 }

@@ -12,7 +12,13 @@
 //!   golden files); `nft -f` of it gives the same table;
 //! * [`expr`]: kernel expressions, one file each, encode and decode side by
 //!   side;
-//! * [`encode`]: a table lowered to one transaction (netlink batch);
+//! * [`encode`]: the message of each object, and a table lowered to one
+//!   [`Transaction`];
+//! * [`transaction`]: a transaction's typed verbs (add, flush, delete,
+//!   elements) and its framing as one netlink batch;
+//! * [`client`]: the seam in front of the kernel ([`NftClient`]: commit,
+//!   read back), implemented by [`Nft`] and, for tests without root, by
+//!   `fake::Fake` (feature `fake`);
 //! * [`netlink`]: message and attribute framing, UAPI numbers;
 //! * [`sock`]: a `NETLINK_NETFILTER` socket created inside a network
 //!   namespace, batches sent in one `sendmsg`, every answer read;
@@ -22,6 +28,7 @@
 //! whole batch while handling the one `sendmsg`, so a SIGKILL of the plugin
 //! at any instant leaves either no change or all of it.
 
+pub mod client;
 pub mod dump;
 pub mod encode;
 pub mod expr;
@@ -29,12 +36,17 @@ pub mod model;
 pub mod netlink;
 pub mod sock;
 pub mod text;
+pub mod transaction;
 pub mod verdict;
 
-use encode::Batch;
+#[cfg(any(test, feature = "fake"))]
+pub mod fake;
+
+pub use client::NftClient;
 use netlink::{MsgBuilder, NLM_F_ACK};
 use sock::{Conn, DumpError, SockError};
 use std::os::fd::AsFd;
+pub use transaction::Transaction;
 
 /// Name of meshnft's table (family `inet`).
 pub const TABLE_NAME: &str = "meshnft";
@@ -81,7 +93,7 @@ impl NftError {
 }
 
 /// Why the kernel usually refuses `expr` with `errno`.
-fn hint(errno: i32, expr: Option<&str>, what: &str) -> String {
+pub(crate) fn hint(errno: i32, expr: Option<&str>, what: &str) -> String {
     let h = match (errno, expr) {
         (libc::EOPNOTSUPP, Some("socket")) => {
             "this kernel's nft_socket has no `socket cgroupv2` (needs Linux >= 5.13 with CONFIG_SOCK_CGROUP_DATA)"
@@ -142,29 +154,29 @@ impl Nft {
         })
     }
 
-    /// Applies `batch` as one transaction: `BATCH_BEGIN`, the messages (the
+    /// Applies `tx` as one transaction: `BATCH_BEGIN`, the messages (the
     /// last one with `NLM_F_ACK`), `BATCH_END`, in one `sendmsg`; then reads
     /// every answer up to the last message's (the error of every refused
-    /// message comes before it: see [`Batch::frame`]), or an error about the
-    /// batch as a whole. All or nothing.
+    /// message comes before it: see [`Transaction::frame`]), or an error
+    /// about the batch as a whole. All or nothing.
     ///
     /// Errors: [`NftError::Refused`] naming the first refused object, the
     /// kernel's reason and what it usually means; [`NftError::Sock`].
-    pub fn commit(&mut self, batch: Batch) -> Result<(), NftError> {
-        if batch.msgs.is_empty() {
+    pub fn commit(&mut self, batch: Transaction) -> Result<(), NftError> {
+        if batch.is_empty() {
             return Ok(());
         }
         // Also when the kernel refuses the batch: nothing is lost by a
         // detached close that was not needed.
         self.freed |= batch.frees();
-        let framed = batch.frame(self.conn.take_seqs(batch.msgs.len() as u32 + 2));
+        let framed = batch.frame(self.conn.take_seqs(batch.len() as u32 + 2));
         let (buf, seqs, begin_seq) = (framed.bytes, framed.seqs, framed.begin_seq);
         self.conn.send(&buf)?;
         let acks = self.conn.read_acks(&[framed.ack_seq], begin_seq)?;
         // The first refused message (by order in the batch).
         for (i, seq) in seqs.iter().enumerate() {
             if let Some(a) = acks.iter().find(|a| a.seq == *seq && a.errno != 0) {
-                let m = &batch.msgs[i];
+                let m = &batch.msgs()[i];
                 let expr = a.offset.and_then(|off| {
                     m.exprs
                         .iter()
@@ -242,20 +254,6 @@ impl Nft {
             Err(DumpError::Sock(s)) => Err(s.into()),
         }
     }
-
-    /// Removes table `inet NAME`. Returns false when there was none (then
-    /// nothing is committed, so nothing is freed and no RCU wait follows).
-    pub fn delete_table(&mut self, name: &str) -> Result<bool, NftError> {
-        if !self.table_exists(name)? {
-            return Ok(false);
-        }
-        match self.commit(encode::delete_table(name)) {
-            Ok(()) => Ok(true),
-            // Removed by someone else in between: the outcome is the same.
-            Err(e) if e.errno() == Some(libc::ENOENT) => Ok(false),
-            Err(e) => Err(e),
-        }
-    }
 }
 
 /// Set by [`detach_closes`]: every [`Nft`] of this process closes detached.
@@ -264,7 +262,7 @@ static DETACH: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::ne
 /// From now on, every [`Nft`] this process drops closes its socket
 /// without making the process wait for the kernel's destroy work, except
 /// one marked [`Nft::close_here_unless_freed`] (ADD's) that sent no
-/// transaction freeing objects ([`encode::Batch::frees`]: a DEL, a re-ADD's
+/// transaction freeing objects ([`Transaction::frees`]: a DEL, a re-ADD's
 /// flushes). For a short-lived process only (the CNI plugin): see
 /// [`close_detached`].
 ///

@@ -14,7 +14,7 @@
 //! `sendmsg` returns. Every message that fails gets an error answer (with
 //! its sequence number), and the batch's last message carries `NLM_F_ACK`,
 //! so its answer (sent last) says the batch is done (see
-//! [`super::encode::Batch::frame`]); `NETLINK_CAP_ACK` keeps error answers
+//! [`super::Transaction::frame`]); `NETLINK_CAP_ACK` keeps error answers
 //! small and `NETLINK_EXT_ACK` asks for the offending attribute.
 //! Every receive is bounded by `SO_RCVTIMEO`.
 

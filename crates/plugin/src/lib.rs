@@ -11,9 +11,11 @@
 //!   unpin);
 //! - below them, re-exported from `meshnft-core` under the same names:
 //!   [`pod`], [`state`], [`table`], [`config`], [`nft`], [`ports`],
-//!   [`subnets`], [`logging`], [`error`], [`safefs`].
+//!   [`subnets`], [`logging`], [`error`], [`safefs`], [`bootcache`].
 
-pub use meshnft_core::{config, error, logging, nft, pod, ports, safefs, state, subnets, table};
+pub use meshnft_core::{
+    bootcache, config, error, logging, nft, pod, ports, safefs, state, subnets, table,
+};
 
 pub mod cli;
 pub mod cni;

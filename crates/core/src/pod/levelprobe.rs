@@ -97,10 +97,8 @@ pub struct Cached {
 }
 
 fn identity() -> Option<(String, u64)> {
-    // A procfs file, the one read here that is not a path we were given.
-    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
     let ns = std::fs::metadata("/proc/self/ns/cgroup").ok()?.ino();
-    Some((boot.trim().to_string(), ns))
+    Some((crate::bootcache::boot_id()?, ns))
 }
 
 /// The offset for this boot and cgroup namespace: from the cache in
@@ -108,13 +106,11 @@ fn identity() -> Option<(String, u64)> {
 /// probe cannot run (the caller falls back to 0 with a warning).
 pub fn offset(state_dir: &Path, mount: &Cgroup2Mount, search_root: &Path) -> Result<i32> {
     let id = identity();
-    // Read and written like the state records (no link followed, regular
-    // file, size cap, exclusive temp file): see `crate::state`.
-    if let (Some((boot, ns)), Some(body)) = (&id, crate::state::read_file(state_dir, CACHE))
-        && let Ok(c) = serde_json::from_slice::<Cached>(&body)
-        && &c.boot_id == boot
-        && c.cgroup_ns == *ns
-    {
+    let fresh = |c: &Cached| {
+        id.as_ref()
+            .is_some_and(|(boot, ns)| &c.boot_id == boot && c.cgroup_ns == *ns)
+    };
+    if let Some(c) = crate::bootcache::read(state_dir, CACHE, fresh) {
         return Ok(c.offset);
     }
     let off = measure(mount, search_root)?;
@@ -124,12 +120,7 @@ pub fn offset(state_dir: &Path, mount: &Cgroup2Mount, search_root: &Path) -> Res
             cgroup_ns,
             offset: off,
         };
-        let write = serde_json::to_vec(&c)
-            .map_err(std::io::Error::other)
-            .and_then(|b| crate::state::write_file(state_dir, CACHE, &b));
-        if let Err(e) = write {
-            tracing::debug!("cannot cache the level offset: {e}");
-        }
+        crate::bootcache::write(state_dir, CACHE, &c, "the level offset");
     }
     Ok(off)
 }

@@ -4,6 +4,13 @@
 use super::be32;
 use crate::netlink::{Attr, MsgBuilder, attr, find};
 
+// Attribute and value numbers (uapi `linux/netfilter/nf_tables.h`).
+const NFTA_CMP_SREG: u16 = 1;
+const NFTA_CMP_OP: u16 = 2;
+const NFTA_CMP_DATA: u16 = 3;
+const NFT_CMP_EQ: u32 = 0;
+const NFT_CMP_NEQ: u32 = 1;
+
 /// `enum nft_cmp_ops` values meshnft uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CmpOp {
@@ -26,27 +33,29 @@ pub struct Cmp {
 
 impl Cmp {
     pub(super) fn encode(&self, m: &mut MsgBuilder) {
-        m.be32(1, self.sreg).be32(
-            2,
+        m.be32(NFTA_CMP_SREG, self.sreg).be32(
+            NFTA_CMP_OP,
             match self.op {
-                CmpOp::Eq => 0,
-                CmpOp::Neq => 1,
+                CmpOp::Eq => NFT_CMP_EQ,
+                CmpOp::Neq => NFT_CMP_NEQ,
             },
         );
-        m.begin(3).bytes(attr::data::VALUE, &self.data).end();
+        m.begin(NFTA_CMP_DATA)
+            .bytes(attr::data::VALUE, &self.data)
+            .end();
     }
 
     pub(super) fn decode(a: &[Attr<'_>]) -> Option<Cmp> {
-        let op = match be32(a, 2)? {
-            0 => CmpOp::Eq,
-            1 => CmpOp::Neq,
+        let op = match be32(a, NFTA_CMP_OP)? {
+            NFT_CMP_EQ => CmpOp::Eq,
+            NFT_CMP_NEQ => CmpOp::Neq,
             _ => return None,
         };
-        let data = find(&find(a, 3)?.nested(), attr::data::VALUE)?
+        let data = find(&find(a, NFTA_CMP_DATA)?.nested(), attr::data::VALUE)?
             .value
             .to_vec();
         Some(Cmp {
-            sreg: be32(a, 1)?,
+            sreg: be32(a, NFTA_CMP_SREG)?,
             op,
             data,
         })

@@ -3,6 +3,10 @@
 
 use crate::netlink::{Attr, MsgBuilder, find};
 
+// Attribute and value numbers (uapi `linux/netfilter/nf_tables.h`).
+const NFTA_COUNTER_BYTES: u16 = 1;
+const NFTA_COUNTER_PACKETS: u16 = 2;
+
 /// `[ counter pkts P bytes B ]`. Written empty (the kernel starts at 0);
 /// read back with the kernel's values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -18,8 +22,12 @@ impl Counter {
 
     pub(super) fn decode(a: &[Attr<'_>]) -> Counter {
         Counter {
-            bytes: find(a, 1).and_then(|x| x.be64()).unwrap_or(0),
-            packets: find(a, 2).and_then(|x| x.be64()).unwrap_or(0),
+            bytes: find(a, NFTA_COUNTER_BYTES)
+                .and_then(|x| x.be64())
+                .unwrap_or(0),
+            packets: find(a, NFTA_COUNTER_PACKETS)
+                .and_then(|x| x.be64())
+                .unwrap_or(0),
         }
     }
 }

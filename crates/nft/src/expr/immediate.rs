@@ -6,6 +6,10 @@ use super::be32;
 use crate::netlink::{Attr, MsgBuilder, attr, find};
 use crate::verdict::Verdict;
 
+// Attribute and value numbers (uapi `linux/netfilter/nf_tables.h`).
+const NFTA_IMMEDIATE_DREG: u16 = 1;
+const NFTA_IMMEDIATE_DATA: u16 = 2;
+
 /// What an `immediate` loads.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ImmediateData {
@@ -26,8 +30,8 @@ pub struct Immediate {
 
 impl Immediate {
     pub(super) fn encode(&self, m: &mut MsgBuilder) {
-        m.be32(1, self.dreg);
-        m.begin(2);
+        m.be32(NFTA_IMMEDIATE_DREG, self.dreg);
+        m.begin(NFTA_IMMEDIATE_DATA);
         match &self.data {
             ImmediateData::Value(v) => {
                 m.bytes(attr::data::VALUE, v);
@@ -38,14 +42,14 @@ impl Immediate {
     }
 
     pub(super) fn decode(a: &[Attr<'_>]) -> Option<Immediate> {
-        let data = find(a, 2)?.nested();
+        let data = find(a, NFTA_IMMEDIATE_DATA)?.nested();
         let data = if let Some(v) = find(&data, attr::data::VERDICT) {
             ImmediateData::Verdict(Verdict::decode(&v.nested())?)
         } else {
             ImmediateData::Value(find(&data, attr::data::VALUE)?.value.to_vec())
         };
         Some(Immediate {
-            dreg: be32(a, 1)?,
+            dreg: be32(a, NFTA_IMMEDIATE_DREG)?,
             data,
         })
     }

@@ -3,6 +3,15 @@
 use super::be32;
 use crate::netlink::{Attr, MsgBuilder};
 
+// Attribute and value numbers (uapi `linux/netfilter/nf_tables.h`).
+const NFTA_META_DREG: u16 = 1;
+const NFTA_META_KEY: u16 = 2;
+const NFT_META_OIFNAME: u32 = 7;
+const NFT_META_SKUID: u32 = 10;
+const NFT_META_SKGID: u32 = 11;
+const NFT_META_NFPROTO: u32 = 15;
+const NFT_META_L4PROTO: u32 = 16;
+
 /// `enum nft_meta_keys` values meshnft uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MetaKey {
@@ -23,22 +32,22 @@ pub enum MetaKey {
 impl MetaKey {
     fn num(self) -> u32 {
         match self {
-            MetaKey::Oifname => 7,
-            MetaKey::Skuid => 10,
-            MetaKey::Skgid => 11,
-            MetaKey::Nfproto => 15,
-            MetaKey::L4proto => 16,
+            MetaKey::Oifname => NFT_META_OIFNAME,
+            MetaKey::Skuid => NFT_META_SKUID,
+            MetaKey::Skgid => NFT_META_SKGID,
+            MetaKey::Nfproto => NFT_META_NFPROTO,
+            MetaKey::L4proto => NFT_META_L4PROTO,
             MetaKey::Other(n) => n,
         }
     }
 
     fn from_num(n: u32) -> MetaKey {
         match n {
-            7 => MetaKey::Oifname,
-            10 => MetaKey::Skuid,
-            11 => MetaKey::Skgid,
-            15 => MetaKey::Nfproto,
-            16 => MetaKey::L4proto,
+            NFT_META_OIFNAME => MetaKey::Oifname,
+            NFT_META_SKUID => MetaKey::Skuid,
+            NFT_META_SKGID => MetaKey::Skgid,
+            NFT_META_NFPROTO => MetaKey::Nfproto,
+            NFT_META_L4PROTO => MetaKey::L4proto,
             n => MetaKey::Other(n),
         }
     }
@@ -56,13 +65,14 @@ pub struct Meta {
 impl Meta {
     pub(super) fn encode(&self, m: &mut MsgBuilder) {
         // nft writes the key first.
-        m.be32(2, self.key.num()).be32(1, self.dreg);
+        m.be32(NFTA_META_KEY, self.key.num())
+            .be32(NFTA_META_DREG, self.dreg);
     }
 
     pub(super) fn decode(a: &[Attr<'_>]) -> Option<Meta> {
         Some(Meta {
-            key: MetaKey::from_num(be32(a, 2)?),
-            dreg: be32(a, 1)?,
+            key: MetaKey::from_num(be32(a, NFTA_META_KEY)?),
+            dreg: be32(a, NFTA_META_DREG)?,
         })
     }
 }

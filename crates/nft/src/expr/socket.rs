@@ -6,6 +6,12 @@
 use super::be32;
 use crate::netlink::{Attr, MsgBuilder};
 
+// Attribute and value numbers (uapi `linux/netfilter/nf_tables.h`).
+const NFTA_SOCKET_KEY: u16 = 1;
+const NFTA_SOCKET_DREG: u16 = 2;
+const NFTA_SOCKET_LEVEL: u16 = 3;
+const NFT_SOCKET_CGROUPV2: u32 = 3;
+
 /// `[ socket load cgroupv2 => reg DREG, level LEVEL ]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Socket {
@@ -17,16 +23,18 @@ pub struct Socket {
 
 impl Socket {
     pub(super) fn encode(&self, m: &mut MsgBuilder) {
-        m.be32(1, 3).be32(2, self.dreg).be32(3, self.level);
+        m.be32(NFTA_SOCKET_KEY, NFT_SOCKET_CGROUPV2)
+            .be32(NFTA_SOCKET_DREG, self.dreg)
+            .be32(NFTA_SOCKET_LEVEL, self.level);
     }
 
     pub(super) fn decode(a: &[Attr<'_>]) -> Option<Socket> {
-        if be32(a, 1)? != 3 {
+        if be32(a, NFTA_SOCKET_KEY)? != NFT_SOCKET_CGROUPV2 {
             return None;
         }
         Some(Socket {
-            dreg: be32(a, 2)?,
-            level: be32(a, 3).unwrap_or(0),
+            dreg: be32(a, NFTA_SOCKET_DREG)?,
+            level: be32(a, NFTA_SOCKET_LEVEL).unwrap_or(0),
         })
     }
 }

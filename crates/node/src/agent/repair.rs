@@ -13,7 +13,7 @@ use super::AgentError;
 use crate::cni::check;
 use crate::config::Settings;
 use crate::nft::dump::Listing;
-use crate::nft::{self, Nft, encode};
+use crate::nft::{self, Nft, Transaction, encode};
 use crate::pod::cgroup::{self, Cgroup2Mount};
 use crate::pod::netns::Netns;
 use crate::table::ruleset::{self, Levels};
@@ -339,23 +339,16 @@ fn batch(
     exists: bool,
     mark: Option<u64>,
     carried: &[(usize, Vec<encode::RawElem>)],
-) -> encode::Batch {
-    let mut b = if exists {
-        encode::delete_table(table.name)
-    } else {
-        encode::Batch::default()
-    };
-    b.msgs.extend(encode::fresh(table).msgs);
-    let id = |i: usize| Some(i as u32 + 1);
+) -> Transaction {
+    let mut tx = Transaction::new();
+    if exists {
+        tx.delete_table(table.name);
+    }
+    tx.append(encode::fresh(table));
     let mut add = |idx: usize, elems: &[encode::RawElem]| {
         let name = table.sets[idx].name;
-        for m in encode::elem_msgs(table.name, name, id(idx), elems) {
-            b.msgs.push(encode::Msg {
-                msg: m,
-                what: format!("element of set {name}"),
-                exprs: Vec::new(),
-            });
-        }
+        let what = format!("element of set {name}");
+        tx.add_elements(table.name, name, Some(idx as u32 + 1), elems, &what);
     };
     for (idx, elems) in carried {
         add(*idx, elems);
@@ -365,5 +358,5 @@ fn batch(
     {
         add(idx, &encode::raw_elems(&[ruleset::Elem::Cgroup(cg)]));
     }
-    b
+    tx
 }

@@ -2,19 +2,19 @@
 //! `CNI_NETNS` in one transaction and pass `prevResult` through.
 
 use super::env::{CniEnv, K8sArgs};
-use super::{Output, pod_cgroup, pod_label, pod_netns, version};
+use super::{Output, pod_cgroup, pod_label, pod_netns, podtable, version};
 use crate::config::NetConf;
+use crate::config::mesh::Mesh;
 use crate::error::{Code, Error, Result};
-use crate::nft::{self, Nft, encode};
+use crate::nft::Nft;
 use crate::pod::k8s::{self, Meshing, PodInfo};
 use crate::state;
-use crate::table::ruleset;
 
 /// ADD. Order: validate everything (env, config, prevResult, netns, pod
-/// cgroup), then one nf_tables transaction (one netlink batch), then the
-/// state record. Nothing is
-/// written before validation ends, and the transaction is atomic, so a
-/// failed ADD leaves no table (and a failed re-ADD leaves the old one).
+/// cgroup), then the pod's table in one nf_tables transaction
+/// ([`podtable::write`]), then the state record. Nothing is written
+/// before validation ends, and the transaction is atomic, so a failed ADD
+/// leaves no table (and a failed re-ADD leaves the old one).
 ///
 /// Errors: 4 (env), 7 (config, missing prevResult, unsafe `stateDir`), 102
 /// (netns), 103 (host netns), 100 (the kernel refused the table), 101 (no
@@ -25,7 +25,7 @@ pub fn cmd_add(env: &CniEnv, conf: &NetConf) -> Result<Output> {
     let ifname = env.ifname()?;
     let netns_path = env.netns()?;
     let k8s = env.k8s_args()?;
-    let settings = conf.settings()?;
+    let mut settings = conf.settings()?;
     let runtime_cgroup = crate::pod::cgroup::runtime_cgroup_path(conf.runtime_config.as_ref())?;
     let Some(prev) = conf.prev_result.clone() else {
         return Err(Error::new(
@@ -34,18 +34,17 @@ pub fn cmd_add(env: &CniEnv, conf: &NetConf) -> Result<Output> {
         ));
     };
     let result = version::convert_result(prev, &conf.cni_version)?;
-
     let ns = pod_netns(netns_path)?;
     // Records decide what DEL and GC remove: only a safe state directory.
     state::prepare(&conf.state_dir(), container_id)?;
 
     // Pod awareness: is the pod meshed, and what do its annotations say?
-    let mut settings = settings;
     let mesh = settings.mesh.mesh;
+    let label = pod_label(&k8s);
     if let Some(info) = pod_info(conf, &k8s, mesh)? {
         match info.meshing_for(mesh) {
             Meshing::NotMeshed(why) => {
-                tracing::info!(pod = ?pod_label(&k8s), container_id, "pod not meshed ({why}): no table");
+                tracing::info!(pod = ?label, container_id, "pod not meshed ({why}): no table");
                 let rec = record(env, container_id, ifname, &k8s, &ns, None, false, None);
                 write_record(conf, &rec);
                 return Ok(Output::Json(result));
@@ -59,7 +58,6 @@ pub fn cmd_add(env: &CniEnv, conf: &NetConf) -> Result<Output> {
         runtime_cgroup.as_deref(),
         &conf.state_dir(),
     )?;
-    let label = pod_label(&k8s);
     if let (true, Some(why)) = (settings.init_phase.enabled, &pod.why_not) {
         tracing::warn!(
             pod = ?label,
@@ -68,86 +66,14 @@ pub fn cmd_add(env: &CniEnv, conf: &NetConf) -> Result<Output> {
         );
     }
 
-    // Written once, at the first ADD (nft keeps an existing table's
-    // comment): the pod UID first so that truncation keeps it; the mesh
-    // before it when it is not Linkerd (`inspect` shows it).
-    let comment = format!(
-        "meshnft {}{} pod uid {} {}",
-        env!("CARGO_PKG_VERSION"),
-        match mesh {
-            crate::config::mesh::Mesh::Linkerd => String::new(),
-            m => format!(" mesh {m}"),
-        },
-        k8s.pod_uid.as_deref().unwrap_or("-"),
-        label,
-    );
     let mut nft = Nft::open(&ns.file)?;
     // No fork for the detached close unless a re-ADD flushed (see there).
     nft.close_here_unless_freed();
     let started = std::time::Instant::now();
-    // First ADD (the common case): NEWTABLE with NLM_F_EXCL fails the batch
-    // atomically if the table exists; otherwise this is the whole job, with
-    // no flushes (see `encode::fresh`).
-    // A GETTABLE first: a refused first-ADD batch would cost a re-ADD the
-    // kernel's abort of everything it created (an RCU grace period).
-    let table = ruleset::build(&settings, pod.levels, &comment);
-    let re_add = nft.table_exists(nft::TABLE_NAME)?
-        || match nft.commit(encode::fresh(&table)) {
-            Ok(()) => false,
-            // Created by someone else since the GETTABLE.
-            Err(e) if e.errno() == Some(libc::EEXIST) => true,
-            Err(e) => return Err(e.into()),
-        };
-    if re_add {
-        let mut mark: Option<u64> = None;
-        if settings.init_phase.enabled && pod.levels.is_some() {
-            match existing_phase(&mut nft)? {
-                None | Some(Phase::Open) => {}
-                Some(phase) => {
-                    // A re-ADD must never open or reopen the init phase of a
-                    // running pod (docs/design.md#4-after-it-for-good): mark this pod's cgroup as
-                    // started, in the same transaction.
-                    match pod.abs.as_deref().and_then(crate::pod::cgroup::id_of) {
-                        Some(id) => mark = Some(id),
-                        None => settings.init_phase.enabled = false,
-                    }
-                    tracing::info!(pod = ?label, ?phase, "re-ADD of a table whose init phase is not open: it stays closed");
-                }
-            }
-        }
-        let table = ruleset::build(&settings, pod.levels, &comment);
-        let mut batch = encode::replace(&table);
-        if let Some(id) = mark {
-            for m in encode::elem_msgs(
-                nft::TABLE_NAME,
-                "proxy_started",
-                None,
-                &encode::raw_elems(&[ruleset::Elem::Cgroup(id)]),
-            ) {
-                batch.msgs.push(encode::Msg {
-                    msg: m,
-                    what: "element of set proxy_started".into(),
-                    exprs: Vec::new(),
-                });
-            }
-        }
-        nft.commit(batch)?;
-    }
-    // Kuma's IPv6 inbound passthrough source, `::6` on `lo` (kuma-dp binds
-    // it; kuma-cni adds it too), for pods whose IPv6 is redirected.
-    if mesh == crate::config::mesh::Mesh::Kuma && settings.ipv6 && has_ipv6(&result) {
-        crate::pod::loaddr::add_to_lo(
-            std::os::fd::AsFd::as_fd(&ns.file),
-            crate::pod::loaddr::KUMA_PASSTHROUGH6,
-        )
-        .map_err(|e| {
-            Error::new(
-                Code::Netns,
-                format!(
-                    "cannot add ::6/128 to the pod's lo (Kuma's IPv6 inbound passthrough): {e}"
-                ),
-            )
-        })?;
+    let comment = podtable::comment(mesh, &k8s);
+    let re_add = podtable::write(&mut nft, &mut settings, &pod, &comment, &label)?;
+    if mesh == Mesh::Kuma && settings.ipv6 && has_ipv6(&result) {
+        kuma_passthrough6(&ns)?;
     }
     tracing::info!(
         pod = ?label,
@@ -161,7 +87,6 @@ pub fn cmd_add(env: &CniEnv, conf: &NetConf) -> Result<Output> {
         elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
         "wrote table inet meshnft"
     );
-
     let rec = record(
         env,
         container_id,
@@ -176,34 +101,20 @@ pub fn cmd_add(env: &CniEnv, conf: &NetConf) -> Result<Output> {
     Ok(Output::Json(result))
 }
 
-/// The init phase of a table that already exists.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
-    /// Gate present, `proxy_started` empty.
-    Open,
-    /// `proxy_started` has an element: the proxy has started.
-    Closed,
-    /// The table has no init-phase gate (written without it).
-    Never,
-}
-
-/// Reads the init phase of the existing `table inet meshnft` over `nft`;
-/// `None` when there is no table.
-pub fn existing_phase(nft: &mut Nft) -> Result<Option<Phase>> {
-    let Some(view) = crate::table::readback::read(nft)
-        .map_err(|e| Error::new(Code::NftTransaction, e.to_string()))?
-    else {
-        return Ok(None);
-    };
-    let started = !view.elems("proxy_started").is_empty();
-    let gate = view
-        .rule("output", "init phase: the proxy has not started")
-        .is_some();
-    Ok(Some(match (started, gate) {
-        (true, _) => Phase::Closed,
-        (false, true) => Phase::Open,
-        (false, false) => Phase::Never,
-    }))
+/// Kuma's IPv6 inbound passthrough source, `::6` on `lo` (kuma-dp binds
+/// it; kuma-cni adds it too), for pods whose IPv6 is redirected.
+/// Errors: 102 when the address cannot be added.
+fn kuma_passthrough6(ns: &crate::pod::netns::Netns) -> Result<()> {
+    crate::pod::loaddr::add_to_lo(
+        std::os::fd::AsFd::as_fd(&ns.file),
+        crate::pod::loaddr::KUMA_PASSTHROUGH6,
+    )
+    .map_err(|e| {
+        Error::new(
+            Code::Netns,
+            format!("cannot add ::6/128 to the pod's lo (Kuma's IPv6 inbound passthrough): {e}"),
+        )
+    })
 }
 
 /// The pod's data, when meshnft can learn it.
@@ -220,11 +131,7 @@ pub fn existing_phase(nft: &mut Nft) -> Result<Option<Phase>> {
 ///   are only there.
 ///
 /// `None` means the conflist settings apply to every pod (no pod awareness).
-fn pod_info(
-    conf: &NetConf,
-    k8s: &K8sArgs,
-    mesh: crate::config::mesh::Mesh,
-) -> Result<Option<PodInfo>> {
+fn pod_info(conf: &NetConf, k8s: &K8sArgs, mesh: Mesh) -> Result<Option<PodInfo>> {
     let from_runtime =
         k8s::runtime_annotations(conf.runtime_config.as_ref())?.map(PodInfo::from_annotations);
     if let Some(info) = &from_runtime

@@ -13,7 +13,7 @@ use super::{Output, env::CniEnv, pod_cgroup, pod_netns, version};
 use crate::config::NetConf;
 use crate::error::{Code, Error, Result};
 use crate::nft::dump::Listing;
-use crate::nft::{self, Nft, encode};
+use crate::nft::{self, Nft, NftClient, encode};
 use crate::state;
 use crate::table::ruleset::{self, Table};
 
@@ -65,32 +65,54 @@ pub fn cmd_check(env: &CniEnv, conf: &NetConf) -> Result<Output> {
             (settings, levels)
         }
     };
-    let actual = Nft::open(&ns.file)?.read(nft::TABLE_NAME)?.ok_or_else(|| {
+    let table = ruleset::build(&settings, levels, "");
+    verify(&mut Nft::open(&ns.file)?, Nft::scratch, &table, netns_path)?;
+    Ok(Output::Nothing)
+}
+
+/// Compares the pod's table (read over `pod`) with `expected` as the
+/// kernel lists it (committed over a client from `scratch`, a fresh empty
+/// namespace), after the pod's table was found: `netns` names the pod's
+/// namespace in errors.
+///
+/// Errors: 104 when the table is missing or differs (every difference in
+/// the details); 100/101/11 from the kernel.
+pub fn verify<C: NftClient, S: NftClient>(
+    pod: &mut C,
+    scratch: impl FnOnce() -> std::result::Result<S, crate::nft::NftError>,
+    expected: &Table,
+    netns: &std::path::Path,
+) -> Result<()> {
+    let actual = pod.read(nft::TABLE_NAME)?.ok_or_else(|| {
         Error::new(
             Code::CheckMismatch,
-            format!("table inet meshnft is missing in {}", netns_path.display()),
+            format!("table inet meshnft is missing in {}", netns.display()),
         )
     })?;
-    let expected = expected_listing(&ruleset::build(&settings, levels, ""))?;
+    let expected = listing_in(&mut scratch()?, expected)?;
     let diffs = compare(&expected, &actual);
     if !diffs.is_empty() {
         return Err(Error::with_details(
             Code::CheckMismatch,
             format!(
                 "table inet meshnft in {} differs from the configuration",
-                netns_path.display()
+                netns.display()
             ),
             diffs.join("; "),
         ));
     }
-    Ok(Output::Nothing)
+    Ok(())
 }
 
 /// The kernel's listing of `table`: committed in a scratch network
 /// namespace and read back, so both sides of the comparison are in the
 /// kernel's own terms.
 pub fn expected_listing(table: &Table) -> Result<Listing> {
-    let mut scratch = Nft::scratch()?;
+    listing_in(&mut Nft::scratch()?, table)
+}
+
+/// `table` committed over the client of an empty namespace, read back.
+fn listing_in<S: NftClient>(scratch: &mut S, table: &Table) -> Result<Listing> {
     scratch.commit(encode::fresh(table))?;
     scratch.read(table.name)?.ok_or_else(|| {
         Error::new(

@@ -2,10 +2,10 @@
 //! nothing else. Idempotent: succeeds when `CNI_NETNS` is unset, the netns
 //! or the table is gone, or DEL is repeated.
 
-use super::{Output, env::CniEnv, version};
+use super::{Output, env::CniEnv, podtable, version};
 use crate::config::DEFAULT_STATE_DIR;
 use crate::error::Result;
-use crate::nft::{self, Nft};
+use crate::nft::Nft;
 use crate::pod::netns::Netns;
 use crate::state;
 use serde_json::Value;
@@ -108,8 +108,7 @@ pub fn cmd_del(env: &CniEnv, conf: &DelConf) -> Result<Output> {
         forget();
         return Ok(Output::Nothing);
     }
-    let mut nft = Nft::open(&ns.file)?;
-    if nft.delete_table(nft::TABLE_NAME)? {
+    if podtable::remove(&mut Nft::open(&ns.file)?)? {
         tracing::info!(container_id, netns = ?netns_path, "removed table inet meshnft");
     } else {
         tracing::debug!(container_id, netns = ?netns_path, "no table inet meshnft to remove");

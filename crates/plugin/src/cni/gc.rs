@@ -9,7 +9,7 @@
 use super::{Output, version};
 use crate::config::NetConf;
 use crate::error::{Code, Error, Result};
-use crate::nft::{self, Nft};
+use crate::nft::{Nft, NftClient, NftError};
 use crate::pod::netns::Netns;
 use crate::state;
 use serde::Deserialize;
@@ -75,34 +75,14 @@ pub fn cmd_gc(conf: &NetConf, stdin: &[u8]) -> Result<Output> {
     let (live, stale): (Vec<_>, Vec<_>) = state::list(&dir)
         .into_iter()
         .partition(|(_, r)| valid.contains(&(r.container_id.clone(), r.ifname.clone())));
-    let mut failures = Vec::new();
-    for (_, rec) in stale {
-        let who = format!("{}/{}", rec.container_id, rec.ifname);
-        match Netns::open(&rec.netns) {
-            Ok(Some(ns)) if ns.id == rec.netns_id && !ns.is_own().unwrap_or(true) => {
-                if live
-                    .iter()
-                    .any(|(_, l)| l.netns_id == ns.id && l.netns == rec.netns)
-                {
-                    tracing::info!(attachment = %who, "GC: table kept, a valid attachment shares its netns");
-                } else {
-                    if let Err(e) =
-                        Nft::open(&ns.file).and_then(|mut n| n.delete_table(nft::TABLE_NAME))
-                    {
-                        failures.push(format!("{who}: {e}"));
-                        continue;
-                    }
-                    tracing::info!(attachment = %who, netns = ?rec.netns, "GC removed a stale table");
-                }
-            }
-            _ => {
-                tracing::debug!(attachment = %who, "GC: netns gone or reused; dropping the record")
-            }
+    let stale: Vec<state::Record> = stale.into_iter().map(|(_, r)| r).collect();
+    let live: Vec<state::Record> = live.into_iter().map(|(_, r)| r).collect();
+    let failures = sweep(&dir, &stale, &live, |rec| match Netns::open(&rec.netns) {
+        Ok(Some(ns)) if ns.id == rec.netns_id && !ns.is_own().unwrap_or(true) => {
+            Some(Nft::open(&ns.file))
         }
-        if let Err(e) = state::remove(&dir, &rec.container_id, &rec.ifname) {
-            failures.push(format!("{who}: {e}"));
-        }
-    }
+        _ => None,
+    });
     if failures.is_empty() {
         Ok(Output::Nothing)
     } else {
@@ -112,4 +92,51 @@ pub fn cmd_gc(conf: &NetConf, stdin: &[u8]) -> Result<Output> {
             failures.join("; "),
         ))
     }
+}
+
+/// Removes the table of each stale record, unless a live record shares its
+/// netns (same path and device/inode), then the record; the failures, one
+/// line each (a record whose table could not be removed stays, for the
+/// next GC or DEL).
+///
+/// `open` gives the nf_tables client of a record's netns, or `None` when
+/// that netns is gone or is not the recorded one any more (then only the
+/// record goes).
+pub(super) fn sweep<C: NftClient>(
+    dir: &std::path::Path,
+    stale: &[state::Record],
+    live: &[state::Record],
+    mut open: impl FnMut(&state::Record) -> Option<std::result::Result<C, NftError>>,
+) -> Vec<String> {
+    let mut failures = Vec::new();
+    for rec in stale {
+        let who = format!("{}/{}", rec.container_id, rec.ifname);
+        if live
+            .iter()
+            .any(|l| l.netns_id == rec.netns_id && l.netns == rec.netns)
+        {
+            tracing::info!(attachment = %who, "GC: table kept, a valid attachment shares its netns");
+        } else {
+            match open(rec) {
+                Some(Ok(mut nft)) => {
+                    if let Err(e) = nft.delete_table(crate::nft::TABLE_NAME) {
+                        failures.push(format!("{who}: {e}"));
+                        continue;
+                    }
+                    tracing::info!(attachment = %who, netns = ?rec.netns, "GC removed a stale table");
+                }
+                Some(Err(e)) => {
+                    failures.push(format!("{who}: {e}"));
+                    continue;
+                }
+                None => {
+                    tracing::debug!(attachment = %who, "GC: netns gone or reused; dropping the record")
+                }
+            }
+        }
+        if let Err(e) = state::remove(dir, &rec.container_id, &rec.ifname) {
+            failures.push(format!("{who}: {e}"));
+        }
+    }
+    failures
 }

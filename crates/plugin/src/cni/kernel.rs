@@ -16,6 +16,7 @@
 //! another reason (no nf_tables at all) is not taken for a missing feature.
 //! The result is cached per boot in the state dir.
 
+use crate::bootcache;
 use crate::error::{Error, Result};
 use crate::nft::model::{Chain, Hook, IPPROTO_UDP, Key, KeyType, Rule, Set, Stmt, Table};
 use crate::nft::verdict::Verdict;
@@ -102,13 +103,9 @@ pub fn measure() -> Result<bool> {
 /// and cached (read and written like the state records). A failed
 /// measurement is not cached.
 pub fn socket_cgroupv2(state_dir: &Path) -> Result<bool> {
-    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
-        .map(|s| s.trim().to_string())
-        .ok();
-    if let (Some(boot), Some(body)) = (&boot, crate::state::read_file(state_dir, CACHE))
-        && let Ok(c) = serde_json::from_slice::<Cached>(&body)
-        && &c.boot_id == boot
-    {
+    let boot = bootcache::boot_id();
+    let fresh = |c: &Cached| boot.as_ref() == Some(&c.boot_id);
+    if let Some(c) = bootcache::read(state_dir, CACHE, fresh) {
         return Ok(c.socket_cgroupv2);
     }
     let ok = measure()?;
@@ -117,12 +114,7 @@ pub fn socket_cgroupv2(state_dir: &Path) -> Result<bool> {
             boot_id,
             socket_cgroupv2: ok,
         };
-        let write = serde_json::to_vec(&c)
-            .map_err(std::io::Error::other)
-            .and_then(|b| crate::state::write_file(state_dir, CACHE, &b));
-        if let Err(e) = write {
-            tracing::debug!("cannot cache the kernel features: {e}");
-        }
+        bootcache::write(state_dir, CACHE, &c, "the kernel features");
     }
     Ok(ok)
 }

@@ -14,8 +14,8 @@
 //! stays until the table goes (it can never match again: cgroup ids are not
 //! reused).
 
-use crate::nft::encode::{self, Batch, Msg, RawElem};
-use crate::nft::{Nft, TABLE_NAME};
+use crate::nft::encode::RawElem;
+use crate::nft::{Nft, TABLE_NAME, Transaction};
 use crate::ops::cgroupid::{self, Located};
 use crate::ops::error::{OpError, OpResult};
 use crate::pod::cgroup::Cgroup2Mount;
@@ -120,31 +120,27 @@ pub fn set(
         (None, None) => String::new(),
     };
     if !transaction.is_empty() {
-        let mut batch = Batch::default();
+        let mut tx = Transaction::new();
         let elem = |v: Option<Verdict>| RawElem {
             key: loc.id.to_ne_bytes().to_vec(),
             end: false,
             verdict: v,
         };
         if let Some(b) = &before {
-            for m in encode::del_elem_msgs(TABLE_NAME, "init_phase", &[elem(Some(b.clone()))]) {
-                batch.msgs.push(Msg {
-                    msg: m,
-                    what: format!("removal of the pin of {element}"),
-                    exprs: Vec::new(),
-                });
-            }
+            let what = format!("removal of the pin of {element}");
+            tx.delete_elements(TABLE_NAME, "init_phase", &[elem(Some(b.clone()))], &what);
         }
         if let Some(a) = &after {
-            for m in encode::elem_msgs(TABLE_NAME, "init_phase", None, &[elem(Some(a.clone()))]) {
-                batch.msgs.push(Msg {
-                    msg: m,
-                    what: format!("pin of {element}"),
-                    exprs: Vec::new(),
-                });
-            }
+            let what = format!("pin of {element}");
+            tx.add_elements(
+                TABLE_NAME,
+                "init_phase",
+                None,
+                &[elem(Some(a.clone()))],
+                &what,
+            );
         }
-        nft.commit(batch).map_err(crate::error::Error::from)?;
+        nft.commit(tx).map_err(crate::error::Error::from)?;
     }
     Ok(Change {
         cgroup: loc,

@@ -1,0 +1,148 @@
+//! The kinds of rule meshnft writes, recognised by chain and comment.
+
+/// The kinds of rule meshnft writes, recognised by comment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// `meta nfproto ipv6 return` (linkerd.ipv6 false).
+    Ipv6Off,
+    /// `meta l4proto != tcp return`.
+    OnlyTcp,
+    /// `tcp dport @skip_inbound_ports return`.
+    SkipInboundPort,
+    /// `ip saddr @skip_inbound_nets4 return`.
+    SkipInboundSrc4,
+    /// `ip6 saddr @skip_inbound_nets6 return`.
+    SkipInboundSrc6,
+    /// `tcp dport != @redirect_inbound_ports return`.
+    NotPortToRedirect,
+    /// `meta l4proto tcp redirect to :INBOUND`.
+    InboundRedirect,
+    /// `prerouting`: `jump inbound_redirect`.
+    InboundJump,
+    /// `meta l4proto tcp redirect to :OUTBOUND`.
+    OutboundRedirect,
+    /// Proxy UID (GID): `add @proxy_started { socket cgroupv2 level P }`.
+    ProxyStarts,
+    /// Proxy UID (GID): `return`.
+    ProxyOwn,
+    /// `oifname "lo" return`.
+    Loopback,
+    /// `tcp dport @skip_outbound_ports return`.
+    SkipOutboundPort,
+    /// `ip daddr @skip_outbound_nets4 return`.
+    SkipOutboundDst4,
+    /// `ip6 daddr @skip_outbound_nets6 return`.
+    SkipOutboundDst6,
+    /// `socket cgroupv2 level C vmap @init_phase`.
+    PinLookup,
+    /// `socket cgroupv2 level P != @proxy_started jump init_phase_bypass`.
+    Gate,
+    /// `ip daddr . tcp dport @init_redirect_dst4 goto outbound_redirect`.
+    InitRedirectDst4,
+    /// `ip6 daddr . tcp dport @init_redirect_dst6 goto outbound_redirect`.
+    InitRedirectDst6,
+    /// `tcp dport @init_redirect_ports goto outbound_redirect`.
+    InitRedirectPort,
+    /// `add @init_containers { socket cgroupv2 level C }`.
+    RecordInit,
+    /// `accept` at the end of `init_phase_bypass`.
+    InitAccept,
+    /// `goto outbound_redirect` at the end of `output`.
+    ToProxy,
+    /// Istio, Kuma: proxy UID, not `oifname "lo"`: `add @proxy_started`.
+    ProxyStartsNotLo,
+    /// Istio, Kuma: `oifname "lo" ip saddr 127.0.0.6 return`.
+    Passthrough4,
+    /// Istio, Kuma: `oifname "lo" ip6 saddr ::6 return`.
+    Passthrough6,
+    /// Istio, Kuma: the proxy over `lo` to a pod address (not 127.0.0.1):
+    /// `redirect to :INBOUND`.
+    ProxyLoopback4,
+    /// The same for IPv6 (not ::1).
+    ProxyLoopback6,
+    /// Istio: `ip daddr != @redirect_outbound_nets4 tcp dport !=
+    /// @redirect_outbound_ports return`.
+    NotIncluded4,
+    /// The same for IPv6.
+    NotIncluded6,
+}
+
+/// Recognises a rule by its chain and comment.
+pub fn classify(chain: &str, comment: &str) -> Option<Kind> {
+    use Kind::*;
+    let exact = match (chain, comment) {
+        (_, "only TCP is redirected") => Some(OnlyTcp),
+        ("inbound_redirect", "inbound port ignored") => Some(SkipInboundPort),
+        ("inbound_redirect", "inbound IPv4 source ignored") => Some(SkipInboundSrc4),
+        ("inbound_redirect", "inbound IPv6 source ignored") => Some(SkipInboundSrc6),
+        ("inbound_redirect", "inbound port not in ports-to-redirect") => Some(NotPortToRedirect),
+        ("prerouting", "inbound TCP to the proxy") => Some(InboundJump),
+        ("output", "loopback") => Some(Loopback),
+        ("output", "outbound port ignored") => Some(SkipOutboundPort),
+        ("output", "outbound IPv4 destination ignored") => Some(SkipOutboundDst4),
+        ("output", "outbound IPv6 destination ignored") => Some(SkipOutboundDst6),
+        ("output", "outbound TCP to the proxy") => Some(ToProxy),
+        ("init_phase_bypass", "IPv4 destination redirected even in the init phase") => {
+            Some(InitRedirectDst4)
+        }
+        ("init_phase_bypass", "IPv6 destination redirected even in the init phase") => {
+            Some(InitRedirectDst6)
+        }
+        ("init_phase_bypass", "port redirected even in the init phase") => Some(InitRedirectPort),
+        ("init_phase_bypass", "init container goes out directly") => Some(InitAccept),
+        ("output", "inbound passthrough from the proxy (source 127.0.0.6)") => Some(Passthrough4),
+        ("output", "inbound passthrough from the proxy (source ::6)") => Some(Passthrough6),
+        ("output", "IPv4 destination not in the redirected ranges or ports") => Some(NotIncluded4),
+        ("output", "IPv6 destination not in the redirected ranges or ports") => Some(NotIncluded6),
+        _ => None,
+    };
+    exact.or_else(|| {
+        let prefixed: [(&str, &str, Kind); 11] = [
+            ("inbound_redirect", "IPv6 is not redirected (", Ipv6Off),
+            ("output", "IPv6 is not redirected (", Ipv6Off),
+            (
+                "output",
+                "the proxy's first packet not over loopback ends the init phase (",
+                ProxyStartsNotLo,
+            ),
+            (
+                "output",
+                "the proxy to an IPv4 pod address over loopback goes to the inbound port (",
+                ProxyLoopback4,
+            ),
+            (
+                "output",
+                "the proxy to an IPv6 pod address over loopback goes to the inbound port (",
+                ProxyLoopback6,
+            ),
+            (
+                "inbound_redirect",
+                "to the proxy's inbound port ",
+                InboundRedirect,
+            ),
+            (
+                "outbound_redirect",
+                "to the proxy's outbound port ",
+                OutboundRedirect,
+            ),
+            (
+                "output",
+                "the proxy's first packet ends the init phase (",
+                ProxyStarts,
+            ),
+            ("output", "the proxy's own traffic (", ProxyOwn),
+            ("output", "explicit per-container verdict (", PinLookup),
+            ("output", "init phase: the proxy has not started (", Gate),
+        ];
+        let record = (
+            "init_phase_bypass",
+            "record the container that bypassed the proxy (",
+            RecordInit,
+        );
+        prefixed
+            .into_iter()
+            .chain([record])
+            .find(|(c, p, _)| *c == chain && comment.starts_with(p))
+            .map(|(_, _, k)| k)
+    })
+}

@@ -1,0 +1,227 @@
+//! The text output of `inspect` and `inspect --all`: short, aligned
+//! sections, from the same [`Report`] and [`AllReport`] as the JSON.
+
+use super::{AllReport, Config, PhaseState, Report};
+use crate::ops::cgroupid::CgroupRef;
+use std::fmt::Write as _;
+
+/// One `key value` line, the keys aligned.
+fn kv(o: &mut String, k: &str, v: &str) {
+    let _ = writeln!(o, "{k:<26} {v}");
+}
+
+/// `path (id N)`, or `id N (cgroup no longer exists)`.
+pub fn cgroup_text(c: &CgroupRef) -> String {
+    match (&c.path, c.id) {
+        (Some(p), Some(id)) => format!("{} (id {id})", p.display()),
+        (Some(p), None) => p.display().to_string(),
+        (None, Some(id)) => format!("id {id} (cgroup no longer exists)"),
+        (None, None) => format!("{} (cgroup no longer exists)", c.nft),
+    }
+}
+
+fn list_or(v: &[String], empty: &str) -> String {
+    if v.is_empty() {
+        empty.to_string()
+    } else {
+        v.join(", ")
+    }
+}
+
+fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
+    v.map_or("?".to_string(), |v| v.to_string())
+}
+
+/// Human output of `inspect`: short, aligned sections.
+pub fn render(r: &Report) -> String {
+    let mut o = String::new();
+    let c = &r.config;
+    kv(
+        &mut o,
+        "netns",
+        &format!("{} (inode {})", r.netns.path.display(), r.netns.ino),
+    );
+    kv(&mut o, "table", r.table_comment.as_deref().unwrap_or("-"));
+    for a in &r.attachments {
+        let mut s = format!("{} {}", a.container_id, a.ifname);
+        if let Some(p) = &a.pod {
+            let _ = write!(s, ", pod {p}");
+        }
+        if let Some(cg) = &a.pod_cgroup {
+            let _ = write!(s, ", pod cgroup {}", cg.display());
+        }
+        kv(&mut o, "attachment", &s);
+    }
+    let phase = match r.init_phase.state {
+        PhaseState::Open => {
+            "open: the proxy has not sent a packet yet; the pod's containers go out directly"
+        }
+        PhaseState::Closed => "closed: the proxy has started; all outbound TCP is redirected",
+        PhaseState::Off => {
+            "off: no init-phase gate in this table (initPhase disabled, or no pod cgroup at ADD)"
+        }
+    };
+    kv(&mut o, "init phase", phase);
+    for c in &r.init_phase.proxy_started {
+        kv(&mut o, "proxy started in", &cgroup_text(c));
+    }
+    kv(
+        &mut o,
+        "cgroup levels",
+        &match c.levels {
+            Some(l) => format!("pod {}, containers {}", opt(l.pod), opt(l.container)),
+            None => "none (the table has no cgroup rules)".into(),
+        },
+    );
+    config_text(&mut o, c);
+    lists_text(&mut o, r);
+    o
+}
+
+/// The configuration section of [`render`].
+fn config_text(o: &mut String, c: &Config) {
+    let _ = writeln!(o, "\nconfiguration (as written into the table)");
+    let proxy = match (c.proxy_uid, c.proxy_gid, c.proxy_gid_alone) {
+        (Some(u), _, Some(g)) => format!("uid {u} or gid {g}"),
+        (Some(u), Some(g), None) => format!("uid {u} and gid {g}"),
+        (Some(u), None, None) => format!("uid {u} (any gid)"),
+        _ => "?".into(),
+    };
+    if let Some(m) = c.mesh.as_deref() {
+        kv(o, "  mesh", m);
+    }
+    for (k, v) in [
+        ("  proxy", proxy),
+        ("  inbound port", opt(c.inbound_port)),
+        ("  outbound port", opt(c.outbound_port)),
+        (
+            "  IPv6",
+            if c.ipv6 {
+                "redirected"
+            } else {
+                "not redirected"
+            }
+            .into(),
+        ),
+        (
+            "  inbound ports",
+            list_or(
+                &c.redirect_inbound_ports,
+                "all (ports-to-redirect is empty)",
+            ),
+        ),
+        (
+            "  inbound ports ignored",
+            list_or(&c.skip_inbound_ports, "-"),
+        ),
+        (
+            "  inbound sources ignored",
+            list_or(&c.skip_inbound_nets, "-"),
+        ),
+        (
+            "  outbound ports ignored",
+            list_or(&c.skip_outbound_ports, "-"),
+        ),
+        (
+            "  outbound dsts ignored",
+            list_or(&c.skip_outbound_nets, "-"),
+        ),
+        (
+            "  init-phase redirects",
+            list_or(&c.init_redirect_destinations, "-"),
+        ),
+    ] {
+        kv(o, k, &v);
+    }
+}
+
+/// The init containers, pins, counters and warnings of [`render`].
+fn lists_text(o: &mut String, r: &Report) {
+    let _ = writeln!(
+        o,
+        "\ninit containers (went out directly during the init phase)"
+    );
+    if r.init_containers.is_empty() {
+        let _ = writeln!(o, "  none");
+    }
+    for cg in &r.init_containers {
+        let _ = writeln!(o, "  {}", cgroup_text(cg));
+    }
+    let _ = writeln!(
+        o,
+        "\npins (init_phase map, consulted before the init-phase gate)"
+    );
+    if r.pins.is_empty() {
+        let _ = writeln!(o, "  none");
+    }
+    for p in &r.pins {
+        let _ = writeln!(
+            o,
+            "  {:<8} {:<24} {}",
+            p.verdict,
+            format!("({})", p.nft),
+            cgroup_text(&p.cgroup)
+        );
+    }
+    let _ = writeln!(o, "\ncounters (first packets of connections)");
+    let w = r
+        .counters
+        .iter()
+        .map(|c| c.chain.len())
+        .max()
+        .unwrap_or(5)
+        .max(5);
+    let _ = writeln!(
+        o,
+        "  {:<w$} {:>8} {:>10}  RULE",
+        "CHAIN", "PACKETS", "BYTES"
+    );
+    for c in &r.counters {
+        let _ = writeln!(
+            o,
+            "  {:<w$} {:>8} {:>10}  {}",
+            c.chain, c.packets, c.bytes, c.comment
+        );
+    }
+    if !r.warnings.is_empty() {
+        let _ = writeln!(o, "\nwarnings");
+        for w in &r.warnings {
+            let _ = writeln!(o, "  {w}");
+        }
+    }
+}
+
+/// Human output of `inspect --all`: a header and one line per namespace.
+pub fn render_all(all: &AllReport) -> String {
+    let mut o = String::new();
+    let w = all
+        .namespaces
+        .iter()
+        .map(|s| s.netns.as_os_str().len())
+        .max()
+        .unwrap_or(5)
+        .max(5);
+    let _ = writeln!(
+        o,
+        "{:<w$}  {:<6}  {:>4}  {:>4}  {:<16}  TABLE",
+        "NETNS", "PHASE", "INIT", "PINS", "SANDBOX"
+    );
+    for s in &all.namespaces {
+        let sandbox = if s.container_ids.is_empty() {
+            "-".to_string()
+        } else {
+            s.container_ids.join(",")
+        };
+        let _ = writeln!(
+            o,
+            "{:<w$}  {:<6}  {:>4}  {:>4}  {:<16}  {}",
+            s.netns.display(),
+            s.init_phase.as_str(),
+            s.init_containers,
+            s.pins,
+            sandbox,
+            s.table_comment.as_deref().unwrap_or("-")
+        );
+    }
+    o
+}
