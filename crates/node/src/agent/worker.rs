@@ -276,15 +276,8 @@ impl Worker {
         close: Option<&'static str>,
         repair: bool,
     ) -> Result<Report, AgentError> {
-        // The comment ADD writes (the mesh named when it is not Linkerd).
-        let comment = format!(
-            "meshnft {}{} pod uid {uid} {label}",
-            env!("CARGO_PKG_VERSION"),
-            match mesh {
-                Mesh::Linkerd => String::new(),
-                m => format!(" mesh {m}"),
-            }
-        );
+        // The comment ADD writes.
+        let comment = crate::cni::podtable::comment_for(mesh, uid, label);
         let (host, u) = (self.host.clone(), uid.to_string());
         let res = tokio::task::spawn_blocking(move || {
             host.inspect(&u, &settings, &comment, close, repair)

@@ -18,15 +18,23 @@ use crate::table::{readback, ruleset};
 /// it when it is not Linkerd (`inspect` shows it). `-` for what the runtime
 /// did not give.
 pub fn comment(mesh: Mesh, k8s: &K8sArgs) -> String {
+    comment_for(
+        mesh,
+        k8s.pod_uid.as_deref().unwrap_or("-"),
+        &super::pod_label(k8s),
+    )
+}
+
+/// The table comment for pod `uid` labelled `label` (`NS/NAME`), as
+/// [`comment`] writes it; the node agent's repair writes the same.
+pub fn comment_for(mesh: Mesh, uid: &str, label: &str) -> String {
     format!(
-        "meshnft {}{} pod uid {} {}",
+        "meshnft {}{} pod uid {uid} {label}",
         env!("CARGO_PKG_VERSION"),
         match mesh {
             Mesh::Linkerd => String::new(),
             m => format!(" mesh {m}"),
         },
-        k8s.pod_uid.as_deref().unwrap_or("-"),
-        super::pod_label(k8s),
     )
 }
 
