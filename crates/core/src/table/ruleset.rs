@@ -37,7 +37,6 @@ pub struct Levels {
     pub container: u8,
 }
 
-use crate::config::mesh::Mesh;
 pub use crate::nft::model::{Chain, Const, Elem, Hook, Key, KeyType, Rule, Set, Stmt, Table};
 use crate::nft::model::{IPPROTO_TCP, NFPROTO_IPV6};
 pub use crate::nft::verdict::Verdict;
@@ -216,7 +215,7 @@ pub fn build(s: &Settings, levels: Option<Levels>, comment: &str) -> Table {
         ),
     ];
 
-    if mesh.mesh == Mesh::Istio {
+    if mesh.mesh.module().outbound_include_sets() {
         let include = mesh.redirect_outbound_nets.clone().unwrap_or_default();
         sets.push(set(
             "redirect_outbound_ports",
