@@ -663,14 +663,7 @@ impl Worker {
         };
         let close = pods::phase_closed(pod, mesh);
         // The comment ADD writes (the mesh named when it is not Linkerd).
-        let comment = format!(
-            "meshnft {}{} pod uid {uid} {label}",
-            env!("CARGO_PKG_VERSION"),
-            match mesh {
-                Mesh::Linkerd => String::new(),
-                m => format!(" mesh {m}"),
-            }
-        );
+        let comment = crate::table::comment::table_comment(mesh, Some(&uid), &label);
         let (host, u) = (self.host.clone(), uid.clone());
         let repair = mode == RepairMode::InPlace;
         let res = tokio::task::spawn_blocking(move || {
