@@ -307,3 +307,12 @@ pub(crate) fn block_list<T>(
 ) -> Result<T> {
     parse(field, &list_text(field, v, default)?)
 }
+
+/// Go's `strconv.ParseBool`, which istio-cni uses: `None` when not a boolean.
+pub fn go_bool(v: &str) -> Option<bool> {
+    match v {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
+        _ => None,
+    }
+}

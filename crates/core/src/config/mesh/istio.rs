@@ -21,6 +21,7 @@ use super::{
     ALL_PORTS, Annotations, LoopbackInbound, Mesh, MeshModule, MeshRules, annotation_error,
     missing, one, sidecar_settings,
 };
+pub use crate::config::values::go_bool;
 use crate::config::values::{
     block_id, block_list, distinct_ports, nets, nets_sel, port_list, port_sel,
 };
@@ -263,15 +264,6 @@ impl IstioPod {
     }
 }
 
-/// Go's `strconv.ParseBool`, which istio-cni uses: `None` when not a boolean.
-pub fn go_bool(v: &str) -> Option<bool> {
-    match v {
-        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
-        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
-        _ => None,
-    }
-}
-
 /// Istio's module.
 pub struct Istio;
 
@@ -426,22 +418,15 @@ impl MeshModule for Istio {
 /// interception, per-interface rules.
 fn refused(ann: &Annotations) -> Result<()> {
     if let Some((key, v)) = ann.get(ISTIO_ANN_INTERCEPTION_MODE) {
-        match v {
-            "REDIRECT" => {}
-            "TPROXY" => {
-                return Err(annotation_error(
-                    key,
-                    v,
-                    "TPROXY interception is not supported by meshnft (it redirects with nat rules): use REDIRECT",
-                ));
-            }
-            _ => {
-                return Err(annotation_error(
-                    key,
-                    v,
-                    "expected REDIRECT (istio-cni refuses anything but REDIRECT and TPROXY too)",
-                ));
-            }
+        let why = match v {
+            "REDIRECT" => None,
+            "TPROXY" => Some(
+                "TPROXY interception is not supported by meshnft (it redirects with nat rules): use REDIRECT",
+            ),
+            _ => Some("expected REDIRECT (istio-cni refuses anything but REDIRECT and TPROXY too)"),
+        };
+        if let Some(why) = why {
+            return Err(annotation_error(key, v, why));
         }
     }
     for key in [

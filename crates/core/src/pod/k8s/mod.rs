@@ -9,7 +9,8 @@
 //!    `kubernetes` service) from the API server named by
 //!    `kubernetes.kubeconfig` ([`api`]).
 //!
-//! Beside them: [`agent`] (asking the node agent for a pod) and [`report`]
+//! Beside them: [`kubeconfig`] (the kubeconfig [`api`] reads pods with),
+//! [`agent`] (asking the node agent for a pod) and [`report`]
 //! (telling it how a verb went).
 //!
 //! Which pods a mesh redirects and what their annotations change is the
@@ -19,6 +20,7 @@
 pub mod agent;
 pub mod api;
 pub mod doc;
+pub mod kubeconfig;
 pub mod names;
 pub mod report;
 
