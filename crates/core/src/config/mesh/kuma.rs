@@ -454,6 +454,10 @@ impl MeshModule for Kuma {
     fn ipv6_off_reason(&self) -> &'static str {
         "kuma.ipFamilyMode is ipv4"
     }
+
+    fn passthrough6_on_lo(&self) -> bool {
+        true
+    }
 }
 
 /// The annotations asking for what meshnft has no datapath for (the

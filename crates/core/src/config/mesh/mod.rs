@@ -18,8 +18,8 @@
 //! node agent ask the module of the entry's [`Mesh`] ([`Mesh::module`]).
 //!
 //! Adding a mesh: a new file beside [`linkerd`], [`istio`] and [`kuma`]
-//! implementing [`MeshModule`], and its variant of [`Mesh`] with its arm in
-//! [`Mesh::module`] (the registration).
+//! implementing [`MeshModule`], and its variant of [`Mesh`] with its line in
+//! the registry (`REGISTRY`, which [`Mesh::module`] and [`Mesh::all`] read).
 //!
 //! Why a trait rather than a table of functions: each mesh is a unit
 //! struct whose methods share the module's private helpers, the compiler
@@ -63,17 +63,27 @@ pub enum Mesh {
     Kuma,
 }
 
+/// The registry: every mesh and its module, in the order of the docs.
+/// Adding a mesh is its variant of [`Mesh`] and its line here.
+const REGISTRY: &[(Mesh, &dyn MeshModule)] = &[
+    (Mesh::Linkerd, &linkerd::Linkerd),
+    (Mesh::Istio, &istio::Istio),
+    (Mesh::Kuma, &kuma::Kuma),
+];
+
 impl Mesh {
     /// Every mesh, in the order of the docs.
-    pub const ALL: [Mesh; 3] = [Mesh::Linkerd, Mesh::Istio, Mesh::Kuma];
+    pub fn all() -> impl Iterator<Item = Mesh> {
+        REGISTRY.iter().map(|(m, _)| *m)
+    }
 
-    /// The mesh's module: the registry of meshes.
+    /// The mesh's module (from the registry; a variant missing there,
+    /// which the registry's test refuses, would be served as Linkerd).
     pub fn module(self) -> &'static dyn MeshModule {
-        match self {
-            Mesh::Linkerd => &linkerd::Linkerd,
-            Mesh::Istio => &istio::Istio,
-            Mesh::Kuma => &kuma::Kuma,
-        }
+        REGISTRY
+            .iter()
+            .find(|(m, _)| *m == self)
+            .map_or(&linkerd::Linkerd, |(_, module)| *module)
     }
 
     /// The value of `"mesh"` and the name of the mesh's block.
@@ -82,20 +92,26 @@ impl Mesh {
     }
 
     /// Reads `"mesh"`: absent (or `null`) is Linkerd.
-    /// Errors: code 7 naming `mesh` and the token.
+    /// Errors: code 7 naming `mesh` and the token (`expected "linkerd",
+    /// "istio" or "kuma"`).
     pub fn parse(v: Option<&Value>) -> Result<Mesh> {
+        let expected = || {
+            let names: Vec<String> = Mesh::all().map(|m| format!("\"{m}\"")).collect();
+            match names.split_last() {
+                Some((last, [])) => format!("expected {last}"),
+                Some((last, rest)) => format!("expected {} or {last}", rest.join(", ")),
+                None => "expected a mesh".to_string(),
+            }
+        };
         match v {
             None | Some(Value::Null) => Ok(Mesh::Linkerd),
-            Some(Value::String(s)) => Mesh::ALL
-                .into_iter()
+            Some(Value::String(s)) => Mesh::all()
                 .find(|m| m.name() == s)
-                .ok_or_else(|| Error::config("mesh", s, EXPECTED_MESH)),
-            Some(other) => Err(Error::config("mesh", &tok(other), EXPECTED_MESH)),
+                .ok_or_else(|| Error::config("mesh", s, expected())),
+            Some(other) => Err(Error::config("mesh", &tok(other), expected())),
         }
     }
 }
-
-const EXPECTED_MESH: &str = "expected \"linkerd\", \"istio\" or \"kuma\"";
 
 impl std::fmt::Display for Mesh {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -151,6 +167,13 @@ pub trait MeshModule: Sync {
     /// The key that turns IPv6 on, for the comment of the rule that leaves
     /// IPv6 alone (`linkerd.ipv6 is false`).
     fn ipv6_off_reason(&self) -> &'static str;
+
+    /// Whether a pod whose IPv6 is redirected needs the proxy's IPv6
+    /// inbound passthrough source `::6` on its `lo` (Kuma's: kuma-dp binds
+    /// it, kuma-cni adds it; [`crate::pod::loaddr`] adds it).
+    fn passthrough6_on_lo(&self) -> bool {
+        false
+    }
 }
 
 /// The proxy's TCP over loopback to a pod address (not 127.0.0.1/::1) goes
@@ -206,7 +229,7 @@ pub(crate) fn one(p: u16) -> PortRange {
 /// module's [`MeshModule::settings`].
 pub fn settings(conf: &NetConf) -> Result<Settings> {
     let mesh = Mesh::parse(conf.mesh.as_ref())?;
-    for m in Mesh::ALL {
+    for m in Mesh::all() {
         if m != mesh && m.module().block_given(conf) {
             return Err(other_block(m, mesh));
         }
@@ -247,12 +270,12 @@ fn other_block(block: Mesh, mesh: Mesh) -> Error {
 /// each block's nested blocks are objects ([`MeshModule::check_block`]).
 pub fn check_blocks(top: &Map<String, Value>) -> Result<()> {
     let mesh = Mesh::parse(top.get("mesh"))?;
-    for m in Mesh::ALL {
+    for m in Mesh::all() {
         if m != mesh && top.contains_key(m.name()) {
             return Err(other_block(m, mesh));
         }
     }
-    for m in Mesh::ALL {
+    for m in Mesh::all() {
         m.module().check_block(top)?;
     }
     Ok(())

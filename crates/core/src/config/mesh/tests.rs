@@ -635,3 +635,23 @@ fn go_booleans() {
     }
     assert_eq!(go_bool("yes"), None);
 }
+
+#[test]
+fn every_mesh_is_registered_once_under_its_name() {
+    // A new variant fails to compile here until it is listed, and then
+    // fails the test until it is registered.
+    let every = |m: Mesh| match m {
+        Mesh::Linkerd | Mesh::Istio | Mesh::Kuma => m,
+    };
+    for m in [Mesh::Linkerd, Mesh::Istio, Mesh::Kuma].map(every) {
+        assert_eq!(REGISTRY.iter().filter(|(r, _)| *r == m).count(), 1, "{m:?}");
+        assert_eq!(serde_json::to_value(m).unwrap(), json!(m.module().name()));
+        assert_eq!(Mesh::parse(Some(&json!(m.name()))).unwrap(), m);
+    }
+    let e = Mesh::parse(Some(&json!("consul"))).unwrap_err();
+    assert!(
+        e.msg
+            .ends_with("expected \"linkerd\", \"istio\" or \"kuma\""),
+        "{e}"
+    );
+}
