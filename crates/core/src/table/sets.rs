@@ -1,12 +1,11 @@
 //! The table's named sets and the `init_phase` verdict map: the
 //! datapath-filled sets (never flushed by a re-ADD), the static sets of
-//! the settings (their comments are the mesh's, [`MeshModule::set_comment`]),
-//! and the init phase's destinations.
-//!
-//! [`MeshModule::set_comment`]: crate::config::mesh::MeshModule::set_comment
+//! the settings (their comments are the mesh's, [`SetComments`]), and the
+//! init phase's destinations.
 
 use super::ruleset::{Elem, KeyType, Set};
 use crate::config::Settings;
+use crate::config::mesh::SetComments;
 use crate::ports::PortRange;
 use crate::subnets::Subnets;
 
@@ -41,22 +40,18 @@ fn dynamic(name: &'static str, comment: &'static str) -> Set {
 }
 
 /// The pair of sets `<name>4` and `<name>6` holding `nets`.
-fn net_sets(
-    names: [&'static str; 2],
-    nets: &Subnets,
-    comment: impl Fn(&str) -> &'static str,
-) -> [Set; 2] {
+fn net_sets(names: [&'static str; 2], nets: &Subnets, comments: [&'static str; 2]) -> [Set; 2] {
     [
         set(
             names[0],
             KeyType::Ipv4,
-            comment(names[0]),
+            comments[0],
             nets.v4.iter().copied().map(Elem::Net4).collect(),
         ),
         set(
             names[1],
             KeyType::Ipv6,
-            comment(names[1]),
+            comments[1],
             nets.v6.iter().copied().map(Elem::Net6).collect(),
         ),
     ]
@@ -64,11 +59,8 @@ fn net_sets(
 
 /// Every set of the table for `s`, in the table's order.
 pub fn sets(s: &Settings) -> Vec<Set> {
-    let module = s.mesh.mesh.module();
-    let comment = |name: &str| module.set_comment(name);
-    let ports = |name: &'static str, r: &[PortRange]| {
-        set(name, KeyType::Port, comment(name), port_elems(r))
-    };
+    let c: SetComments = s.mesh.mesh.module().set_comments();
+    let ports = |name, comment, r: &[PortRange]| set(name, KeyType::Port, comment, port_elems(r));
     let mut sets = vec![
         dynamic(
             "proxy_started",
@@ -87,22 +79,53 @@ pub fn sets(s: &Settings) -> Vec<Set> {
             comment: "explicit verdicts per container cgroup, consulted before the init-phase gate",
             elements: None,
         },
-        ports("redirect_inbound_ports", &s.redirect_inbound_ports),
-        ports("skip_inbound_ports", &s.skip_inbound_ports),
+        ports(
+            "redirect_inbound_ports",
+            c.redirect_inbound_ports,
+            &s.redirect_inbound_ports,
+        ),
+        ports(
+            "skip_inbound_ports",
+            c.skip_inbound_ports,
+            &s.skip_inbound_ports,
+        ),
     ];
     sets.extend(net_sets(
         ["skip_inbound_nets4", "skip_inbound_nets6"],
         &s.skip_inbound_nets,
-        comment,
+        c.skip_inbound_nets,
     ));
-    sets.push(ports("skip_outbound_ports", &s.skip_outbound_ports));
+    sets.push(ports(
+        "skip_outbound_ports",
+        c.skip_outbound_ports,
+        &s.skip_outbound_ports,
+    ));
     sets.extend(net_sets(
         ["skip_outbound_nets4", "skip_outbound_nets6"],
         &s.skip_outbound_nets,
-        comment,
+        c.skip_outbound_nets,
     ));
+    sets.extend(init_redirect_sets(s));
+    if let Some([ports_comment, nets4, nets6]) = c.redirect_outbound {
+        let include = s.mesh.redirect_outbound_nets.clone().unwrap_or_default();
+        sets.push(ports(
+            "redirect_outbound_ports",
+            ports_comment,
+            &s.mesh.redirect_outbound_ports,
+        ));
+        sets.extend(net_sets(
+            ["redirect_outbound_nets4", "redirect_outbound_nets6"],
+            &include,
+            [nets4, nets6],
+        ));
+    }
+    sets
+}
+
+/// The init phase's destinations (`initPhase.redirectDestinations`).
+fn init_redirect_sets(s: &Settings) -> [Set; 3] {
     let redirect = &s.init_phase.redirect;
-    sets.extend([
+    [
         set(
             "init_redirect_ports",
             KeyType::Port,
@@ -129,18 +152,5 @@ pub fn sets(s: &Settings) -> Vec<Set> {
                 .map(|(a, p)| Elem::Addr6Port(*a, *p))
                 .collect(),
         ),
-    ]);
-    if module.outbound_include_sets() {
-        let include = s.mesh.redirect_outbound_nets.clone().unwrap_or_default();
-        sets.push(ports(
-            "redirect_outbound_ports",
-            &s.mesh.redirect_outbound_ports,
-        ));
-        sets.extend(net_sets(
-            ["redirect_outbound_nets4", "redirect_outbound_nets6"],
-            &include,
-            comment,
-        ));
-    }
-    sets
+    ]
 }

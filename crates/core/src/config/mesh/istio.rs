@@ -18,8 +18,8 @@
 //! `tools/istio-iptables/pkg/capture/run.go`.
 
 use super::{
-    ALL_PORTS, Annotations, LoopbackInbound, Mesh, MeshModule, MeshRules, annotation_error,
-    missing, one, sidecar_settings,
+    ALL_PORTS, Annotations, LoopbackInbound, Mesh, MeshModule, MeshRules, SetComments,
+    annotation_error, missing, one, sidecar_settings,
 };
 pub use crate::config::values::go_bool;
 use crate::config::values::{
@@ -383,30 +383,25 @@ impl MeshModule for Istio {
         ("istio-validation", Some(126))
     }
 
-    fn set_comment(&self, set: &str) -> &'static str {
-        match set {
-            "redirect_inbound_ports" => {
-                "istio includeInboundPorts: when not empty, only these inbound ports are redirected"
-            }
-            "skip_inbound_ports" => {
-                "istio excludeInboundPorts, 15020, 15021, 15090 and the tunnel port 15008"
-            }
-            "skip_inbound_nets4" => "unused with istio (IPv4 sources)",
-            "skip_inbound_nets6" => "unused with istio (IPv6 sources)",
-            "skip_outbound_ports" => "istio excludeOutboundPorts",
-            "skip_outbound_nets4" => "istio excludeOutboundIPRanges (IPv4)",
-            "skip_outbound_nets6" => "istio excludeOutboundIPRanges (IPv6)",
-            "redirect_outbound_nets4" => "istio includeOutboundIPRanges (IPv4) when it is not *",
-            "redirect_outbound_nets6" => "istio includeOutboundIPRanges (IPv6) when it is not *",
-            "redirect_outbound_ports" => {
-                "istio includeOutboundPorts: redirected outside includeOutboundIPRanges too"
-            }
-            _ => "",
+    fn set_comments(&self) -> SetComments {
+        SetComments {
+            redirect_inbound_ports: "istio includeInboundPorts: when not empty, only these inbound ports are redirected",
+            skip_inbound_ports: "istio excludeInboundPorts, 15020, 15021, 15090 and the tunnel port 15008",
+            skip_inbound_nets: [
+                "unused with istio (IPv4 sources)",
+                "unused with istio (IPv6 sources)",
+            ],
+            skip_outbound_ports: "istio excludeOutboundPorts",
+            skip_outbound_nets: [
+                "istio excludeOutboundIPRanges (IPv4)",
+                "istio excludeOutboundIPRanges (IPv6)",
+            ],
+            redirect_outbound: Some([
+                "istio includeOutboundPorts: redirected outside includeOutboundIPRanges too",
+                "istio includeOutboundIPRanges (IPv4) when it is not *",
+                "istio includeOutboundIPRanges (IPv6) when it is not *",
+            ]),
         }
-    }
-
-    fn outbound_include_sets(&self) -> bool {
-        true
     }
 
     fn ipv6_off_reason(&self) -> &'static str {

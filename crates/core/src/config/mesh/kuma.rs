@@ -16,8 +16,8 @@
 //! the rules of `pkg/transparentproxy/iptables/builder/builder_table_nat.go`.
 
 use super::{
-    ALL_PORTS, Annotations, LoopbackInbound, Mesh, MeshModule, MeshRules, annotation_error,
-    missing, one, parse_uid, sidecar_settings,
+    ALL_PORTS, Annotations, LoopbackInbound, Mesh, MeshModule, MeshRules, SetComments,
+    annotation_error, missing, one, parse_uid, sidecar_settings,
 };
 use crate::config::values::{
     block_id, block_list, distinct_ports, ip_family_mode, nets, port_list, single_port, tok,
@@ -436,18 +436,20 @@ impl MeshModule for Kuma {
         ("kuma-validation", None)
     }
 
-    fn set_comment(&self, set: &str) -> &'static str {
-        match set {
-            "redirect_inbound_ports" => "unused with kuma (every inbound port)",
-            "skip_inbound_ports" => {
-                "kuma redirect.inbound.excludePorts and the application probe proxy port"
-            }
-            "skip_inbound_nets4" => "kuma redirect.inbound.excludePortsForIPs (IPv4)",
-            "skip_inbound_nets6" => "kuma redirect.inbound.excludePortsForIPs (IPv6)",
-            "skip_outbound_ports" => "kuma redirect.outbound.excludePorts",
-            "skip_outbound_nets4" => "kuma redirect.outbound.excludePortsForIPs (IPv4)",
-            "skip_outbound_nets6" => "kuma redirect.outbound.excludePortsForIPs (IPv6)",
-            _ => "",
+    fn set_comments(&self) -> SetComments {
+        SetComments {
+            redirect_inbound_ports: "unused with kuma (every inbound port)",
+            skip_inbound_ports: "kuma redirect.inbound.excludePorts and the application probe proxy port",
+            skip_inbound_nets: [
+                "kuma redirect.inbound.excludePortsForIPs (IPv4)",
+                "kuma redirect.inbound.excludePortsForIPs (IPv6)",
+            ],
+            skip_outbound_ports: "kuma redirect.outbound.excludePorts",
+            skip_outbound_nets: [
+                "kuma redirect.outbound.excludePortsForIPs (IPv4)",
+                "kuma redirect.outbound.excludePortsForIPs (IPv6)",
+            ],
+            redirect_outbound: None,
         }
     }
 

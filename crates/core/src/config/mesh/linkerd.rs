@@ -3,7 +3,7 @@
 //! annotations change, with linkerd2-proxy-init's semantics
 //! (`cni-plugin/main.go`), so existing entries and pods work unchanged.
 
-use super::{Annotations, MeshModule, parse_id, parse_ports, parse_uid};
+use super::{Annotations, MeshModule, SetComments, parse_id, parse_ports, parse_uid};
 use crate::config::values::{block_id, distinct_ports, id_value, port_values, subnet_list, tok};
 use crate::config::{InitPhaseConf, NetConf, Settings};
 use crate::error::{Error, Result};
@@ -263,18 +263,20 @@ impl MeshModule for Linkerd {
     }
 
     /// Linkerd's keys, as tables had before meshes.
-    fn set_comment(&self, set: &str) -> &'static str {
-        match set {
-            "redirect_inbound_ports" => {
-                "linkerd.ports-to-redirect: when not empty, only these inbound ports are redirected"
-            }
-            "skip_inbound_ports" => "linkerd.inbound-ports-to-ignore",
-            "skip_inbound_nets4" => "linkerd.subnets-to-ignore (IPv4 sources)",
-            "skip_inbound_nets6" => "linkerd.subnets-to-ignore (IPv6 sources)",
-            "skip_outbound_ports" => "linkerd.outbound-ports-to-ignore",
-            "skip_outbound_nets4" => "linkerd.outbound-subnets-to-ignore (IPv4 destinations)",
-            "skip_outbound_nets6" => "linkerd.outbound-subnets-to-ignore (IPv6 destinations)",
-            _ => "",
+    fn set_comments(&self) -> SetComments {
+        SetComments {
+            redirect_inbound_ports: "linkerd.ports-to-redirect: when not empty, only these inbound ports are redirected",
+            skip_inbound_ports: "linkerd.inbound-ports-to-ignore",
+            skip_inbound_nets: [
+                "linkerd.subnets-to-ignore (IPv4 sources)",
+                "linkerd.subnets-to-ignore (IPv6 sources)",
+            ],
+            skip_outbound_ports: "linkerd.outbound-ports-to-ignore",
+            skip_outbound_nets: [
+                "linkerd.outbound-subnets-to-ignore (IPv4 destinations)",
+                "linkerd.outbound-subnets-to-ignore (IPv6 destinations)",
+            ],
+            redirect_outbound: None,
         }
     }
 

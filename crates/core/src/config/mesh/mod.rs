@@ -14,8 +14,9 @@
 //! settings they give ([`Settings`], with the table's differences in
 //! [`MeshRules`]), which pods it meshes and what their annotations change
 //! (from [`PodInfo`], the pod's data), its proxy and validator containers,
-//! and the comments of the table's sets. The table, the CNI verbs and the
-//! node agent ask the module of the entry's [`Mesh`] ([`Mesh::module`]).
+//! and the comments of the table's sets ([`SetComments`]). The table, the
+//! CNI verbs and the node agent ask the module of the entry's [`Mesh`]
+//! ([`Mesh::module`]).
 //!
 //! Adding a mesh: a new file beside [`linkerd`], [`istio`] and [`kuma`]
 //! implementing [`MeshModule`], and its variant of [`Mesh`] with its line in
@@ -24,7 +25,7 @@
 //! Why a trait rather than a table of functions: each mesh is a unit
 //! struct whose methods share the module's private helpers, the compiler
 //! checks that every mesh answers every question, and a default method
-//! (no nested blocks, no extra sets) is written once.
+//! (no nested blocks, no `::6` on lo) is written once.
 
 pub mod istio;
 pub mod kuma;
@@ -155,14 +156,8 @@ pub trait MeshModule: Sync {
     /// probe was not redirected (`None`: any non-zero code).
     fn validator(&self) -> (&'static str, Option<i32>);
 
-    /// The comment of the table's set `set`: which setting fills it.
-    fn set_comment(&self, set: &str) -> &'static str;
-
-    /// Whether the table has the sets of redirected outbound destinations
-    /// and ports (`redirect_outbound_*`, Istio's include lists).
-    fn outbound_include_sets(&self) -> bool {
-        false
-    }
+    /// The comments of the table's sets of settings: which key fills each.
+    fn set_comments(&self) -> SetComments;
 
     /// The key that turns IPv6 on, for the comment of the rule that leaves
     /// IPv6 alone (`linkerd.ipv6 is false`).
@@ -174,6 +169,26 @@ pub trait MeshModule: Sync {
     fn passthrough6_on_lo(&self) -> bool {
         false
     }
+}
+
+/// The comments of a table's sets of settings, each naming the mesh's key
+/// that fills it (Linkerd's are its keys, as tables had before meshes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SetComments {
+    /// `redirect_inbound_ports`.
+    pub redirect_inbound_ports: &'static str,
+    /// `skip_inbound_ports`.
+    pub skip_inbound_ports: &'static str,
+    /// `skip_inbound_nets4` and `skip_inbound_nets6`.
+    pub skip_inbound_nets: [&'static str; 2],
+    /// `skip_outbound_ports`.
+    pub skip_outbound_ports: &'static str,
+    /// `skip_outbound_nets4` and `skip_outbound_nets6`.
+    pub skip_outbound_nets: [&'static str; 2],
+    /// The mesh's sets of redirected outbound destinations and ports, when
+    /// its table has them (Istio's include lists):
+    /// `redirect_outbound_ports`, `redirect_outbound_nets4`, `redirect_outbound_nets6`.
+    pub redirect_outbound: Option<[&'static str; 3]>,
 }
 
 /// The proxy's TCP over loopback to a pod address (not 127.0.0.1/::1) goes
@@ -279,12 +294,6 @@ pub fn check_blocks(top: &Map<String, Value>) -> Result<()> {
         m.module().check_block(top)?;
     }
     Ok(())
-}
-
-/// The comment of set `name` in a table for `mesh`: which setting fills it
-/// ([`MeshModule::set_comment`]).
-pub fn set_comment(mesh: Mesh, name: &str) -> &'static str {
-    mesh.module().set_comment(name)
 }
 
 /// The key that turns IPv6 on ([`MeshModule::ipv6_off_reason`]).
