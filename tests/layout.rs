@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[&[&str]] = &[
     &["nft"],
     &["error", "safefs"],
-    &["ports", "subnets", "logging"],
+    &["ports", "subnets", "logging", "pod::info"],
     &["config"],
     &["table"],
     &["state"],

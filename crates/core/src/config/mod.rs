@@ -12,35 +12,32 @@
 //! error is CNI code 6 (not JSON / wrong shape) or 7 (bad value) and names
 //! the field (dotted path) and the token.
 //!
-//! Beside this module: [`mesh`] (the meshes served, their blocks and the
-//! settings each one gets) and [`kubernetes`] (how the plugin reaches the
-//! API server). Below: only [`crate::ports`], [`crate::subnets`] and
-//! [`crate::error`]; everything that acts on a pod reads its settings from
-//! here.
+//! Beside this module: [`mesh`] (one module per mesh served: its block and
+//! the settings it gives, its pods and their annotations), [`values`] (the
+//! readers of ports, lists and ids the blocks share) and [`kubernetes`]
+//! (how the plugin reaches the API server). Below: only [`crate::ports`],
+//! [`crate::subnets`], [`crate::error`] and the pod's data
+//! ([`crate::pod::info`]); everything that acts on a pod reads its settings
+//! from here.
 
 pub mod kubernetes;
 pub mod mesh;
+pub mod values;
+
+pub use mesh::linkerd::{
+    DEFAULT_INBOUND_IGNORE, DEFAULT_INBOUND_PORT, DEFAULT_INIT_REDIRECT, DEFAULT_OUTBOUND_PORT,
+    DEFAULT_PROXY_UID, LinkerdConf,
+};
+use values::{init_redirect, tok};
 
 use crate::error::{Code, Error, Result};
-use crate::ports::{self, PortRange};
+use crate::ports::PortRange;
 use crate::subnets::Subnets;
 use serde::Deserialize;
 use serde_json::Value;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
 
-/// Linkerd's default inbound proxy port (`incoming-proxy-port`).
-pub const DEFAULT_INBOUND_PORT: u16 = 4143;
-/// Linkerd's default outbound proxy port (`outgoing-proxy-port`).
-pub const DEFAULT_OUTBOUND_PORT: u16 = 4140;
-/// Linkerd's default proxy UID (`proxy-uid`).
-pub const DEFAULT_PROXY_UID: u32 = 2102;
-/// Linkerd's default inbound ports to ignore: the proxy's tap (4190) and
-/// admin (4191) ports.
-pub const DEFAULT_INBOUND_IGNORE: [u16; 2] = [4190, 4191];
-/// Destinations redirected even during the init phase: Linkerd's network
-/// validator (an init container that expects its probe to be redirected).
-pub const DEFAULT_INIT_REDIRECT: [&str; 2] = ["1.1.1.1:20001", "[fd00::1]:20001"];
 /// Default directory for meshnft's per-attachment records (used by DEL,
 /// GC, CHECK and `inspect`) and per-boot caches: on tmpfs (`/run`), since a
 /// record describes a network namespace and no namespace survives a reboot.
@@ -109,39 +106,6 @@ pub struct NetConf {
     /// `io.kubernetes.cri.pod-annotations`.
     #[serde(rename = "runtimeConfig", default)]
     pub runtime_config: Option<Value>,
-}
-
-/// Linkerd's `linkerd` block (linkerd2-proxy-init `cni-plugin`, `ProxyInit`).
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct LinkerdConf {
-    /// Proxy inbound port (default 4143).
-    pub incoming_proxy_port: Option<Value>,
-    /// Proxy outbound port (default 4140).
-    pub outgoing_proxy_port: Option<Value>,
-    /// UID the proxy runs as (default 2102); 0 is refused.
-    pub proxy_uid: Option<Value>,
-    /// GID the proxy runs as; absent or <= 0 means "not set" (as in Linkerd).
-    pub proxy_gid: Option<Value>,
-    /// Inbound ports to redirect; empty means all (Linkerd "redirect-listed").
-    pub ports_to_redirect: Option<Vec<Value>>,
-    /// Inbound destination ports not redirected (default 4190, 4191).
-    pub inbound_ports_to_ignore: Option<Vec<Value>>,
-    /// Outbound destination ports not redirected.
-    pub outbound_ports_to_ignore: Option<Vec<Value>>,
-    /// Inbound *source* subnets not redirected (Linkerd applies them to
-    /// inbound traffic, `-s SUBNET -j RETURN` in `PROXY_INIT_REDIRECT`).
-    pub subnets_to_ignore: Option<Vec<Value>>,
-    /// meshnft extension: outbound destination subnets not redirected.
-    pub outbound_subnets_to_ignore: Option<Vec<Value>>,
-    /// Linkerd: redirect IPv6 too (default false: IPv6 is left alone).
-    pub ipv6: Option<bool>,
-    /// Linkerd's dry-run flag; accepted, ignored (use `nft --check`).
-    pub simulate: Option<bool>,
-    /// Linkerd's iptables lock flag; accepted, ignored (nft has no lock).
-    pub use_wait_flag: Option<bool>,
-    /// Linkerd's iptables backend; accepted, ignored (meshnft is nft-native).
-    pub iptables_mode: Option<String>,
 }
 
 /// meshnft's `initPhase` block.
@@ -380,244 +344,6 @@ fn check_blocks(bytes: &[u8]) -> Result<()> {
         }
     }
     mesh::check_blocks(&top)
-}
-
-/// A JSON value as a token in an error message: strings without quotes.
-pub(crate) fn tok(v: &Value) -> String {
-    match v {
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    }
-}
-
-/// Reads a port list (`["4190", 4191, "4000-4010"]`), merged.
-pub(crate) fn port_list(
-    field: &str,
-    v: &Option<Vec<Value>>,
-    default: &[u16],
-) -> Result<Vec<PortRange>> {
-    let Some(items) = v else {
-        return Ok(ports::merge(
-            default
-                .iter()
-                .map(|&p| PortRange { lo: p, hi: p })
-                .collect(),
-        ));
-    };
-    let mut out = Vec::new();
-    for item in items {
-        match item {
-            Value::String(s) => out.extend(ports::parse_list(field, s)?),
-            Value::Number(n) => out.push(ports::parse_range(field, &n.to_string())?),
-            other => {
-                return Err(Error::config(
-                    field,
-                    &tok(other),
-                    "expected a port number or a string",
-                ));
-            }
-        }
-    }
-    Ok(ports::merge(out))
-}
-
-/// Reads a string list of subnets.
-pub(crate) fn subnet_list(field: &str, v: &Option<Vec<Value>>) -> Result<Subnets> {
-    let mut toks = Vec::new();
-    for item in v.iter().flatten() {
-        match item {
-            Value::String(s) => toks.push(s.as_str()),
-            other => {
-                return Err(Error::config(field, &tok(other), "expected a CIDR string"));
-            }
-        }
-    }
-    Subnets::parse(field, toks)
-}
-
-/// Reads one port given as number or string.
-pub(crate) fn single_port(field: &str, v: &Option<Value>, default: u16) -> Result<u16> {
-    match v {
-        None => Ok(default),
-        Some(Value::Number(n)) => ports::parse_port(field, &n.to_string()),
-        Some(Value::String(s)) => ports::parse_port(field, s),
-        Some(other) => Err(Error::config(field, &tok(other), "expected a port number")),
-    }
-}
-
-/// Reads an id (UID/GID) given as number or numeric string.
-pub(crate) fn id_value(field: &str, v: &Value) -> Result<i64> {
-    let parsed = match v {
-        Value::Number(n) => n.as_i64(),
-        Value::String(s) => {
-            let t = s.trim();
-            let digits = t.strip_prefix('-').unwrap_or(t);
-            (!digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()))
-                .then(|| t.parse::<i64>().ok())
-                .flatten()
-        }
-        _ => None,
-    };
-    parsed.ok_or_else(|| Error::config(field, &tok(v), "expected an integer id"))
-}
-
-fn init_redirect(field: &str, v: &Option<Vec<Value>>, default: &[&str]) -> Result<InitRedirect> {
-    let defaults: Vec<Value> = default.iter().map(|s| Value::from(*s)).collect();
-    let items = v.as_ref().unwrap_or(&defaults);
-    let mut out = InitRedirect::default();
-    let mut ports_acc = Vec::new();
-    let mut tokens = Vec::new();
-    for item in items {
-        match item {
-            Value::String(s) => tokens.extend(
-                s.split(',')
-                    .map(|t| t.trim().to_string())
-                    .filter(|t| !t.is_empty()),
-            ),
-            Value::Number(n) => tokens.push(n.to_string()),
-            other => {
-                return Err(Error::config(
-                    field,
-                    &tok(other),
-                    "expected \"IP:PORT\", \"[IPv6]:PORT\" or a port",
-                ));
-            }
-        }
-    }
-    for tok in tokens {
-        if let Ok(sa) = tok.parse::<SocketAddr>() {
-            if let SocketAddr::V6(v6) = sa
-                && v6.scope_id() != 0
-            {
-                return Err(Error::config(
-                    field,
-                    &tok,
-                    "scoped IPv6 addresses are not supported",
-                ));
-            }
-            if sa.port() == 0 {
-                return Err(Error::config(
-                    field,
-                    &tok,
-                    "port 0 is not allowed (1-65535)",
-                ));
-            }
-            match sa.ip() {
-                IpAddr::V4(a) => out.v4.push((a, sa.port())),
-                IpAddr::V6(a) => out.v6.push((a, sa.port())),
-            }
-        } else if tok.contains(['.', ':', '[']) {
-            return Err(Error::config(
-                field,
-                &tok,
-                "expected \"IP:PORT\" or \"[IPv6]:PORT\"",
-            ));
-        } else {
-            ports_acc.push(ports::parse_range(field, &tok)?);
-        }
-    }
-    out.ports = ports::merge(ports_acc);
-    out.v4.sort();
-    out.v4.dedup();
-    out.v6.sort();
-    out.v6.dedup();
-    Ok(out)
-}
-
-impl LinkerdConf {
-    /// Validates this block and `init` into [`Settings`].
-    ///
-    /// Errors: code 7 naming the field (`linkerd.<key>` / `initPhase.<key>`)
-    /// and the token.
-    pub fn settings(&self, init: &InitPhaseConf) -> Result<Settings> {
-        let proxy_uid = match &self.proxy_uid {
-            None => DEFAULT_PROXY_UID,
-            Some(v) => {
-                let id = id_value("linkerd.proxy-uid", v)?;
-                if id == 0 {
-                    return Err(Error::config(
-                        "linkerd.proxy-uid",
-                        &tok(v),
-                        "0 (root) would exempt every root process from the mesh",
-                    ));
-                }
-                u32::try_from(id)
-                    .ok()
-                    .filter(|&u| u != u32::MAX)
-                    .ok_or_else(|| {
-                        Error::config("linkerd.proxy-uid", &tok(v), "out of range (1-4294967294)")
-                    })?
-            }
-        };
-        let proxy_gid = match &self.proxy_gid {
-            None => None,
-            Some(v) => {
-                let id = id_value("linkerd.proxy-gid", v)?;
-                if id <= 0 {
-                    None // Linkerd: a GID <= 0 means "not set".
-                } else {
-                    Some(
-                        u32::try_from(id)
-                            .ok()
-                            .filter(|&g| g != u32::MAX)
-                            .ok_or_else(|| {
-                                Error::config(
-                                    "linkerd.proxy-gid",
-                                    &tok(v),
-                                    "out of range (1-4294967294)",
-                                )
-                            })?,
-                    )
-                }
-            }
-        };
-        let inbound_port = single_port(
-            "linkerd.incoming-proxy-port",
-            &self.incoming_proxy_port,
-            DEFAULT_INBOUND_PORT,
-        )?;
-        let outbound_port = single_port(
-            "linkerd.outgoing-proxy-port",
-            &self.outgoing_proxy_port,
-            DEFAULT_OUTBOUND_PORT,
-        )?;
-        if inbound_port == outbound_port {
-            return Err(Error::config(
-                "linkerd.outgoing-proxy-port",
-                &outbound_port.to_string(),
-                "must differ from incoming-proxy-port",
-            ));
-        }
-        Ok(Settings {
-            inbound_port,
-            outbound_port,
-            proxy_uid,
-            proxy_gid,
-            redirect_inbound_ports: port_list(
-                "linkerd.ports-to-redirect",
-                &self.ports_to_redirect,
-                &[],
-            )?,
-            skip_inbound_ports: port_list(
-                "linkerd.inbound-ports-to-ignore",
-                &self.inbound_ports_to_ignore,
-                &DEFAULT_INBOUND_IGNORE,
-            )?,
-            skip_outbound_ports: port_list(
-                "linkerd.outbound-ports-to-ignore",
-                &self.outbound_ports_to_ignore,
-                &[],
-            )?,
-            skip_inbound_nets: subnet_list("linkerd.subnets-to-ignore", &self.subnets_to_ignore)?,
-            skip_outbound_nets: subnet_list(
-                "linkerd.outbound-subnets-to-ignore",
-                &self.outbound_subnets_to_ignore,
-            )?,
-            ipv6: self.ipv6.unwrap_or(false),
-            init_phase: init.validate(&DEFAULT_INIT_REDIRECT)?,
-            mesh: Default::default(),
-        })
-    }
 }
 
 impl InitPhaseConf {

@@ -6,6 +6,8 @@
 //!   from the pod UID) and its levels;
 //! - [`levelprobe`]: which cgroup levels this kernel compares in `socket
 //!   cgroupv2 level N` (nested cgroup namespaces), measured once per boot;
+//! - [`info`]: the pod's data a mesh decides from (plain data, below the
+//!   settings);
 //! - [`k8s`]: the Kubernetes side: whether a pod is meshed, its
 //!   annotations, and reading it from the API server.
 //!
@@ -14,6 +16,7 @@
 //! CNI verbs, the operator commands and the node agent.
 
 pub mod cgroup;
+pub mod info;
 pub mod k8s;
 pub mod levelprobe;
 pub mod loaddr;

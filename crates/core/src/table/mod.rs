@@ -2,7 +2,8 @@
 //!
 //! - [`ruleset`]: the table ADD writes and CHECK expects, built from the
 //!   plugin's [`crate::config::Settings`] and the pod's cgroup levels (a
-//!   [`crate::nft::model::Table`]);
+//!   [`crate::nft::model::Table`]), from its parts: [`sets`], [`inbound`],
+//!   [`output`], [`phase`] (the init phase) and [`comment`];
 //! - [`readback`]: the table read back from a network namespace (over
 //!   [`crate::nft::dump`]) as the view the operator commands and a re-ADD
 //!   use.
@@ -11,5 +12,10 @@
 //! settings. Above: the state records, the pod, the CNI verbs, the
 //! operator commands and the node agent.
 
+pub mod comment;
+pub mod inbound;
+pub mod output;
+pub mod phase;
 pub mod readback;
 pub mod ruleset;
+pub mod sets;

@@ -22,7 +22,7 @@ pub struct Validator {
     pub failed_code: Option<i32>,
 }
 
-/// The validator of `mesh`:
+/// The validator of `mesh` (its module's, `MeshModule::validator`):
 /// - Linkerd: `linkerd-network-validator`, exit code 95 (errno
 ///   `EOPNOTSUPP`), as linkerd-cni's repair controller reads it;
 /// - Istio: `istio-validation`, exit code 126, as istio-cni's repair reads it
@@ -30,19 +30,10 @@ pub struct Validator {
 /// - Kuma: `kuma-validation` (`kumactl install transparent-proxy-validator`),
 ///   which exits 1 on any error: any non-zero code.
 pub fn validator(mesh: Mesh) -> Validator {
-    match mesh {
-        Mesh::Linkerd => Validator {
-            container: "linkerd-network-validator",
-            failed_code: Some(95),
-        },
-        Mesh::Istio => Validator {
-            container: "istio-validation",
-            failed_code: Some(126),
-        },
-        Mesh::Kuma => Validator {
-            container: "kuma-validation",
-            failed_code: None,
-        },
+    let (container, failed_code) = mesh.module().validator();
+    Validator {
+        container,
+        failed_code,
     }
 }
 
@@ -182,7 +173,7 @@ pub fn sandbox_up(pod: &Pod) -> bool {
 /// otherwise: the pod is still in its init containers and they must reach
 /// the network directly.
 pub fn phase_closed(pod: &Pod, mesh: Mesh) -> Option<&'static str> {
-    let proxy = k8s::meshes::proxy_container_name(mesh);
+    let proxy = mesh.module().proxy_container();
     for (c, init) in statuses(pod) {
         if c.name == proxy && has_run(c) {
             return Some("the proxy container has started");

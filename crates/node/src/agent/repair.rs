@@ -293,7 +293,7 @@ impl Host {
             }
             Err(e) => return Err(e.into()),
         }
-        if settings.mesh.mesh == crate::config::mesh::Mesh::Kuma
+        if settings.mesh.mesh.module().passthrough6_on_lo()
             && settings.ipv6
             && self.has_global_ipv6(pid)
         {

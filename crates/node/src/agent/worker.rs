@@ -277,7 +277,7 @@ impl Worker {
         repair: bool,
     ) -> Result<Report, AgentError> {
         // The comment ADD writes.
-        let comment = crate::cni::podtable::comment_for(mesh, uid, label);
+        let comment = crate::table::comment::table_comment(mesh, Some(uid), label);
         let (host, u) = (self.host.clone(), uid.to_string());
         let res = tokio::task::spawn_blocking(move || {
             host.inspect(&u, &settings, &comment, close, repair)

@@ -72,7 +72,7 @@ pub fn cmd_add(env: &CniEnv, conf: &NetConf) -> Result<Output> {
     let started = std::time::Instant::now();
     let comment = podtable::comment(mesh, &k8s);
     let re_add = podtable::write(&mut nft, &mut settings, &pod, &comment, &label)?;
-    if mesh == Mesh::Kuma && settings.ipv6 && has_ipv6(&result) {
+    if mesh.module().passthrough6_on_lo() && settings.ipv6 && has_ipv6(&result) {
         kuma_passthrough6(&ns)?;
     }
     tracing::info!(

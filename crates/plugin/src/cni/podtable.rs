@@ -12,30 +12,11 @@ use crate::error::{Code, Error, Result};
 use crate::nft::{self, NftClient, Transaction, encode};
 use crate::table::{readback, ruleset};
 
-/// The table comment: `meshnft VERSION[ mesh MESH] pod uid UID NS/NAME`.
-/// Written once, at the first ADD (nf_tables keeps an existing table's
-/// comment); the pod UID first so that truncation keeps it; the mesh before
-/// it when it is not Linkerd (`inspect` shows it). `-` for what the runtime
-/// did not give.
+/// The table comment of the pod `k8s` names
+/// ([`crate::table::comment::table_comment`]: `meshnft VERSION[ mesh MESH]
+/// pod uid UID NS/NAME`, `-` for what the runtime did not give).
 pub fn comment(mesh: Mesh, k8s: &K8sArgs) -> String {
-    comment_for(
-        mesh,
-        k8s.pod_uid.as_deref().unwrap_or("-"),
-        &super::pod_label(k8s),
-    )
-}
-
-/// The table comment for pod `uid` labelled `label` (`NS/NAME`), as
-/// [`comment`] writes it; the node agent's repair writes the same.
-pub fn comment_for(mesh: Mesh, uid: &str, label: &str) -> String {
-    format!(
-        "meshnft {}{} pod uid {uid} {label}",
-        env!("CARGO_PKG_VERSION"),
-        match mesh {
-            Mesh::Linkerd => String::new(),
-            m => format!(" mesh {m}"),
-        },
-    )
+    crate::table::comment::table_comment(mesh, k8s.pod_uid.as_deref(), &super::pod_label(k8s))
 }
 
 /// The init phase of a table that already exists.

@@ -10,24 +10,19 @@
 //! (RBAC, credentials, unreachable API server); it never skips redirection.
 
 use super::doc::{self, NamespaceDoc, PodDoc, ServiceDoc, StatusDoc};
+pub use super::kubeconfig::{
+    ClusterConf, Kubeconfig, MAX_KUBECONFIG, MAX_REFERENCED, UserConf, load_kubeconfig,
+};
 use super::{PodInfo, PodSource};
 use crate::config::kubernetes::ApiConfig;
 use crate::error::{Code, Error, Result};
-use crate::safefs;
 use base64::Engine;
-use serde::Deserialize;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Delay before the second attempt; doubled for each further one.
 pub const RETRY_BASE: Duration = Duration::from_millis(200);
 
-/// Largest kubeconfig read, in bytes.
-pub const MAX_KUBECONFIG: u64 = 4 << 20;
-/// Largest file a kubeconfig refers to (CA bundle, client certificate or
-/// key, token file), in bytes.
-pub const MAX_REFERENCED: u64 = 1 << 20;
 /// Largest API answer read, in bytes (a pod is a few KiB; its annotations
 /// are limited to 256 KiB by the API server).
 pub const MAX_ANSWER: usize = 8 << 20;
@@ -457,217 +452,6 @@ pub fn deadline(cfg: &ApiConfig) -> Duration {
     let per_try = cfg.timeout + Duration::from_millis(500);
     let backoff: Duration = (1..cfg.attempts).map(|i| RETRY_BASE * (1 << (i - 1))).sum();
     (per_try * cfg.attempts + backoff) * 3 + Duration::from_secs(1)
-}
-
-/// The parts of a kubeconfig meshnft uses, for its current context: the
-/// cluster's server and trust, and the user's credentials (files already
-/// read and inlined by [`load_kubeconfig`]).
-#[derive(Debug, Clone)]
-pub struct Kubeconfig {
-    /// The current context's cluster.
-    pub cluster: ClusterConf,
-    /// The current context's user.
-    pub user: UserConf,
-}
-
-/// A kubeconfig `cluster`.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(default, rename_all = "kebab-case")]
-pub struct ClusterConf {
-    /// `server`: `https://host:port`.
-    pub server: String,
-    /// `certificate-authority-data`: base64 of PEM certificates.
-    pub certificate_authority_data: Option<String>,
-    /// `insecure-skip-tls-verify`.
-    pub insecure_skip_tls_verify: bool,
-}
-
-/// A kubeconfig `user` (token or client certificate).
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(default, rename_all = "kebab-case")]
-pub struct UserConf {
-    /// `token`.
-    pub token: Option<String>,
-    /// `client-certificate-data`: base64 of PEM.
-    pub client_certificate_data: Option<String>,
-    /// `client-key-data`: base64 of PEM.
-    pub client_key_data: Option<String>,
-}
-
-#[derive(Deserialize)]
-struct NamedCluster {
-    name: String,
-    #[serde(default)]
-    cluster: ClusterConf,
-}
-
-#[derive(Deserialize)]
-struct NamedUser {
-    name: String,
-    #[serde(default)]
-    user: UserConf,
-}
-
-#[derive(Deserialize)]
-struct NamedContext {
-    name: String,
-    context: ContextConf,
-}
-
-#[derive(Deserialize)]
-struct ContextConf {
-    cluster: String,
-    #[serde(default)]
-    user: Option<String>,
-}
-
-#[derive(Deserialize)]
-struct KubeconfigDoc {
-    #[serde(default)]
-    clusters: Vec<NamedCluster>,
-    #[serde(default)]
-    users: Vec<NamedUser>,
-    #[serde(default)]
-    contexts: Vec<NamedContext>,
-    #[serde(default, rename = "current-context")]
-    current_context: Option<String>,
-}
-
-/// Reads and checks the kubeconfig, and picks its current context.
-///
-/// - The file is read like every path meshnft is given ([`safefs`]): a
-///   regular file, never blocking, at most [`MAX_KUBECONFIG`] bytes.
-/// - A user with `exec` or `auth-provider` is refused: the plugin runs as
-///   root on every node and never runs a program a kubeconfig names.
-/// - Files it refers to (`certificate-authority`, `client-certificate`,
-///   `client-key`, `tokenFile`) are read the same way and inlined, so the
-///   client opens no file itself.
-/// - The context is `current-context`, or the only one there is.
-///
-/// Errors: code 106 naming `kubernetes.kubeconfig` and what is wrong.
-pub fn load_kubeconfig(path: &Path) -> Result<Kubeconfig> {
-    let bad = |why: String| {
-        Error::new(
-            Code::KubernetesApi,
-            format!("kubernetes.kubeconfig {}: {why}", path.display()),
-        )
-    };
-    let bytes = safefs::read_regular(path, MAX_KUBECONFIG).map_err(|e| bad(e.to_string()))?;
-    let text = String::from_utf8(bytes).map_err(|_| bad("not UTF-8".into()))?;
-    let mut doc: serde_yaml::Value =
-        serde_yaml::from_str(&text).map_err(|e| bad(format!("not one YAML document: {e}")))?;
-    let base = path.parent().unwrap_or(Path::new("/"));
-    let read = |key: &str, file: &serde_yaml::Value| -> Result<Vec<u8>> {
-        let f = file
-            .as_str()
-            .ok_or_else(|| bad(format!("{key} is not a string")))?;
-        let p = base.join(f);
-        safefs::read_regular(&p, MAX_REFERENCED)
-            .map_err(|e| bad(format!("{key} {}: {e}", p.display())))
-    };
-    let b64 = |b: Vec<u8>| base64::engine::general_purpose::STANDARD.encode(b);
-    for user in doc
-        .get_mut("users")
-        .and_then(serde_yaml::Value::as_sequence_mut)
-        .into_iter()
-        .flatten()
-    {
-        let uname = user
-            .get("name")
-            .and_then(serde_yaml::Value::as_str)
-            .unwrap_or("?")
-            .to_string();
-        let Some(u) = user
-            .get_mut("user")
-            .and_then(serde_yaml::Value::as_mapping_mut)
-        else {
-            continue;
-        };
-        for key in ["exec", "auth-provider"] {
-            if u.get(key).is_some_and(|v| !v.is_null()) {
-                return Err(bad(format!(
-                    "user {uname:?} uses {key}: refused (meshnft runs as root on every node and never runs a program a kubeconfig names); use a token, as `meshnft-node install` writes"
-                )));
-            }
-        }
-        if let Some(f) = u.remove("tokenFile") {
-            let t = read("tokenFile", &f)?;
-            let t = String::from_utf8(t).map_err(|_| bad("tokenFile is not UTF-8".into()))?;
-            u.insert("token".into(), t.trim().into());
-        }
-        for (key, data) in [
-            ("client-certificate", "client-certificate-data"),
-            ("client-key", "client-key-data"),
-        ] {
-            if let Some(f) = u.remove(key) {
-                u.insert(data.into(), b64(read(key, &f)?).into());
-            }
-        }
-    }
-    for cluster in doc
-        .get_mut("clusters")
-        .and_then(serde_yaml::Value::as_sequence_mut)
-        .into_iter()
-        .flatten()
-    {
-        if let Some(c) = cluster
-            .get_mut("cluster")
-            .and_then(serde_yaml::Value::as_mapping_mut)
-            && let Some(f) = c.remove("certificate-authority")
-        {
-            let ca = read("certificate-authority", &f)?;
-            c.insert("certificate-authority-data".into(), b64(ca).into());
-        }
-    }
-    let doc: KubeconfigDoc =
-        serde_yaml::from_value(doc).map_err(|e| bad(format!("not a kubeconfig: {e}")))?;
-    let context = match (&doc.current_context, doc.contexts.as_slice()) {
-        (Some(name), _) if !name.is_empty() => doc
-            .contexts
-            .iter()
-            .find(|c| &c.name == name)
-            .ok_or_else(|| {
-                bad(format!(
-                    "current-context {name:?} is not among its contexts"
-                ))
-            })?,
-        (_, [only]) => only,
-        _ => return Err(bad("no current-context".into())),
-    };
-    let cluster = doc
-        .clusters
-        .iter()
-        .find(|c| c.name == context.context.cluster)
-        .ok_or_else(|| {
-            bad(format!(
-                "context {:?} names cluster {:?}, which it does not list",
-                context.name, context.context.cluster
-            ))
-        })?
-        .cluster
-        .clone();
-    if !(cluster.server.starts_with("https://") || cluster.server.starts_with("http://")) {
-        return Err(bad(format!(
-            "cluster {:?}: server {:?} is not an http(s) URL",
-            context.context.cluster, cluster.server
-        )));
-    }
-    let user = match &context.context.user {
-        Some(u) => doc
-            .users
-            .iter()
-            .find(|x| &x.name == u)
-            .ok_or_else(|| {
-                bad(format!(
-                    "context {:?} names user {u:?}, which it does not list",
-                    context.name
-                ))
-            })?
-            .user
-            .clone(),
-        None => UserConf::default(),
-    };
-    Ok(Kubeconfig { cluster, user })
 }
 
 #[cfg(test)]

@@ -1,0 +1,490 @@
+//! Istio in sidecar mode, with istio-cni's semantics: the `istio` block
+//! (the values a pod gets when it has no annotation saying otherwise; keys
+//! are the `traffic.sidecar.istio.io/*` annotations' and mesh config's
+//! names), which pods it meshes, and what their annotations and proxy
+//! container change.
+//!
+//! Istio reads the pod's own annotations only (no namespace annotations),
+//! and fails the pod's ADD on a value it cannot parse; so does meshnft
+//! (code 7 naming the annotation and the token). Where istio-cni writes a
+//! rule meshnft has no datapath for, meshnft refuses the pod with a clear
+//! error rather than redirect it differently; DNS capture, which meshnft
+//! does not do (it redirects TCP only), is logged as a warning.
+//!
+//! Sources (facts only, `istio.io/istio`): `cni/pkg/plugin/plugin.go`
+//! (`doAddRun`: which pods), `kubernetes.go` (`ExtractPodInfo`: the proxy
+//! container), `sidecar_redirect.go` (`NewRedirect`: annotations,
+//! defaults), `tools/common/config/config.go` (ports), the rules of
+//! `tools/istio-iptables/pkg/capture/run.go`.
+
+use super::{
+    ALL_PORTS, Annotations, LoopbackInbound, Mesh, MeshModule, MeshRules, SetComments,
+    annotation_error, missing, one, sidecar_settings,
+};
+pub use crate::config::values::go_bool;
+use crate::config::values::{
+    block_id, block_list, distinct_ports, nets, nets_sel, port_list, port_sel,
+};
+use crate::config::{NetConf, Settings};
+use crate::error::{Code, Error, Result};
+use crate::pod::info::{Container, Meshing, PodInfo, PodSource};
+use crate::ports::{self, PortRange};
+use crate::subnets::Subnets;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Istio's proxy container.
+pub const PROXY_CONTAINER: &str = "istio-proxy";
+/// Istio's outbound capture port (`ProxyPort`, tools/common/config/config.go).
+pub const ISTIO_OUTBOUND_PORT: u16 = 15001;
+/// Istio's inbound capture port (`InboundCapturePort`, same file).
+pub const ISTIO_INBOUND_PORT: u16 = 15006;
+/// Istio's HBONE tunnel port (`InboundTunnelPort`, same file): never
+/// redirected inbound, nor by the proxy's loopback rule (capture/run.go).
+pub const ISTIO_TUNNEL_PORT: u16 = 15008;
+/// Istio's proxy UID and GID (`defaultNoRedirectUID`/`GID`,
+/// cni/pkg/plugin/sidecar_redirect.go).
+pub const ISTIO_PROXY_ID: u32 = 1337;
+/// Inbound ports istio-cni always adds to `excludeInboundPorts`: the
+/// agent's status (15020), health (15021) and Envoy's Prometheus (15090)
+/// ports (`NewRedirect`, sidecar_redirect.go).
+pub const ISTIO_ALWAYS_EXCLUDED_INBOUND: [u16; 3] = [15020, 15021, 15090];
+/// istio-cni's default of `excludeInboundPorts` and `excludeOutboundPorts`
+/// when the pod has no such annotation (`defaultRedirectExcludePort`, the
+/// status port).
+pub const ISTIO_DEFAULT_EXCLUDED: &str = "15020";
+/// istio-cni skips pods that still have Istio's iptables init container.
+pub const ISTIO_INIT_CONTAINER: &str = "istio-init";
+/// Set by Istio's injector on every injected pod; required by istio-cni.
+pub const ISTIO_ANN_STATUS: &str = "sidecar.istio.io/status";
+/// `sidecar.istio.io/inject` (label, preferred, or annotation): a false
+/// boolean opts the pod out.
+pub const ISTIO_INJECT: &str = "sidecar.istio.io/inject";
+/// `REDIRECT` (the only mode meshnft writes) or `TPROXY`.
+pub const ISTIO_ANN_INTERCEPTION_MODE: &str = "sidecar.istio.io/interceptionMode";
+/// `"*"` (default), a port list, or `""` (no inbound redirection).
+pub const ISTIO_ANN_INCLUDE_INBOUND_PORTS: &str = "traffic.sidecar.istio.io/includeInboundPorts";
+/// Inbound ports left alone (with `includeInboundPorts: "*"`).
+pub const ISTIO_ANN_EXCLUDE_INBOUND_PORTS: &str = "traffic.sidecar.istio.io/excludeInboundPorts";
+/// `"*"` (default) or the only destinations redirected outbound.
+pub const ISTIO_ANN_INCLUDE_OUTBOUND_IP_RANGES: &str =
+    "traffic.sidecar.istio.io/includeOutboundIPRanges";
+/// Outbound destinations left alone.
+pub const ISTIO_ANN_EXCLUDE_OUTBOUND_IP_RANGES: &str =
+    "traffic.sidecar.istio.io/excludeOutboundIPRanges";
+/// Outbound ports redirected whatever `includeOutboundIPRanges` says.
+pub const ISTIO_ANN_INCLUDE_OUTBOUND_PORTS: &str = "traffic.sidecar.istio.io/includeOutboundPorts";
+/// Outbound ports left alone.
+pub const ISTIO_ANN_EXCLUDE_OUTBOUND_PORTS: &str = "traffic.sidecar.istio.io/excludeOutboundPorts";
+/// Interfaces whose inbound traffic is redirected to the outbound port
+/// (VMs): refused, meshnft has no interface rules.
+pub const ISTIO_ANN_KUBEVIRT_INTERFACES: &str = "traffic.sidecar.istio.io/kubevirtInterfaces";
+/// The newer name of `kubevirtInterfaces`: refused likewise.
+pub const ISTIO_ANN_REROUTE_VIRTUAL_INTERFACES: &str = "istio.io/reroute-virtual-interfaces";
+/// Interfaces left alone: refused likewise.
+pub const ISTIO_ANN_EXCLUDE_INTERFACES: &str = "traffic.sidecar.istio.io/excludeInterfaces";
+
+/// The `istio` block: the defaults of a pod without the matching
+/// `traffic.sidecar.istio.io/*` annotation, and the ports and IDs of the
+/// sidecar (mesh config `proxyListenPort`, `proxyInboundListenPort`).
+/// Lists are strings in the annotations' grammar (`"*"`, or comma-separated
+/// ports / CIDRs) or arrays of such strings and numbers.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IstioConf {
+    /// Outbound capture port (default 15001).
+    #[serde(rename = "proxyListenPort")]
+    pub proxy_listen_port: Option<Value>,
+    /// Inbound capture port (default 15006).
+    #[serde(rename = "proxyInboundListenPort")]
+    pub proxy_inbound_listen_port: Option<Value>,
+    /// Proxy UID (default 1337); a pod's `istio-proxy` `runAsUser` wins.
+    #[serde(rename = "proxyUID")]
+    pub proxy_uid: Option<Value>,
+    /// Proxy GID (default 1337); a pod's `istio-proxy` `runAsGroup` wins.
+    #[serde(rename = "proxyGID")]
+    pub proxy_gid: Option<Value>,
+    /// `includeInboundPorts` (default `"*"`; `""` redirects no inbound port).
+    #[serde(rename = "includeInboundPorts")]
+    pub include_inbound_ports: Option<Value>,
+    /// `excludeInboundPorts` (default `"15020"`; 15008, 15020, 15021 and
+    /// 15090 are always excluded).
+    #[serde(rename = "excludeInboundPorts")]
+    pub exclude_inbound_ports: Option<Value>,
+    /// `includeOutboundIPRanges` (default `"*"`).
+    #[serde(rename = "includeOutboundIPRanges")]
+    pub include_outbound_ip_ranges: Option<Value>,
+    /// `excludeOutboundIPRanges` (default none).
+    #[serde(rename = "excludeOutboundIPRanges")]
+    pub exclude_outbound_ip_ranges: Option<Value>,
+    /// `includeOutboundPorts` (default none).
+    #[serde(rename = "includeOutboundPorts")]
+    pub include_outbound_ports: Option<Value>,
+    /// `excludeOutboundPorts` (default `"15020"`).
+    #[serde(rename = "excludeOutboundPorts")]
+    pub exclude_outbound_ports: Option<Value>,
+    /// Redirect IPv6 too (default false, as istio-iptables on an IPv4 pod;
+    /// a pod whose `istio-proxy` has `ISTIO_DUAL_STACK=true` gets it).
+    pub ipv6: Option<bool>,
+}
+
+/// Istio's per-pod values (the `istio` block, then the pod's annotations).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IstioPod {
+    /// Outbound capture port.
+    pub outbound_port: u16,
+    /// Inbound capture port.
+    pub inbound_port: u16,
+    /// Proxy UID.
+    pub uid: u32,
+    /// Proxy GID.
+    pub gid: u32,
+    /// `includeInboundPorts`: `None` is `"*"`.
+    pub include_inbound: Option<Vec<PortRange>>,
+    /// `excludeInboundPorts` (without the always-excluded ports).
+    pub exclude_inbound: Vec<PortRange>,
+    /// `includeOutboundIPRanges`: `None` is `"*"`.
+    pub include_nets: Option<Subnets>,
+    /// `excludeOutboundIPRanges`.
+    pub exclude_nets: Subnets,
+    /// `includeOutboundPorts`.
+    pub include_out_ports: Vec<PortRange>,
+    /// `excludeOutboundPorts`.
+    pub exclude_out_ports: Vec<PortRange>,
+    /// Redirect IPv6 too.
+    pub ipv6: bool,
+}
+
+impl IstioPod {
+    /// The table settings these values give, into `s`: ports, IDs, the
+    /// skip and redirect lists, IPv6, and [`MeshRules`].
+    ///
+    /// Inbound follows istio-iptables: the tunnel port 15008 first, then
+    /// with `includeInboundPorts: "*"` the excluded ports (plus 15020,
+    /// 15021, 15090), with a list only the listed ports (exclusions do not
+    /// apply), with `""` nothing.
+    pub fn derive(&self, s: &mut Settings) {
+        s.inbound_port = self.inbound_port;
+        s.outbound_port = self.outbound_port;
+        s.proxy_uid = self.uid;
+        s.proxy_gid = Some(self.gid);
+        match &self.include_inbound {
+            None => {
+                let mut skip = vec![one(ISTIO_TUNNEL_PORT)];
+                skip.extend(self.exclude_inbound.iter().copied());
+                skip.extend(ISTIO_ALWAYS_EXCLUDED_INBOUND.map(one));
+                s.redirect_inbound_ports = Vec::new();
+                s.skip_inbound_ports = ports::merge(skip);
+            }
+            Some(list) if list.is_empty() => {
+                s.redirect_inbound_ports = Vec::new();
+                s.skip_inbound_ports = vec![ALL_PORTS];
+            }
+            Some(list) => {
+                s.redirect_inbound_ports = list.clone();
+                s.skip_inbound_ports = vec![one(ISTIO_TUNNEL_PORT)];
+            }
+        }
+        s.skip_inbound_nets = Subnets::default();
+        s.skip_outbound_ports = self.exclude_out_ports.clone();
+        s.skip_outbound_nets = self.exclude_nets.clone();
+        s.ipv6 = self.ipv6;
+        s.mesh = MeshRules {
+            mesh: Mesh::Istio,
+            gid_alone: true,
+            loopback_inbound: Some(LoopbackInbound {
+                except_port: Some(ISTIO_TUNNEL_PORT),
+            }),
+            redirect_outbound_nets: self.include_nets.clone(),
+            redirect_outbound_ports: self.include_out_ports.clone(),
+            skip_nets_first: false,
+            istio: Some(self.clone()),
+            kuma: None,
+        };
+    }
+
+    /// The block's values. Errors: code 7 naming `istio.<key>` and the token.
+    pub fn from_conf(c: &IstioConf) -> Result<IstioPod> {
+        let (outbound_port, inbound_port) = distinct_ports(
+            (
+                "istio.proxyListenPort",
+                &c.proxy_listen_port,
+                ISTIO_OUTBOUND_PORT,
+            ),
+            (
+                "istio.proxyInboundListenPort",
+                &c.proxy_inbound_listen_port,
+                ISTIO_INBOUND_PORT,
+            ),
+            false,
+        )?;
+        Ok(IstioPod {
+            outbound_port,
+            inbound_port,
+            uid: block_id("istio.proxyUID", &c.proxy_uid, ISTIO_PROXY_ID)?,
+            gid: block_id("istio.proxyGID", &c.proxy_gid, ISTIO_PROXY_ID)?,
+            include_inbound: block_list(
+                "istio.includeInboundPorts",
+                &c.include_inbound_ports,
+                "*",
+                port_sel,
+            )?,
+            exclude_inbound: block_list(
+                "istio.excludeInboundPorts",
+                &c.exclude_inbound_ports,
+                ISTIO_DEFAULT_EXCLUDED,
+                port_list,
+            )?,
+            include_nets: block_list(
+                "istio.includeOutboundIPRanges",
+                &c.include_outbound_ip_ranges,
+                "*",
+                nets_sel,
+            )?,
+            exclude_nets: block_list(
+                "istio.excludeOutboundIPRanges",
+                &c.exclude_outbound_ip_ranges,
+                "",
+                nets,
+            )?,
+            include_out_ports: block_list(
+                "istio.includeOutboundPorts",
+                &c.include_outbound_ports,
+                "",
+                port_list,
+            )?,
+            exclude_out_ports: block_list(
+                "istio.excludeOutboundPorts",
+                &c.exclude_outbound_ports,
+                ISTIO_DEFAULT_EXCLUDED,
+                port_list,
+            )?,
+            ipv6: c.ipv6.unwrap_or(false),
+        })
+    }
+}
+
+/// Istio's module.
+pub struct Istio;
+
+impl MeshModule for Istio {
+    fn name(&self) -> &'static str {
+        "istio"
+    }
+
+    fn block_given(&self, conf: &NetConf) -> bool {
+        conf.istio.is_some()
+    }
+
+    fn settings(&self, conf: &NetConf) -> Result<Settings> {
+        let pod = IstioPod::from_conf(&conf.istio.clone().unwrap_or_default())?;
+        sidecar_settings(conf, |s| pod.derive(s))
+    }
+
+    /// istio-cni's rules: no `istio-init` container; an `istio-proxy`
+    /// container (regular or native sidecar) whose `env` does not set
+    /// `DISABLE_ENVOY` true and whose `args` do not run another proxy type
+    /// than `sidecar`; the label `sidecar.istio.io/inject` (or else the
+    /// annotation) not a false boolean; the `sidecar.istio.io/status`
+    /// annotation present. From annotations alone only the annotation
+    /// rules apply.
+    fn meshing(&self, pod: &PodInfo) -> Meshing {
+        let proxy = PROXY_CONTAINER;
+        if pod.source == PodSource::Api {
+            if pod.has_container(ISTIO_INIT_CONTAINER, true) {
+                return Meshing::NotMeshed(format!(
+                    "the pod has an {ISTIO_INIT_CONTAINER} container, which writes its own rules"
+                ));
+            }
+            let Some(c) = pod.proxy_container(proxy) else {
+                return Meshing::NotMeshed(format!("no {proxy} container"));
+            };
+            if c.env.get("DISABLE_ENVOY").and_then(|v| go_bool(v)) == Some(true) {
+                return Meshing::NotMeshed(format!("DISABLE_ENVOY is true on {proxy}"));
+            }
+            if let (Some("proxy"), Some(kind)) = (
+                c.args.first().map(String::as_str),
+                c.args.get(1).map(String::as_str),
+            ) && kind != "sidecar"
+            {
+                return Meshing::NotMeshed(format!("{proxy} runs a {kind}, not a sidecar"));
+            }
+        }
+        let inject = pod
+            .labels
+            .get(ISTIO_INJECT)
+            .or_else(|| pod.annotations.get(ISTIO_INJECT));
+        if let Some(v) = inject
+            && go_bool(v) == Some(false)
+        {
+            return Meshing::NotMeshed(format!("{ISTIO_INJECT}: {v}"));
+        }
+        if !pod.annotations.contains_key(ISTIO_ANN_STATUS) {
+            return Meshing::NotMeshed(format!("no {ISTIO_ANN_STATUS} annotation (not injected)"));
+        }
+        Meshing::Meshed
+    }
+
+    /// Istio's annotations on the pod (never the namespace's), and its
+    /// proxy container's IDs and environment, over the block's values; then
+    /// the table settings they give ([`IstioPod::derive`]).
+    fn apply(&self, pod: &PodInfo, s: &Settings) -> Result<Settings> {
+        let mut k = s.mesh.istio.clone().ok_or_else(|| missing(Mesh::Istio))?;
+        let ann = Annotations {
+            pod,
+            namespace: false,
+        };
+        refused(&ann)?;
+        ann.set(
+            ISTIO_ANN_INCLUDE_INBOUND_PORTS,
+            &mut k.include_inbound,
+            port_sel,
+        )?;
+        ann.set(
+            ISTIO_ANN_EXCLUDE_INBOUND_PORTS,
+            &mut k.exclude_inbound,
+            port_list,
+        )?;
+        ann.set(
+            ISTIO_ANN_INCLUDE_OUTBOUND_IP_RANGES,
+            &mut k.include_nets,
+            nets_sel,
+        )?;
+        ann.set(
+            ISTIO_ANN_EXCLUDE_OUTBOUND_IP_RANGES,
+            &mut k.exclude_nets,
+            nets,
+        )?;
+        ann.set(
+            ISTIO_ANN_INCLUDE_OUTBOUND_PORTS,
+            &mut k.include_out_ports,
+            port_list,
+        )?;
+        ann.set(
+            ISTIO_ANN_EXCLUDE_OUTBOUND_PORTS,
+            &mut k.exclude_out_ports,
+            port_list,
+        )?;
+        if let Some(c) = pod.proxy_container(PROXY_CONTAINER) {
+            proxy_values(c, &mut k)?;
+        }
+        let mut out = s.clone();
+        k.derive(&mut out);
+        Ok(out)
+    }
+
+    fn proxy_container(&self) -> &'static str {
+        PROXY_CONTAINER
+    }
+
+    /// `istio-validation`, exit code 126, as istio-cni's repair reads it
+    /// (its `InitExitCode` default).
+    fn validator(&self) -> (&'static str, Option<i32>) {
+        ("istio-validation", Some(126))
+    }
+
+    fn set_comments(&self) -> SetComments {
+        SetComments {
+            redirect_inbound_ports: "istio includeInboundPorts: when not empty, only these inbound ports are redirected",
+            skip_inbound_ports: "istio excludeInboundPorts, 15020, 15021, 15090 and the tunnel port 15008",
+            skip_inbound_nets: [
+                "unused with istio (IPv4 sources)",
+                "unused with istio (IPv6 sources)",
+            ],
+            skip_outbound_ports: "istio excludeOutboundPorts",
+            skip_outbound_nets: [
+                "istio excludeOutboundIPRanges (IPv4)",
+                "istio excludeOutboundIPRanges (IPv6)",
+            ],
+            redirect_outbound: Some([
+                "istio includeOutboundPorts: redirected outside includeOutboundIPRanges too",
+                "istio includeOutboundIPRanges (IPv4) when it is not *",
+                "istio includeOutboundIPRanges (IPv6) when it is not *",
+            ]),
+        }
+    }
+
+    fn ipv6_off_reason(&self) -> &'static str {
+        "istio.ipv6 is false"
+    }
+}
+
+/// The annotations asking for what meshnft has no datapath for: TPROXY
+/// interception, per-interface rules.
+fn refused(ann: &Annotations) -> Result<()> {
+    if let Some((key, v)) = ann.get(ISTIO_ANN_INTERCEPTION_MODE) {
+        let why = match v {
+            "REDIRECT" => None,
+            "TPROXY" => Some(
+                "TPROXY interception is not supported by meshnft (it redirects with nat rules): use REDIRECT",
+            ),
+            _ => Some("expected REDIRECT (istio-cni refuses anything but REDIRECT and TPROXY too)"),
+        };
+        if let Some(why) = why {
+            return Err(annotation_error(key, v, why));
+        }
+    }
+    for key in [
+        ISTIO_ANN_KUBEVIRT_INTERFACES,
+        ISTIO_ANN_REROUTE_VIRTUAL_INTERFACES,
+        ISTIO_ANN_EXCLUDE_INTERFACES,
+    ] {
+        if let Some((key, v)) = ann.get(key)
+            && !v.trim().is_empty()
+        {
+            return Err(annotation_error(
+                key,
+                v,
+                "per-interface rules are not supported by meshnft",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The proxy container's IDs (`securityContext`) and environment over `k`.
+fn proxy_values(c: &Container, k: &mut IstioPod) -> Result<()> {
+    let proxy = PROXY_CONTAINER;
+    if let Some(u) = container_id("istio-proxy securityContext.runAsUser", c.run_as_user)? {
+        k.uid = u;
+    }
+    if let Some(g) = container_id("istio-proxy securityContext.runAsGroup", c.run_as_group)? {
+        k.gid = g;
+    }
+    let env = |name: &str| c.env.get(name).and_then(|v| go_bool(v));
+    if env("ISTIO_DUAL_STACK") == Some(true) {
+        k.ipv6 = true;
+    }
+    if env("INVALID_DROP") == Some(true) {
+        return Err(Error::new(
+            Code::InvalidConfig,
+            format!(
+                "invalid pod: {proxy} env INVALID_DROP=true: dropping invalid packets is not supported by meshnft"
+            ),
+        ));
+    }
+    if env("ISTIO_META_DNS_CAPTURE") == Some(true) {
+        tracing::warn!(
+            "{proxy} has ISTIO_META_DNS_CAPTURE=true: meshnft redirects TCP only and does not capture DNS; the pod's DNS queries go to its resolver directly"
+        );
+    }
+    Ok(())
+}
+
+/// A non-zero id of the proxy container's `securityContext`; 0 or absent
+/// keeps the block's (istio-cni: `ProxyUID != 0`).
+fn container_id(what: &str, v: Option<i64>) -> Result<Option<u32>> {
+    match v {
+        None | Some(0) => Ok(None),
+        Some(id) => u32::try_from(id)
+            .ok()
+            .filter(|&i| i != u32::MAX)
+            .map(Some)
+            .ok_or_else(|| {
+                Error::new(
+                    Code::InvalidConfig,
+                    format!("invalid pod: {what} {id}: out of range (1-4294967294)"),
+                )
+            }),
+    }
+}

@@ -1,0 +1,501 @@
+//! Kuma, with kuma-cni's semantics: the `kuma` block (in the shape of
+//! Kuma's transparent-proxy configuration, the values a pod gets when it
+//! has no annotation saying otherwise), which pods it meshes, and what
+//! their annotations change.
+//!
+//! Kuma reads the pod's own annotations only (no namespace annotations),
+//! and fails the pod's ADD on a value it cannot parse; so does meshnft
+//! (code 7 naming the annotation and the token). Where kuma-cni writes a
+//! rule meshnft has no datapath for, meshnft refuses the pod with a clear
+//! error; DNS capture, which meshnft does not do, is logged as a warning.
+//!
+//! Sources (facts only, kuma-cni 2.14, `github.com/kumahq/kuma`):
+//! `app/cni/pkg/cni/kubernetes_linux.go` (which pods),
+//! `annotations_linux.go` (annotations, defaults), `injector_linux.go`
+//! (`mapToConfig`: what each one does), `pkg/transparentproxy/consts/consts.go`,
+//! the rules of `pkg/transparentproxy/iptables/builder/builder_table_nat.go`.
+
+use super::{
+    ALL_PORTS, Annotations, LoopbackInbound, Mesh, MeshModule, MeshRules, SetComments,
+    annotation_error, missing, one, parse_uid, sidecar_settings,
+};
+use crate::config::values::{
+    block_id, block_list, distinct_ports, ip_family_mode, nets, port_list, single_port, tok,
+};
+use crate::config::{NetConf, Settings};
+use crate::error::{Error, Result};
+use crate::pod::info::{Meshing, PodInfo, PodSource};
+use crate::ports::{self, PortRange};
+use crate::subnets::Subnets;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// Kuma's proxy container.
+pub const PROXY_CONTAINER: &str = "kuma-sidecar";
+/// Kuma's outbound redirect port (`DefaultRedirectOutboundPort`,
+/// pkg/transparentproxy/consts/consts.go).
+pub const KUMA_OUTBOUND_PORT: u16 = 15001;
+/// Kuma's inbound redirect port, IPv4 and IPv6 alike since the separate
+/// IPv6 port was removed (`DefaultRedirectInbountPort`, same file).
+pub const KUMA_INBOUND_PORT: u16 = 15006;
+/// The UID of kuma-dp (`OwnerDefaultUID`, same file; `defaultNoRedirectUID`
+/// of kuma-cni's annotations_linux.go).
+pub const KUMA_PROXY_UID: u32 = 5678;
+/// kuma-cni's default of `traffic.kuma.io/exclude-inbound-ports` and
+/// `exclude-outbound-ports` when the pod has no such annotation
+/// (`defaultRedirectExcludePort`: Envoy's admin port, annotations_linux.go).
+pub const KUMA_DEFAULT_EXCLUDED: [u16; 1] = [9901];
+/// kuma-cni's default application probe proxy port, added to the excluded
+/// inbound ports (`defaultAppProbeProxyPort`, annotations_linux.go).
+pub const KUMA_PROBE_PROXY_PORT: u16 = 9001;
+/// DNS: with Kuma's builtin DNS, applications' TCP to port 53 is not
+/// redirected (builder_table_nat.go).
+pub const DNS_PORT: u16 = 53;
+
+/// kuma-cni skips pods that still have Kuma's iptables init container.
+pub const KUMA_INIT_CONTAINER: &str = "kuma-init";
+/// Set to `"true"` by Kuma's injector; required by kuma-cni.
+pub const KUMA_ANN_SIDECAR_INJECTED: &str = "kuma.io/sidecar-injected";
+/// kuma-dp's UID.
+pub const KUMA_ANN_SIDECAR_UID: &str = "kuma.io/sidecar-uid";
+/// Inbound redirect port.
+pub const KUMA_ANN_INBOUND_PORT: &str = "kuma.io/transparent-proxying-inbound-port";
+/// Outbound redirect port.
+pub const KUMA_ANN_OUTBOUND_PORT: &str = "kuma.io/transparent-proxying-outbound-port";
+/// `dualstack` or `ipv4`.
+pub const KUMA_ANN_IP_FAMILY_MODE: &str = "kuma.io/transparent-proxying-ip-family-mode";
+/// Inbound ports left alone (replaces the default 9901).
+pub const KUMA_ANN_EXCLUDE_INBOUND_PORTS: &str = "traffic.kuma.io/exclude-inbound-ports";
+/// Outbound ports left alone (replaces the default 9901).
+pub const KUMA_ANN_EXCLUDE_OUTBOUND_PORTS: &str = "traffic.kuma.io/exclude-outbound-ports";
+/// Inbound sources left alone.
+pub const KUMA_ANN_EXCLUDE_INBOUND_IPS: &str = "traffic.kuma.io/exclude-inbound-ips";
+/// Outbound destinations left alone.
+pub const KUMA_ANN_EXCLUDE_OUTBOUND_IPS: &str = "traffic.kuma.io/exclude-outbound-ips";
+/// Per-UID outbound port exclusions: refused (no such rule in meshnft).
+pub const KUMA_ANN_EXCLUDE_OUTBOUND_PORTS_FOR_UIDS: &str =
+    "traffic.kuma.io/exclude-outbound-ports-for-uids";
+/// kuma-dp's application probe proxy port, excluded inbound (`0`: none).
+pub const KUMA_ANN_PROBE_PROXY_PORT: &str = "kuma.io/application-probe-proxy-port";
+/// `enabled`: a gateway, no inbound redirection.
+pub const KUMA_ANN_GATEWAY: &str = "kuma.io/gateway";
+/// `enabled`: Kuma's builtin DNS (not captured by meshnft; applications'
+/// TCP to port 53 is left alone, as Kuma does).
+pub const KUMA_ANN_BUILTIN_DNS: &str = "kuma.io/builtin-dns";
+/// `true`: drop invalid packets: refused (no such rule in meshnft).
+pub const KUMA_ANN_DROP_INVALID: &str = "traffic.kuma.io/drop-invalid-packets";
+/// `true`: iptables LOG rules: validated, not written (meshnft logs nothing
+/// per packet; its rules carry counters).
+pub const KUMA_ANN_IPTABLES_LOGS: &str = "traffic.kuma.io/iptables-logs";
+/// The whole transparent-proxy configuration as YAML (Kuma's ConfigMap
+/// mode): refused, meshnft reads the per-key annotations.
+pub const KUMA_ANN_TP_CONFIG: &str = "traffic.kuma.io/transparent-proxy-config";
+
+/// The `kuma` block, in the shape of Kuma's transparent-proxy configuration
+/// (`kumaDPUser`, `ipFamilyMode`, `redirect.inbound|outbound.port`,
+/// `excludePorts`, `excludePortsForIPs`, `redirect.dns.enabled`) plus
+/// kuma-cp's `applicationProbeProxyPort`: the defaults of a pod without the
+/// matching annotation.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct KumaConf {
+    /// kuma-dp's UID (default 5678); a pod's `kuma.io/sidecar-uid` wins.
+    #[serde(rename = "kumaDPUser")]
+    pub kuma_dp_user: Option<Value>,
+    /// `dualstack` (default: IPv6 redirected too) or `ipv4`.
+    pub ip_family_mode: Option<Value>,
+    /// Ports and exclusions.
+    pub redirect: Option<KumaRedirect>,
+    /// Inbound port of kuma-dp's application probe proxy, excluded inbound
+    /// (default 9001; 0 for none).
+    pub application_probe_proxy_port: Option<Value>,
+}
+
+/// `kuma.redirect`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KumaRedirect {
+    /// `kuma.redirect.inbound`.
+    pub inbound: Option<KumaFlow>,
+    /// `kuma.redirect.outbound`.
+    pub outbound: Option<KumaFlow>,
+    /// `kuma.redirect.dns`.
+    pub dns: Option<KumaDns>,
+}
+
+/// `kuma.redirect.inbound` / `kuma.redirect.outbound`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct KumaFlow {
+    /// Redirect port (15006 inbound, 15001 outbound).
+    pub port: Option<Value>,
+    /// Ports left alone (default 9901, Envoy's admin port).
+    pub exclude_ports: Option<Value>,
+    /// Addresses or CIDRs left alone: inbound sources, outbound destinations.
+    #[serde(rename = "excludePortsForIPs")]
+    pub exclude_ports_for_ips: Option<Value>,
+}
+
+/// `kuma.redirect.dns`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KumaDns {
+    /// Builtin DNS (default false): meshnft does not capture DNS; it only
+    /// leaves applications' TCP to port 53 alone, as Kuma does then.
+    pub enabled: Option<bool>,
+}
+
+/// Kuma's per-pod values (the `kuma` block, then the pod's annotations).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KumaPod {
+    /// kuma-dp's UID.
+    pub uid: u32,
+    /// Inbound redirect port.
+    pub inbound_port: u16,
+    /// Outbound redirect port.
+    pub outbound_port: u16,
+    /// `dualstack` (true) or `ipv4` (false).
+    pub ipv6: bool,
+    /// Excluded inbound ports.
+    pub exclude_inbound_ports: Vec<PortRange>,
+    /// Excluded outbound ports.
+    pub exclude_outbound_ports: Vec<PortRange>,
+    /// Excluded inbound sources.
+    pub exclude_inbound_ips: Subnets,
+    /// Excluded outbound destinations.
+    pub exclude_outbound_ips: Subnets,
+    /// Application probe proxy port (excluded inbound); `None` when 0.
+    pub probe_proxy_port: Option<u16>,
+    /// `kuma.io/gateway: enabled`: no inbound redirection.
+    pub gateway: bool,
+    /// Builtin DNS: applications' TCP to port 53 is left alone.
+    pub builtin_dns: bool,
+}
+
+impl KumaPod {
+    /// The table settings these values give, into `s` (see
+    /// [`super::IstioPod::derive`]). A gateway redirects no inbound port; builtin
+    /// DNS leaves TCP to port 53 alone.
+    pub fn derive(&self, s: &mut Settings) {
+        s.inbound_port = self.inbound_port;
+        s.outbound_port = self.outbound_port;
+        s.proxy_uid = self.uid;
+        s.proxy_gid = None;
+        s.redirect_inbound_ports = Vec::new();
+        s.skip_inbound_ports = if self.gateway {
+            vec![ALL_PORTS]
+        } else {
+            let mut skip = self.exclude_inbound_ports.clone();
+            skip.extend(self.probe_proxy_port.map(one));
+            ports::merge(skip)
+        };
+        s.skip_inbound_nets = self.exclude_inbound_ips.clone();
+        let mut out = self.exclude_outbound_ports.clone();
+        if self.builtin_dns {
+            out.push(one(DNS_PORT));
+        }
+        s.skip_outbound_ports = ports::merge(out);
+        s.skip_outbound_nets = self.exclude_outbound_ips.clone();
+        s.ipv6 = self.ipv6;
+        s.mesh = MeshRules {
+            mesh: Mesh::Kuma,
+            gid_alone: false,
+            loopback_inbound: Some(LoopbackInbound { except_port: None }),
+            redirect_outbound_nets: None,
+            redirect_outbound_ports: Vec::new(),
+            skip_nets_first: true,
+            istio: None,
+            kuma: Some(self.clone()),
+        };
+    }
+
+    /// The block's values. Errors: code 7 naming `kuma.<path>` and the token.
+    pub fn from_conf(c: &KumaConf) -> Result<KumaPod> {
+        let r = c.redirect.clone().unwrap_or_default();
+        let inb = r.inbound.unwrap_or_default();
+        let outb = r.outbound.unwrap_or_default();
+        let default_excluded = KUMA_DEFAULT_EXCLUDED.map(|p| p.to_string()).join(",");
+        let (inbound_port, outbound_port) = distinct_ports(
+            ("kuma.redirect.inbound.port", &inb.port, KUMA_INBOUND_PORT),
+            (
+                "kuma.redirect.outbound.port",
+                &outb.port,
+                KUMA_OUTBOUND_PORT,
+            ),
+            true,
+        )?;
+        let probe = match &c.application_probe_proxy_port {
+            Some(v) if tok(v).trim() == "0" => None,
+            v => Some(single_port(
+                "kuma.applicationProbeProxyPort",
+                v,
+                KUMA_PROBE_PROXY_PORT,
+            )?),
+        };
+        let ipv6 = match &c.ip_family_mode {
+            None => true,
+            Some(Value::String(m)) => ip_family_mode("kuma.ipFamilyMode", m)?,
+            Some(other) => {
+                return Err(Error::config(
+                    "kuma.ipFamilyMode",
+                    &tok(other),
+                    "expected \"dualstack\" or \"ipv4\"",
+                ));
+            }
+        };
+        Ok(KumaPod {
+            uid: block_id("kuma.kumaDPUser", &c.kuma_dp_user, KUMA_PROXY_UID)?,
+            inbound_port,
+            outbound_port,
+            ipv6,
+            exclude_inbound_ports: block_list(
+                "kuma.redirect.inbound.excludePorts",
+                &inb.exclude_ports,
+                &default_excluded,
+                port_list,
+            )?,
+            exclude_outbound_ports: block_list(
+                "kuma.redirect.outbound.excludePorts",
+                &outb.exclude_ports,
+                &default_excluded,
+                port_list,
+            )?,
+            exclude_inbound_ips: block_list(
+                "kuma.redirect.inbound.excludePortsForIPs",
+                &inb.exclude_ports_for_ips,
+                "",
+                nets,
+            )?,
+            exclude_outbound_ips: block_list(
+                "kuma.redirect.outbound.excludePortsForIPs",
+                &outb.exclude_ports_for_ips,
+                "",
+                nets,
+            )?,
+            probe_proxy_port: probe,
+            gateway: false,
+            builtin_dns: r.dns.and_then(|d| d.enabled).unwrap_or(false),
+        })
+    }
+}
+
+/// kuma-cni's `GetEnabled` (case-insensitive): `enabled`/`true`,
+/// `disabled`/`false`; anything else is an error naming the annotation.
+fn kuma_enabled(key: &str, v: &str) -> Result<bool> {
+    match v.to_ascii_lowercase().as_str() {
+        "enabled" | "true" => Ok(true),
+        "disabled" | "false" => Ok(false),
+        _ => Err(annotation_error(
+            key,
+            v,
+            "expected \"enabled\", \"disabled\", \"true\" or \"false\"",
+        )),
+    }
+}
+
+/// Kuma's module.
+pub struct Kuma;
+
+impl MeshModule for Kuma {
+    fn name(&self) -> &'static str {
+        "kuma"
+    }
+
+    fn block_given(&self, conf: &NetConf) -> bool {
+        conf.kuma.is_some()
+    }
+
+    /// `kuma.redirect` and its `inbound`, `outbound` and `dns` must be
+    /// objects.
+    fn check_block(&self, top: &Map<String, Value>) -> Result<()> {
+        let nested = |v: Option<&Value>, path: &str| -> Result<()> {
+            match v {
+                None | Some(Value::Object(_)) => Ok(()),
+                Some(other) => Err(Error::config(path, &tok(other), "expected an object")),
+            }
+        };
+        if let Some(k) = top.get("kuma") {
+            nested(k.get("redirect"), "kuma.redirect")?;
+            if let Some(r) = k.get("redirect") {
+                for flow in ["inbound", "outbound", "dns"] {
+                    nested(r.get(flow), &format!("kuma.redirect.{flow}"))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn settings(&self, conf: &NetConf) -> Result<Settings> {
+        let pod = KumaPod::from_conf(&conf.kuma.clone().unwrap_or_default())?;
+        sidecar_settings(conf, |s| pod.derive(s))
+    }
+
+    /// kuma-cni's rules: no `kuma-init` init container, a `kuma-sidecar`
+    /// container, `kuma.io/sidecar-injected: "true"`. From annotations
+    /// alone only the annotation rule applies.
+    fn meshing(&self, pod: &PodInfo) -> Meshing {
+        if pod.source == PodSource::Api {
+            if pod.has_container(KUMA_INIT_CONTAINER, false) {
+                return Meshing::NotMeshed(format!(
+                    "the pod has a {KUMA_INIT_CONTAINER} container, which writes its own rules"
+                ));
+            }
+            if pod.proxy_container(PROXY_CONTAINER).is_none() {
+                return Meshing::NotMeshed(format!("no {PROXY_CONTAINER} container"));
+            }
+        }
+        match pod.annotations.get(KUMA_ANN_SIDECAR_INJECTED) {
+            Some(v) if v == "true" => Meshing::Meshed,
+            _ => Meshing::NotMeshed(format!(
+                "{KUMA_ANN_SIDECAR_INJECTED} is not \"true\" (not injected)"
+            )),
+        }
+    }
+
+    /// Kuma's annotations on the pod (never the namespace's) over the
+    /// block's values (kuma-cni 2.x's per-key annotations), then the table
+    /// settings they give ([`KumaPod::derive`]).
+    fn apply(&self, pod: &PodInfo, s: &Settings) -> Result<Settings> {
+        let mut k = s.mesh.kuma.clone().ok_or_else(|| missing(Mesh::Kuma))?;
+        let ann = Annotations {
+            pod,
+            namespace: false,
+        };
+        refused(&ann)?;
+        ann.set(KUMA_ANN_SIDECAR_UID, &mut k.uid, parse_uid)?;
+        ann.set(
+            KUMA_ANN_INBOUND_PORT,
+            &mut k.inbound_port,
+            ports::parse_port,
+        )?;
+        ann.set(
+            KUMA_ANN_OUTBOUND_PORT,
+            &mut k.outbound_port,
+            ports::parse_port,
+        )?;
+        if k.inbound_port == k.outbound_port {
+            // Name the annotation that made them equal.
+            let key = ann
+                .get(KUMA_ANN_OUTBOUND_PORT)
+                .or_else(|| ann.get(KUMA_ANN_INBOUND_PORT))
+                .map_or(KUMA_ANN_OUTBOUND_PORT, |(k, _)| k);
+            return Err(annotation_error(
+                key,
+                &k.inbound_port.to_string(),
+                "the inbound and outbound ports must differ",
+            ));
+        }
+        ann.set(KUMA_ANN_IP_FAMILY_MODE, &mut k.ipv6, ip_family_mode)?;
+        ann.set(
+            KUMA_ANN_EXCLUDE_INBOUND_PORTS,
+            &mut k.exclude_inbound_ports,
+            port_list,
+        )?;
+        ann.set(
+            KUMA_ANN_EXCLUDE_OUTBOUND_PORTS,
+            &mut k.exclude_outbound_ports,
+            port_list,
+        )?;
+        ann.set(
+            KUMA_ANN_PROBE_PROXY_PORT,
+            &mut k.probe_proxy_port,
+            |key, v| match v.trim() {
+                "0" => Ok(None),
+                _ => Ok(Some(ports::parse_port(key, v)?)),
+            },
+        )?;
+        ann.set(
+            KUMA_ANN_EXCLUDE_INBOUND_IPS,
+            &mut k.exclude_inbound_ips,
+            nets,
+        )?;
+        ann.set(
+            KUMA_ANN_EXCLUDE_OUTBOUND_IPS,
+            &mut k.exclude_outbound_ips,
+            nets,
+        )?;
+        ann.set(KUMA_ANN_GATEWAY, &mut k.gateway, kuma_enabled)?;
+        ann.set(KUMA_ANN_BUILTIN_DNS, &mut k.builtin_dns, kuma_enabled)?;
+        if k.builtin_dns {
+            tracing::warn!(
+                "{KUMA_ANN_BUILTIN_DNS} is enabled: meshnft redirects TCP only and does not capture DNS (UDP 53 to kuma-dp's DNS port); the pod's DNS queries go to its resolver directly"
+            );
+        }
+        let mut out = s.clone();
+        k.derive(&mut out);
+        Ok(out)
+    }
+
+    fn proxy_container(&self) -> &'static str {
+        PROXY_CONTAINER
+    }
+
+    /// `kuma-validation` (`kumactl install transparent-proxy-validator`),
+    /// which exits 1 on any error: any non-zero code.
+    fn validator(&self) -> (&'static str, Option<i32>) {
+        ("kuma-validation", None)
+    }
+
+    fn set_comments(&self) -> SetComments {
+        SetComments {
+            redirect_inbound_ports: "unused with kuma (every inbound port)",
+            skip_inbound_ports: "kuma redirect.inbound.excludePorts and the application probe proxy port",
+            skip_inbound_nets: [
+                "kuma redirect.inbound.excludePortsForIPs (IPv4)",
+                "kuma redirect.inbound.excludePortsForIPs (IPv6)",
+            ],
+            skip_outbound_ports: "kuma redirect.outbound.excludePorts",
+            skip_outbound_nets: [
+                "kuma redirect.outbound.excludePortsForIPs (IPv4)",
+                "kuma redirect.outbound.excludePortsForIPs (IPv6)",
+            ],
+            redirect_outbound: None,
+        }
+    }
+
+    fn ipv6_off_reason(&self) -> &'static str {
+        "kuma.ipFamilyMode is ipv4"
+    }
+
+    fn passthrough6_on_lo(&self) -> bool {
+        true
+    }
+}
+
+/// The annotations asking for what meshnft has no datapath for (the
+/// ConfigMap mode, per-UID exclusions, dropping invalid packets), and the
+/// iptables logs flag (validated, not written).
+fn refused(ann: &Annotations) -> Result<()> {
+    if let Some((key, v)) = ann.get(KUMA_ANN_TP_CONFIG)
+        && !v.trim().is_empty()
+    {
+        let first = v.lines().next().unwrap_or_default();
+        return Err(annotation_error(
+            key,
+            first,
+            "Kuma's transparent-proxy ConfigMap mode is not supported by meshnft, which reads kuma-cni's per-key annotations: install Kuma with transparentProxy.configMap.enabled=false",
+        ));
+    }
+    if let Some((key, v)) = ann.get(KUMA_ANN_EXCLUDE_OUTBOUND_PORTS_FOR_UIDS)
+        && !v.trim().is_empty()
+    {
+        return Err(annotation_error(
+            key,
+            v,
+            "per-UID port exclusions are not supported by meshnft",
+        ));
+    }
+    if let Some((key, v)) = ann.get(KUMA_ANN_DROP_INVALID)
+        && kuma_enabled(key, v)?
+    {
+        return Err(annotation_error(
+            key,
+            v,
+            "dropping invalid packets is not supported by meshnft",
+        ));
+    }
+    if let Some((key, v)) = ann.get(KUMA_ANN_IPTABLES_LOGS) {
+        kuma_enabled(key, v)?;
+    }
+    Ok(())
+}
