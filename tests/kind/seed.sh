@@ -23,16 +23,20 @@
 #
 # Each check prints PASS/FAIL; the run ends with `kind seed: N passed, M failed` and the
 # time of each phase, and exits non-zero on a failure. Everything it made (namespace
-# seed, the outside container) is removed at exit. Run as root, after `scripts/kind.sh up`.
+# seed, the outside container) is removed at exit. Run as root, after `scripts/kind.sh up`
+# (or on a cluster made otherwise, with the images loaded: KIND, KUBECTL, KIND_KUBECONFIG,
+# MESHNFT_KIND_CLUSTER; helm from scripts/node-build.sh, or HELM).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 cluster=${MESHNFT_KIND_CLUSTER:-meshnft}
 cache=${MESHNFT_CACHE_DIR:-/var/cache/meshnft}
 state=$cache/kind/state
-kind=$(sed -n 's/^kind=//p' "$state/parts" | tail -n1)
-kubectl_bin=$(sed -n 's/^kubectl=//p' "$state/parts" | tail -n1)
-export KUBECONFIG=$state/$cluster.kubeconfig
+# kind.sh's parts and kubeconfig, unless given (a cluster made otherwise: KIND, KUBECTL and
+# KIND_KUBECONFIG name the kind CLI, kubectl and the cluster's kubeconfig).
+kind=${KIND:-$(sed -n 's/^kind=//p' "$state/parts" 2>/dev/null | tail -n1)}
+kubectl_bin=${KUBECTL:-$(sed -n 's/^kubectl=//p' "$state/parts" 2>/dev/null | tail -n1)}
+export KUBECONFIG=${KIND_KUBECONFIG:-$state/$cluster.kubeconfig}
 BUSYBOX=meshnft.test/busybox:1
 OUTSIDE_BODY="outside ok"
 outside_name=meshnft-kind-outside
@@ -242,6 +246,7 @@ install_manifest() {
 # ---- the run ------------------------------------------------------------------------------
 
 [[ $EUID -eq 0 ]] || { log "run it as root"; exit 1; }
+kind=$(command -v "$kind") kubectl_bin=$(command -v "$kubectl_bin") || true
 [[ -x $kind && -x $kubectl_bin && -f $KUBECONFIG ]] || { log "no cluster: run scripts/kind.sh up first"; exit 1; }
 "$kind" get clusters | grep -qxF "$cluster" || { log "no cluster $cluster: run scripts/kind.sh up first"; exit 1; }
 
@@ -257,7 +262,7 @@ log "outside web server at $OUTSIDE"
 kubectl delete namespace seed --ignore-not-found --wait=true --timeout=120s >/dev/null
 kubectl create namespace seed >/dev/null
 # A previous run that stopped half-way may have left the chart installed.
-helm=$(scripts/node-build.sh helm | sed -n 's/^helm=//p')/bin/helm
+helm=${HELM:-$(scripts/node-build.sh helm | sed -n 's/^helm=//p')/bin/helm}
 "$helm" uninstall meshnft --namespace meshnft --wait >/dev/null 2>&1 || true
 check "meshnft installed from deploy/meshnft.yaml, its entry last in every kindnet conflist" install_manifest
 
