@@ -130,7 +130,7 @@ if [[ $kind_mode == 1 ]]; then
   if scripts/kind.sh up >/dev/null; then
     kind_up=$(took "$kt")
     kt=$EPOCHREALTIME
-    tests/kind/seed.sh || kind_status=$?
+    tests/kind/seed.sh 2>&1 | tee -a "$log" || kind_status=${PIPESTATUS[0]}
     kind_seed=$(took "$kt")
   else
     kind_status=1
@@ -156,8 +156,9 @@ if [[ -f ${MESHNFT_CACHE_DIR:-/var/cache/meshnft}/kind/state/dockerd.pid ]]; the
 if ip -o link show | grep -E ': (docker0|br-[0-9a-f]{12})[:@]'; then echo "leftover docker bridges (above)"; leaks=1; fi
 ((leaks)) || echo "no leftovers"
 
-# One closing line for the whole run (every cargo test binary summed).
+# One closing line for the whole run (every cargo test binary and the kind checks summed).
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($i ~ /^passed/) p += $(i-1); if ($i ~ /^failed/) f += $(i-1) } }
+     /^kind seed: [0-9]+ passed, [0-9]+ failed/ { p += $3; f += $5 }
      END { printf "%d passed, %d failed\n", p, f }' "$log"
 if ((leaks)); then exit 1; fi
 if ((status == 0)); then status=$kstatus; fi
