@@ -7,8 +7,9 @@
 #
 #   1. the seed pod, classic layout (the init container fetches the outside web server,
 #      a container on kind's docker network, never the cluster) and native sidecar:
-#      Ready, the fetch answered, meshnft's table in the pod's netns with the init
-#      phase closed by the proxy's first packet;
+#      Ready, the fetch answered (directly; as a native sidecar through the started
+#      proxy), meshnft's table in the pod's netns with the init phase closed by the
+#      proxy's first packet;
 #   2. an unmeshed pod: Ready, no table;
 #   3. kindnetd rewriting its conflist while pods start: a Node update (an annotation)
 #      and a restart of the kindnet pod each make kindnetd write 10-kindnet.conflist
