@@ -3,7 +3,8 @@
 # and golden tests, and the root-only end-to-end tests (real nft in real
 # network namespaces, real cgroup v2 directories, the reference CNI plugins
 # driven by libcni and by containerd's CRI), the demo, the benchmark's quick
-# mode and the kernel matrix (scripts/kernels.sh, qemu). Needs root; installs
+# mode, the kernel matrix (scripts/kernels.sh, qemu) and, where its parts are
+# built (MESHNFT_KIND), the seed scenarios on kind. Needs root; installs
 # missing packages first, and builds containerd once (scripts/containerd.sh,
 # cached).
 #
@@ -106,7 +107,42 @@ if [[ ${MESHNFT_SKIP_KERNELS:-0} != 1 ]]; then
   echo "==> kernel matrix: $((SECONDS - kstart)) s (fetch, static build, three guests)"
 fi
 
-# Nothing may be left behind by the tests, the demo or the benchmark.
+# kind from local parts (docs/kind.md): a cluster with kindnet as the primary CNI, meshnft's
+# image built by docker from deploy/Dockerfile and installed from deploy/meshnft.yaml, then the
+# seed scenarios (tests/kind/seed.sh), then the cluster and dockerd removed. MESHNFT_KIND=1
+# runs it, building its parts first on a new machine (cold: about an hour on a loaded 2-core
+# machine, too long for CI's hour with the rest); MESHNFT_KIND=0 skips it; unset, it runs when
+# this machine has built the kind parts before (warm: docs/testing.md#end-to-end-on-kind).
+kind_status=0
+kind_mode=${MESHNFT_KIND:-auto}
+if [[ $kind_mode == auto ]]; then
+  if [[ -s ${MESHNFT_CACHE_DIR:-/var/cache/meshnft}/kind/state/parts ]]; then
+    kind_mode=1
+  else
+    kind_mode=0
+    echo "==> kind: skipped, its parts are not built on this machine (MESHNFT_KIND=1 builds them: about an hour cold)"
+  fi
+fi
+if [[ $kind_mode == 1 ]]; then
+  echo "==> kind: scripts/kind.sh up, the seed scenarios (tests/kind/seed.sh), scripts/kind.sh down"
+  took() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", b - a }'; }
+  kt=$EPOCHREALTIME
+  if scripts/kind.sh up >/dev/null; then
+    kind_up=$(took "$kt")
+    kt=$EPOCHREALTIME
+    tests/kind/seed.sh 2>&1 | tee -a "$log" || kind_status=${PIPESTATUS[0]}
+    kind_seed=$(took "$kt")
+  else
+    kind_status=1
+    kind_up="$(took "$kt") (failed)"
+    kind_seed=-
+  fi
+  kt=$EPOCHREALTIME
+  scripts/kind.sh down || kind_status=1
+  echo "==> kind: up $kind_up s, seed scenarios $kind_seed s, down $(took "$kt") s"
+fi
+
+# Nothing may be left behind by the tests, the demo, the benchmark or kind.
 echo "==> leak check"
 leaks=0
 if ip netns list | grep -E '^mt' ; then echo "leftover network namespaces (above)"; leaks=1; fi
@@ -116,11 +152,15 @@ if ls -d /tmp/meshnft-node-* 2>/dev/null; then echo "leftover temp dirs (above)"
 if ls -d /sys/fs/cgroup/*/meshnft-node-* /sys/fs/cgroup/meshnft-node-* 2>/dev/null; then echo "leftover node cgroups (above)"; leaks=1; fi
 if ls -d /run/meshnft-bench-* 2>/dev/null; then echo "leftover benchmark dirs (above)"; leaks=1; fi
 if [[ -n "$cg2" ]] && ls -d "$cg2"/meshnft-bench-* 2>/dev/null; then echo "leftover benchmark cgroups (above)"; leaks=1; fi
+if [[ -f ${MESHNFT_CACHE_DIR:-/var/cache/meshnft}/kind/state/dockerd.pid ]]; then echo "dockerd left running by scripts/kind.sh"; leaks=1; fi
+if ip -o link show | grep -E ': (docker0|br-[0-9a-f]{12})[:@]'; then echo "leftover docker bridges (above)"; leaks=1; fi
 ((leaks)) || echo "no leftovers"
 
-# One closing line for the whole run (every cargo test binary summed).
+# One closing line for the whole run (every cargo test binary and the kind checks summed).
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($i ~ /^passed/) p += $(i-1); if ($i ~ /^failed/) f += $(i-1) } }
+     /^kind seed: [0-9]+ passed, [0-9]+ failed/ { p += $3; f += $5 }
      END { printf "%d passed, %d failed\n", p, f }' "$log"
 if ((leaks)); then exit 1; fi
 if ((status == 0)); then status=$kstatus; fi
+if ((status == 0)); then status=$kind_status; fi
 exit "$status"

@@ -18,7 +18,10 @@
 #      base (mmdebstrap, through scripts/kind-image.sh) and this machine's Rust
 #      toolchain (rustup's, with the musl target), RUNTIME_IMAGE is that Debian
 #      base; then `kind load docker-image` and `kubectl apply -f deploy/meshnft.yaml`;
-#      waits for the DaemonSet and for meshnft's entry in kindnet's conflist.
+#      waits for the DaemonSet and for meshnft's entry in kindnet's conflist;
+#   5. the test pods' image, meshnft.test/busybox:1 (busybox-static and the Go
+#      stand-in, the real-node suite's image from scripts/containerd.sh), imported
+#      into docker and loaded into the cluster (tests/kind/seed.sh uses it).
 #
 # Usage (as root):
 #   scripts/kind.sh up      does all of the above; prints `kubeconfig=PATH`
@@ -38,6 +41,10 @@ nice=${MESHNFT_NICE:-19}
 state=$cache/kind/state
 kubeconfig=$state/$cluster.kubeconfig
 start=$EPOCHREALTIME
+# The host sysctls the nodes' kubelets rewrite (protectKernelDefaults: false; a kind node is
+# privileged, and these are not namespaced): saved by `up`, put back by `down`, as
+# scripts/node.sh does for the real node.
+SYSCTLS=(kernel.panic kernel.panic_on_oops vm.overcommit_memory vm.panic_on_oom kernel.keys.root_maxkeys kernel.keys.root_maxbytes)
 log() { printf 'kind.sh: %s\n' "$*" >&2; }
 elapsed() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", b - a }'; }
 [[ $EUID -eq 0 ]] || { log "run it as root"; exit 1; }
@@ -135,11 +142,31 @@ EOF
   echo "$img"
 }
 
+# The real-node suite's test image (scripts/containerd.sh: one layer, busybox-static and
+# tests/containerd/standin, in an OCI archive) as a docker image of the same name, so that
+# `kind load` puts it into the nodes and tests/kind/seed.sh can run it beside them too.
+test_image() {
+  local dir archive key img=meshnft.test/busybox:1 work layer
+  dir=$(scripts/containerd.sh)
+  archive=$(readlink -f "$dir/images.tar")
+  key=$(basename "$archive" .tar)
+  if [[ $(docker image inspect -f '{{index .Config.Labels "meshnft.key"}}' "$img" 2>/dev/null) != "$key" ]]; then
+    work=$(mktemp -d "$cache/kind/.test-image.XXXXXX")
+    tar -C "$work" -xf "$archive"
+    # The archive's one layer is its largest blob (the others are JSON).
+    layer=$(find "$work/blobs/sha256" -type f -printf '%s %p\n' | sort -n | tail -n1 | cut -d' ' -f2-)
+    docker import --change 'ENV PATH=/bin' --change 'ENTRYPOINT ["/bin/sh"]' \
+      --change "LABEL meshnft.key=$key" "$layer" "$img" >/dev/null
+    rm -rf "$work"
+  fi
+  echo "$img"
+}
+
 kubectl_() { KUBECONFIG=$kubeconfig "$(sed -n 's/^kubectl=//p' "$state/parts" | tail -n1)" "$@"; }
 
 up() {
   docker_up
-  local t0=$EPOCHREALTIME image kind cfg version tools rust meshnft
+  local t0=$EPOCHREALTIME image kind cfg version tools rust meshnft s
   scripts/kind-image.sh >"$state/parts"
   image=$(sed -n 's/^image=//p' "$state/parts")
   kind=$(kind_cli)
@@ -149,6 +176,9 @@ up() {
     log "cluster $cluster exists: deleting it first"
     "$kind" delete cluster --name "$cluster" >&2
   fi
+  # Saved once: a second `up` without `down` must not save the kubelets' values.
+  [[ -f $state/sysctls.saved ]] ||
+    for s in "${SYSCTLS[@]}"; do printf '%s=%s\n' "$s" "$(sysctl -n "$s")"; done >"$state/sysctls.saved"
   cfg=$state/$cluster.yaml
   {
     cat <<EOF
@@ -181,7 +211,7 @@ EOF
   nice -n "$nice" docker build -q -f deploy/Dockerfile --build-arg "RUST_IMAGE=$rust" --build-arg "RUNTIME_IMAGE=$tools" \
     -t "$meshnft" . >/dev/null
   log "image $meshnft built from deploy/Dockerfile in $(elapsed "$t0") s"
-  "$kind" load docker-image --name "$cluster" "$meshnft" >&2
+  "$kind" load docker-image --name "$cluster" "$meshnft" "$(test_image)" >&2
 
   t0=$EPOCHREALTIME
   kubectl_ apply -f deploy/meshnft.yaml >&2
@@ -207,6 +237,10 @@ down() {
     "$kind" delete cluster --name "$cluster" --kubeconfig "$kubeconfig" >&2 || true
   fi
   docker_down
+  if [[ -f $state/sysctls.saved ]]; then
+    while read -r line; do sysctl -qw "$line" || log "cannot restore $line"; done <"$state/sysctls.saved"
+    rm -f "$state/sysctls.saved"
+  fi
   rm -f "$kubeconfig"
   log "down in $(elapsed "$start") s"
 }
