@@ -25,19 +25,37 @@
 #   * the host sysctls kubelet rewrites (protectKernelDefaults: false) are
 #     saved at `up` and restored at `down`.
 #
+# More nodes (`up --nodes N`, or `add-node DIR` on a node that is up): node K
+# (2, 3, ...) is DIR/nodeK, a node directory of its own (run, restart and image
+# take it as DIR): its own network and mount namespaces, containerd (root, state
+# and socket in DIR/nodeK/c), kubelet (cgroupRoot meshnft-node-<id>-K, node
+# name meshnft-node-K), private directories as above, registered with the first
+# node's API server. It is joined to the first node by a veth pair, 198.19.K-1.1
+# (the first node's side, "nodeK") and 198.19.K-1.2 (its eth0, its node IP); its
+# pods get 198.18.K-1.0/24 and 2001:db8:K::/64 (fixed per node, the bridge
+# conflist's ranges); each node routes the other's pod CIDRs via the other's
+# address on that link, and node K's default route is the first node (the API
+# server, the `kubernetes` ClusterIP, the outside namespace, other nodes).
+#
 # Usage:
-#   scripts/node.sh up [DIR]      brings the node up (DIR: a new /tmp/meshnft-node-*
-#                                 by default); prints DIR as its last line
-#   scripts/node.sh down DIR      stops everything, restores the sysctls, removes
-#                                 cgroups, mounts and DIR; safe to call twice and
-#                                 after a failed `up`
+#   scripts/node.sh up [--nodes N] [DIR]
+#                                 brings the node up (DIR: a new /tmp/meshnft-node-*
+#                                 by default), then N-1 more nodes (add-node); prints
+#                                 DIR as its last line
+#   scripts/node.sh add-node DIR  one more node joined to the node DIR; prints its
+#                                 directory (DIR/nodeK) as its last line
+#   scripts/node.sh down DIR      stops everything (the added nodes first), restores
+#                                 the sysctls, removes cgroups, mounts and DIR; safe to
+#                                 call twice and after a failed `up`; on DIR/nodeK, that
+#                                 node only (its pods deleted, its Node object removed)
 #   scripts/node.sh run DIR CMD   runs CMD in the node's namespaces with KUBECONFIG
 #                                 (cluster admin) and the node's binaries on PATH
 #   scripts/node.sh restart DIR NAME
 #                                 restarts one daemon (kubelet, containerd, ...) as it was
 #   scripts/node.sh image DIR NAME:TAG ROOTFS ENTRYPOINT-JSON
 #                                 builds a single-layer OCI image of ROOTFS and
-#                                 imports it into the node's containerd
+#                                 imports it into the node's containerd (and into
+#                                 those of the nodes added to DIR)
 #
 # The primary CNI configuration is the first plugin of conflists/bridge-meshnft.conflist
 # (bridge + host-local); meshnft is chained by its own installer (deploy/).
@@ -279,6 +297,12 @@ up_failed() {
 
 # ---- up ------------------------------------------------------------------------------
 up() {
+  local nodes=1
+  if [[ ${1:-} == --nodes ]]; then
+    [[ ${2:-} =~ ^[1-9]$ ]] || die "--nodes: 1 to 9"
+    nodes=$2
+    shift 2
+  fi
   local d=${1:-}
   local t0=$EPOCHREALTIME
   [[ $EUID -eq 0 ]] || die "needs root"
@@ -414,7 +438,114 @@ EOF
   wait_for "the default service account" 60 run "$d" kubectl -n default get serviceaccount default
   trap - EXIT
   log "node up in $(elapsed "$t0") s (parts ready after $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }') s): kubernetes $("$k8s/kubelet" --version | cut -d' ' -f2), containerd $("$cbin/containerd" --version | cut -d' ' -f3)"
+  local k
+  for ((k = 2; k <= nodes; k++)); do
+    # shellcheck disable=SC2064
+    trap "up_failed '$d'" EXIT
+    add_node "$d" >/dev/null
+    trap - EXIT
+  done
   echo "$d"
+}
+
+# ---- add-node ----------------------------------------------------------------------------
+# members DIR: the directories of the nodes added to the node DIR (DIR/node2, ...).
+members() {
+  local m
+  for m in "$1"/node[0-9]; do [[ -f $m/id && -f $m/member ]] && echo "$m"; done
+  return 0
+}
+
+# add_node DIR: node K (the next free number) joined to the cluster of the node DIR: see the
+# header. Prints its directory.
+add_node() {
+  local d
+  d=$(cd "$1" && pwd)
+  [[ -f $d/holder.pid && ! -f $d/member ]] || die "$d: not a first node that is up"
+  local t0=$EPOCHREALTIME k=2
+  while [[ -e $d/node$k ]]; do k=$((k + 1)); done
+  ((k <= 9)) || die "$d: nine nodes at most"
+  local m=$d/node$k name=$NODE_NAME-$k net=198.19.$((k - 1))
+  local ip=$net.2 gw=$net.1 id
+  id=$(cat "$d/id")-$k
+  mkdir -p "$m/logs" "$m/pids" "$m/pki"
+  echo "$id" >"$m/id"
+  echo "$d" >"$m/member"
+  echo "$name" >"$m/name"
+  cp "$d/parts" "$m/parts"
+  # Its kubelet's identity, signed by the cluster's CA; the admin's for `run`; both talking to
+  # the API server at the first node's address.
+  local p=$d/pki
+  cert "$d" "kubelet-$k" "system:node:$name" system:nodes ""
+  cert "$d" "kubelet-serving-$k" "system:node:$name" system:nodes "IP:$ip,DNS:$name"
+  cp "$p/ca.crt" "$p/admin.crt" "$p/admin.key" "$m/pki/"
+  mv "$p/kubelet-$k.crt" "$m/pki/kubelet.crt"
+  mv "$p/kubelet-$k.key" "$m/pki/kubelet.key"
+  mv "$p/kubelet-serving-$k.crt" "$m/pki/kubelet-serving.crt"
+  mv "$p/kubelet-serving-$k.key" "$m/pki/kubelet-serving.key"
+  kubeconfig "$m" kubelet "https://$NODE_IP:443"
+  kubeconfig "$m" admin "https://$NODE_IP:443"
+  env_file "$m" >"$m/env"
+
+  # shellcheck disable=SC2016
+  setsid unshare --net --mount --propagation slave --fork -- \
+    sh -c 'echo $$ >"$1"; exec sleep infinity' holder "$m/holder.pid" </dev/null >/dev/null 2>&1 &
+  wait_for "node $k's namespaces" 10 test -s "$m/holder.pid"
+  local holder
+  holder=$(cat "$m/holder.pid")
+  # The link between the first node and node K, and the pod CIDRs routed over it both ways.
+  in_node "$d" sh -ec "
+    ip link add node$k type veth peer name eth0 netns /proc/$holder/ns/net
+    ip addr add $gw/24 dev node$k
+    ip -6 addr add 2001:db8:ff$k::1/64 dev node$k nodad
+    ip link set node$k up
+    ip route add 198.18.$((k - 1)).0/24 via $ip
+    ip -6 route add 2001:db8:$k::/64 via 2001:db8:ff$k::2
+  "
+  in_node "$m" sh -ec "
+    ip link set lo up
+    ip addr add $ip/24 dev eth0
+    ip -6 addr add 2001:db8:ff$k::2/64 dev eth0 nodad
+    ip link set eth0 up
+    ip route add 198.18.0.0/24 via $gw
+    ip -6 route add 2001:db8:1::/64 via 2001:db8:ff$k::1
+    ip route add default via $gw
+    ip route add blackhole 1.1.1.1/32
+    sysctl -qw net.ipv4.ip_forward=1 net.ipv6.conf.all.forwarding=1
+  "
+  # The outside namespace answers node K's own address through the first node.
+  nsenter -t "$(cat "$d/outside.pid")" -n -- ip route add "$net.0/24" via "$NODE_IP"
+
+  in_node "$m" bash -c "$(declare -p PRIVATE_PATHS RUN_TMPFS RUN_TMPFS_OPTS OUTSIDE_IP); $(declare -f private_mounts); private_mounts '$m'"
+  in_node "$m" sh -ec "cp /usr/lib/cni/bridge /usr/lib/cni/host-local /usr/lib/cni/loopback /opt/cni/bin/"
+  python3 - "$d/10-bridge.conflist" "$m/10-bridge.conflist" "198.18.$((k - 1)).0/24" "2001:db8:$k::/64" <<'EOF'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["plugins"][0]["ipam"]["ranges"] = [[{"subnet": sys.argv[3]}], [{"subnet": sys.argv[4]}]]
+json.dump(c, open(sys.argv[2], "w"), indent=2)
+EOF
+  in_node "$m" cp "$m/10-bridge.conflist" /etc/cni/net.d/10-bridge.conflist
+
+  local cg
+  while read -r cg; do
+    mkdir -p "$cg/meshnft-node-$id"
+    if [[ -f $cg/cpuset.cpus ]]; then
+      cat "$cg/cpuset.cpus" >"$cg/meshnft-node-$id/cpuset.cpus"
+      cat "$cg/cpuset.mems" >"$cg/meshnft-node-$id/cpuset.mems"
+    fi
+  done < <(cgroup_mounts)
+
+  mkdir -p "$m/c/root" "$m/c/state" "$m/c/s" "$m/c/runc"
+  containerd_config "$m" >"$m/c/config.toml"
+  start "$m" containerd containerd --config "$m/c/config.toml"
+  wait_for "node $k's containerd" 30 run "$m" ctr -a "$m/c/containerd.sock" version
+  import_images "$m" "$(sed -n 's/^containerd=//p' "$m/parts")/images.tar"
+  kubelet_config "$m" >"$m/kubelet.yaml"
+  start "$m" kubelet kubelet --config="$m/kubelet.yaml" --kubeconfig="$m/pki/kubelet.kubeconfig" \
+    --hostname-override="$name" --node-ip="$ip" --v=1
+  wait_for "node $name Ready" 180 run "$d" kubectl wait --for=condition=Ready "node/$name" --timeout=5s
+  log "node $name ($ip, pods 198.18.$((k - 1)).0/24) up in $(elapsed "$t0") s"
+  echo "$m"
 }
 
 containerd_config() {
@@ -530,10 +661,20 @@ down() {
   id=$(cat "$d/id" 2>/dev/null || true)
   [[ -n $id ]] || die "$d: not a node dir (no id file)"
   local pids=() n
-  # Pods first, through the API, so that every CNI DEL runs (bounded: 60 s).
-  if [[ -f $d/pids/kubelet ]] && kill -0 "$(cat "$d/pids/kubelet")" 2>/dev/null; then
-    timeout 60 "$0" run "$d" kubectl delete pods --all --all-namespaces --grace-period=1 --wait=true >/dev/null 2>&1 || true
+  local member=""
+  [[ -f $d/member ]] && member=$(cat "$d/member")
+  # Pods first, through the API, so that every CNI DEL runs (bounded: 60 s): an added node's
+  # own pods, or every pod of the cluster.
+  if [[ -z ${DOWN_WHOLE:-} && -f $d/pids/kubelet ]] && kill -0 "$(cat "$d/pids/kubelet")" 2>/dev/null; then
+    if [[ -n $member ]]; then
+      timeout 60 "$0" run "$d" kubectl delete pods --all-namespaces --field-selector "spec.nodeName=$(cat "$d/name")" \
+        --grace-period=1 --wait=true >/dev/null 2>&1 || true
+    else
+      timeout 60 "$0" run "$d" kubectl delete pods --all --all-namespaces --grace-period=1 --wait=true >/dev/null 2>&1 || true
+    fi
   fi
+  # The added nodes before the first one (their kubelets talk to its API server).
+  for n in $(members "$d"); do DOWN_WHOLE=1 down "$n"; done
   # The daemons in reverse order, gently, then everything of the node by force.
   for n in kubelet kube-scheduler kube-controller-manager kube-apiserver containerd etcd outside-web; do
     [[ -f $d/pids/$n ]] && pids+=("$(cat "$d/pids/$n")")
@@ -557,13 +698,30 @@ down() {
     sleep 0.2
   done
   [[ -z $victims ]] || log "processes still alive after teardown: $victims"
+  if [[ -n $member ]]; then
+    # Out of the cluster (when its API server still runs), off the first node's link and the
+    # outside namespace's routes.
+    local name k
+    name=$(cat "$d/name")
+    k=${name##*-}
+    if [[ -z ${DOWN_WHOLE:-} && -f $member/pids/kube-apiserver ]] && kill -0 "$(cat "$member/pids/kube-apiserver")" 2>/dev/null; then
+      timeout 30 "$0" run "$member" kubectl delete node "$name" --wait=false >/dev/null 2>&1 || true
+    fi
+    if [[ -f $member/holder.pid ]] && kill -0 "$(cat "$member/holder.pid")" 2>/dev/null; then
+      in_node "$member" ip link del "node$k" 2>/dev/null || true
+    fi
+    if [[ -f $member/outside.pid ]] && kill -0 "$(cat "$member/outside.pid")" 2>/dev/null; then
+      nsenter -t "$(cat "$member/outside.pid")" -n -- ip route del "198.19.$((k - 1)).0/24" 2>/dev/null || true
+    fi
+  fi
   # Cgroups, deepest first.
   local m
   while read -r m; do
     [[ -d $m/meshnft-node-$id ]] && find "$m/meshnft-node-$id" -depth -type d -exec rmdir {} + 2>/dev/null
     [[ -d $m/meshnft-node-$id ]] && log "cgroup left: $m/meshnft-node-$id"
   done < <(cgroup_mounts)
-  # Host sysctls as they were.
+  # Host sysctls as they were (saved by the first node: an added node's kubelet rewrites the
+  # same ones again).
   if [[ -f $d/sysctls.saved ]]; then
     local line
     while read -r line; do sysctl -qw "$line" || log "cannot restore $line"; done <"$d/sysctls.saved"
@@ -574,7 +732,7 @@ down() {
     awk '{print $5}' /proc/self/mountinfo | grep -F -- "$d" | sort -r | xargs -r -n1 umount -l
   fi
   rm -rf --one-file-system "$d"
-  log "node down in $(elapsed "$t0") s"
+  log "node${member:+ ${d##*/}} down in $(elapsed "$t0") s"
 }
 
 # ---- image ------------------------------------------------------------------------------
@@ -582,6 +740,8 @@ image() {
   local d=$1 ref=$2 root=$3 entry=$4
   oci_image "$d/image.tar" "$ref" "$root" "$entry"
   import_images "$d" "$d/image.tar"
+  local m
+  for m in $(members "$d"); do import_images "$m" "$d/image.tar"; done
   rm -f "$d/image.tar"
 }
 
@@ -589,9 +749,10 @@ cmd=${1:-}
 shift || true
 case $cmd in
 up) up "$@" ;;
+add-node) add_node "$@" ;;
 down) down "$@" ;;
 run) run "$@" ;;
 image) image "$@" ;;
 restart) restart "$@" ;;
-*) die "usage: node.sh up [DIR] | down DIR | run DIR CMD... | restart DIR DAEMON | image DIR NAME:TAG ROOTFS ENTRYPOINT-JSON" ;;
+*) die "usage: node.sh up [--nodes N] [DIR] | add-node DIR | down DIR | run DIR CMD... | restart DIR DAEMON | image DIR NAME:TAG ROOTFS ENTRYPOINT-JSON" ;;
 esac

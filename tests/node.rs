@@ -7,19 +7,25 @@
 //! through the API (kubectl); the kernel is read only to check the result (the pod's nft table,
 //! read with the test's nft oracle in the pod's network namespace).
 //!
-//! One test function: the node is expensive (cold: the builds; warm: ~1 min to come up), so
-//! the scenarios share it, in order; its Drop guard brings it down and the test then checks
-//! that nothing is left (processes, cgroups, mounts, files, host sysctls).
+//! One test function for the one-node scenarios: the node is expensive (cold: the builds;
+//! warm: ~1 min to come up), so the scenarios share it, in order; its Drop guard brings it
+//! down and the test then checks that nothing is left (processes, cgroups, mounts, files,
+//! host sysctls). A second one, `twonode::two_nodes` (tests/node/twonode.rs), brings up two
+//! nodes against one control plane; the two never run at the same time (one node's kubelet
+//! rewrites the host sysctls the other saved).
 //!
-//! Root only. `MESHNFT_NODE=0` skips it (e.g. for a quick `cargo test` on a laptop).
+//! Root only. `MESHNFT_NODE=0` skips both (e.g. for a quick `cargo test` on a laptop).
 
 #[path = "node/faults.rs"]
 mod faults;
 use meshnft_testkit as support;
+#[path = "node/twonode.rs"]
+mod twonode;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
@@ -47,33 +53,94 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
-/// The node brought up by `scripts/node.sh up`; Drop brings it down.
+/// Held by each test while its node is up: one node at a time in this process.
+static ONE_NODE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// Takes [`ONE_NODE_AT_A_TIME`] (also after another test panicked holding it).
+fn one_node_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_NODE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// A node brought up by `scripts/node.sh up`: the first node (`owned`: Drop brings it down,
+/// and with it the nodes added to it), or a node added to it (`DIR/nodeK`, [`Node::added`]:
+/// its own namespaces and containerd, Drop leaves it to the first).
 struct Node {
     dir: PathBuf,
-    id: String,
+    owned: bool,
 }
 
 impl Node {
     fn up() -> Node {
+        Node::up_with(1)
+    }
+
+    /// The first node, then `nodes - 1` more (`node.sh up --nodes N`).
+    fn up_with(nodes: usize) -> Node {
         let t0 = Instant::now();
-        let out = Command::new(script("node.sh"))
-            .arg("up")
+        let mut cmd = Command::new(script("node.sh"));
+        cmd.arg("up");
+        if nodes > 1 {
+            cmd.arg("--nodes").arg(nodes.to_string());
+        }
+        let out = cmd
             .stdin(Stdio::null())
             .stderr(Stdio::inherit())
             .output()
             .expect("run scripts/node.sh up");
         assert!(out.status.success(), "scripts/node.sh up failed");
         let dir = PathBuf::from(text(&out.stdout).lines().last().unwrap_or("").trim());
-        let id = std::fs::read_to_string(dir.join("id"))
-            .expect("node id")
-            .trim()
-            .to_string();
+        assert!(
+            dir.join("id").exists(),
+            "node.sh up: no node at {}",
+            dir.display()
+        );
         eprintln!(
             "node up: {:.1} s ({})",
             t0.elapsed().as_secs_f64(),
             dir.display()
         );
-        Node { dir, id }
+        Node { dir, owned: true }
+    }
+
+    /// Node `k` (2, 3, ...) added to this one by `node.sh up --nodes N`.
+    fn added(&self, k: usize) -> Node {
+        let dir = self.dir.join(format!("node{k}"));
+        assert!(
+            dir.join("id").exists(),
+            "{}: no node {k}",
+            self.dir.display()
+        );
+        Node { dir, owned: false }
+    }
+
+    /// Its Node object's name: `meshnft-node`, `meshnft-node-K` for an added node.
+    fn name(&self) -> String {
+        std::fs::read_to_string(self.dir.join("name"))
+            .map(|n| n.trim().to_string())
+            .unwrap_or_else(|_| "meshnft-node".to_string())
+    }
+
+    /// The directories of this node and of the nodes added to it.
+    fn dirs(&self) -> Vec<PathBuf> {
+        let mut v = vec![self.dir.clone()];
+        v.extend(
+            (2..=9)
+                .map(|k| self.dir.join(format!("node{k}")))
+                .filter(|d| d.join("id").exists()),
+        );
+        v
+    }
+
+    /// The kubelets' cgroup roots (`meshnft-node-<id>` in every hierarchy) of this node and of
+    /// the nodes added to it: a pod of any of them is found from the first node.
+    fn cgroup_roots(&self) -> Vec<String> {
+        self.dirs()
+            .iter()
+            .filter_map(|d| std::fs::read_to_string(d.join("id")).ok())
+            .map(|id| format!("meshnft-node-{}", id.trim()))
+            .collect()
     }
 
     /// `argv` in the node's namespaces (`node.sh run`), with `stdin`.
@@ -167,18 +234,19 @@ impl Node {
     }
 
     /// One process of pod `ns/name` (any container: they share the pod's netns), found in
-    /// the pod's cgroup below the node's cgroup root.
+    /// the pod's cgroup below the node's cgroup root (or those of the nodes added to it).
     fn pod_pid(&self, ns: &str, name: &str) -> Option<u32> {
         let uid = self.get(ns, &format!("pod/{name}"), "{.metadata.uid}");
         if uid.is_empty() {
             return None;
         }
         for m in cgroup_mounts() {
-            let root = m.join(format!("meshnft-node-{}", self.id));
-            if let Some(pid) = find_dir(&root, &format!("pod{uid}"), 4)
-                .and_then(|pod| procs_below(&pod).into_iter().next())
-            {
-                return Some(pid);
+            for root in self.cgroup_roots() {
+                if let Some(pid) = find_dir(&m.join(root), &format!("pod{uid}"), 4)
+                    .and_then(|pod| procs_below(&pod).into_iter().next())
+                {
+                    return Some(pid);
+                }
             }
         }
         None
@@ -200,6 +268,9 @@ impl Node {
 
 impl Drop for Node {
     fn drop(&mut self) {
+        if !self.owned {
+            return;
+        }
         let t0 = Instant::now();
         let st = Command::new(script("node.sh"))
             .arg("down")
@@ -1086,11 +1157,12 @@ fn real_node() {
         eprintln!("SKIP real_node: MESHNFT_NODE=0");
         return;
     }
+    let _one = one_node_at_a_time();
     let before = sysctls();
     let host_run = faults::HostRun::snapshot();
     let t0 = Instant::now();
     let node = Node::up();
-    let (dir, id) = (node.dir.clone(), node.id.clone());
+    let (dir, roots) = (node.dir.clone(), node.cgroup_roots());
     for ((k, was), (_, now)) in before.iter().zip(sysctls()) {
         if *was != now {
             eprintln!("kubelet changed {k}: {} -> {}", was.trim(), now.trim());
@@ -1652,10 +1724,24 @@ fn real_node() {
     // ---- teardown ----------------------------------------------------------------------------
     drop(node);
     eprintln!("real node: {:.1} s in all", t0.elapsed().as_secs_f64());
+    assert_nothing_left(&dir, &roots, &before, &host_run);
+}
+
+/// After `node.sh down`: nothing of the node `dir` (and of the nodes added to it, whose
+/// kubelets' cgroup roots are `roots`) is left: its directory, cgroups, processes, mounts; the
+/// host sysctls are as `before`, the host's /run directories as `host_run`.
+fn assert_nothing_left(
+    dir: &Path,
+    roots: &[String],
+    before: &[(String, String)],
+    host_run: &faults::HostRun,
+) {
     assert!(!dir.exists(), "{} left behind", dir.display());
     for m in cgroup_mounts() {
-        let cg = m.join(format!("meshnft-node-{id}"));
-        assert!(!cg.exists(), "{} left behind", cg.display());
+        for root in roots {
+            let cg = m.join(root);
+            assert!(!cg.exists(), "{} left behind", cg.display());
+        }
     }
     assert_eq!(sysctls(), before, "host sysctls restored");
     host_run.assert_unchanged();

@@ -40,13 +40,13 @@ fn wanted(key: &str) -> bool {
 }
 
 /// The label every pod of these scenarios carries, `churn: <group>`.
-const LABEL: &str = "churn";
+pub(crate) const LABEL: &str = "churn";
 
 /// The seed pod (classic layout, meshed) labelled `churn: <group>`, whose app connects to the
 /// outside service as soon as it starts (retrying while the proxy is not listening yet) and
 /// logs who answered: the proxy stand-in when the pod is redirected, the outside server when
 /// it runs without its table.
-fn churn_pod(name: &str, group: &str) -> String {
+pub(crate) fn churn_pod(name: &str, group: &str) -> String {
     let app = format!(
         r#"["sh", "-c", "for i in $(seq 60); do timeout 5 wget -q -O- http://{OUTSIDE}/ && break; sleep 0.5; done; exec sleep 3600"]"#
     );
@@ -110,7 +110,8 @@ fn pods(node: &Node, ns: &str, selector: &str) -> Vec<PodView> {
         .collect()
 }
 
-/// Every pod cgroup below the node's cgroup root, by pod UID (one directory per hierarchy).
+/// Every pod cgroup below the node's cgroup root (and those of the nodes added to it), by pod
+/// UID (one directory per hierarchy).
 fn pod_cgroups(node: &Node) -> HashMap<String, Vec<PathBuf>> {
     fn walk(dir: &Path, depth: usize, out: &mut HashMap<String, Vec<PathBuf>>) {
         let Ok(rd) = std::fs::read_dir(dir) else {
@@ -130,7 +131,9 @@ fn pod_cgroups(node: &Node) -> HashMap<String, Vec<PathBuf>> {
     }
     let mut out = HashMap::new();
     for m in cgroup_mounts() {
-        walk(&m.join(format!("meshnft-node-{}", node.id)), 3, &mut out);
+        for root in node.cgroup_roots() {
+            walk(&m.join(root), 3, &mut out);
+        }
     }
     out
 }
@@ -247,10 +250,14 @@ fn plugin_reads(node: &Node, group: &str) -> BTreeMap<String, usize> {
     m
 }
 
-/// From containerd's log (its CRI `RunPodSandbox for <metadata>` lines): for each pod of
-/// `group` that had a sandbox refused, the errors.
+/// From containerd's log (its CRI `RunPodSandbox for <metadata>` lines; the logs of the nodes
+/// added to `node` too): for each pod of `group` that had a sandbox refused, the errors.
 fn refused_sandboxes(node: &Node, group: &str) -> BTreeMap<String, Vec<String>> {
-    let log = std::fs::read_to_string(node.dir.join("logs/containerd.log")).unwrap_or_default();
+    let log: String = node
+        .dirs()
+        .iter()
+        .map(|d| std::fs::read_to_string(d.join("logs/containerd.log")).unwrap_or_default())
+        .collect();
     let mut m: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for l in log
         .lines()
@@ -383,7 +390,7 @@ fn wait_agent_ready(node: &Node, secs: u64) {
 }
 
 /// Waits until the `n` pods of `group` are Ready; panics after `secs` naming those that are not.
-fn wait_group_ready(node: &Node, group: &str, n: usize, secs: u64) {
+pub(crate) fn wait_group_ready(node: &Node, group: &str, n: usize, secs: u64) {
     let deadline = Instant::now() + Duration::from_secs(secs);
     loop {
         let ps = pods(node, "seed", &format!("{LABEL}={group}"));
@@ -414,21 +421,21 @@ fn wait_group_ready(node: &Node, group: &str, n: usize, secs: u64) {
 /// (with why), refused then recovered (a sandbox refused before it ran), and the distinct
 /// reasons of those refusals.
 #[derive(Debug, Default)]
-struct Verdict {
-    created: usize,
-    meshed: usize,
+pub(crate) struct Verdict {
+    pub(crate) created: usize,
+    pub(crate) meshed: usize,
     /// Pods with a sandbox refused (containerd's log), then started.
-    refused: usize,
+    pub(crate) refused: usize,
     /// Of those, refused by meshnft (its error in containerd's).
-    refused_by_meshnft: usize,
+    pub(crate) refused_by_meshnft: usize,
     /// Of those, with meshnft's reason in a `FailedCreatePodSandBox` event of the pod.
-    reason_in_events: usize,
-    unmeshed: Vec<String>,
-    reasons: Vec<String>,
+    pub(crate) reason_in_events: usize,
+    pub(crate) unmeshed: Vec<String>,
+    pub(crate) reasons: Vec<String>,
 }
 
 /// Checks every pod of `group` (all Ready): see the module docs.
-fn verdict(node: &Node, group: &str) -> Verdict {
+pub(crate) fn verdict(node: &Node, group: &str) -> Verdict {
     let ps = pods(node, "seed", &format!("{LABEL}={group}"));
     let cgroups = pod_cgroups(node);
     // The app's answer: it connects as it starts, so wait for each to have logged one.

@@ -1,0 +1,446 @@
+//! Two nodes against one control plane (issue 23): `scripts/node.sh up --nodes 2`, the first
+//! node as in `real_node` (control plane, kubelet, containerd) and a second one in network and
+//! mount namespaces of its own (its own kubelet and containerd, registered with the first
+//! node's API server), joined by a veth pair over which each node routes the other's pod CIDR
+//! (198.18.0.0/24 on the first, 198.18.1.0/24 on the second). meshnft installed from
+//! `deploy/meshnft.yaml` runs one DaemonSet pod (installer and node agent) on each. In order:
+//!
+//! - a meshed pod on the first node calls a meshed pod on the second, and back: the caller's
+//!   proxy stand-in gets the connection outbound (its original destination the other pod),
+//!   and the connection its proxy then makes, as a proxy forwards it (from the proxy's UID,
+//!   which meshnft lets out), arrives at the other pod's proxy stand-in inbound (4143, the
+//!   original destination that pod, the peer the caller's pod address); each stand-in's log
+//!   shows what it saw;
+//! - the DaemonSet rolls to a new image across both nodes (`kubectl set image`, the manifest's
+//!   `maxUnavailable: 1`) while meshed pods are created on both nodes (batches of two per
+//!   node, one `kubectl apply` after the other) and older ones deleted:
+//!   every pod created during the rollout runs with its table, its app's first connection
+//!   answered by its proxy stand-in, none repaired (`faults::verdict`, from either node);
+//! - each agent watched only its own node's pods: every pod list and watch of meshnft's
+//!   ServiceAccount but the plugin's (the API server's audit log) carries
+//!   `fieldSelector=spec.nodeName=<the node of the pod whose token made it>`, and each of the
+//!   four agents (two nodes, two images) made at least one.
+
+use super::*;
+use std::collections::BTreeMap;
+
+/// Pods created before the rollout (half on each node), deleted during it, one per batch.
+const PRE: usize = 10;
+
+/// Pods per node in each batch created during the rollout (one `kubectl apply`).
+const BATCH: usize = 2;
+
+/// `yaml` (a pod) pinned to node `node` (`spec.nodeName`: no scheduler in between).
+fn on_node(yaml: &str, node: &str) -> String {
+    yaml.replacen("spec:\n", &format!("spec:\n  nodeName: {node}\n"), 1)
+}
+
+/// The pod's IPv4 address, once it has one.
+fn pod_ip(node: &Node, pod: &str) -> String {
+    node.get("seed", &format!("pod/{pod}"), "{.status.podIP}")
+}
+
+/// The app container of `from` connects to `to`'s pod address on port 8080, then the proxy
+/// container of `from` does the same (as a proxy forwards the connection it was given): the
+/// first lands on `from`'s proxy stand-in (4140, outbound), the second on `to`'s (4143,
+/// inbound), each with `to`'s address as the original destination and `from`'s as the peer.
+fn call_across(cluster: &Node, from: &str, to: &str) {
+    let (from_ip, to_ip) = (pod_ip(cluster, from), pod_ip(cluster, to));
+    let dest = format!("{to_ip}:8080");
+    let url = format!("http://{dest}/");
+    let exec = |container: &str| {
+        cluster
+            .kubectl(&[
+                "-n", "seed", "exec", from, "-c", container, "--", "timeout", "10", "wget", "-q",
+                "-O-", &url,
+            ])
+            .unwrap_or_else(|e| e)
+    };
+    // The stand-in's log line for a connection from `from`'s address to `dest` on `port`.
+    let saw = |pod: &str, port: u16| {
+        let log = cluster.logs("seed", pod, "linkerd-proxy");
+        log.lines()
+            .find(|l| {
+                l.starts_with(&format!("accepted port={port} peer={from_ip}:"))
+                    && l.contains(&format!(" orig={dest} "))
+            })
+            .map(str::to_string)
+            .ok_or(log)
+    };
+    let out = exec("app");
+    assert!(
+        out.contains(&format!("port 4140, original destination {dest}")),
+        "{from} -> {to}: the app's connection was redirected to its own proxy (outbound): {out}"
+    );
+    let outbound = saw(from, 4140)
+        .unwrap_or_else(|log| panic!("{from}'s proxy stand-in did not log it:\n{log}"));
+    let out = exec("linkerd-proxy");
+    assert!(
+        out.contains(&format!("port 4143, original destination {dest}")),
+        "{from} -> {to}: the proxy's connection reached {to}'s proxy (inbound): {out}"
+    );
+    let inbound =
+        saw(to, 4143).unwrap_or_else(|log| panic!("{to}'s proxy stand-in did not log it:\n{log}"));
+    eprintln!("{from} -> {to}: {from}'s proxy: {outbound}");
+    eprintln!("{from} -> {to}: {to}'s proxy: {inbound}");
+}
+
+/// `%XX` sequences of a query string decoded (`+` left as is: Kubernetes clients do not
+/// send it for a space in these).
+fn percent_decoded(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = (b[i] == b'%')
+            .then(|| s.get(i + 1..i + 3))
+            .flatten()
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match hex {
+            Some(v) => {
+                out.push(v);
+                i += 3;
+            }
+            None => {
+                out.push(b[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// A pod list or watch of meshnft's ServiceAccount, from the audit log.
+#[derive(Debug)]
+struct PodWatch {
+    /// The pod whose token made it and that pod's node (the token's bound claims, which the
+    /// API server puts in the user's extra).
+    pod: String,
+    node: String,
+    verb: String,
+    /// The request's `fieldSelector`, decoded ("" without one).
+    selector: String,
+    uri: String,
+}
+
+/// Every pod list and watch (any stage, any answer) of meshnft's ServiceAccount but the
+/// plugin's (its user agent `meshnft/VERSION`), from the audit log.
+fn pod_watches(cluster: &Node) -> Vec<PodWatch> {
+    let log = std::fs::read_to_string(cluster.dir.join("logs/audit.log")).unwrap_or_default();
+    let extra = |v: &serde_json::Value, key: &str| {
+        v["user"]["extra"][format!("authentication.kubernetes.io/{key}")][0]
+            .as_str()
+            .unwrap_or("")
+            .to_string()
+    };
+    log.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| {
+            v["user"]["username"] == "system:serviceaccount:meshnft:meshnft"
+                && !v["userAgent"]
+                    .as_str()
+                    .unwrap_or("")
+                    .starts_with("meshnft/")
+                && v["objectRef"]["resource"] == "pods"
+                && v["objectRef"]["subresource"].is_null()
+                && matches!(v["verb"].as_str(), Some("list" | "watch"))
+        })
+        .map(|v| {
+            let uri = v["requestURI"].as_str().unwrap_or("").to_string();
+            let selector = uri
+                .split_once('?')
+                .map(|(_, q)| q)
+                .unwrap_or("")
+                .split('&')
+                .find_map(|kv| kv.strip_prefix("fieldSelector="))
+                .map(percent_decoded)
+                .unwrap_or_default();
+            PodWatch {
+                pod: extra(&v, "pod-name"),
+                node: extra(&v, "node-name"),
+                verb: v["verb"].as_str().unwrap_or("").to_string(),
+                selector,
+                uri,
+            }
+        })
+        .collect()
+}
+
+/// `(name, node)` of the pods of group `group`.
+fn nodes_of(cluster: &Node, group: &str) -> Vec<(String, String)> {
+    cluster
+        .kubectl(&[
+            "-n",
+            "seed",
+            "get",
+            "pods",
+            "-l",
+            &format!("{}={group}", faults::LABEL),
+            "-o",
+            "jsonpath={range .items[*]}{.metadata.name} {.spec.nodeName}{\"\\n\"}{end}",
+        ])
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .map(|(p, n)| (p.to_string(), n.to_string()))
+        .collect()
+}
+
+/// The DaemonSet's pods on each node: `(image, Ready, being deleted)`.
+fn agents(cluster: &Node) -> BTreeMap<String, Vec<(String, bool, bool)>> {
+    let out = cluster
+        .kubectl(&["-n", "meshnft", "get", "pods", "-o", "json"])
+        .unwrap_or_default();
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
+    let mut m: BTreeMap<String, Vec<(String, bool, bool)>> = BTreeMap::new();
+    for p in v["items"].as_array().into_iter().flatten() {
+        let ready = p["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True");
+        m.entry(p["spec"]["nodeName"].as_str().unwrap_or("").to_string())
+            .or_default()
+            .push((
+                p["spec"]["containers"][0]["image"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string(),
+                ready,
+                !p["metadata"]["deletionTimestamp"].is_null(),
+            ));
+    }
+    m
+}
+
+/// Whether every node of `nodes` runs exactly one DaemonSet pod, Ready, on `image` (any image:
+/// None), none being deleted.
+fn agents_steady(
+    agents: &BTreeMap<String, Vec<(String, bool, bool)>>,
+    nodes: &[String],
+    image: Option<&str>,
+) -> bool {
+    nodes.iter().all(|n| {
+        matches!(agents.get(n).map(Vec::as_slice), Some([(i, true, false)]) if image.is_none_or(|want| want == i))
+    })
+}
+
+#[support::root_test]
+fn two_nodes() {
+    if std::env::var("MESHNFT_NODE").as_deref() == Ok("0") {
+        eprintln!("SKIP two_nodes: MESHNFT_NODE=0");
+        return;
+    }
+    let _one = one_node_at_a_time();
+    let before = sysctls();
+    let host_run = faults::HostRun::snapshot();
+    let t0 = Instant::now();
+    let cluster = Node::up_with(2);
+    let second = cluster.added(2);
+    let (dir, roots) = (cluster.dir.clone(), cluster.cgroup_roots());
+    let (n1, n2) = (cluster.name(), second.name());
+    assert_eq!(roots.len(), 2, "two kubelets' cgroup roots: {roots:?}");
+    eprintln!("two nodes up: {:.1} s", t0.elapsed().as_secs_f64());
+
+    // ---- meshnft from deploy/meshnft.yaml: one DaemonSet pod on each node --------------------
+    let t = Instant::now();
+    let image_a = meshnft_image(&cluster, "a");
+    cluster.apply(&manifest_with_image(&image_a));
+    cluster.kubectl_ok(&[
+        "-n",
+        "meshnft",
+        "rollout",
+        "status",
+        "ds/meshnft",
+        "--timeout=180s",
+    ]);
+    wait_entry(&cluster, true);
+    wait_entry(&second, true);
+    let nodes = [n1.clone(), n2.clone()];
+    let a = agents(&cluster);
+    assert!(
+        a.len() == 2 && agents_steady(&a, &nodes, Some(&image_a)),
+        "one DaemonSet pod per node: {a:?}"
+    );
+    eprintln!(
+        "meshnft installed on both nodes (manifest): {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+
+    // ---- a meshed pod on each node calls the other ------------------------------------------
+    let t = Instant::now();
+    cluster.kubectl_ok(&["create", "namespace", "seed"]);
+    cluster.apply(&on_node(&seed_pod("one", "classic", true, false), &n1));
+    cluster.apply(&on_node(&seed_pod("two", "classic", true, false), &n2));
+    for pod in ["one", "two"] {
+        cluster.wait_ready("seed", pod, 120);
+        assert_meshed_ready(&cluster, pod);
+    }
+    assert!(
+        pod_ip(&cluster, "one").starts_with("198.18.0.")
+            && pod_ip(&cluster, "two").starts_with("198.18.1."),
+        "each node's pod CIDR: one {}, two {}",
+        pod_ip(&cluster, "one"),
+        pod_ip(&cluster, "two")
+    );
+    call_across(&cluster, "one", "two");
+    call_across(&cluster, "two", "one");
+    eprintln!(
+        "meshed pods across nodes, both ways: {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+
+    // ---- the DaemonSet rolls across both nodes while pods come and go ------------------------
+    let t = Instant::now();
+    let image_b = meshnft_image(&cluster, "b");
+    let pre = (0..PRE)
+        .map(|i| {
+            on_node(
+                &faults::churn_pod(&format!("pre-{i}"), "pre"),
+                &nodes[i % 2],
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("---\n");
+    cluster.apply(&pre);
+    faults::wait_group_ready(&cluster, "pre", PRE, 240);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    // By node, the pods created while the node's DaemonSet pod was being replaced (the old one
+    // being deleted, or the new one not Ready yet).
+    let (created, during, out, rolled) = std::thread::scope(|sc| {
+        let creator = sc.spawn(|| {
+            let (mut n, mut round, mut during) = (0, 0, BTreeMap::<String, usize>::new());
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                // Which nodes' DaemonSet pods are being replaced, then a batch on each node.
+                let a = agents(&cluster);
+                let mut batch = Vec::new();
+                for _ in 0..BATCH {
+                    for node in &nodes {
+                        batch.push(on_node(
+                            &faults::churn_pod(&format!("roll-{n}"), "roll"),
+                            node,
+                        ));
+                        if !agents_steady(&a, std::slice::from_ref(node), None) {
+                            *during.entry(node.clone()).or_default() += 1;
+                        }
+                        n += 1;
+                    }
+                }
+                cluster.apply(&batch.join("---\n"));
+                if round < PRE {
+                    let _ = cluster.kubectl(&[
+                        "-n",
+                        "seed",
+                        "delete",
+                        "pod",
+                        &format!("pre-{round}"),
+                        "--wait=false",
+                    ]);
+                }
+                round += 1;
+            }
+            (n, during)
+        });
+        std::thread::sleep(Duration::from_secs(2));
+        let tr = Instant::now();
+        cluster.kubectl_ok(&[
+            "-n",
+            "meshnft",
+            "set",
+            "image",
+            "ds/meshnft",
+            &format!("install={image_b}"),
+        ]);
+        let out = cluster.kubectl(&[
+            "-n",
+            "meshnft",
+            "rollout",
+            "status",
+            "ds/meshnft",
+            "--timeout=300s",
+        ]);
+        let rolled = tr.elapsed().as_secs_f64();
+        std::thread::sleep(Duration::from_secs(3));
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let (n, during) = creator.join().expect("pod creator");
+        (n, during, out, rolled)
+    });
+    out.unwrap_or_else(|e| panic!("the DaemonSet's rollout: {e}"));
+    let a = agents(&cluster);
+    assert!(
+        a.len() == 2 && agents_steady(&a, &nodes, Some(&image_b)),
+        "both nodes run the new image: {a:?}"
+    );
+    faults::wait_group_ready(&cluster, "roll", created, 300);
+    let v = faults::verdict(&cluster, "roll");
+    let placed = nodes_of(&cluster, "roll");
+    let on = |node: &str| placed.iter().filter(|(_, n)| n == node).count();
+    eprintln!(
+        "rollout across two nodes ({rolled:.1} s): created {} ({n1}: {}, {n2}: {}; while the \
+         node's DaemonSet pod was being replaced: {during:?}), meshed {}, refused then \
+         recovered {}, unmeshed {} ({:.1} s in all)",
+        v.created,
+        on(&n1),
+        on(&n2),
+        v.meshed,
+        v.refused,
+        v.unmeshed.len(),
+        t.elapsed().as_secs_f64()
+    );
+    assert_eq!(v.created, created, "every pod created is there");
+    assert!(
+        on(&n1) > 0 && on(&n2) > 0,
+        "pods were created on both nodes during the rollout: {placed:?}"
+    );
+    assert!(
+        v.unmeshed.is_empty(),
+        "meshed pods ran without their table during the rollout:\n{}\nrefusals: {:?}",
+        v.unmeshed.join("\n"),
+        v.reasons
+    );
+    assert_eq!(v.meshed, created);
+
+    // ---- each agent watched its own node's pods only ---------------------------------------
+    let watches = pod_watches(&cluster);
+    let foreign: Vec<&PodWatch> = watches
+        .iter()
+        .filter(|w| w.node.is_empty() || w.selector != format!("spec.nodeName={}", w.node))
+        .collect();
+    assert!(
+        foreign.is_empty(),
+        "pod lists/watches of the agents without their own node's field selector:\n{}",
+        foreign
+            .iter()
+            .map(|w| format!("{} {} (by {} on {:?})", w.verb, w.uri, w.pod, w.node))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    let mut by_agent: BTreeMap<(String, String), usize> = BTreeMap::new();
+    for w in &watches {
+        *by_agent.entry((w.node.clone(), w.pod.clone())).or_default() += 1;
+    }
+    eprintln!(
+        "the agents' pod lists and watches (audit log), all with their node's field selector: \
+         {by_agent:?}"
+    );
+    for node in &nodes {
+        assert_eq!(
+            by_agent.keys().filter(|(n, _)| n == node).count(),
+            2,
+            "two agents (the old image's, the new one's) listed and watched the pods of {node}: \
+             {by_agent:?}"
+        );
+    }
+    assert!(
+        watches.iter().any(|w| w.verb == "watch") && watches.iter().any(|w| w.verb == "list"),
+        "{watches:#?}"
+    );
+    let refused = refused_calls(&cluster);
+    assert!(refused.is_empty(), "refused API calls: {refused:#?}");
+
+    // ---- teardown ----------------------------------------------------------------------------
+    drop(second);
+    drop(cluster);
+    eprintln!("two nodes: {:.1} s in all", t0.elapsed().as_secs_f64());
+    assert_nothing_left(&dir, &roots, &before, &host_run);
+}
