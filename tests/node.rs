@@ -531,7 +531,7 @@ fn seed_pod_with(
             r#"    - name: linkerd-proxy
       image: {BUSYBOX}
       imagePullPolicy: Never
-      command: ["/bin/standin", "proxy", "-listen", "4140,4143,4190,4191", "-dial", "{OUTSIDE}"]
+      command: ["/bin/standin", "proxy", "-listen", "4140,4143,4190,4191", "-dial", "{OUTSIDE}", "-ready", "/dev/shm/meshnft-proxy-ready"]
       securityContext: {{runAsUser: 2102, runAsGroup: 2102}}
 {resources}{extra}"#
         )
@@ -547,7 +547,19 @@ fn seed_pod_with(
         // An unmeshed pod has no proxy either (meshnft also takes a `linkerd-proxy`
         // container as the sign of a meshed pod).
         "classic" if !meshed => (fetch, app),
-        "classic" => (fetch, format!("{}{app}", proxy(""))),
+        // The app starts once the proxy's first packet is out, as Linkerd's
+        // proxy-await (a postStart hook) holds it until the proxy is ready:
+        // without it, an app that connects first goes out directly, as the
+        // init phase lets every container of the pod do until then.
+        "classic" => (
+            fetch,
+            format!(
+                "{}{app}",
+                proxy(
+                    "      lifecycle:\n        postStart:\n          exec:\n            command: [\"sh\", \"-c\", \"for i in $(seq 600); do [ -e /dev/shm/meshnft-proxy-ready ] && exit 0; sleep 0.05; done\"]\n"
+                )
+            ),
+        ),
         "native" => (
             format!(
                 "{}{fetch}",

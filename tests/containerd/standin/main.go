@@ -3,10 +3,12 @@
 //
 //	standin pause
 //	    The pod sandbox's process: waits for SIGTERM or SIGINT, exits 0.
-//	standin proxy -listen 4140,4143,4190,4191 -dial 198.19.0.1:80
+//	standin proxy -listen 4140,4143,4190,4191 -dial 198.19.0.1:80 [-ready FILE]
 //	    A service-mesh proxy stand-in: listens on every port (IPv4 and IPv6
 //	    wildcard), then makes one outbound HTTP request (the first packet that
-//	    ends meshnft's init phase), then serves. Every accepted connection is
+//	    ends meshnft's init phase), creates FILE if given (a postStart hook
+//	    waits for it, as Linkerd's proxy-await holds the app until the proxy
+//	    is ready), then serves. Every accepted connection is
 //	    answered with a short HTTP/1.0 response naming the port and the
 //	    connection's original destination (SO_ORIGINAL_DST, before the
 //	    redirect), and logged on stdout as one line:
@@ -48,8 +50,9 @@ func main() {
 		fs := flag.NewFlagSet("proxy", flag.ExitOnError)
 		listen := fs.String("listen", "4140,4143", "comma-separated ports")
 		dial := fs.String("dial", "", "HOST:PORT to send one GET to at start")
+		ready := fs.String("ready", "", "file created once the GET to -dial was sent (a postStart hook waits for it)")
 		_ = fs.Parse(os.Args[2:])
-		proxy(*listen, *dial)
+		proxy(*listen, *dial, *ready)
 	case "http":
 		fs := flag.NewFlagSet("http", flag.ExitOnError)
 		listen := fs.String("listen", "", "ADDR:PORT")
@@ -71,7 +74,7 @@ func fatal(err error) {
 	os.Exit(1)
 }
 
-func proxy(ports, dial string) {
+func proxy(ports, dial, ready string) {
 	var ls []net.Listener
 	for _, p := range strings.Split(ports, ",") {
 		port, err := strconv.Atoi(strings.TrimSpace(p))
@@ -96,6 +99,12 @@ func proxy(ports, dial string) {
 			fmt.Printf("dialled %s error=%q\n", dial, err.Error())
 		} else {
 			fmt.Printf("dialled %s status=%q\n", dial, line)
+		}
+	}
+	if ready != "" {
+		// The proxy's first packet is out: the pod's init phase is over.
+		if err := os.WriteFile(ready, nil, 0o644); err != nil {
+			fmt.Printf("ready %s error=%q\n", ready, err.Error())
 		}
 	}
 	for _, l := range ls[1:] {
