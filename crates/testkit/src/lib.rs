@@ -21,13 +21,13 @@
 //!
 //! One file per concern; the tests use it as one module (`support::Netns`,
 //! `support::run_ok`, ...):
-//! - [`basics`]: root or skip, unique names, commands, polling;
-//! - [`netns`]: throwaway network namespaces;
-//! - [`cgroups`]: the cgroup2 mount and kubelet-like pod cgroup trees;
-//! - [`processes`]: processes in a netns + cgroup, TCP/UDP probes;
-//! - [`listener`]: the `SO_ORIGINAL_DST` listener;
-//! - [`cnidriver`]: the libcni driver and the reference plugins;
-//! - [`node`]: a throwaway node with its CNI setup.
+//! - `basics`: root or skip, unique names, commands, polling;
+//! - `netns`: throwaway network namespaces;
+//! - `cgroups`: the cgroup2 mount and kubelet-like pod cgroup trees;
+//! - `processes`: processes in a netns + cgroup, TCP/UDP probes;
+//! - `listener`: the `SO_ORIGINAL_DST` listener;
+//! - `cnidriver`: the libcni driver and the reference plugins;
+//! - `node`: a throwaway node with its CNI setup.
 
 mod basics;
 mod cgroups;
