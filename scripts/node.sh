@@ -251,6 +251,22 @@ private_mounts() {
 
 # ---- images ------------------------------------------------------------------------------
 # oci_image OUT.tar NAME:TAG ROOTFS ENTRYPOINT-JSON: a one-layer OCI archive.
+node_dirs() { # node DIR's private CNI/kubelet directories, with the reference plugins it uses
+  in_node "$1" bash -c "$(declare -p PRIVATE_PATHS RUN_TMPFS RUN_TMPFS_OPTS OUTSIDE_IP); $(declare -f private_mounts); private_mounts '$1'"
+  in_node "$1" sh -ec "cp /usr/lib/cni/bridge /usr/lib/cni/host-local /usr/lib/cni/loopback /opt/cni/bin/"
+}
+
+cgroup_root() { # kubelet's cgroupRoot meshnft-node-ID in every hierarchy (cpuset needs its cpus and mems)
+  local m
+  while read -r m; do
+    mkdir -p "$m/meshnft-node-$1"
+    if [[ -f $m/cpuset.cpus ]]; then
+      cat "$m/cpuset.cpus" >"$m/meshnft-node-$1/cpuset.cpus"
+      cat "$m/cpuset.mems" >"$m/meshnft-node-$1/cpuset.mems"
+    fi
+  done < <(cgroup_mounts)
+}
+
 oci_image() {
   local out=$1 ref=$2 root=$3 entry=$4 work
   work=$(mktemp -d "$(dirname "$out")/oci.XXXXXX")
@@ -363,8 +379,7 @@ up() {
   echo $! >"$d/pids/outside-web"
 
   # Private CNI/kubelet directories, then the primary CNI: bridge + host-local.
-  in_node "$d" bash -c "$(declare -p PRIVATE_PATHS RUN_TMPFS RUN_TMPFS_OPTS OUTSIDE_IP); $(declare -f private_mounts); private_mounts '$d'"
-  in_node "$d" sh -ec "cp /usr/lib/cni/bridge /usr/lib/cni/host-local /usr/lib/cni/loopback /opt/cni/bin/"
+  node_dirs "$d"
   python3 - "$here/conflists/bridge-meshnft.conflist" "$d/10-bridge.conflist" <<'EOF'
 import json, sys
 c = json.load(open(sys.argv[1]))
@@ -373,15 +388,7 @@ json.dump(c, open(sys.argv[2], "w"), indent=2)
 EOF
   in_node "$d" cp "$d/10-bridge.conflist" /etc/cni/net.d/10-bridge.conflist
 
-  # Cgroups: kubelet's cgroupRoot in every hierarchy (cpuset needs its cpus and mems).
-  local m
-  while read -r m; do
-    mkdir -p "$m/meshnft-node-$id"
-    if [[ -f $m/cpuset.cpus ]]; then
-      cat "$m/cpuset.cpus" >"$m/meshnft-node-$id/cpuset.cpus"
-      cat "$m/cpuset.mems" >"$m/meshnft-node-$id/cpuset.mems"
-    fi
-  done < <(cgroup_mounts)
+  cgroup_root "$id"
 
   # etcd, kube-apiserver.
   start "$d" etcd etcd --name node --data-dir "$d/etcd" --unsafe-no-fsync \
@@ -516,8 +523,7 @@ add_node() {
   # The outside namespace answers node K's own address through the first node.
   nsenter -t "$(cat "$d/outside.pid")" -n -- ip route add "$net.0/24" via "$NODE_IP"
 
-  in_node "$m" bash -c "$(declare -p PRIVATE_PATHS RUN_TMPFS RUN_TMPFS_OPTS OUTSIDE_IP); $(declare -f private_mounts); private_mounts '$m'"
-  in_node "$m" sh -ec "cp /usr/lib/cni/bridge /usr/lib/cni/host-local /usr/lib/cni/loopback /opt/cni/bin/"
+  node_dirs "$m"
   python3 - "$d/10-bridge.conflist" "$m/10-bridge.conflist" "198.18.$((k - 1)).0/24" "2001:db8:$k::/64" <<'EOF'
 import json, sys
 c = json.load(open(sys.argv[1]))
@@ -526,14 +532,7 @@ json.dump(c, open(sys.argv[2], "w"), indent=2)
 EOF
   in_node "$m" cp "$m/10-bridge.conflist" /etc/cni/net.d/10-bridge.conflist
 
-  local cg
-  while read -r cg; do
-    mkdir -p "$cg/meshnft-node-$id"
-    if [[ -f $cg/cpuset.cpus ]]; then
-      cat "$cg/cpuset.cpus" >"$cg/meshnft-node-$id/cpuset.cpus"
-      cat "$cg/cpuset.mems" >"$cg/meshnft-node-$id/cpuset.mems"
-    fi
-  done < <(cgroup_mounts)
+  cgroup_root "$id"
 
   mkdir -p "$m/c/root" "$m/c/state" "$m/c/s" "$m/c/runc"
   containerd_config "$m" >"$m/c/config.toml"
