@@ -63,6 +63,33 @@ fn one_node_at_a_time() -> std::sync::MutexGuard<'static, ()> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// The host as a node test found it, taken before its node comes up, with
+/// [`ONE_NODE_AT_A_TIME`] held for the test's life: what
+/// [`assert_nothing_left`] compares the host with at the end.
+struct Host {
+    _one: std::sync::MutexGuard<'static, ()>,
+    /// The host sysctls kubelet rewrites ([`sysctls`]).
+    sysctls: Vec<(String, String)>,
+    /// The host's /run directories.
+    run: faults::HostRun,
+}
+
+impl Host {
+    /// `None` (said on stderr) when `MESHNFT_NODE=0` skips node test `test`.
+    fn before(test: &str) -> Option<Host> {
+        if std::env::var("MESHNFT_NODE").as_deref() == Ok("0") {
+            eprintln!("SKIP {test}: MESHNFT_NODE=0");
+            return None;
+        }
+        let one = one_node_at_a_time();
+        Some(Host {
+            _one: one,
+            sysctls: sysctls(),
+            run: faults::HostRun::snapshot(),
+        })
+    }
+}
+
 /// A node brought up by `scripts/node.sh up`: the first node (`owned`: Drop brings it down,
 /// and with it the nodes added to it), or a node added to it (`DIR/nodeK`, [`Node::added`]:
 /// its own namespaces and containerd, Drop leaves it to the first).
@@ -1165,17 +1192,13 @@ fn refusal_event_and_metrics(node: &Node) {
 
 #[support::root_test]
 fn real_node() {
-    if std::env::var("MESHNFT_NODE").as_deref() == Ok("0") {
-        eprintln!("SKIP real_node: MESHNFT_NODE=0");
+    let Some(host) = Host::before("real_node") else {
         return;
-    }
-    let _one = one_node_at_a_time();
-    let before = sysctls();
-    let host_run = faults::HostRun::snapshot();
+    };
     let t0 = Instant::now();
     let node = Node::up();
     let (dir, roots) = (node.dir.clone(), node.cgroup_roots());
-    for ((k, was), (_, now)) in before.iter().zip(sysctls()) {
+    for ((k, was), (_, now)) in host.sysctls.iter().zip(sysctls()) {
         if *was != now {
             eprintln!("kubelet changed {k}: {} -> {}", was.trim(), now.trim());
         }
@@ -1736,7 +1759,7 @@ fn real_node() {
     // ---- teardown ----------------------------------------------------------------------------
     drop(node);
     eprintln!("real node: {:.1} s in all", t0.elapsed().as_secs_f64());
-    assert_nothing_left(&dir, &roots, &before, &host_run);
+    assert_nothing_left(&dir, &roots, &host.sysctls, &host.run);
 }
 
 /// After `node.sh down`: nothing of the node `dir` (and of the nodes added to it, whose

@@ -227,13 +227,9 @@ fn agents_steady(
 
 #[support::root_test]
 fn two_nodes() {
-    if std::env::var("MESHNFT_NODE").as_deref() == Ok("0") {
-        eprintln!("SKIP two_nodes: MESHNFT_NODE=0");
+    let Some(host) = Host::before("two_nodes") else {
         return;
-    }
-    let _one = one_node_at_a_time();
-    let before = sysctls();
-    let host_run = faults::HostRun::snapshot();
+    };
     let t0 = Instant::now();
     let cluster = Node::up_with(2);
     let second = cluster.added(2);
@@ -442,5 +438,5 @@ fn two_nodes() {
     drop(second);
     drop(cluster);
     eprintln!("two nodes: {:.1} s in all", t0.elapsed().as_secs_f64());
-    assert_nothing_left(&dir, &roots, &before, &host_run);
+    assert_nothing_left(&dir, &roots, &host.sysctls, &host.run);
 }
