@@ -11,8 +11,9 @@
 //! the plugin's `ops::explain` can be tested against [`crate::table::ruleset::build`]
 //! without a kernel.
 
-use crate::nft::dump::{Listing, SetInfo, intervals};
+use crate::nft::dump::Listing;
 use crate::nft::expr::{Expr, ImmediateData, MetaKey};
+use crate::nft::object::{SetInfo, intervals};
 use crate::nft::{Nft, model};
 use crate::ports::PortRange;
 use crate::table::ruleset;
@@ -344,7 +345,7 @@ impl TableView {
                 key_len: s.key.key_len(),
                 data_type: s.verdict_map.then_some(0xffff_ff00),
                 udata: Vec::new(),
-                elems: crate::nft::encode::raw_elems(s.elements.as_deref().unwrap_or_default()),
+                elems: crate::nft::object::raw_elems(s.elements.as_deref().unwrap_or_default()),
             };
             view.sets.insert(
                 s.name.to_string(),

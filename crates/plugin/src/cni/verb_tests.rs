@@ -82,7 +82,7 @@ fn re_add_keeps_a_closed_init_phase_closed() {
     let mut f = written(&settings(), "first ADD");
     // The proxy of the running pod has started: its cgroup is in the set.
     let mut tx = Transaction::new();
-    let proxy = encode::raw_elems(&[ruleset::Elem::Cgroup(42)]);
+    let proxy = crate::nft::object::raw_elems(&[ruleset::Elem::Cgroup(42)]);
     tx.add_elements(TABLE_NAME, "proxy_started", None, &proxy, "proxy");
     f.commit(tx).expect("proxy started");
     let mut s = settings();
@@ -116,7 +116,7 @@ fn re_add_of_an_open_phase_leaves_it_open() {
 fn re_add_without_the_cgroup_id_writes_no_init_phase() {
     let mut f = written(&settings(), "first ADD");
     let mut tx = Transaction::new();
-    let proxy = encode::raw_elems(&[ruleset::Elem::Cgroup(42)]);
+    let proxy = crate::nft::object::raw_elems(&[ruleset::Elem::Cgroup(42)]);
     tx.add_elements(TABLE_NAME, "proxy_started", None, &proxy, "proxy");
     f.commit(tx).expect("proxy started");
     let mut s = settings();

@@ -14,7 +14,7 @@
 //! stays until the table goes (it can never match again: cgroup ids are not
 //! reused).
 
-use crate::nft::encode::RawElem;
+use crate::nft::object::RawElem;
 use crate::nft::{Nft, TABLE_NAME, Transaction};
 use crate::ops::cgroupid::{self, Located};
 use crate::ops::error::{OpError, OpResult};
