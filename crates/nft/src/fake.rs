@@ -137,13 +137,18 @@ impl Fake {
                     }
                     self.handle += 1;
                     r.handle = self.handle;
-                    // Chain by chain, as the kernel lists them.
+                    // Chain by chain in the chains' order, each chain's
+                    // in the order they were added, as the kernel lists
+                    // them: after the last rule of this chain or of one
+                    // before it.
+                    let chain_at = |name: &str| t.chains.iter().position(|c| c.name == name);
+                    let own = chain_at(&r.chain);
                     let at = t
                         .rules
                         .iter()
-                        .rposition(|x| x.chain == r.chain)
+                        .rposition(|x| chain_at(&x.chain) <= own)
                         .map(|i| i + 1)
-                        .unwrap_or(t.rules.len());
+                        .unwrap_or(0);
                     t.rules.insert(at, r);
                 }
                 msg::DELRULE => {
@@ -288,6 +293,35 @@ mod tests {
             end: false,
             verdict: None,
         }
+    }
+
+    #[test]
+    fn lists_rules_chain_by_chain_as_the_kernel_does() {
+        let mut t = table();
+        t.chains.insert(
+            0,
+            Chain {
+                name: "first",
+                hook: None,
+            },
+        );
+        let rule = |chain, comment: &str| crate::model::Rule {
+            chain,
+            stmts: Vec::new(),
+            comment: comment.into(),
+        };
+        t.rules = vec![
+            rule("output", "o1"),
+            rule("first", "f1"),
+            rule("output", "o2"),
+            rule("first", "f2"),
+        ];
+        let f = Fake::with(encode::fresh(&t));
+        let l = f.table("meshnft").expect("table");
+        let got: Vec<&str> = l.rules.iter().map(|r| r.comment.as_str()).collect();
+        assert_eq!(got, ["f1", "f2", "o1", "o2"]);
+        let handles: Vec<u64> = l.rules.iter().map(|r| r.handle).collect();
+        assert_eq!(handles, [2, 4, 1, 3], "handles in the order of adding");
     }
 
     #[test]
