@@ -1,10 +1,11 @@
 //! Reading `table inet meshnft` back from a network namespace.
 //!
 //! The source of truth is the kernel, read over nf_tables netlink
-//! ([`crate::nft::dump`]): the table comment, every set's elements, every
-//! rule with its expressions and counters. This module turns that listing
-//! into the view the operator commands use (`inspect`, `explain`, `pin`)
-//! and ADD's re-ADD check.
+//! ([`crate::nft::dump`]) through the [`NftClient`] seam (the netlink
+//! client, or the in-memory fake in unit tests): the table comment, every
+//! set's elements, every rule with its expressions and counters. This
+//! module turns that listing into the view the operator commands use
+//! (`inspect`, `explain`, `pin`) and ADD's re-ADD check.
 //!
 //! [`TableView::from_model`] builds the same view from the table ADD would
 //! write ([`crate::table::ruleset::Table`]), so the decision logic of
@@ -14,7 +15,7 @@
 use crate::nft::dump::Listing;
 use crate::nft::expr::{Expr, ImmediateData, MetaKey};
 use crate::nft::object::{SetInfo, intervals};
-use crate::nft::{Nft, model};
+use crate::nft::{NftClient, model};
 use crate::ports::PortRange;
 use crate::table::ruleset;
 use std::collections::BTreeMap;
@@ -317,11 +318,12 @@ pub fn from_listing(l: &Listing) -> TableView {
     view
 }
 
-/// Reads `table inet meshnft` over `nft`: `Ok(None)` when there is none.
+/// Reads `table inet meshnft` over `nft` (the netlink client of a pod
+/// netns, or the in-memory fake in tests): `Ok(None)` when there is none.
 ///
 /// Errors: the kernel could not be read (its nf_tables error, as
 /// [`crate::error::Error`]).
-pub fn read(nft: &mut Nft) -> crate::error::Result<Option<TableView>> {
+pub fn read<C: NftClient + ?Sized>(nft: &mut C) -> crate::error::Result<Option<TableView>> {
     match nft.read(crate::nft::TABLE_NAME) {
         Ok(l) => Ok(l.as_ref().map(from_listing)),
         Err(e) => Err(crate::error::Error::from(e)),
@@ -465,6 +467,30 @@ mod tests {
                 .values()
                 .all(|s| s.elems.iter().all(|e| !matches!(e, Elem::Other(_))))
         );
+    }
+
+    #[test]
+    fn the_kernel_path_and_the_model_path_give_the_same_view() {
+        use crate::nft::fake::Fake;
+        for levels in [
+            Some(ruleset::Levels {
+                pod: 3,
+                container: 4,
+            }),
+            None,
+        ] {
+            let t = ruleset::build(&crate::config::Settings::default(), levels, "a pod");
+            let mut f = Fake::with(crate::nft::encode::fresh(&t));
+            let mut got = read(&mut f).expect("read").expect("a table");
+            assert!(got.rules.iter().all(|r| r.handle > 0));
+            got.rules.iter_mut().for_each(|r| r.handle = 0);
+            assert_eq!(got, TableView::from_model(&t));
+        }
+        assert_eq!(read(&mut Fake::new()).expect("read"), None);
+        let mut f = Fake::new();
+        f.fail_next(crate::nft::fake::Call::Read, libc::EINTR);
+        let e = read(&mut f).expect_err("refused");
+        assert_eq!(e.code, crate::error::Code::NftTransaction);
     }
 
     #[test]
