@@ -12,8 +12,9 @@
 //! deleting a table or an element that is not there (`ENOENT`). It does not
 //! check expressions or set lookups.
 
-use super::dump::{self, Listing};
-use super::netlink::{NLM_F_EXCL, attr, attrs, find, msg};
+use super::dump::Listing;
+use super::netlink::{NLM_F_EXCL, attrs, msg};
+use super::object::{chain, rule, set, setelem, table};
 use super::{NftClient, NftError, Transaction};
 use std::collections::{BTreeMap, VecDeque};
 
@@ -87,16 +88,15 @@ impl Fake {
             let bytes = m.msg.clone().finish(0);
             let flags = u16::from_ne_bytes([bytes[6], bytes[7]]);
             let a = attrs(bytes.get(20..).unwrap_or_default());
-            let s = |ty| find(&a, ty).map(|x| x.str()).unwrap_or_default();
             let refuse = |errno| (m.what.clone(), errno);
             let ty = (m.msg.msg_type() & 0xff) as u8;
             // Every message but NEWTABLE names an existing table.
             let tname = match ty {
-                msg::NEWTABLE | msg::DELTABLE => s(attr::table::NAME),
-                msg::NEWCHAIN => s(attr::chain::TABLE),
-                msg::NEWSET => s(attr::set::TABLE),
-                msg::NEWRULE | msg::DELRULE => s(attr::rule::TABLE),
-                _ => s(attr::elem_list::TABLE),
+                msg::NEWTABLE | msg::DELTABLE => table::decode_name(&a),
+                msg::NEWCHAIN => chain::decode_table(&a).unwrap_or_default(),
+                msg::NEWSET => set::decode_table(&a).unwrap_or_default(),
+                msg::NEWRULE | msg::DELRULE => rule::decode_table(&a).unwrap_or_default(),
+                _ => setelem::decode_names(&a).0,
             };
             if ty == msg::NEWTABLE {
                 match tables.get(&tname) {
@@ -104,7 +104,7 @@ impl Fake {
                     Some(_) => {}
                     None => {
                         let t = Listing {
-                            comment: dump::decode_table_comment(&a),
+                            comment: table::decode_comment(&a),
                             ..Default::default()
                         };
                         tables.insert(tname, t);
@@ -119,48 +119,53 @@ impl Fake {
             let t = tables.get_mut(&tname).ok_or(refuse(libc::ENOENT))?;
             match ty {
                 msg::NEWCHAIN => {
-                    let c = dump::decode_chain(&a);
+                    let c = chain::decode(&a);
                     if !t.chains.iter().any(|x| x.name == c.name) {
                         t.chains.push(c);
                     }
                 }
                 msg::NEWSET => {
-                    let set = dump::decode_set(&a);
+                    let set = set::decode(&a);
                     if !t.sets.iter().any(|x| x.name == set.name) {
                         t.sets.push(set);
                     }
                 }
                 msg::NEWRULE => {
-                    let mut r = dump::decode_rule(&a);
+                    let mut r = rule::decode(&a);
                     if !t.chains.iter().any(|c| c.name == r.chain) {
                         return Err(refuse(libc::ENOENT));
                     }
                     self.handle += 1;
                     r.handle = self.handle;
-                    // Chain by chain, as the kernel lists them.
+                    // Chain by chain in the chains' order, each chain's
+                    // in the order they were added, as the kernel lists
+                    // them: after the last rule of this chain or of one
+                    // before it.
+                    let chain_at = |name: &str| t.chains.iter().position(|c| c.name == name);
+                    let own = chain_at(&r.chain);
                     let at = t
                         .rules
                         .iter()
-                        .rposition(|x| x.chain == r.chain)
+                        .rposition(|x| chain_at(&x.chain) <= own)
                         .map(|i| i + 1)
-                        .unwrap_or(t.rules.len());
+                        .unwrap_or(0);
                     t.rules.insert(at, r);
                 }
                 msg::DELRULE => {
-                    let chain = s(attr::rule::CHAIN);
+                    let chain = rule::decode(&a).chain;
                     if !t.chains.iter().any(|c| c.name == chain) {
                         return Err(refuse(libc::ENOENT));
                     }
                     t.rules.retain(|r| r.chain != chain);
                 }
                 msg::NEWSETELEM | msg::DELSETELEM => {
-                    let name = s(attr::elem_list::SET);
+                    let name = setelem::decode_names(&a).1;
                     let set = t
                         .sets
                         .iter_mut()
                         .find(|x| x.name == name)
                         .ok_or(refuse(libc::ENOENT))?;
-                    let elems = find(&a, attr::elem_list::ELEMENTS).map(dump::decode_elems);
+                    let elems = setelem::decode(&a);
                     match (ty, elems) {
                         (msg::DELSETELEM, None) => set.elems.clear(),
                         (msg::DELSETELEM, Some(del)) => {
@@ -257,8 +262,9 @@ impl NftClient for std::rc::Rc<std::cell::RefCell<Fake>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::encode::{self, RawElem};
+    use crate::encode;
     use crate::model::{Chain, Hook, KeyType, Set, Table};
+    use crate::object::RawElem;
 
     fn table() -> Table {
         Table {
@@ -287,6 +293,35 @@ mod tests {
             end: false,
             verdict: None,
         }
+    }
+
+    #[test]
+    fn lists_rules_chain_by_chain_as_the_kernel_does() {
+        let mut t = table();
+        t.chains.insert(
+            0,
+            Chain {
+                name: "first",
+                hook: None,
+            },
+        );
+        let rule = |chain, comment: &str| crate::model::Rule {
+            chain,
+            stmts: Vec::new(),
+            comment: comment.into(),
+        };
+        t.rules = vec![
+            rule("output", "o1"),
+            rule("first", "f1"),
+            rule("output", "o2"),
+            rule("first", "f2"),
+        ];
+        let f = Fake::with(encode::fresh(&t));
+        let l = f.table("meshnft").expect("table");
+        let got: Vec<&str> = l.rules.iter().map(|r| r.comment.as_str()).collect();
+        assert_eq!(got, ["f1", "f2", "o1", "o2"]);
+        let handles: Vec<u64> = l.rules.iter().map(|r| r.handle).collect();
+        assert_eq!(handles, [2, 4, 1, 3], "handles in the order of adding");
     }
 
     #[test]

@@ -10,10 +10,11 @@
 //!   `immediate`'s value), its netlink form and its text;
 //! * [`text`]: their nft text rendering, for people (`meshnft render`, the
 //!   golden files); `nft -f` of it gives the same table;
+//! * [`object`]: the kernel's objects (table, chain, set, set element,
+//!   rule), one file each, their messages and decoding side by side;
 //! * [`expr`]: kernel expressions, one file each, encode and decode side by
 //!   side;
-//! * [`encode`]: the message of each object, and a table lowered to one
-//!   [`Transaction`];
+//! * [`encode`]: a table lowered to one [`Transaction`];
 //! * [`transaction`]: a transaction's typed verbs (add, flush, delete,
 //!   elements) and its framing as one netlink batch;
 //! * [`client`]: the seam in front of the kernel ([`NftClient`]: commit,
@@ -34,6 +35,7 @@ pub mod encode;
 pub mod expr;
 pub mod model;
 pub mod netlink;
+pub mod object;
 pub mod sock;
 pub mod text;
 pub mod transaction;
@@ -43,7 +45,6 @@ pub mod verdict;
 pub mod fake;
 
 pub use client::NftClient;
-use netlink::{MsgBuilder, NLM_F_ACK};
 use sock::{Conn, DumpError, SockError};
 use std::os::fd::AsFd;
 pub use transaction::Transaction;
@@ -234,15 +235,13 @@ impl Nft {
     }
 
     /// The elements of one set of table `inet TABLE`.
-    pub fn read_elems(&mut self, table: &str, set: &str) -> Result<Vec<encode::RawElem>, NftError> {
+    pub fn read_elems(&mut self, table: &str, set: &str) -> Result<Vec<object::RawElem>, NftError> {
         Ok(dump::read_elems(&mut self.conn, table, set)?)
     }
 
     /// Whether table `inet NAME` exists (one `GETTABLE`, no transaction).
     pub fn table_exists(&mut self, name: &str) -> Result<bool, NftError> {
-        let mut req = MsgBuilder::nft(netlink::msg::GETTABLE, NLM_F_ACK);
-        req.str(netlink::attr::table::NAME, name);
-        match self.conn.dump(req) {
+        match self.conn.dump(object::table::get_msg(name)) {
             Ok(_) => Ok(true),
             Err(DumpError::Kernel(libc::ENOENT)) => Ok(false),
             Err(DumpError::Kernel(e)) => Err(NftError::Refused {

@@ -59,81 +59,26 @@ pub mod msg {
     pub const DELSETELEM: u8 = 14;
 }
 
-/// Attribute numbers (`enum nft_*_attributes`), one module per object.
-#[allow(missing_docs)]
+/// The attributes shared by every object (`nf_tables.h`): lists, an
+/// expression's name and data, data values and verdicts. Each object's own
+/// attributes are in its file under [`crate::object`], each expression's in
+/// its file under [`crate::expr`].
 pub mod attr {
-    pub mod table {
-        pub const NAME: u16 = 1;
-        pub const FLAGS: u16 = 2;
-        pub const USERDATA: u16 = 6;
-    }
-    pub mod chain {
-        pub const TABLE: u16 = 1;
-        pub const NAME: u16 = 3;
-        pub const HOOK: u16 = 4;
-        pub const POLICY: u16 = 5;
-        pub const TYPE: u16 = 7;
-        pub mod hook {
-            pub const NUM: u16 = 1;
-            pub const PRIORITY: u16 = 2;
-        }
-    }
-    pub mod rule {
-        pub const TABLE: u16 = 1;
-        pub const CHAIN: u16 = 2;
-        pub const HANDLE: u16 = 3;
-        pub const EXPRESSIONS: u16 = 4;
-        pub const USERDATA: u16 = 7;
-    }
-    pub mod list {
-        pub const ELEM: u16 = 1;
-    }
-    pub mod expr {
-        pub const NAME: u16 = 1;
-        pub const DATA: u16 = 2;
-    }
-    pub mod set {
-        pub const TABLE: u16 = 1;
-        pub const NAME: u16 = 2;
-        pub const FLAGS: u16 = 3;
-        pub const KEY_TYPE: u16 = 4;
-        pub const KEY_LEN: u16 = 5;
-        pub const DATA_TYPE: u16 = 6;
-        pub const DATA_LEN: u16 = 7;
-        pub const ID: u16 = 10;
-        pub const USERDATA: u16 = 13;
-    }
-    pub mod elem_list {
-        pub const TABLE: u16 = 1;
-        pub const SET: u16 = 2;
-        pub const ELEMENTS: u16 = 3;
-        pub const SET_ID: u16 = 4;
-    }
-    pub mod elem {
-        pub const KEY: u16 = 1;
-        pub const DATA: u16 = 2;
-        pub const FLAGS: u16 = 3;
-    }
-    pub mod data {
-        pub const VALUE: u16 = 1;
-        pub const VERDICT: u16 = 2;
-    }
-    pub mod verdict {
-        pub const CODE: u16 = 1;
-        pub const CHAIN: u16 = 2;
-    }
+    /// `NFTA_LIST_ELEM` (`enum nft_list_attributes`): one item of a list.
+    pub const NFTA_LIST_ELEM: u16 = 1;
+    /// `NFTA_EXPR_NAME` (`enum nft_expr_attributes`, `NLA_STRING`).
+    pub const NFTA_EXPR_NAME: u16 = 1;
+    /// `NFTA_EXPR_DATA` (`NLA_NESTED`: the expression's own attributes).
+    pub const NFTA_EXPR_DATA: u16 = 2;
+    /// `NFTA_DATA_VALUE` (`enum nft_data_attributes`, `NLA_BINARY`).
+    pub const NFTA_DATA_VALUE: u16 = 1;
+    /// `NFTA_DATA_VERDICT` (`NLA_NESTED`: `NFTA_VERDICT_*`).
+    pub const NFTA_DATA_VERDICT: u16 = 2;
+    /// `NFTA_VERDICT_CODE` (`enum nft_verdict_attributes`, `NLA_BE32`).
+    pub const NFTA_VERDICT_CODE: u16 = 1;
+    /// `NFTA_VERDICT_CHAIN` (`NLA_STRING`: a jump's or goto's chain).
+    pub const NFTA_VERDICT_CHAIN: u16 = 2;
 }
-
-/// `NFT_SET_*` flags.
-#[allow(missing_docs)]
-pub mod set_flags {
-    pub const INTERVAL: u32 = 0x4;
-    pub const MAP: u32 = 0x8;
-    pub const EVAL: u32 = 0x20;
-}
-
-/// `NFT_SET_ELEM_INTERVAL_END`.
-pub const ELEM_INTERVAL_END: u32 = 0x1;
 
 /// Builds one netlink message: header, `nfgenmsg`, attributes.
 #[derive(Debug, Clone)]
@@ -306,7 +251,7 @@ mod tests {
     #[test]
     fn builder_pads_and_nests() {
         let mut m = MsgBuilder::nft(msg::NEWTABLE, NLM_F_CREATE);
-        m.str(attr::table::NAME, "meshnft");
+        m.str(1, "meshnft");
         m.begin(4).be32(1, 3).end();
         let b = m.finish(7);
         assert_eq!(b.len() % 4, 0);

@@ -5,12 +5,13 @@
 //!
 //! The shape follows knftables' `Transaction` (verbs on objects) and
 //! nft's batches: `BATCH_BEGIN`, the messages, `BATCH_END`
-//! ([`Transaction::frame`]). The bytes of each message are those of
-//! [`crate::encode`] (what nft 1.0.6 sends for the same text).
+//! ([`Transaction::frame`]). The bytes of each message are those of its
+//! object's file in [`crate::object`] (what nft 1.0.6 sends for the same
+//! text).
 
-use super::encode::{self, RawElem};
 use super::model::{Chain, Rule, Set, Table};
-use super::netlink::{MsgBuilder, NLM_F_CREATE, NLM_F_EXCL, attr, msg};
+use super::netlink::{MsgBuilder, NLM_F_CREATE, NLM_F_EXCL, msg};
+use super::object::{RawElem, chain, rule, set, setelem, table};
 
 /// One message of a transaction and what it is about (for error messages).
 #[derive(Debug, Clone)]
@@ -65,14 +66,14 @@ impl Transaction {
 
     fn table(&mut self, t: &Table, flags: u16) -> &mut Self {
         let what = format!("table inet {}", t.name);
-        self.push(encode::table_msg(t, flags), what)
+        self.push(table::new_msg(t, flags), what)
     }
 
     /// `add chain` (`NEWCHAIN`, `NLM_F_CREATE`): a base chain when it has a
     /// hook.
     pub fn add_chain(&mut self, table: &str, c: &Chain) -> &mut Self {
         let what = format!("chain {}", c.name);
-        self.push(encode::chain_msg(table, c.name, c.hook), what)
+        self.push(chain::new_msg(table, c.name, c.hook), what)
     }
 
     /// `add set` or `add map` (`NEWSET`, `NLM_F_CREATE`) with the
@@ -80,7 +81,7 @@ impl Transaction {
     /// of this transaction name it.
     pub fn add_set(&mut self, table: &str, s: &Set, id: u32) -> &mut Self {
         let what = format!("{} {}", s.kind(), s.name);
-        self.push(encode::set_msg(table, s, id), what)
+        self.push(set::new_msg(table, s, id), what)
     }
 
     /// `add rule` (`NEWRULE`, appended to its chain); `set_id` gives the
@@ -92,7 +93,7 @@ impl Transaction {
         r: &Rule,
         set_id: &dyn Fn(&str) -> Option<u32>,
     ) -> &mut Self {
-        let (m, exprs) = encode::rule_msg(table, r, set_id);
+        let (m, exprs) = rule::new_msg(table, r, set_id);
         self.msgs.push(Msg {
             msg: m,
             what: format!("rule \"{}\" in chain {}", r.comment, r.chain),
@@ -101,7 +102,7 @@ impl Transaction {
         self
     }
 
-    /// `add element` (`NEWSETELEM`, at most [`encode::ELEMS_PER_MSG`]
+    /// `add element` (`NEWSETELEM`, at most [`setelem::ELEMS_PER_MSG`]
     /// elements a message) to set `set` (`set_id`: the transaction-local id
     /// when the set is created in this transaction), each message named
     /// `what` in errors.
@@ -113,7 +114,7 @@ impl Transaction {
         elems: &[RawElem],
         what: &str,
     ) -> &mut Self {
-        for m in encode::elem_msgs(table, set, set_id, elems) {
+        for m in setelem::new_msgs(table, set, set_id, elems) {
             self.push(m, what);
         }
         self
@@ -128,7 +129,7 @@ impl Transaction {
         elems: &[RawElem],
         what: &str,
     ) -> &mut Self {
-        for m in encode::del_elem_msgs(table, set, elems) {
+        for m in setelem::del_msgs(table, set, elems) {
             self.push(m, what);
         }
         self
@@ -136,26 +137,24 @@ impl Transaction {
 
     /// `flush chain` (`DELRULE` without a handle: every rule of it).
     pub fn flush_chain(&mut self, table: &str, chain: &str) -> &mut Self {
-        let mut m = MsgBuilder::nft(msg::DELRULE, 0);
-        m.str(attr::rule::TABLE, table)
-            .str(attr::rule::CHAIN, chain);
-        self.push(m, format!("flush of chain {chain}"))
+        self.push(
+            rule::flush_msg(table, chain),
+            format!("flush of chain {chain}"),
+        )
     }
 
     /// `flush set` (`DELSETELEM` without elements: every element of it).
     pub fn flush_set(&mut self, table: &str, set: &str) -> &mut Self {
-        let mut m = MsgBuilder::nft(msg::DELSETELEM, 0);
-        m.str(attr::elem_list::TABLE, table)
-            .str(attr::elem_list::SET, set);
-        self.push(m, format!("flush of set {set}"))
+        self.push(
+            setelem::flush_msg(table, set),
+            format!("flush of set {set}"),
+        )
     }
 
     /// `delete table inet NAME` (`DELTABLE`): fails with `ENOENT` when
     /// there is none.
     pub fn delete_table(&mut self, name: &str) -> &mut Self {
-        let mut m = MsgBuilder::nft(msg::DELTABLE, 0);
-        m.str(attr::table::NAME, name);
-        self.push(m, format!("table inet {name}"))
+        self.push(table::del_msg(name), format!("table inet {name}"))
     }
 
     /// Appends the messages of `other`, in order.

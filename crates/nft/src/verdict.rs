@@ -38,18 +38,18 @@ impl Verdict {
 
     /// Writes `NFTA_DATA_VERDICT { NFTA_VERDICT_CODE, NFTA_VERDICT_CHAIN }`.
     pub fn encode(&self, m: &mut MsgBuilder) {
-        m.begin(attr::data::VERDICT);
-        m.be32(attr::verdict::CODE, self.code() as u32);
+        m.begin(attr::NFTA_DATA_VERDICT);
+        m.be32(attr::NFTA_VERDICT_CODE, self.code() as u32);
         if let Verdict::Jump(c) | Verdict::Goto(c) = self {
-            m.str(attr::verdict::CHAIN, c);
+            m.str(attr::NFTA_VERDICT_CHAIN, c);
         }
         m.end();
     }
 
     /// Reads the attributes inside `NFTA_DATA_VERDICT`.
     pub fn decode(a: &[Attr<'_>]) -> Option<Verdict> {
-        let code = find(a, attr::verdict::CODE)?.be32()? as i32;
-        let chain = || find(a, attr::verdict::CHAIN).map(|c| c.str());
+        let code = find(a, attr::NFTA_VERDICT_CODE)?.be32()? as i32;
+        let chain = || find(a, attr::NFTA_VERDICT_CHAIN).map(|c| c.str());
         Some(match code {
             1 => Verdict::Accept,
             0 => Verdict::Drop,

@@ -1,19 +1,47 @@
 //! Reading `table inet meshnft` back from a network namespace.
 //!
 //! The source of truth is the kernel, read over nf_tables netlink
-//! ([`crate::nft::dump`]): the table comment, every set's elements, every
-//! rule with its expressions and counters. This module turns that listing
-//! into the view the operator commands use (`inspect`, `explain`, `pin`)
-//! and ADD's re-ADD check.
+//! ([`crate::nft::dump`]) through the [`NftClient`] seam (the netlink
+//! client, or the in-memory fake in unit tests): the table comment, every
+//! set's elements, every rule with its expressions and counters. This
+//! module turns that listing into the view the operator commands use
+//! (`inspect`, `explain`, `pin`) and ADD's re-ADD check.
 //!
-//! [`TableView::from_model`] builds the same view from the table ADD would
-//! write ([`crate::table::ruleset::Table`]), so the decision logic of
-//! the plugin's `ops::explain` can be tested against [`crate::table::ruleset::build`]
-//! without a kernel.
+//! A table has three representations, each for its readers, converted one
+//! way only:
+//!
+//! * [`crate::nft::model::Table`] (`ruleset::Table`): what meshnft writes,
+//!   built by [`crate::table::ruleset::build`] from the settings, in nft's
+//!   terms (statements, typed elements); rendered as nft text (the golden
+//!   files) and lowered to one transaction (`nft::encode`, the pinned
+//!   bytes). Nothing is read back into it: expressions do not lift back to
+//!   statements without nft's own rules, and a kernel may hold what
+//!   meshnft did not write.
+//! * [`Listing`]: what the kernel holds, in the kernel's terms (expressions,
+//!   raw elements, rule handles, counter values, userdata), read by
+//!   `nft::dump` or kept by the fake client. CHECK compares two listings
+//!   (the expected table committed in a scratch namespace, so both sides
+//!   are the kernel's own); the agent's repair carries elements over from
+//!   one.
+//! * [`TableView`]: what the operator commands ask of a table (elements
+//!   typed by their set's key, a rule's uid, redirect port, cgroup level,
+//!   counter), from a listing ([`from_listing`]). [`TableView::from_model`]
+//!   builds the same view from the table ADD would write, so the decision
+//!   logic of the plugin's `ops::explain` is tested against
+//!   [`crate::table::ruleset::build`] without a kernel; a test below holds
+//!   both paths to the same view.
+//!
+//! Elements likewise: [`crate::nft::model::Elem`] is an element meshnft
+//! writes (every variant lowers to kernel elements and prints in nft's
+//! input syntax), [`crate::nft::object::RawElem`] one as the kernel keeps
+//! it, and [`ElemView`] one as read back, typed by its set (any address
+//! range, an element it cannot type kept as text; printed as the operator
+//! commands show it).
 
-use crate::nft::dump::{Listing, SetInfo, intervals};
+use crate::nft::dump::Listing;
 use crate::nft::expr::{Expr, ImmediateData, MetaKey};
-use crate::nft::{Nft, model};
+use crate::nft::object::{SetInfo, intervals};
+use crate::nft::{NftClient, model};
 use crate::ports::PortRange;
 use crate::table::ruleset;
 use std::collections::BTreeMap;
@@ -40,9 +68,11 @@ impl std::fmt::Display for CgroupKey {
     }
 }
 
-/// One set or map element, typed by the set's type.
+/// One set or map element as read back, typed by the set's type: unlike
+/// [`crate::nft::model::Elem`] (what meshnft writes), it holds anything a
+/// kernel's set may hold (any address range, an element it cannot type).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Elem {
+pub enum ElemView {
     /// `inet_service` element: a port or an inclusive range.
     Ports(PortRange),
     /// `ipv4_addr`/`ipv6_addr` element: the inclusive address range it
@@ -65,16 +95,16 @@ pub enum Elem {
     Other(String),
 }
 
-impl std::fmt::Display for Elem {
+impl std::fmt::Display for ElemView {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Elem::Ports(p) => write!(f, "{p}"),
-            Elem::Addrs { text, .. } => write!(f, "{text}"),
-            Elem::AddrPort(a @ IpAddr::V6(_), p) => write!(f, "[{a}]:{p}"),
-            Elem::AddrPort(a, p) => write!(f, "{a}:{p}"),
-            Elem::Cgroup(k) => write!(f, "{k}"),
-            Elem::Verdict(k, v) => write!(f, "{k} : {v}"),
-            Elem::Other(s) => write!(f, "{s}"),
+            ElemView::Ports(p) => write!(f, "{p}"),
+            ElemView::Addrs { text, .. } => write!(f, "{text}"),
+            ElemView::AddrPort(a @ IpAddr::V6(_), p) => write!(f, "[{a}]:{p}"),
+            ElemView::AddrPort(a, p) => write!(f, "{a}:{p}"),
+            ElemView::Cgroup(k) => write!(f, "{k}"),
+            ElemView::Verdict(k, v) => write!(f, "{k} : {v}"),
+            ElemView::Other(s) => write!(f, "{s}"),
         }
     }
 }
@@ -117,7 +147,7 @@ pub struct RuleView {
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct SetView {
     /// Its elements, in nft's order.
-    pub elems: Vec<Elem>,
+    pub elems: Vec<ElemView>,
 }
 
 /// `table inet meshnft` as read back.
@@ -173,7 +203,7 @@ fn hex(b: &[u8]) -> String {
 }
 
 /// The elements of one listed set, typed by its key type.
-fn set_elems(s: &SetInfo) -> Vec<Elem> {
+fn set_elems(s: &SetInfo) -> Vec<ElemView> {
     let verdict_map = s.data_type == Some(0xffff_ff00);
     let cgroup = |k: &[u8]| <[u8; 8]>::try_from(k).ok().map(u64::from_ne_bytes);
     match s.key_type {
@@ -181,32 +211,34 @@ fn set_elems(s: &SetInfo) -> Vec<Elem> {
             .elems
             .iter()
             .map(|e| match (cgroup(&e.key), &e.verdict) {
-                (Some(id), Some(v)) if verdict_map => Elem::Verdict(CgroupKey::Id(id), v.clone()),
-                (Some(id), None) => Elem::Cgroup(CgroupKey::Id(id)),
-                _ => Elem::Other(hex(&e.key)),
+                (Some(id), Some(v)) if verdict_map => {
+                    ElemView::Verdict(CgroupKey::Id(id), v.clone())
+                }
+                (Some(id), None) => ElemView::Cgroup(CgroupKey::Id(id)),
+                _ => ElemView::Other(hex(&e.key)),
             })
             .collect(),
         13 => intervals(&s.elems)
             .into_iter()
             .map(
                 |(lo, hi)| match (<[u8; 2]>::try_from(&lo[..]), <[u8; 2]>::try_from(&hi[..])) {
-                    (Ok(lo), Ok(hi)) => Elem::Ports(PortRange {
+                    (Ok(lo), Ok(hi)) => ElemView::Ports(PortRange {
                         lo: u16::from_be_bytes(lo),
                         hi: u16::from_be_bytes(hi),
                     }),
-                    _ => Elem::Other(hex(&lo)),
+                    _ => ElemView::Other(hex(&lo)),
                 },
             )
             .collect(),
         7 | 8 => intervals(&s.elems)
             .into_iter()
             .map(|(lo, hi)| match (addr(&lo), addr(&hi)) {
-                (Some(lo), Some(hi)) => Elem::Addrs {
+                (Some(lo), Some(hi)) => ElemView::Addrs {
                     lo,
                     hi,
                     text: range_text(lo, hi),
                 },
-                _ => Elem::Other(hex(&lo)),
+                _ => ElemView::Other(hex(&lo)),
             })
             .collect(),
         t if t == model::KeyType::Ipv4Port.type_id() || t == model::KeyType::Ipv6Port.type_id() => {
@@ -224,13 +256,17 @@ fn set_elems(s: &SetInfo) -> Vec<Elem> {
                         .get(alen..alen + 2)
                         .map(|p| u16::from_be_bytes([p[0], p[1]]));
                     match (a, p) {
-                        (Some(a), Some(p)) => Elem::AddrPort(a, p),
-                        _ => Elem::Other(hex(&e.key)),
+                        (Some(a), Some(p)) => ElemView::AddrPort(a, p),
+                        _ => ElemView::Other(hex(&e.key)),
                     }
                 })
                 .collect()
         }
-        _ => s.elems.iter().map(|e| Elem::Other(hex(&e.key))).collect(),
+        _ => s
+            .elems
+            .iter()
+            .map(|e| ElemView::Other(hex(&e.key)))
+            .collect(),
     }
 }
 
@@ -302,7 +338,7 @@ pub fn from_listing(l: &Listing) -> TableView {
     for s in &l.sets {
         let elems = set_elems(s);
         for e in &elems {
-            if let Elem::Other(t) = e {
+            if let ElemView::Other(t) = e {
                 view.warnings
                     .push(format!("set {}: element not understood: {t}", s.name));
             }
@@ -316,11 +352,12 @@ pub fn from_listing(l: &Listing) -> TableView {
     view
 }
 
-/// Reads `table inet meshnft` over `nft`: `Ok(None)` when there is none.
+/// Reads `table inet meshnft` over `nft` (the netlink client of a pod
+/// netns, or the in-memory fake in tests): `Ok(None)` when there is none.
 ///
 /// Errors: the kernel could not be read (its nf_tables error, as
 /// [`crate::error::Error`]).
-pub fn read(nft: &mut Nft) -> crate::error::Result<Option<TableView>> {
+pub fn read<C: NftClient + ?Sized>(nft: &mut C) -> crate::error::Result<Option<TableView>> {
     match nft.read(crate::nft::TABLE_NAME) {
         Ok(l) => Ok(l.as_ref().map(from_listing)),
         Err(e) => Err(crate::error::Error::from(e)),
@@ -344,7 +381,7 @@ impl TableView {
                 key_len: s.key.key_len(),
                 data_type: s.verdict_map.then_some(0xffff_ff00),
                 udata: Vec::new(),
-                elems: crate::nft::encode::raw_elems(s.elements.as_deref().unwrap_or_default()),
+                elems: crate::nft::object::raw_elems(s.elements.as_deref().unwrap_or_default()),
             };
             view.sets.insert(
                 s.name.to_string(),
@@ -378,7 +415,7 @@ impl TableView {
     }
 
     /// Elements of set `name` (empty when it does not exist).
-    pub fn elems(&self, name: &str) -> &[Elem] {
+    pub fn elems(&self, name: &str) -> &[ElemView] {
         self.sets
             .get(name)
             .map(|s| s.elems.as_slice())
@@ -389,13 +426,13 @@ impl TableView {
     pub fn has_port(&self, name: &str, port: u16) -> bool {
         self.elems(name)
             .iter()
-            .any(|e| matches!(e, Elem::Ports(r) if r.lo <= port && port <= r.hi))
+            .any(|e| matches!(e, ElemView::Ports(r) if r.lo <= port && port <= r.hi))
     }
 
     /// Is `addr` in address set `name`?
     pub fn has_addr(&self, name: &str, addr: IpAddr) -> bool {
         self.elems(name).iter().any(|e| match e {
-            Elem::Addrs { lo, hi, .. } => *lo <= addr && addr <= *hi,
+            ElemView::Addrs { lo, hi, .. } => *lo <= addr && addr <= *hi,
             _ => false,
         })
     }
@@ -404,7 +441,7 @@ impl TableView {
     pub fn has_pair(&self, name: &str, addr: IpAddr, port: u16) -> bool {
         self.elems(name)
             .iter()
-            .any(|e| matches!(e, Elem::AddrPort(a, p) if *a == addr && *p == port))
+            .any(|e| matches!(e, ElemView::AddrPort(a, p) if *a == addr && *p == port))
     }
 
     /// Elements of cgroupsv2 set `name`.
@@ -412,7 +449,7 @@ impl TableView {
         self.elems(name)
             .iter()
             .filter_map(|e| match e {
-                Elem::Cgroup(k) => Some(k.clone()),
+                ElemView::Cgroup(k) => Some(k.clone()),
                 _ => None,
             })
             .collect()
@@ -423,7 +460,7 @@ impl TableView {
         self.elems(name)
             .iter()
             .filter_map(|e| match e {
-                Elem::Verdict(k, v) => Some((k.clone(), v.clone())),
+                ElemView::Verdict(k, v) => Some((k.clone(), v.clone())),
                 _ => None,
             })
             .collect()
@@ -462,8 +499,32 @@ mod tests {
         assert!(
             v.sets
                 .values()
-                .all(|s| s.elems.iter().all(|e| !matches!(e, Elem::Other(_))))
+                .all(|s| s.elems.iter().all(|e| !matches!(e, ElemView::Other(_))))
         );
+    }
+
+    #[test]
+    fn the_kernel_path_and_the_model_path_give_the_same_view() {
+        use crate::nft::fake::Fake;
+        for levels in [
+            Some(ruleset::Levels {
+                pod: 3,
+                container: 4,
+            }),
+            None,
+        ] {
+            let t = ruleset::build(&crate::config::Settings::default(), levels, "a pod");
+            let mut f = Fake::with(crate::nft::encode::fresh(&t));
+            let mut got = read(&mut f).expect("read").expect("a table");
+            assert!(got.rules.iter().all(|r| r.handle > 0));
+            got.rules.iter_mut().for_each(|r| r.handle = 0);
+            assert_eq!(got, TableView::from_model(&t));
+        }
+        assert_eq!(read(&mut Fake::new()).expect("read"), None);
+        let mut f = Fake::new();
+        f.fail_next(crate::nft::fake::Call::Read, libc::EINTR);
+        let e = read(&mut f).expect_err("refused");
+        assert_eq!(e.code, crate::error::Code::NftTransaction);
     }
 
     #[test]

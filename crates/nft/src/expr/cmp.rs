@@ -41,7 +41,7 @@ impl Cmp {
             },
         );
         m.begin(NFTA_CMP_DATA)
-            .bytes(attr::data::VALUE, &self.data)
+            .bytes(attr::NFTA_DATA_VALUE, &self.data)
             .end();
     }
 
@@ -51,7 +51,7 @@ impl Cmp {
             NFT_CMP_NEQ => CmpOp::Neq,
             _ => return None,
         };
-        let data = find(&find(a, NFTA_CMP_DATA)?.nested(), attr::data::VALUE)?
+        let data = find(&find(a, NFTA_CMP_DATA)?.nested(), attr::NFTA_DATA_VALUE)?
             .value
             .to_vec();
         Some(Cmp {

@@ -34,7 +34,7 @@ impl Immediate {
         m.begin(NFTA_IMMEDIATE_DATA);
         match &self.data {
             ImmediateData::Value(v) => {
-                m.bytes(attr::data::VALUE, v);
+                m.bytes(attr::NFTA_DATA_VALUE, v);
             }
             ImmediateData::Verdict(v) => v.encode(m),
         }
@@ -43,10 +43,10 @@ impl Immediate {
 
     pub(super) fn decode(a: &[Attr<'_>]) -> Option<Immediate> {
         let data = find(a, NFTA_IMMEDIATE_DATA)?.nested();
-        let data = if let Some(v) = find(&data, attr::data::VERDICT) {
+        let data = if let Some(v) = find(&data, attr::NFTA_DATA_VERDICT) {
             ImmediateData::Verdict(Verdict::decode(&v.nested())?)
         } else {
-            ImmediateData::Value(find(&data, attr::data::VALUE)?.value.to_vec())
+            ImmediateData::Value(find(&data, attr::NFTA_DATA_VALUE)?.value.to_vec())
         };
         Some(Immediate {
             dreg: be32(a, NFTA_IMMEDIATE_DREG)?,

@@ -85,9 +85,9 @@ impl Expr {
     /// created in the same batch (`NFTA_*_SET_ID`), `None` for sets that
     /// already exist.
     pub fn encode(&self, m: &mut MsgBuilder, set_id: &dyn Fn(&str) -> Option<u32>) {
-        m.begin(attr::list::ELEM);
-        m.str(attr::expr::NAME, self.name());
-        m.begin(attr::expr::DATA);
+        m.begin(attr::NFTA_LIST_ELEM);
+        m.str(attr::NFTA_EXPR_NAME, self.name());
+        m.begin(attr::NFTA_EXPR_DATA);
         match self {
             Expr::Meta(e) => e.encode(m),
             Expr::Cmp(e) => e.encode(m),
@@ -107,10 +107,10 @@ impl Expr {
     /// Decodes one `NFTA_LIST_ELEM`'s attributes. Unknown names, or known
     /// ones whose attributes do not parse, become [`Expr::Other`].
     pub fn decode(elem: &[Attr<'_>]) -> Expr {
-        let name = find(elem, attr::expr::NAME)
+        let name = find(elem, attr::NFTA_EXPR_NAME)
             .map(|a| a.str())
             .unwrap_or_default();
-        let data = find(elem, attr::expr::DATA)
+        let data = find(elem, attr::NFTA_EXPR_DATA)
             .map(|a| a.nested())
             .unwrap_or_default();
         let e = match name.as_str() {

@@ -13,7 +13,7 @@ use super::AgentError;
 use crate::cni::check;
 use crate::config::Settings;
 use crate::nft::dump::Listing;
-use crate::nft::{self, Nft, Transaction, encode};
+use crate::nft::{self, Nft, Transaction, encode, object};
 use crate::pod::cgroup::{self, Cgroup2Mount};
 use crate::pod::netns::Netns;
 use crate::table::ruleset::{self, Levels};
@@ -316,7 +316,7 @@ impl Host {
 
 /// The elements of `old`'s dynamic sets that `new` has a set of the same
 /// kind for: (set index in `new`, elements).
-fn carry(old: &Listing, new: &ruleset::Table) -> Vec<(usize, Vec<encode::RawElem>)> {
+fn carry(old: &Listing, new: &ruleset::Table) -> Vec<(usize, Vec<object::RawElem>)> {
     let mut out = Vec::new();
     for name in CARRIED {
         let Some(idx) = new.sets.iter().position(|s| s.name == name) else {
@@ -338,14 +338,14 @@ fn batch(
     table: &ruleset::Table,
     exists: bool,
     mark: Option<u64>,
-    carried: &[(usize, Vec<encode::RawElem>)],
+    carried: &[(usize, Vec<object::RawElem>)],
 ) -> Transaction {
     let mut tx = Transaction::new();
     if exists {
         tx.delete_table(table.name);
     }
     tx.append(encode::fresh(table));
-    let mut add = |idx: usize, elems: &[encode::RawElem]| {
+    let mut add = |idx: usize, elems: &[object::RawElem]| {
         let name = table.sets[idx].name;
         let what = format!("element of set {name}");
         tx.add_elements(table.name, name, Some(idx as u32 + 1), elems, &what);
@@ -356,7 +356,7 @@ fn batch(
     if let Some(cg) = mark
         && let Some(idx) = table.sets.iter().position(|s| s.name == "proxy_started")
     {
-        add(idx, &encode::raw_elems(&[ruleset::Elem::Cgroup(cg)]));
+        add(idx, &object::raw_elems(&[ruleset::Elem::Cgroup(cg)]));
     }
     tx
 }

@@ -221,9 +221,8 @@ pub fn compare(expected: &Listing, actual: &Listing) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nft::dump::{RuleInfo, SetInfo};
-    use crate::nft::encode::RawElem;
     use crate::nft::expr::{Counter, Expr};
+    use crate::nft::object::{ChainInfo, RawElem, RuleInfo, SetInfo};
 
     fn listing() -> Listing {
         Listing {
@@ -272,7 +271,7 @@ mod tests {
     #[test]
     fn normalizing_drops_state_and_keeps_configuration() {
         let mut l = listing();
-        l.chains.push(crate::nft::dump::ChainInfo {
+        l.chains.push(ChainInfo {
             name: "output".into(),
             hook: Some(("nat".into(), 3, -100)),
             policy: Some(1),
@@ -298,7 +297,7 @@ mod tests {
     fn differences_are_named() {
         let mut a = listing();
         let b = listing();
-        a.chains.push(crate::nft::dump::ChainInfo {
+        a.chains.push(ChainInfo {
             name: "output".into(),
             hook: None,
             policy: None,

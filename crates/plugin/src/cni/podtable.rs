@@ -128,7 +128,7 @@ fn mark_started(tx: &mut Transaction, id: u64) {
         nft::TABLE_NAME,
         "proxy_started",
         None,
-        &encode::raw_elems(&[ruleset::Elem::Cgroup(id)]),
+        &nft::object::raw_elems(&[ruleset::Elem::Cgroup(id)]),
         "element of set proxy_started",
     );
 }

@@ -3,8 +3,8 @@
 use super::Output;
 use crate::config::NetConf;
 use crate::error::{Code, Error, Result};
-use crate::nft::{Nft, encode};
-use crate::table::ruleset::{self, Levels};
+use crate::nft::{Nft, NftClient, NftError, encode};
+use crate::table::ruleset::{self, Levels, Table};
 
 /// One host check and its outcome.
 #[derive(Debug, Clone)]
@@ -79,10 +79,7 @@ pub fn probes(conf: &NetConf) -> Vec<Probe> {
             let table = ruleset::build(s, levels, "meshnft status dry run");
             out.push(Probe::new(
                 "kernel accepts the table (dry run in a scratch netns)",
-                Nft::scratch()
-                    .and_then(|mut n| n.commit(encode::fresh(&table)))
-                    .map(|_| "ok".into())
-                    .map_err(|e| e.to_string()),
+                dry_run(Nft::scratch, &table),
             ));
         }
     }
@@ -109,6 +106,20 @@ pub fn probes(conf: &NetConf) -> Vec<Probe> {
         },
     ));
     out
+}
+
+/// The dry run of `table`: committed as a first ADD over the client of a
+/// fresh, empty namespace from `scratch`, so that the kernel validates
+/// every expression, including the checks it runs only at commit. `Ok("ok")`,
+/// or the kernel's refusal (the object, the errno, what it usually means).
+pub fn dry_run<S: NftClient>(
+    scratch: impl FnOnce() -> std::result::Result<S, NftError>,
+    table: &Table,
+) -> std::result::Result<String, String> {
+    scratch()
+        .and_then(|mut n| n.commit(encode::fresh(table)))
+        .map(|_| "ok".into())
+        .map_err(|e| e.to_string())
 }
 
 /// STATUS. Success: nothing on stdout. Error: code 1 for a config version

@@ -2,10 +2,10 @@
 //! nf_tables client (`nft::fake::Fake`): no root, no namespace, no kernel.
 //! ADD's first write, re-ADD and failure; DEL of a present, absent or
 //! unremovable table; CHECK of a missing, equal or altered table; GC's
-//! choice of the stale tables.
+//! choice of the stale tables; STATUS's dry run.
 
 use super::podtable::{self, Phase};
-use super::{PodCgroup, check, gc};
+use super::{PodCgroup, check, gc, status};
 use crate::config::{self, Settings};
 use crate::error::Code;
 use crate::nft::fake::{Call, Fake};
@@ -82,7 +82,7 @@ fn re_add_keeps_a_closed_init_phase_closed() {
     let mut f = written(&settings(), "first ADD");
     // The proxy of the running pod has started: its cgroup is in the set.
     let mut tx = Transaction::new();
-    let proxy = encode::raw_elems(&[ruleset::Elem::Cgroup(42)]);
+    let proxy = crate::nft::object::raw_elems(&[ruleset::Elem::Cgroup(42)]);
     tx.add_elements(TABLE_NAME, "proxy_started", None, &proxy, "proxy");
     f.commit(tx).expect("proxy started");
     let mut s = settings();
@@ -116,7 +116,7 @@ fn re_add_of_an_open_phase_leaves_it_open() {
 fn re_add_without_the_cgroup_id_writes_no_init_phase() {
     let mut f = written(&settings(), "first ADD");
     let mut tx = Transaction::new();
-    let proxy = encode::raw_elems(&[ruleset::Elem::Cgroup(42)]);
+    let proxy = crate::nft::object::raw_elems(&[ruleset::Elem::Cgroup(42)]);
     tx.add_elements(TABLE_NAME, "proxy_started", None, &proxy, "proxy");
     f.commit(tx).expect("proxy started");
     let mut s = settings();
@@ -242,4 +242,17 @@ fn gc_removes_only_the_stale_tables() {
     );
     assert!(fakes["b"].sent.is_empty());
     assert!(fakes["e"].table(TABLE_NAME).is_some());
+}
+
+#[test]
+fn status_dry_run_passes_or_names_the_refusal() {
+    let table = ruleset::build(&settings(), pod().levels, "meshnft status dry run");
+    assert_eq!(status::dry_run(scratch, &table), Ok("ok".to_string()));
+    let refusing = || {
+        let mut f = Fake::new();
+        f.fail_next(Call::Commit, libc::EOPNOTSUPP);
+        Ok::<Fake, NftError>(f)
+    };
+    let e = status::dry_run(refusing, &table).expect_err("refused");
+    assert!(e.contains("the kernel refused"), "{e}");
 }

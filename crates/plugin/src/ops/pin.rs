@@ -14,8 +14,8 @@
 //! stays until the table goes (it can never match again: cgroup ids are not
 //! reused).
 
-use crate::nft::encode::RawElem;
-use crate::nft::{Nft, TABLE_NAME, Transaction};
+use crate::nft::object::RawElem;
+use crate::nft::{NftClient, TABLE_NAME, Transaction};
 use crate::ops::cgroupid::{self, Located};
 use crate::ops::error::{OpError, OpResult};
 use crate::pod::cgroup::Cgroup2Mount;
@@ -60,21 +60,44 @@ pub struct Change {
 }
 
 /// Sets (`Some`) or removes (`None`) the pin of cgroup `cgroup` in the table
-/// behind `nft` (named `what` in messages).
+/// behind `nft` (named `what` in messages): [`apply`] to the cgroup found on
+/// `mount`.
+///
+/// Errors: those of [`apply`]; [`OpError::NoCgroup`] when `cgroup` is not
+/// a cgroup (after the table was found).
+pub fn set<C: NftClient + ?Sized>(
+    nft: &mut C,
+    what: &str,
+    mount: &Cgroup2Mount,
+    cgroup: &Path,
+    pin: Option<PinVerdict>,
+    any_level: bool,
+) -> OpResult<Change> {
+    let locate = || {
+        let loc = cgroupid::locate(mount, cgroup)?;
+        let element = cgroupid::nft_element(mount, &loc.abs).unwrap_or_else(|_| loc.id.to_string());
+        Ok((loc, element))
+    };
+    apply(nft, what, locate, pin, any_level)
+}
+
+/// Sets (`Some`) or removes (`None`) the pin of a cgroup in the table read
+/// back over `nft`, in one transaction that names only that element; none
+/// when nothing changes. `locate` gives the cgroup and nft's text for its
+/// element; it is called once the table has an `init_phase` map.
 ///
 /// `any_level` skips the check that the cgroup is at the table's container
 /// level (needed only when levels are offset, `initPhase.levelOffset`).
 ///
 /// Errors: [`OpError::NoTable`]; [`OpError::CannotPin`] when the table has
 /// no `init_phase` map or no rule consulting it (written without a pod
-/// cgroup), or the cgroup is at another level; [`OpError::NoCgroup`],
+/// cgroup), or the cgroup is at another level; `locate`'s error;
 /// [`OpError::Nft`] when the kernel refuses the transaction (nothing is
 /// applied).
-pub fn set(
-    nft: &mut Nft,
+pub fn apply<C: NftClient + ?Sized>(
+    nft: &mut C,
     what: &str,
-    mount: &Cgroup2Mount,
-    cgroup: &Path,
+    locate: impl FnOnce() -> OpResult<(Located, String)>,
     pin: Option<PinVerdict>,
     any_level: bool,
 ) -> OpResult<Change> {
@@ -84,7 +107,7 @@ pub fn set(
             "table inet meshnft in {what} has no init_phase map"
         )));
     }
-    let loc = cgroupid::locate(mount, cgroup)?;
+    let (loc, element) = locate()?;
     if pin.is_some() {
         let Some(level) = t
             .rule("output", "explicit per-container verdict")
@@ -102,7 +125,6 @@ pub fn set(
             )));
         }
     }
-    let element = cgroupid::nft_element(mount, &loc.abs).unwrap_or_else(|_| loc.id.to_string());
     let before = t
         .verdicts("init_phase")
         .into_iter()
@@ -166,3 +188,7 @@ pub fn describe(c: &Change) -> String {
         (None, None) => format!("not pinned: {name} (nothing to do)"),
     }
 }
+
+#[cfg(test)]
+#[path = "pin_tests.rs"]
+mod tests;

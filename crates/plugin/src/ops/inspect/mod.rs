@@ -14,7 +14,7 @@ use crate::ops::cgroupid::{self, CgroupRef};
 use crate::ops::explain;
 use crate::ops::podns::PodNetns;
 use crate::pod::cgroup::Cgroup2Mount;
-use crate::table::readback::{CgroupKey, Elem, TableView, Verdict};
+use crate::table::readback::{CgroupKey, ElemView, TableView, Verdict};
 use serde::Serialize;
 use std::path::PathBuf;
 
@@ -187,7 +187,7 @@ pub struct Report {
 
 fn texts(t: &TableView, sets: &[&str]) -> Vec<String> {
     sets.iter()
-        .flat_map(|s| t.elems(s).iter().map(Elem::to_string))
+        .flat_map(|s| t.elems(s).iter().map(ElemView::to_string))
         .collect()
 }
 
