@@ -8,17 +8,22 @@
 //! read with the test's nft oracle in the pod's network namespace).
 //!
 //! One test function for the one-node scenarios: the node is expensive (cold: the builds;
-//! warm: ~1 min to come up), so the scenarios share it, in order; its Drop guard brings it
-//! down and the test then checks that nothing is left (processes, cgroups, mounts, files,
-//! host sysctls). A second one, `twonode::two_nodes` (tests/node/twonode.rs), brings up two
-//! nodes against one control plane; the two never run at the same time (one node's kubelet
-//! rewrites the host sysctls the other saved).
+//! warm: ~1 min to come up), so the scenarios share it, in order, as named steps
+//! (tests/node/steps.rs), each printing its name and cost (`step NAME: 12.3 s`, or `step
+//! NAME: FAILED after ...`); its Drop guard brings it down and the test then checks that
+//! nothing is left (processes, cgroups, mounts, files, host sysctls). A second one,
+//! `twonode::two_nodes` (tests/node/twonode.rs), brings up two nodes against one control
+//! plane; the two never run at the same time (one node's kubelet rewrites the host sysctls
+//! the other saved).
 //!
 //! Root only. `MESHNFT_NODE=0` skips both (e.g. for a quick `cargo test` on a laptop).
 
 #[path = "node/faults.rs"]
 mod faults;
 use meshnft_testkit as support;
+#[path = "node/steps.rs"]
+mod steps;
+use steps::*;
 #[path = "node/twonode.rs"]
 mod twonode;
 
@@ -1022,171 +1027,149 @@ spec:
     )
 }
 
-/// Switches the chart to `mesh` (`helm upgrade --reuse-values --set mesh=...`, the init phase
-/// on) and waits for the installer to have rewritten the entry; then runs `mesh`'s seed pod in
-/// the classic layout (its init container fetches the outside service directly, the app goes
-/// to 15001 with the original destination) and as a native sidecar (the init container goes
-/// through the already started proxy).
-fn mesh_on_node(node: &Node, chart: &str, mesh: &str) {
+/// The steps of a node test: [`Steps::run`] prints each step's name as it starts and its cost
+/// as it ends (`step NAME: 12.3 s`, or `step NAME: FAILED after 12.3 s` when it panics, so a
+/// failure names its step); [`Steps::summary`] lists them all at the end.
+#[derive(Default)]
+struct Steps {
+    /// `(name, seconds)` of each step that ended.
+    done: std::cell::RefCell<Vec<(String, f64)>>,
+}
+
+impl Steps {
+    /// Runs step `name` (`f`) and returns what it returns.
+    fn run<T>(&self, name: &str, f: impl FnOnce() -> T) -> T {
+        /// Prints the step's end, also while unwinding from its panic.
+        struct End<'a> {
+            steps: &'a Steps,
+            name: &'a str,
+            t: Instant,
+        }
+        impl Drop for End<'_> {
+            fn drop(&mut self) {
+                let secs = self.t.elapsed().as_secs_f64();
+                if std::thread::panicking() {
+                    eprintln!("step {}: FAILED after {secs:.1} s", self.name);
+                } else {
+                    eprintln!("step {}: {secs:.1} s", self.name);
+                    self.steps
+                        .done
+                        .borrow_mut()
+                        .push((self.name.to_string(), secs));
+                }
+            }
+        }
+        eprintln!("step {name} ...");
+        let _end = End {
+            steps: self,
+            name,
+            t: Instant::now(),
+        };
+        f()
+    }
+
+    /// Every step's cost, one a line, and their sum.
+    fn summary(&self, test: &str) {
+        let done = self.done.borrow();
+        eprintln!("{test}: {} steps", done.len());
+        for (name, secs) in done.iter() {
+            eprintln!("  {secs:7.1} s  {name}");
+        }
+        let all: f64 = done.iter().map(|(_, s)| s).sum();
+        eprintln!("  {all:7.1} s  in all");
+    }
+}
+
+/// The chart's release (deploy/chart) on the node, in the namespace of the same name.
+const RELEASE: &str = "meshnft";
+
+/// How [`helm`] changes a release.
+#[derive(Clone, Copy, Debug)]
+enum Helm {
+    /// `helm install --create-namespace`.
+    Install,
+    /// `helm upgrade --reuse-values`: the release's values, with these on top.
+    Upgrade,
+}
+
+/// `helm install` or `helm upgrade` of release `release` of deploy/chart in namespace
+/// `release`, with `--set` of each of `sets` (`key=value`), waiting (`--wait`, 3 min) for the
+/// release's objects to be ready. Ok(helm's stdout), or Err(its stderr and stdout).
+fn helm(node: &Node, how: Helm, release: &str, sets: &[&str]) -> Result<String, String> {
+    let chart = chart();
+    let mut argv = vec!["helm"];
+    match how {
+        Helm::Install => argv.extend(["install", release, &chart, "--namespace", release]),
+        Helm::Upgrade => argv.extend(["upgrade", release, &chart, "--namespace", release]),
+    }
+    argv.push(match how {
+        Helm::Install => "--create-namespace",
+        Helm::Upgrade => "--reuse-values",
+    });
+    for set in sets {
+        argv.extend(["--set", set]);
+    }
+    argv.extend(["--wait", "--timeout", "3m"]);
+    let out = node.run(&argv, None);
+    if out.status.success() {
+        Ok(text(&out.stdout))
+    } else {
+        Err(format!(
+            "helm {how:?} {sets:?}: {}{}",
+            text(&out.stderr),
+            text(&out.stdout)
+        ))
+    }
+}
+
+/// Waits (180 s) for the installers to have put `want` into the node's primary conflist
+/// (after a chart change, `what`); prints how long that took.
+fn wait_conflist(node: &Node, want: &str, what: &str) {
     let t = Instant::now();
-    let out = node.run(
-        &[
-            "helm",
-            "upgrade",
-            "meshnft",
-            chart,
-            "--namespace",
-            "meshnft",
-            "--reuse-values",
-            "--set",
-            &format!("mesh={mesh}"),
-            "--set",
-            "initPhase.enabled=true",
-            "--wait",
-            "--timeout",
-            "3m",
-        ],
-        None,
-    );
-    assert!(
-        out.status.success(),
-        "helm upgrade mesh={mesh}: {}",
-        text(&out.stderr)
-    );
-    let want = format!("\"mesh\": \"{mesh}\"");
-    let deadline = Instant::now() + Duration::from_secs(180);
-    while !node.read_file(CONFLIST).contains(&want) {
+    let deadline = t + Duration::from_secs(180);
+    while !node.read_file(CONFLIST).contains(want) {
         assert!(
             Instant::now() < deadline,
-            "the installers did not pick up mesh={mesh}:\n{}",
+            "the installers did not pick up {what}:\n{}",
             node.read_file(CONFLIST)
         );
         std::thread::sleep(Duration::from_millis(500));
     }
-    let classic = format!("{mesh}-classic");
-    node.apply(&mesh_seed_pod(&classic, mesh, "classic"));
-    node.wait_ready("seed", &classic, 120);
-    assert_meshed_ready(node, &classic);
-    let via = node
-        .kubectl(&[
-            "-n",
-            "seed",
-            "exec",
-            &classic,
-            "-c",
-            "app",
-            "--",
-            "timeout",
-            "10",
-            "wget",
-            "-q",
-            "-O-",
-            &format!("http://{OUTSIDE}/"),
-        ])
-        .unwrap_or_else(|e| e);
-    assert!(
-        via.contains("port 15001") && via.contains(OUTSIDE),
-        "{mesh}: the app's connection was redirected to the proxy's 15001: {via}"
-    );
-    let native = format!("{mesh}-native");
-    node.apply(&mesh_seed_pod(&native, mesh, "native"));
-    node.wait_ready("seed", &native, 120);
-    let fetched = node.logs("seed", &native, "fetch");
-    assert!(
-        fetched.contains("port 15001") && fetched.contains(OUTSIDE),
-        "{mesh}, native sidecar: the init container goes through the started proxy: {fetched}"
-    );
     eprintln!(
-        "{mesh} on the real node (chart mesh={mesh}, classic and native seed pods): {:.1} s",
+        "{what}: in the conflist after {:.1} s",
         t.elapsed().as_secs_f64()
     );
 }
 
-/// Operator visibility (issue 24): a meshed pod whose ADD meshnft refuses (a pod annotation
-/// that does not parse: CNI error 7) gets meshnft's own Warning Event, `MeshnftFailed` with
-/// the code, beside kubelet's `FailedCreatePodSandBox`, in `kubectl describe pod`; the node
-/// agent's `/metrics` show the build and the ADD outcomes by result and code, with their
-/// times. The pod is deleted at the end.
-fn refusal_event_and_metrics(node: &Node) {
-    let t = Instant::now();
-    let pod = seed_pod("refused", "classic", true, false).replace(
-        "    linkerd.io/proxy-version: standin\n",
-        "    linkerd.io/proxy-version: standin\n    config.linkerd.io/skip-outbound-ports: \"none\"\n",
-    );
-    node.apply(&pod);
-    let events = || {
-        node.kubectl(&[
-            "-n",
-            "seed",
-            "get",
-            "events",
-            "--field-selector",
-            "involvedObject.name=refused,reason=MeshnftFailed",
-            "-o",
-            "jsonpath={range .items[*]}{.type} {.message}{\"\\n\"}{end}",
-        ])
-        .unwrap_or_default()
-    };
+/// The app container of seed pod `pod` fetches `url` (busybox wget, 10 s): what it got, or
+/// kubectl's error (wget's message on it).
+fn app_fetch(node: &Node, pod: &str, url: &str) -> String {
+    node.kubectl(&[
+        "-n", "seed", "exec", pod, "-c", "app", "--", "timeout", "10", "wget", "-q", "-O-", url,
+    ])
+    .unwrap_or_else(|e| e)
+}
+
+/// Waits (90 s) until the first init container of seed pod `pod` exited non-zero, and checks
+/// that the pod is not running.
+fn assert_init_refused(node: &Node, pod: &str) {
     node.wait(
-        120,
-        "meshnft's Event on seed/refused",
+        90,
+        &format!("the init container of seed/{pod} failing"),
         "seed",
-        "pod/refused",
-        || events().contains("Warning meshnft ADD failed with CNI error 7"),
+        &format!("pod/{pod}"),
+        || {
+            let code = node.get(
+                "seed",
+                &format!("pod/{pod}"),
+                "{.status.initContainerStatuses[0].state.terminated.exitCode}",
+            );
+            !code.is_empty() && code != "0"
+        },
     );
-    let desc = node.kubectl_ok(&["-n", "seed", "describe", "pod", "refused"]);
-    assert!(
-        desc.contains("MeshnftFailed")
-            && desc.contains("meshnft ADD failed with CNI error 7")
-            && desc.contains("config.linkerd.io/skip-outbound-ports"),
-        "kubectl describe pod shows meshnft's Event:\n{desc}"
-    );
-    let metrics = text(
-        &node
-            .run(
-                &[
-                    "busybox",
-                    "wget",
-                    "-q",
-                    "-O-",
-                    "http://127.0.0.1:9431/metrics",
-                ],
-                None,
-            )
-            .stdout,
-    );
-    let value = |name: &str| -> f64 {
-        metrics
-            .lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
-            .unwrap_or(0.0)
-    };
-    assert!(
-        metrics
-            .lines()
-            .any(|l| l.starts_with("meshnft_build_info{version=\"") && l.ends_with("} 1")),
-        "{metrics}"
-    );
-    assert!(
-        value(r#"meshnft_cni_operations_total{verb="ADD",result="failed",code="7"}"#) >= 1.0,
-        "{metrics}"
-    );
-    assert!(
-        value(r#"meshnft_cni_operations_total{verb="ADD",result="ok",code="0"}"#) >= 1.0,
-        "the seed pods' ADDs: {metrics}"
-    );
-    assert!(
-        value(r#"meshnft_cni_operation_duration_seconds_count{verb="ADD"}"#) >= 2.0,
-        "{metrics}"
-    );
-    assert!(
-        value(r#"meshnft_pod_events_total{reason="MeshnftFailed"}"#) >= 1.0,
-        "{metrics}"
-    );
-    node.kubectl_ok(&["-n", "seed", "delete", "pod", "refused", "--wait=true"]);
-    eprintln!(
-        "a refused ADD: meshnft's Event on the pod, the agent's metrics: {:.1} s",
-        t.elapsed().as_secs_f64()
+    assert_ne!(
+        node.get("seed", &format!("pod/{pod}"), "{.status.phase}"),
+        "Running"
     );
 }
 
@@ -1195,571 +1178,57 @@ fn real_node() {
     let Some(host) = Host::before("real_node") else {
         return;
     };
-    let t0 = Instant::now();
-    let node = Node::up();
+    let steps = Steps::default();
+    let node = steps.run("node up", Node::up);
     let (dir, roots) = (node.dir.clone(), node.cgroup_roots());
     for ((k, was), (_, now)) in host.sysctls.iter().zip(sysctls()) {
         if *was != now {
             eprintln!("kubelet changed {k}: {} -> {}", was.trim(), now.trim());
         }
     }
-
-    // ---- the seed with the real linkerd-cni, chained as linkerd2-cni chains it ----------
-    let t = Instant::now();
-    chain_linkerd_cni(&node);
-    node.kubectl_ok(&["create", "namespace", "seed"]);
-    node.apply(&seed_pod("l5d-seed", "classic", true, false));
-    assert_seed_bug(&node, "l5d-seed");
-    eprintln!(
-        "linkerd-cni: the seed pod's init container refused, the pod not running: {:.1} s",
-        t.elapsed().as_secs_f64()
-    );
-
-    // ---- migrating from linkerd-cni (docs/linkerd.md): uninstall it, install meshnft -------
-    unchain_linkerd_cni(&node);
-
-    // ---- meshnft installed with deploy/meshnft.yaml ------------------------------------
-    let t = Instant::now();
-    let image = meshnft_image(&node, "a");
-    node.apply(&manifest_with_image(&image));
-    node.kubectl_ok(&[
-        "-n",
-        "meshnft",
-        "rollout",
-        "status",
-        "ds/meshnft",
-        "--timeout=180s",
-    ]);
-    wait_entry(&node, true);
-    eprintln!(
-        "meshnft installed (manifest): {:.1} s",
-        t.elapsed().as_secs_f64()
-    );
-    let conflist = node.read_file(CONFLIST);
-    assert!(conflist.contains("\"kubeconfig\""), "{conflist}");
-    assert!(
-        node.read_file("/opt/cni/bin/meshnft").len() > 1_000_000,
-        "the installer copied the plugin binary to /opt/cni/bin"
-    );
-
-    // The pod started under linkerd-cni keeps its rules (and its failing init container)
-    // until it is recreated: linkerd-cni's DEL does nothing and no one removes them. meshnft's
-    // node agent may add its table to it (repair of meshed pods without one: seen here), which
-    // does not undo linkerd-cni's redirect (tests/peers.rs, both chained). The same spec,
-    // recreated, runs with meshnft.
-    assert!(
-        pod_legacy_nat(&node, "seed", "l5d-seed").contains("PROXY_INIT_OUTPUT"),
-        "the pod started under linkerd-cni keeps its rules"
-    );
-    eprintln!(
-        "the pod started under linkerd-cni: its rules kept; meshnft table: {}",
-        if node.pod_table("seed", "l5d-seed").is_ok() {
-            "added by the node agent's repair"
-        } else {
-            "none"
-        }
-    );
-    node.kubectl_ok(&["-n", "seed", "delete", "pod", "l5d-seed", "--wait=true"]);
-    node.apply(&seed_pod("l5d-seed", "classic", true, false));
-    node.wait_ready("seed", "l5d-seed", 120);
-    assert_meshed_ready(&node, "l5d-seed");
-    assert!(
-        !pod_legacy_nat(&node, "seed", "l5d-seed").contains("PROXY_INIT"),
-        "no linkerd-cni rules in the recreated pod"
-    );
-    eprintln!(
-        "the same seed pod recreated under meshnft: Ready, its init container fetched directly"
-    );
-
-    // ---- the seed pod, classic layout ---------------------------------------------------
-    let t = Instant::now();
-    node.apply(&seed_pod("classic", "classic", true, false));
-    node.wait_ready("seed", "classic", 120);
-    eprintln!(
-        "seed pod (classic) Ready: {:.1} s",
-        t.elapsed().as_secs_f64()
-    );
-    let fetched = node.logs("seed", "classic", "fetch");
-    assert!(
-        fetched.contains(OUTSIDE_BODY),
-        "the init container reached the outside service directly: {fetched}"
-    );
-    let table = node
-        .pod_table("seed", "classic")
-        .expect("classic pod's table");
-    assert!(table.contains("proxy_started"), "{table}");
-    // The app's connection goes to the proxy (4140), which reports the original destination.
-    let via = node
-        .kubectl(&[
-            "-n",
-            "seed",
-            "exec",
-            "classic",
-            "-c",
-            "app",
-            "--",
-            "timeout",
-            "10",
-            "wget",
-            "-q",
-            "-O-",
-            &format!("http://{OUTSIDE}/"),
-        ])
-        .unwrap_or_else(|e| e);
-    assert!(
-        via.contains("port 4140") && via.contains(OUTSIDE),
-        "the app's connection was redirected to the proxy: {via}"
-    );
-
-    // ---- init phase off: the init container is redirected before the proxy runs ---------
-    node.apply(&seed_pod("init-off", "classic", true, true));
-    node.wait(
-        90,
-        "the init container of seed/off failing",
-        "seed",
-        "pod/init-off",
-        || {
-            let code = node.get(
-                "seed",
-                "pod/init-off",
-                "{.status.initContainerStatuses[0].state.terminated.exitCode}",
-            );
-            !code.is_empty() && code != "0"
-        },
-    );
-    assert_ne!(
-        node.get("seed", "pod/init-off", "{.status.phase}"),
-        "Running"
-    );
-
-    // ---- the seed pod as a native sidecar ------------------------------------------------
-    node.apply(&seed_pod("native", "native", true, false));
-    node.wait_ready("seed", "native", 120);
-    let fetched = node.logs("seed", "native", "fetch");
-    assert!(
-        fetched.contains("port 4140") && fetched.contains(OUTSIDE),
-        "with the proxy already up, the init container goes through it: {fetched}"
-    );
-
-    // ---- an unmeshed pod: no table ---------------------------------------------------------
-    node.apply(&seed_pod("plain", "classic", false, false));
-    node.wait_ready("seed", "plain", 120);
-    let t = node.pod_table("seed", "plain");
-    assert!(t.is_err(), "an unmeshed pod has no meshnft table: {t:?}");
-    assert!(
-        node.pod_pid("seed", "plain").is_some(),
-        "the pod's process was found"
-    );
-
-    // ---- QoS classes: the pod cgroup under kubepods/ (Guaranteed) and burstable/ -----------
-    let guaranteed =
-        "      resources: {requests: {cpu: 20m, memory: 32Mi}, limits: {cpu: 20m, memory: 32Mi}}\n";
-    let burstable = "      resources: {requests: {cpu: 10m, memory: 16Mi}}\n";
-    node.apply(&seed_pod_with(
-        "guaranteed",
-        "classic",
-        true,
-        false,
-        guaranteed,
-        r#"["sleep", "3600"]"#,
-    ));
-    node.apply(&seed_pod_with(
-        "burstable",
-        "classic",
-        true,
-        false,
-        burstable,
-        r#"["sleep", "3600"]"#,
-    ));
-    for (pod, qos) in [
-        ("classic", "BestEffort"),
-        ("guaranteed", "Guaranteed"),
-        ("burstable", "Burstable"),
-    ] {
-        node.wait_ready("seed", pod, 120);
-        assert_eq!(
-            node.get("seed", &format!("pod/{pod}"), "{.status.qosClass}"),
-            qos
-        );
-        assert_meshed_ready(&node, pod);
-    }
-
-    // ---- the validator-style check: an init container whose probe must be redirected --------
-    let validator = seed_pod("validator", "classic", true, false).replace(
-        &format!("timeout 10 wget -q -O- http://{OUTSIDE}/"),
-        "/bin/standin proxy -listen 4140 & sleep 1; timeout 10 wget -q -O- http://1.1.1.1:20001/",
-    );
-    node.apply(&validator);
-    node.wait_ready("seed", "validator", 120);
-    let v = node.logs("seed", "validator", "fetch");
-    assert!(
-        v.contains("port 4140") && v.contains("1.1.1.1:20001"),
-        "the validator's probe was redirected to its own listener: {v}"
-    );
-
-    // ---- a refused ADD: meshnft's Event on the pod, the agent's metrics --------------------
-    refusal_event_and_metrics(&node);
-
-    // ---- 20 pods created at once -------------------------------------------------------------
-    let t = Instant::now();
-    node.apply(&many("many", 20));
-    wait_all_ready(&node, "many", 20, 300);
-    eprintln!("20 meshed pods Ready: {:.1} s", t.elapsed().as_secs_f64());
-    for i in 0..20 {
-        assert_meshed_ready(&node, &format!("many-{i}"));
-    }
-    // Pod data from the node agent: the plugin asked the API server nothing for them.
-    let asked: Vec<String> = audited_plugin(&node, 200)
-        .into_iter()
-        .filter(|l| l.contains("/pods/many-"))
-        .collect();
-    eprintln!(
-        "the plugin's API requests for the 20 meshed pods (the agent running): {}",
-        asked.len()
-    );
-    assert!(
-        asked.is_empty(),
-        "the plugin read these pods from the API although the agent runs: {asked:#?}"
-    );
-
-    // ---- a pod whose containers restart: each new app container is still redirected -------
-    node.apply(&seed_pod_with(
-        "restarts",
-        "classic",
-        true,
-        false,
-        "",
-        &format!(r#"["sh", "-c", "timeout 10 wget -q -O- http://{OUTSIDE}/; sleep 1; exit 1"]"#),
-    ));
-    node.wait(
-        180,
-        "the app of seed/restarts restarted twice",
-        "seed",
-        "pod/restarts",
-        || {
-            node.get(
-                "seed",
-                "pod/restarts",
-                "{.status.containerStatuses[?(@.name==\"app\")].restartCount}",
-            )
-            .parse::<u32>()
-            .unwrap_or(0)
-                >= 2
-        },
-    );
-    let prev = node
-        .kubectl(&["-n", "seed", "logs", "restarts", "-c", "app", "--previous"])
-        .unwrap_or_else(|e| e);
-    assert!(
-        prev.contains("port 4140") && prev.contains(OUTSIDE),
-        "a restarted app container is redirected: {prev}"
-    );
-    assert_meshed_ready_table_only(&node, "restarts");
-
-    // ---- a pod deleted: its table, record and netns go -------------------------------------
-    let uid = node.get("seed", "pod/classic", "{.metadata.uid}");
-    let pid = node.pod_pid("seed", "classic").expect("classic's process");
-    let ns = netns_of(pid).expect("classic's netns");
-    let records_before = records_of(&node, &uid);
-    assert!(!records_before.is_empty(), "a record for the pod");
-    assert!(
-        sandbox_ready(&node, "seed", "classic"),
-        "containerd holds classic's sandbox: {:?}",
-        sandboxes(&node, "seed", "classic")
-    );
-    node.kubectl_ok(&[
-        "-n",
-        "seed",
-        "delete",
-        "pod",
-        "classic",
-        "--wait=true",
-        "--timeout=60s",
-    ]);
-    assert!(
-        support::wait_until(Duration::from_secs(30), || procs_in_netns(ns).is_empty()),
-        "the pod's netns has no process left"
-    );
-    assert!(
-        support::wait_until(Duration::from_secs(30), || records_of(&node, &uid)
-            .is_empty()),
-        "the pod's record was removed: {:?}",
-        records_of(&node, &uid)
-    );
-    let netns_file = records_before
-        .iter()
-        .find_map(|r| {
-            let i = r.find("\"netns\": \"")? + 10;
-            Some(r[i..].split('"').next()?.to_string())
-        })
-        .expect("the record names the pod's netns file");
-    assert!(
-        node.run(&["test", "-e", &netns_file], None).status.code() == Some(1),
-        "containerd's netns file {netns_file} was removed"
-    );
-    // kubelet stops the sandbox at once (its network torn down by CNI DEL); its garbage
-    // collection removes it later (a minute or more), so stopped or gone both count.
-    let stopped = || {
-        sandboxes(&node, "seed", "classic")
-            .iter()
-            .all(|(_, state)| state == "SANDBOX_NOTREADY")
-    };
-    assert!(
-        support::wait_until(Duration::from_secs(30), stopped),
-        "kubelet stopped classic's sandbox: {:?}",
-        sandboxes(&node, "seed", "classic")
-    );
-
-    // ---- kubelet restarted while pods run -----------------------------------------------------
-    let before_table = node.pod_table("seed", "many-0").expect("many-0 table");
-    node_sh(&node, &["restart", "kubelet"]);
-    wait_node_ready(&node);
-    node.apply(&seed_pod("after-kubelet", "classic", true, false));
-    node.wait_ready("seed", "after-kubelet", 120);
-    assert_meshed_ready(&node, "after-kubelet");
-    node.wait_ready("seed", "many-0", 60);
-    let after_table = node.pod_table("seed", "many-0").expect("many-0 table");
-    assert_eq!(
-        proxy_started_line(&before_table),
-        proxy_started_line(&after_table),
-        "a running pod's table is untouched by kubelet's restart"
-    );
-
-    // ---- containerd restarted -------------------------------------------------------------------
-    node_sh(&node, &["restart", "containerd"]);
-    wait_node_ready(&node);
-    node.apply(&seed_pod("after-containerd", "classic", true, false));
-    node.wait_ready("seed", "after-containerd", 120);
-    assert_meshed_ready(&node, "after-containerd");
-    let after_table = node.pod_table("seed", "many-0").expect("many-0 table");
-    assert_eq!(
-        proxy_started_line(&before_table),
-        proxy_started_line(&after_table),
-        "a running pod's table is untouched by containerd's restart"
-    );
-    assert!(
-        sandbox_ready(&node, "seed", "many-0"),
-        "many-0 keeps its one sandbox across containerd's restart: {:?}",
-        sandboxes(&node, "seed", "many-0")
-    );
-
-    // ---- the node agent stopped (issue 21), then the fault table during pod churn (issue 23) -
-    faults::agent_down(&node);
-    faults::fault_table(&node);
-
-    // ---- uninstall the manifest: the installer removes its entry and binary -------------------
-    let out = node.run(
-        &["kubectl", "delete", "-f", "-", "--wait=true"],
-        Some(&manifest_with_image(&image)),
-    );
-    assert!(
-        out.status.success(),
-        "kubectl delete: {}",
-        text(&out.stderr)
-    );
-    wait_entry(&node, false);
-    assert!(
-        node.run(&["test", "-e", "/opt/cni/bin/meshnft"], None)
-            .status
-            .code()
-            == Some(1),
-        "the installer removed /opt/cni/bin/meshnft"
-    );
-
-    // ---- the Helm chart: install, then upgrade to a new image while pods start ----------------
-    let t = Instant::now();
-    let chart = chart();
-    let image_b = meshnft_image(&node, "b");
-    node.wait(
-        120,
-        "namespace meshnft gone",
-        "default",
-        "namespace/meshnft",
-        || node.kubectl(&["get", "namespace", "meshnft"]).is_err(),
-    );
-    let out = node.run(
-        &[
-            "helm",
-            "install",
-            "meshnft",
-            &chart,
-            "--namespace",
-            "meshnft",
-            "--create-namespace",
-            "--set",
-            "image.repository=meshnft.test/meshnft",
-            "--set",
-            "image.tag=a",
-            // Upgrades keep the entry and the binary in place: with keepOnExit=false (the
-            // manifest's default) the old installer removes them on SIGTERM before the new one
-            // is up, and pods starting in between are not meshed (seen here: 3 of 12).
-            "--set",
-            "installer.keepOnExit=true",
-            "--wait",
-            "--timeout",
-            "3m",
-        ],
-        None,
-    );
-    assert!(
-        out.status.success(),
-        "helm install: {}{}",
-        text(&out.stderr),
-        text(&out.stdout)
-    );
-    wait_entry(&node, true);
-    eprintln!(
-        "meshnft installed (helm): {:.1} s",
-        t.elapsed().as_secs_f64()
-    );
-    // Pods keep being created, one every 300 ms, from before `helm upgrade` until 3 s after
-    // its rollout finished: some start while the old installer stops and the new one starts.
-    let stop = std::sync::atomic::AtomicBool::new(false);
-    let (created, out) = std::thread::scope(|sc| {
-        let creator = sc.spawn(|| {
-            let mut n = 0;
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                node.apply(&seed_pod(&format!("roll-{n}"), "classic", true, false));
-                n += 1;
-                std::thread::sleep(Duration::from_millis(300));
-            }
-            n
-        });
-        std::thread::sleep(Duration::from_secs(1));
-        let out = node.run(
-            &[
-                "helm",
-                "upgrade",
-                "meshnft",
-                &chart,
-                "--namespace",
-                "meshnft",
-                "--reuse-values",
-                "--set",
-                "image.tag=b",
-                "--wait",
-                "--timeout",
-                "3m",
-            ],
-            None,
-        );
-        std::thread::sleep(Duration::from_secs(3));
-        stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        (creator.join().expect("pod creator"), out)
+    steps.run("linkerd-cni seed bug", || linkerd_cni_seed_bug(&node));
+    let image = steps.run("migrate to meshnft (manifest)", || {
+        migrate_to_meshnft(&node)
     });
-    assert!(
-        out.status.success(),
-        "helm upgrade: {}{}",
-        text(&out.stderr),
-        text(&out.stdout)
-    );
-    eprintln!("pods created during the helm upgrade: {created}");
-    assert!(image_b.ends_with(":b"));
-    assert_eq!(
-        node.get(
-            "meshnft",
-            "ds/meshnft",
-            "{.spec.template.spec.containers[0].image}"
-        ),
-        image_b
-    );
-    wait_entry(&node, true);
-    wait_all_ready(&node, "roll", created, 240);
-    let unmeshed: Vec<String> = (0..created)
-        .map(|i| format!("roll-{i}"))
-        .filter(|p| {
-            node.pod_table("seed", p)
-                .map(|t| !set_has_elements(&t, "proxy_started"))
-                .unwrap_or(true)
-        })
-        .collect();
-    assert!(
-        unmeshed.is_empty(),
-        "meshed pods started without meshnft during the DaemonSet's rollout: {unmeshed:?}"
-    );
-
-    // ---- initPhase.enabled: false through Helm: the init container is refused ----------------
-    let out = node.run(
-        &[
-            "helm",
-            "upgrade",
-            "meshnft",
-            &chart,
-            "--namespace",
-            "meshnft",
-            "--reuse-values",
-            "--set",
-            "initPhase.enabled=false",
-            "--wait",
-            "--timeout",
-            "3m",
-        ],
-        None,
-    );
-    assert!(out.status.success(), "helm upgrade: {}", text(&out.stderr));
-    let t = Instant::now();
-    let deadline = Instant::now() + Duration::from_secs(180);
-    while !node.read_file(CONFLIST).contains("\"enabled\": false") {
-        assert!(
-            Instant::now() < deadline,
-            "the installers did not pick up initPhase.enabled=false:\n{}",
-            node.read_file(CONFLIST)
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
-    eprintln!(
-        "ConfigMap change in the conflist after {:.1} s",
-        t.elapsed().as_secs_f64()
-    );
-    let cfg_off = seed_pod("cfg-off", "classic", true, false)
-        .replace("  restartPolicy: Always", "  restartPolicy: Never");
-    node.apply(&cfg_off);
-    node.wait(
-        90,
-        "the init container of seed/cfg-off failing",
-        "seed",
-        "pod/cfg-off",
-        || {
-            let code = node.get(
-                "seed",
-                "pod/cfg-off",
-                "{.status.initContainerStatuses[0].state.terminated.exitCode}",
-            );
-            !code.is_empty() && code != "0"
-        },
-    );
-    assert_ne!(
-        node.get("seed", "pod/cfg-off", "{.status.phase}"),
-        "Running"
-    );
-
-    // ---- Istio and Kuma pods: the chart with mesh=istio, then mesh=kuma ------------------------
-    mesh_on_node(&node, &chart, "istio");
-    mesh_on_node(&node, &chart, "kuma");
-
-    // ---- RBAC: nothing meshnft asked for was refused ---------------------------------------
-    let refused = refused_calls(&node);
-    assert!(refused.is_empty(), "refused API calls: {refused:#?}");
-    let served = audited(&node, 200);
-    assert!(
-        served
-            .iter()
-            .any(|l| l.contains("/pods?") && l.contains("watch=true"))
-            && served
-                .iter()
-                .any(|l| l.contains("/namespaces?") && l.contains("watch=true")),
-        "the agent watched pods and namespaces as meshnft's ServiceAccount (audit log): {served:#?}"
-    );
-    let plugin = audited_plugin(&node, 200);
-    eprintln!(
-        "the plugin's API requests in the whole run (its API fallback): {}",
-        plugin.len()
-    );
-
-    // ---- teardown ----------------------------------------------------------------------------
-    drop(node);
-    eprintln!("real node: {:.1} s in all", t0.elapsed().as_secs_f64());
-    assert_nothing_left(&dir, &roots, &host.sysctls, &host.run);
+    steps.run("linkerd-cni pod recreated", || {
+        linkerd_cni_pod_recreated(&node)
+    });
+    steps.run("seed classic", || seed_classic(&node));
+    steps.run("init phase off", || init_phase_off(&node));
+    steps.run("seed native sidecar", || seed_native(&node));
+    steps.run("unmeshed pod", || unmeshed_pod(&node));
+    steps.run("qos classes", || qos_classes(&node));
+    steps.run("validator", || validator(&node));
+    steps.run("refused ADD: event and metrics", || {
+        refusal_event_and_metrics(&node)
+    });
+    steps.run("20 pods at once", || twenty_pods(&node));
+    steps.run("restarting app", || restarting_app(&node));
+    steps.run("pod deleted", || pod_deleted(&node));
+    let before = steps.run("kubelet restarted", || kubelet_restarted(&node));
+    steps.run("containerd restarted", || {
+        containerd_restarted(&node, &before)
+    });
+    steps.run("agent down", || faults::agent_down(&node));
+    steps.run("fault table", || faults::fault_table(&node));
+    steps.run("manifest uninstalled", || {
+        manifest_uninstalled(&node, &image)
+    });
+    steps.run("helm install", || helm_install(&node));
+    steps.run("helm upgrade while pods start", || {
+        helm_upgrade_rolling(&node)
+    });
+    steps.run("helm bad values", || helm_bad_values(&node));
+    steps.run("ipv6 follows linkerd", || ipv6_follows_linkerd(&node));
+    steps.run("helm init phase off", || helm_init_phase_off(&node));
+    steps.run("istio", || mesh_on_node(&node, "istio"));
+    steps.run("kuma", || mesh_on_node(&node, "kuma"));
+    steps.run("rbac and audit", || rbac_and_audit(&node));
+    steps.run("node down", || drop(node));
+    steps.run("nothing left", || {
+        assert_nothing_left(&dir, &roots, &host.sysctls, &host.run)
+    });
+    steps.summary("real node");
 }
 
 /// After `node.sh down`: nothing of the node `dir` (and of the nodes added to it, whose

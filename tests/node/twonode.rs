@@ -230,17 +230,38 @@ fn two_nodes() {
     let Some(host) = Host::before("two_nodes") else {
         return;
     };
-    let t0 = Instant::now();
-    let cluster = Node::up_with(2);
+    let steps = Steps::default();
+    let cluster = steps.run("two nodes up", || Node::up_with(2));
     let second = cluster.added(2);
     let (dir, roots) = (cluster.dir.clone(), cluster.cgroup_roots());
     let (n1, n2) = (cluster.name(), second.name());
     assert_eq!(roots.len(), 2, "two kubelets' cgroup roots: {roots:?}");
-    eprintln!("two nodes up: {:.1} s", t0.elapsed().as_secs_f64());
+    let nodes = [n1.clone(), n2.clone()];
+    steps.run("meshnft installed on both nodes (manifest)", || {
+        install_on_both(&cluster, &second, &nodes)
+    });
+    steps.run("meshed pods call across nodes", || {
+        calls_across_nodes(&cluster, &nodes)
+    });
+    steps.run("rollout across both nodes during churn", || {
+        rollout_during_churn(&cluster, &nodes)
+    });
+    steps.run("each agent watched its own node", || {
+        agents_watch_own_node(&cluster, &nodes)
+    });
+    steps.run("nodes down", || {
+        drop(second);
+        drop(cluster);
+    });
+    steps.run("nothing left", || {
+        assert_nothing_left(&dir, &roots, &host.sysctls, &host.run)
+    });
+    steps.summary("two nodes");
+}
 
-    // ---- meshnft from deploy/meshnft.yaml: one DaemonSet pod on each node --------------------
-    let t = Instant::now();
-    let image_a = meshnft_image(&cluster, "a");
+/// meshnft from deploy/meshnft.yaml: one DaemonSet pod on each node, each chaining the entry.
+fn install_on_both(cluster: &Node, second: &Node, nodes: &[String; 2]) {
+    let image_a = meshnft_image(cluster, "a");
     cluster.apply(&manifest_with_image(&image_a));
     cluster.kubectl_ok(&[
         "-n",
@@ -250,45 +271,41 @@ fn two_nodes() {
         "ds/meshnft",
         "--timeout=180s",
     ]);
-    wait_entry(&cluster, true);
-    wait_entry(&second, true);
-    let nodes = [n1.clone(), n2.clone()];
-    let a = agents(&cluster);
+    wait_entry(cluster, true);
+    wait_entry(second, true);
+    let a = agents(cluster);
     assert!(
-        a.len() == 2 && agents_steady(&a, &nodes, Some(&image_a)),
+        a.len() == 2 && agents_steady(&a, nodes, Some(&image_a)),
         "one DaemonSet pod per node: {a:?}"
     );
-    eprintln!(
-        "meshnft installed on both nodes (manifest): {:.1} s",
-        t.elapsed().as_secs_f64()
-    );
+}
 
-    // ---- a meshed pod on each node calls the other ------------------------------------------
-    let t = Instant::now();
+/// A meshed pod on each node calls the other, both ways ([`call_across`]).
+fn calls_across_nodes(cluster: &Node, [n1, n2]: &[String; 2]) {
     cluster.kubectl_ok(&["create", "namespace", "seed"]);
-    cluster.apply(&on_node(&seed_pod("one", "classic", true, false), &n1));
-    cluster.apply(&on_node(&seed_pod("two", "classic", true, false), &n2));
+    cluster.apply(&on_node(&seed_pod("one", "classic", true, false), n1));
+    cluster.apply(&on_node(&seed_pod("two", "classic", true, false), n2));
     for pod in ["one", "two"] {
         cluster.wait_ready("seed", pod, 120);
-        assert_meshed_ready(&cluster, pod);
+        assert_meshed_ready(cluster, pod);
     }
     assert!(
-        pod_ip(&cluster, "one").starts_with("198.18.0.")
-            && pod_ip(&cluster, "two").starts_with("198.18.1."),
+        pod_ip(cluster, "one").starts_with("198.18.0.")
+            && pod_ip(cluster, "two").starts_with("198.18.1."),
         "each node's pod CIDR: one {}, two {}",
-        pod_ip(&cluster, "one"),
-        pod_ip(&cluster, "two")
+        pod_ip(cluster, "one"),
+        pod_ip(cluster, "two")
     );
-    call_across(&cluster, "one", "two");
-    call_across(&cluster, "two", "one");
-    eprintln!(
-        "meshed pods across nodes, both ways: {:.1} s",
-        t.elapsed().as_secs_f64()
-    );
+    call_across(cluster, "one", "two");
+    call_across(cluster, "two", "one");
+}
 
-    // ---- the DaemonSet rolls across both nodes while pods come and go ------------------------
+/// The DaemonSet rolls to a new image across both nodes while pods come and go: every pod
+/// created meanwhile runs meshed.
+fn rollout_during_churn(cluster: &Node, nodes: &[String; 2]) {
     let t = Instant::now();
-    let image_b = meshnft_image(&cluster, "b");
+    let [n1, n2] = nodes;
+    let image_b = meshnft_image(cluster, "b");
     let pre = (0..PRE)
         .map(|i| {
             on_node(
@@ -299,7 +316,7 @@ fn two_nodes() {
         .collect::<Vec<_>>()
         .join("---\n");
     cluster.apply(&pre);
-    faults::wait_group_ready(&cluster, "pre", PRE, 240);
+    faults::wait_group_ready(cluster, "pre", PRE, 240);
     let stop = std::sync::atomic::AtomicBool::new(false);
     // By node, the pods created while the node's DaemonSet pod was being replaced (the old one
     // being deleted, or the new one not Ready yet).
@@ -308,10 +325,10 @@ fn two_nodes() {
             let (mut n, mut round, mut during) = (0, 0, BTreeMap::<String, usize>::new());
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 // Which nodes' DaemonSet pods are being replaced, then a batch on each node.
-                let a = agents(&cluster);
+                let a = agents(cluster);
                 let mut batch = Vec::new();
                 for _ in 0..BATCH {
-                    for node in &nodes {
+                    for node in nodes {
                         batch.push(on_node(
                             &faults::churn_pod(&format!("roll-{n}"), "roll"),
                             node,
@@ -362,22 +379,22 @@ fn two_nodes() {
         (n, during, out, rolled)
     });
     out.unwrap_or_else(|e| panic!("the DaemonSet's rollout: {e}"));
-    let a = agents(&cluster);
+    let a = agents(cluster);
     assert!(
-        a.len() == 2 && agents_steady(&a, &nodes, Some(&image_b)),
+        a.len() == 2 && agents_steady(&a, nodes, Some(&image_b)),
         "both nodes run the new image: {a:?}"
     );
-    faults::wait_group_ready(&cluster, "roll", created, 300);
-    let v = faults::verdict(&cluster, "roll");
-    let placed = nodes_of(&cluster, "roll");
+    faults::wait_group_ready(cluster, "roll", created, 300);
+    let v = faults::verdict(cluster, "roll");
+    let placed = nodes_of(cluster, "roll");
     let on = |node: &str| placed.iter().filter(|(_, n)| n == node).count();
     eprintln!(
         "rollout across two nodes ({rolled:.1} s): created {} ({n1}: {}, {n2}: {}; while the \
          node's DaemonSet pod was being replaced: {during:?}), meshed {}, refused then \
          recovered {}, unmeshed {} ({:.1} s in all)",
         v.created,
-        on(&n1),
-        on(&n2),
+        on(n1),
+        on(n2),
         v.meshed,
         v.refused,
         v.unmeshed.len(),
@@ -385,7 +402,7 @@ fn two_nodes() {
     );
     assert_eq!(v.created, created, "every pod created is there");
     assert!(
-        on(&n1) > 0 && on(&n2) > 0,
+        on(n1) > 0 && on(n2) > 0,
         "pods were created on both nodes during the rollout: {placed:?}"
     );
     assert!(
@@ -395,9 +412,12 @@ fn two_nodes() {
         v.reasons
     );
     assert_eq!(v.meshed, created);
+}
 
-    // ---- each agent watched its own node's pods only ---------------------------------------
-    let watches = pod_watches(&cluster);
+/// Each agent watched its own node's pods only (the audit log), and nothing meshnft asked for
+/// was refused.
+fn agents_watch_own_node(cluster: &Node, nodes: &[String; 2]) {
+    let watches = pod_watches(cluster);
     let foreign: Vec<&PodWatch> = watches
         .iter()
         .filter(|w| w.node.is_empty() || w.selector != format!("spec.nodeName={}", w.node))
@@ -419,7 +439,7 @@ fn two_nodes() {
         "the agents' pod lists and watches (audit log), all with their node's field selector: \
          {by_agent:?}"
     );
-    for node in &nodes {
+    for node in nodes {
         assert_eq!(
             by_agent.keys().filter(|(n, _)| n == node).count(),
             2,
@@ -431,12 +451,6 @@ fn two_nodes() {
         watches.iter().any(|w| w.verb == "watch") && watches.iter().any(|w| w.verb == "list"),
         "{watches:#?}"
     );
-    let refused = refused_calls(&cluster);
+    let refused = refused_calls(cluster);
     assert!(refused.is_empty(), "refused API calls: {refused:#?}");
-
-    // ---- teardown ----------------------------------------------------------------------------
-    drop(second);
-    drop(cluster);
-    eprintln!("two nodes: {:.1} s in all", t0.elapsed().as_secs_f64());
-    assert_nothing_left(&dir, &roots, &host.sysctls, &host.run);
 }

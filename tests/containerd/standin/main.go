@@ -3,9 +3,10 @@
 //
 //	standin pause
 //	    The pod sandbox's process: waits for SIGTERM or SIGINT, exits 0.
-//	standin proxy -listen 4140,4143,4190,4191 -dial 198.19.0.1:80 [-ready FILE]
+//	standin proxy -listen 4140,4143,4190,4191 -dial 198.19.0.1:80 [-ready FILE] [-ipv4-only]
 //	    A service-mesh proxy stand-in: listens on every port (IPv4 and IPv6
-//	    wildcard), then makes one outbound HTTP request (the first packet that
+//	    wildcard; with -ipv4-only the IPv4 wildcard only, as Linkerd's proxy
+//	    with its default disableIPv6: true), then makes one outbound HTTP request (the first packet that
 //	    ends meshnft's init phase), creates FILE if given (a postStart hook
 //	    waits for it, as Linkerd's proxy-await holds the app until the proxy
 //	    is ready), then serves. Every accepted connection is
@@ -38,7 +39,7 @@ const soOriginalDst = 80 // SO_ORIGINAL_DST and IP6T_SO_ORIGINAL_DST (linux/netf
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: standin pause | proxy -listen PORTS [-dial ADDR] | http -listen ADDR")
+		fmt.Fprintln(os.Stderr, "usage: standin pause | proxy -listen PORTS [-dial ADDR] [-ready FILE] [-ipv4-only] | http -listen ADDR")
 		os.Exit(2)
 	}
 	switch os.Args[1] {
@@ -51,8 +52,9 @@ func main() {
 		listen := fs.String("listen", "4140,4143", "comma-separated ports")
 		dial := fs.String("dial", "", "HOST:PORT to send one GET to at start")
 		ready := fs.String("ready", "", "file created once the GET to -dial was sent (a postStart hook waits for it)")
+		ipv4Only := fs.Bool("ipv4-only", false, "listen on IPv4 only (Linkerd's proxy with disableIPv6: true)")
 		_ = fs.Parse(os.Args[2:])
-		proxy(*listen, *dial, *ready)
+		proxy(*listen, *dial, *ready, *ipv4Only)
 	case "http":
 		fs := flag.NewFlagSet("http", flag.ExitOnError)
 		listen := fs.String("listen", "", "ADDR:PORT")
@@ -74,14 +76,18 @@ func fatal(err error) {
 	os.Exit(1)
 }
 
-func proxy(ports, dial, ready string) {
+func proxy(ports, dial, ready string, ipv4Only bool) {
+	networks := []string{"tcp4", "tcp6"}
+	if ipv4Only {
+		networks = networks[:1]
+	}
 	var ls []net.Listener
 	for _, p := range strings.Split(ports, ",") {
 		port, err := strconv.Atoi(strings.TrimSpace(p))
 		if err != nil {
 			fatal(fmt.Errorf("bad port %q", p))
 		}
-		for _, network := range []string{"tcp4", "tcp6"} {
+		for _, network := range networks {
 			l, err := net.Listen(network, net.JoinHostPort("", strconv.Itoa(port)))
 			if err != nil {
 				if network == "tcp6" {
@@ -92,7 +98,7 @@ func proxy(ports, dial, ready string) {
 			ls = append(ls, l)
 		}
 	}
-	fmt.Printf("listening ports=%s\n", ports)
+	fmt.Printf("listening ports=%s networks=%s\n", ports, strings.Join(networks, ","))
 	if dial != "" {
 		line, err := get(dial)
 		if err != nil {
