@@ -27,7 +27,6 @@ mapfile -t scripts < <(git ls-files '*.sh' .ci/run)
 for f in "${scripts[@]}"; do bash -n "$f"; done
 shellcheck "${scripts[@]}"
 ruby -c vagrant/Vagrantfile >/dev/null
-python3 -c "import ast, sys; ast.parse(open(sys.argv[1]).read())" vagrant/standin/standin.py
 
 # The Go parts (containerd 2.x for tests/containerd.rs and the demo, the real peer CNI plugins
 # for tests/peers.rs, the real node's Kubernetes, etcd, Helm and crictl for tests/node.rs) are

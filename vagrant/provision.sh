@@ -68,15 +68,18 @@ fi
 
 # deploy/meshnft.yaml names the image meshnft:<crate version>.
 VERSION=$(sed -n 's/^version = "\(.*\)"/\1/p' "$REPO/Cargo.toml" | head -n1)
-log "images: meshnft:$VERSION (deploy/Dockerfile) and meshnft-standin:dev (vagrant/standin)"
+# The test image of the real-node and kind suites (busybox and the Go stand-in), which
+# vagrant/manifests/ run.
+TEST_IMAGE=meshnft.test/busybox:1
+log "images: meshnft:$VERSION (deploy/Dockerfile) and $TEST_IMAGE (tests/containerd/standin/Dockerfile)"
 docker build -q -t "meshnft:$VERSION" -f "$REPO/deploy/Dockerfile" "$REPO" >/dev/null
-docker build -q -t meshnft-standin:dev "$REPO/vagrant/standin" >/dev/null
+docker build -q -t "$TEST_IMAGE" "$REPO/tests/containerd/standin" >/dev/null
 
 if ! kind get clusters | grep -qx "$CLUSTER"; then
     log "kind cluster $CLUSTER ($NODE_IMAGE)"
     kind create cluster --name "$CLUSTER" --image "$NODE_IMAGE" --config "$REPO/vagrant/kind-config.yaml" --wait 180s
 fi
-kind load docker-image --name "$CLUSTER" "meshnft:$VERSION" meshnft-standin:dev
+kind load docker-image --name "$CLUSTER" "meshnft:$VERSION" "$TEST_IMAGE"
 
 # nft on the nodes is for vagrant/e2e.sh, which lists pods' tables with it (a debugging tool and
 # the test's oracle): meshnft itself speaks nf_tables netlink and never runs nft.
