@@ -25,6 +25,9 @@
 #
 # Usage (as root):
 #   scripts/kind.sh up      does all of the above; prints `kubeconfig=PATH`
+#   scripts/kind.sh images  only 1, 2, 4 and 5's images, in docker's store (dockerd left
+#                           running: `down` stops it); prints `image=`, `meshnft=` and
+#                           `test=` with their names (scripts/vagrant-e2e.sh saves them)
 #   scripts/kind.sh down    deletes the cluster, and stops dockerd if this script
 #                           started it (cached images stay)
 #   scripts/kind.sh kubectl ARGS...   kubectl on the cluster
@@ -164,13 +167,34 @@ test_image() {
 
 kubectl_() { KUBECONFIG=$kubeconfig "$(sed -n 's/^kubectl=//p' "$state/parts" | tail -n1)" "$@"; }
 
-up() {
+# The images a cluster runs, in docker's store: the node image (scripts/kind-image.sh, which
+# also writes the parts' list), meshnft's image from deploy/Dockerfile with local base images,
+# and the test image. Prints `image=`, `meshnft=` and `test=` with their names.
+images() {
   docker_up
-  local t0=$EPOCHREALTIME image kind cfg version tools rust meshnft s
+  local t0=$EPOCHREALTIME image tools rust version meshnft
   scripts/kind-image.sh >"$state/parts"
   image=$(sed -n 's/^image=//p' "$state/parts")
-  kind=$(kind_cli)
   log "node image $image ready in $(elapsed "$t0") s"
+  # meshnft's image, from deploy/Dockerfile with local base images.
+  t0=$EPOCHREALTIME
+  tools=$(docker images --format '{{.Repository}}:{{.Tag}}' meshnft.local/kind-debian-tools | head -n1)
+  rust=$(rust_image "$tools")
+  version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
+  meshnft=meshnft:$version
+  nice -n "$nice" docker build -q -f deploy/Dockerfile --build-arg "RUST_IMAGE=$rust" --build-arg "RUNTIME_IMAGE=$tools" \
+    -t "$meshnft" . >/dev/null
+  log "image $meshnft built from deploy/Dockerfile in $(elapsed "$t0") s"
+  printf 'image=%s\nmeshnft=%s\ntest=%s\n' "$image" "$meshnft" "$(test_image)"
+}
+
+up() {
+  local t0 image kind cfg meshnft test s
+  images >"$state/images"
+  image=$(sed -n 's/^image=//p' "$state/images")
+  meshnft=$(sed -n 's/^meshnft=//p' "$state/images")
+  test=$(sed -n 's/^test=//p' "$state/images")
+  kind=$(kind_cli)
 
   if "$kind" get clusters 2>/dev/null | grep -qxF "$cluster"; then
     log "cluster $cluster exists: deleting it first"
@@ -202,16 +226,7 @@ EOF
     --kubeconfig "$kubeconfig" --wait 10m >&2
   log "cluster $cluster Ready in $(elapsed "$t0") s"
 
-  # meshnft's image, from deploy/Dockerfile with local base images.
-  t0=$EPOCHREALTIME
-  tools=$(docker images --format '{{.Repository}}:{{.Tag}}' meshnft.local/kind-debian-tools | head -n1)
-  rust=$(rust_image "$tools")
-  version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
-  meshnft=meshnft:$version
-  nice -n "$nice" docker build -q -f deploy/Dockerfile --build-arg "RUST_IMAGE=$rust" --build-arg "RUNTIME_IMAGE=$tools" \
-    -t "$meshnft" . >/dev/null
-  log "image $meshnft built from deploy/Dockerfile in $(elapsed "$t0") s"
-  "$kind" load docker-image --name "$cluster" "$meshnft" "$(test_image)" >&2
+  "$kind" load docker-image --name "$cluster" "$meshnft" "$test" >&2
 
   t0=$EPOCHREALTIME
   kubectl_ apply -f deploy/meshnft.yaml >&2
@@ -247,7 +262,8 @@ down() {
 
 case ${1:-} in
   up) up ;;
+  images) images ;;
   down) down ;;
   kubectl) shift; kubectl_ "$@" ;;
-  *) echo "usage: scripts/kind.sh up|down|kubectl ARGS..." >&2; exit 2 ;;
+  *) echo "usage: scripts/kind.sh up|images|down|kubectl ARGS..." >&2; exit 2 ;;
 esac

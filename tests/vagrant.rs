@@ -1,9 +1,10 @@
-//! The kind end-to-end run (`vagrant/`) cannot run here (no Docker engine,
-//! no virtualization); these checks make sure what it applies is valid:
+//! The kind end-to-end run (`vagrant/`) runs in a VM (scripts/vagrant-e2e.sh, where the
+//! machine has KVM); these checks make sure what it applies is valid on every machine:
 //! every manifest under vagrant/manifests/ against the Kubernetes schemas
 //! (k8s-openapi types, unknown fields refused), the kind cluster config
-//! against kind's v1alpha4 schema (the fields it uses), and the facts the
-//! e2e script relies on (names, images, layouts, annotations).
+//! against kind's v1alpha4 schema (the fields it uses), the facts the
+//! e2e script relies on (names, images, layouts, annotations), and the Go
+//! stand-in's answers against what the e2e script greps for.
 
 mod common;
 use meshnft_testkit as support;
@@ -16,6 +17,10 @@ use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
 use k8syaml::strict;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
+
+/// The one image every container of vagrant/manifests/ runs: busybox and the Go stand-in
+/// (tests/containerd/standin), the real-node and kind suites' test image.
+const TEST_IMAGE: &str = "meshnft.test/busybox:1";
 
 fn repo(p: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(p)
@@ -201,8 +206,12 @@ fn scripts_and_manifests_agree_on_names() {
         "deploy/meshnft.yaml image is not meshnft:{version}"
     );
     assert!(provision.contains("\"meshnft:$VERSION\""));
-    // The stand-in image the manifests use is the one provision.sh builds.
-    assert!(provision.contains("meshnft-standin:dev"));
+    // The test image the manifests run is the one provision.sh builds (internet mode) or
+    // loads (local artefacts), and the one the kind suite runs.
+    assert!(provision.contains("TEST_IMAGE=meshnft.test/busybox:1"));
+    assert!(provision.contains("tests/containerd/standin"));
+    let seed = std::fs::read_to_string(repo("tests/kind/seed.sh")).unwrap();
+    assert!(seed.contains("BUSYBOX=meshnft.test/busybox:1"));
     for f in [
         "base.yaml",
         "seed-classic.yaml",
@@ -226,8 +235,13 @@ fn base_objects_serve_what_the_e2e_expects() {
                 let spec = d.spec.clone();
                 let pod = spec.template.spec.unwrap_or_default();
                 let c = &pod.containers[0];
-                seen.1 = c.image.as_deref() == Some("meshnft-standin:dev")
-                    && c.args == Some(vec!["web".into()]);
+                seen.1 = c.image.as_deref() == Some(TEST_IMAGE)
+                    && c.command
+                        == Some(
+                            ["/bin/standin", "http", "-listen", ":8080"]
+                                .map(String::from)
+                                .to_vec(),
+                        );
             }
             Object::Service(s) => {
                 let p = &s.spec.unwrap().ports.unwrap()[0];
@@ -239,88 +253,203 @@ fn base_objects_serve_what_the_e2e_expects() {
     assert_eq!(seen, (true, true, true, true));
 }
 
-/// The stand-in image's program (vagrant/standin/standin.py) against the
-/// real plugin, here: its replies are what e2e.sh greps for.
+#[test]
+fn every_container_runs_the_local_test_image() {
+    let mut containers = Vec::new();
+    for e in std::fs::read_dir(repo("vagrant/manifests"))
+        .unwrap()
+        .flatten()
+    {
+        let name = format!("vagrant/manifests/{}", e.file_name().to_string_lossy());
+        for o in parse(&name) {
+            let spec = match o {
+                Object::Pod(p) => p.spec,
+                Object::Deployment(d) => d.spec.template.spec,
+                _ => None,
+            };
+            for c in spec.into_iter().flat_map(|s| {
+                s.init_containers
+                    .unwrap_or_default()
+                    .into_iter()
+                    .chain(s.containers)
+            }) {
+                containers.push((name.clone(), c));
+            }
+        }
+    }
+    assert!(
+        containers.len() >= 10,
+        "only {} containers",
+        containers.len()
+    );
+    let standin = std::fs::read_to_string(repo("tests/containerd/standin/main.go")).unwrap();
+    for (file, c) in &containers {
+        let what = format!("{file}: container {}", c.name);
+        // Never pulled: the VM's cluster may have no registry (local artefacts).
+        assert_eq!(c.image.as_deref(), Some(TEST_IMAGE), "{what}");
+        assert_eq!(c.image_pull_policy.as_deref(), Some("Never"), "{what}");
+        let command = c.command.clone().unwrap_or_default();
+        assert!(
+            !command.is_empty() && c.args.is_none(),
+            "{what}: {command:?}"
+        );
+        if command[0] == "/bin/standin" {
+            // A mode and flags main.go knows.
+            assert!(
+                standin.contains(&format!("case \"{}\":", command[1])),
+                "{what}: {command:?}"
+            );
+            for flag in command.iter().filter(|a| a.starts_with('-')) {
+                assert!(
+                    standin.contains(&format!("fs.String(\"{}\"", &flag[1..])),
+                    "{what}: {flag}"
+                );
+            }
+        }
+    }
+}
+
+/// Builds the Go stand-in (tests/containerd/standin, stdlib only) as scripts/containerd.sh
+/// does, into this test's temporary directory; returns its path.
+fn build_standin() -> PathBuf {
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("vagrant-standin");
+    let go = ["go", "/usr/local/go/bin/go"]
+        .into_iter()
+        .find(|g| {
+            std::process::Command::new(g)
+                .arg("version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })
+        .expect("no go toolchain (scripts/containerd.sh needs one too)");
+    let status = std::process::Command::new(go)
+        .args(["build", "-trimpath", "-o"])
+        .arg(&out)
+        .arg(".")
+        .current_dir(repo("tests/containerd/standin"))
+        .env("GO111MODULE", "off")
+        .env("GOFLAGS", "")
+        .env("CGO_ENABLED", "0")
+        .status()
+        .expect("go build");
+    assert!(status.success(), "go build of the stand-in failed");
+    out
+}
+
+/// The stand-in's answers and log lines (tests/containerd/standin, the program of the test
+/// image the manifests run) against the real plugin, here: what e2e.sh greps for, the
+/// addresses replaced by this fixture's.
 #[support::root_test]
 fn standin_answers_what_e2e_greps_for() {
-    let script = repo("vagrant/standin/standin.py");
-    let script = script.to_str().unwrap();
+    let e2e = std::fs::read_to_string(repo("vagrant/e2e.sh")).unwrap();
+    // The patterns of e2e.sh, each with the address variable it names.
+    for pattern in [
+        "\"port 8080, original destination -\"",
+        "\"accepted port=4140 peer=[^ ]* orig=$web_ip:8080\"",
+        "\"port 4143, original destination $ip:8080\"",
+        "\"port 4191, original destination $ip:4191\"",
+        "\"port 4140, original destination $web_ip:8080\"",
+    ] {
+        assert!(
+            e2e.contains(pattern),
+            "e2e.sh no longer greps for {pattern}"
+        );
+    }
+    let standin = build_standin();
+    let standin = standin.to_str().unwrap();
     let f = common::Fixture::ptp(false, |_| {});
     let result = f.cni("add", "standin", true).expect("ADD");
     let (pod4, _) = support::result_v4_v6(&result);
     // The web server "outside" (node netns), the proxy stand-in in the pod
     // as UID 2102 in its container cgroup.
+    let node = f.node.netns.path();
     let _web = support::spawn_guarded(
-        f.node.netns.path(),
+        node,
         None,
         0,
         0,
-        &["python3", "-u", script, "web"],
+        &[standin, "http", "-listen", "198.19.0.1:8080"],
     );
-    let node = f.node.netns.path();
-    assert!(support::wait_until(
-        std::time::Duration::from_secs(10),
-        || {
-            support::run_in(
-                node,
-                None,
-                0,
-                0,
-                &["bash", "-c", "exec 3<>/dev/tcp/198.19.0.1/8080"],
-            )
-            .status
-            .success()
-        }
-    ));
-    let proxy_cg = f.cg.container("linkerd-proxy");
-    let mut proxy = support::spawn_guarded(
-        f.pod.path(),
-        Some(&proxy_cg),
-        2102,
-        2102,
-        &["python3", "-u", script, "proxy", "http://198.19.0.1:8080/"],
-    );
-    let pod = f.pod.path();
-    assert!(
+    let reachable = |ns: &Path, addr: &str| {
         support::wait_until(std::time::Duration::from_secs(10), || {
             support::run_in(
-                pod,
+                ns,
                 None,
                 0,
                 0,
-                &["bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/4191"],
+                &["bash", "-c", &format!("exec 3<>/dev/tcp/{addr}")],
             )
             .status
             .success()
-        }),
-        "the proxy stand-in did not start"
+        })
+    };
+    assert!(
+        reachable(node, "198.19.0.1/8080"),
+        "the web server did not start"
     );
-    // Its first request went out directly and ended the init phase.
-    assert_eq!(common::set_elements(&f.pod, "proxy_started").len(), 1);
-    let get = |ns: &std::path::Path,
-               cg: Option<&std::path::Path>,
-               uid: u32,
-               host: &str,
-               port: u16| {
+    let get = |ns: &Path, cg: Option<&Path>, uid: u32, host: &str, port: u16| {
         let script = format!(
             "exec 3<>/dev/tcp/{host}/{port} && printf 'GET / HTTP/1.0\\r\\n\\r\\n' >&3 && cat <&3"
         );
         let out = support::run_in(ns, cg, uid, uid, &["timeout", "5", "bash", "-c", &script]);
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
+    // The init container's fetch, before the proxy runs: directly to the web server.
+    let init = f.cg.container("fetch");
+    let out = get(f.pod.path(), Some(&init), 1000, "198.19.0.1", 8080);
+    assert!(out.contains("port 8080, original destination -"), "{out}");
+    let proxy_cg = f.cg.container("linkerd-proxy");
+    let mut proxy = support::spawn_guarded(
+        f.pod.path(),
+        Some(&proxy_cg),
+        2102,
+        2102,
+        &[
+            standin,
+            "proxy",
+            "-listen",
+            "4140,4143,4190,4191",
+            "-dial",
+            "198.19.0.1:8080",
+        ],
+    );
+    let pod = f.pod.path();
+    assert!(
+        reachable(pod, "127.0.0.1/4191"),
+        "the proxy stand-in did not start"
+    );
+    // Its first request went out directly and ended the init phase.
+    assert!(support::wait_until(
+        std::time::Duration::from_secs(10),
+        || common::set_elements(&f.pod, "proxy_started").len() == 1
+    ));
     let app = f.cg.container("app");
     let out = get(pod, Some(&app), 1001, "198.19.0.1", 8080);
     assert!(
-        out.contains("standin port=4140 orig=198.19.0.1:8080"),
+        out.contains("port 4140, original destination 198.19.0.1:8080"),
         "{out}"
     );
     let out = get(node, None, 0, &pod4.to_string(), 8080);
     assert!(
-        out.contains(&format!("standin port=4143 orig={pod4}:8080")),
+        out.contains(&format!("port 4143, original destination {pod4}:8080")),
         "{out}"
     );
     let out = get(node, None, 0, &pod4.to_string(), 4191);
-    assert!(out.contains("admin port=4191"), "{out}");
+    assert!(
+        out.contains(&format!("port 4191, original destination {pod4}:4191")),
+        "{out}"
+    );
     let _ = proxy.0.kill();
+    let _ = proxy.0.wait();
+    let mut log = String::new();
+    std::io::Read::read_to_string(proxy.0.stdout.as_mut().unwrap(), &mut log).unwrap();
+    // e2e.sh's pattern for the app's request, in the proxy's log.
+    let line = log
+        .lines()
+        .find(|l| l.starts_with("accepted port=4140 "))
+        .unwrap_or_else(|| panic!("no accepted line for 4140 in:\n{log}"));
+    let fields: Vec<&str> = line.split(' ').collect();
+    assert!(fields[2].starts_with("peer="), "{line}");
+    assert_eq!(fields[3], "orig=198.19.0.1:8080", "{line}");
     f.cni("del", "standin", true).expect("DEL");
 }

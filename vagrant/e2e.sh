@@ -132,13 +132,13 @@ check "seed-classic becomes Ready" retry 180 pod_ready seed-classic
 
 say "3. assertions on seed-classic"
 check "the init container completed (exit 0)" test "$(init_exit_code seed-classic fetch)" = 0
-check "the init container fetched the page directly" logs_contain seed-classic fetch "web ok"
+check "the init container fetched the page directly" logs_contain seed-classic fetch "port 8080, original destination -"
 check "the app's requests arrived at the proxy's outbound port (orig $web_ip:8080)" \
-    retry 60 logs_contain seed-classic linkerd-proxy "standin port=4140 orig=$web_ip:8080"
+    retry 60 logs_contain seed-classic linkerd-proxy "accepted port=4140 peer=[^ ]* orig=$web_ip:8080"
 ip=$(pod_ip seed-classic)
 check "inbound requests arrived at the proxy's inbound port (orig $ip:8080)" \
-    retry 30 get_contains "http://$ip:8080/" "standin port=4143 orig=$ip:8080"
-check "port 4191 was not redirected" retry 30 get_contains "http://$ip:4191/" "admin port=4191"
+    retry 30 get_contains "http://$ip:8080/" "port 4143, original destination $ip:8080"
+check "port 4191 was not redirected" retry 30 get_contains "http://$ip:4191/" "port 4191, original destination $ip:4191"
 check "nft: the init phase is closed (proxy_started has the pod cgroup)" table_closed seed-classic
 echo "  nft list table inet meshnft (seed-classic):"
 pod_nft seed-classic list table inet meshnft | sed 's/^/    /' || true
@@ -146,7 +146,8 @@ pod_nft seed-classic list table inet meshnft | sed 's/^/    /' || true
 say "4a. native sidecar: the user's init container starts after the proxy and is redirected"
 kubectl apply -f "$MANIFESTS/seed-native.yaml" >/dev/null
 check "seed-native becomes Ready" retry 180 pod_ready seed-native
-check "its init container's fetch was answered by the proxy stand-in" logs_contain seed-native fetch "standin port=4140"
+check "its init container's fetch was answered by the proxy stand-in (orig $web_ip:8080)" \
+    logs_contain seed-native fetch "port 4140, original destination $web_ip:8080"
 
 say "4b. init phase off by annotation: the original bug comes back"
 kubectl apply -f "$MANIFESTS/seed-off.yaml" >/dev/null
@@ -163,7 +164,7 @@ check "seed-repair has no meshnft table yet" no_table seed-repair
 check "DaemonSet ready again" kubectl -n "$MESHNFT_NS" rollout status "ds/$MESHNFT_DS" --timeout=300s
 check "the agent wrote seed-repair's table (phase closed: its proxy runs)" retry 120 table_closed seed-repair
 check "seed-repair's app now goes through the proxy, without a restart" \
-    retry 60 logs_contain seed-repair linkerd-proxy "standin port=4140 orig=$web_ip:8080"
+    retry 60 logs_contain seed-repair linkerd-proxy "accepted port=4140 peer=[^ ]* orig=$web_ip:8080"
 check "seed-repair was not restarted" test "$(kubectl -n "$NS" get pod seed-repair -o jsonpath='{.status.containerStatuses[*].restartCount}' | tr -d ' 0')" = ""
 
 if [[ ${E2E_LINKERD:-0} == 1 ]]; then

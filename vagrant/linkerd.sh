@@ -40,15 +40,17 @@ metadata:
 spec:
   initContainers:
     - name: fetch
-      image: busybox:1.36
-      command: ["sh", "-c", "wget -q -O- -T 5 http://web.meshnft-e2e.svc.cluster.local:8080/"]
+      image: meshnft.test/busybox:1
+      imagePullPolicy: Never
+      command: ["sh", "-c", "timeout 10 wget -q -O- http://web.meshnft-e2e.svc.cluster.local:8080/"]
   containers:
     - name: app
-      image: busybox:1.36
+      image: meshnft.test/busybox:1
+      imagePullPolicy: Never
       command: ["sleep", "3600"]
 YAML
 kubectl -n "$NS" wait --for=condition=Ready pod/seed-linkerd --timeout=300s >/dev/null
-kubectl -n "$NS" logs seed-linkerd -c fetch | grep -q "web ok"
+kubectl -n "$NS" logs seed-linkerd -c fetch | grep -q "port 8080, original destination"
 kubectl -n "$NS" get pod seed-linkerd -o jsonpath='{.status.initContainerStatuses[*].name}' | grep -q linkerd-network-validator
 kubectl delete namespace "$NS" --wait=true >/dev/null
 # Uninstall Linkerd so that e2e.sh's cleanup checks (no table, no record left)

@@ -1,0 +1,236 @@
+#!/usr/bin/env bash
+# vagrant/ end to end where the machine has KVM, from local parts only (no box registry, no
+# download site): the VM users bring up with `vagrant up` (docs/kind.md), with the libvirt
+# provider and a box built here, provisioned by vagrant/provision.sh in its local artefacts
+# mode, then the seed scenarios inside the VM, then `vagrant destroy`:
+#
+#   1. the tools: Debian's vagrant, vagrant-libvirt, libvirt-daemon-system, rsync (installed
+#      when missing); libvirtd and virtlogd started when not running (this script stops what
+#      it started); /dev/kvm opened to the kvm group as Debian's udev rule does;
+#   2. the box: scripts/vagrant-box.sh (cached), added under VAGRANT_HOME=<cache>/vagrant/home;
+#   3. the artefacts, <cache>/vagrant/artefacts: `scripts/kind.sh images` (the kind node
+#      image, meshnft's image from deploy/Dockerfile, the test image meshnft.test/busybox:1),
+#      each saved by `docker save` (again only when its image changed), and the kind CLI,
+#      kubectl and helm of the kind and real-node suites (scripts/node-build.sh);
+#   4. `vagrant up --provider libvirt --no-provision` (vagrant/Vagrantfile: the repository and
+#      the artefacts synced by rsync, libvirt's management network meshnft-vagrant on
+#      198.18.236.0/24, its own storage pool), then `vagrant provision`: provision.sh with
+#      MESHNFT_ARTEFACTS, i.e. docker load, `kind create cluster` from vagrant/kind-config.yaml
+#      (a control-plane node and a worker), meshnft from deploy/meshnft.yaml;
+#   5. inside the VM: tests/kind/seed.sh (the seed scenarios of the kind suite) and
+#      vagrant/e2e.sh (the users' script);
+#   6. `vagrant destroy -f`, then the network, the pool and its volumes removed, and the
+#      daemons this script started stopped: also on a failure or an interrupt.
+#
+# Prints each stage's time and `vagrant e2e: N passed, M failed` (the two runs' checks).
+# Usage (as root): scripts/vagrant-e2e.sh [boot]
+#   boot: only 1, 2, `vagrant up --no-provision` (the repository synced, not the artefacts), the
+#   guest's kernel, docker and synced repository checked over `vagrant ssh`, and 6 (the box and
+#   the provider, without the cluster).
+# MESHNFT_CPUS (default 2) and MESHNFT_MEMORY (MiB, default 6144) size the VM;
+# MESHNFT_LIBVIRT_DRIVER=kvm (the default where the CPU has vmx or svm) or qemu (TCG);
+# MESHNFT_CACHE_DIR and MESHNFT_NICE as for scripts/kind.sh.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+cache=${MESHNFT_CACHE_DIR:-/var/cache/meshnft}
+dir=$cache/vagrant
+state=$dir/state
+artefacts=$dir/artefacts
+NET=meshnft-vagrant
+NET_CIDR=198.18.236.0/24
+POOL=meshnft-vagrant
+pool_dir=$dir/pool
+start=$EPOCHREALTIME
+log() { printf 'vagrant-e2e.sh: %s\n' "$*" >&2; }
+elapsed() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", b - a }'; }
+[[ $EUID -eq 0 ]] || { log "run it as root"; exit 1; }
+# KVM where it can boot the box's Debian kernel: a CPU with hardware virtualization (vmx or svm).
+# A /dev/kvm without it (kvm_pvm, as on these machines: a stock kernel hangs right after its
+# real-mode setup under it) is not enough; MESHNFT_LIBVIRT_DRIVER=qemu runs the VM under TCG.
+if [[ -z ${MESHNFT_LIBVIRT_DRIVER:-} ]]; then
+  if [[ -e /dev/kvm ]] && grep -qw -e vmx -e svm /proc/cpuinfo; then
+    MESHNFT_LIBVIRT_DRIVER=kvm
+  else
+    log "no KVM that boots a stock kernel here (/dev/kvm: $([[ -e /dev/kvm ]] && echo present || echo absent), no vmx/svm CPU flag); MESHNFT_LIBVIRT_DRIVER=qemu runs the VM under TCG (slow)"
+    exit 1
+  fi
+fi
+export MESHNFT_LIBVIRT_DRIVER
+mkdir -p "$state" "$artefacts/bin" "$artefacts/images"
+
+export VAGRANT_HOME=$dir/home
+export VAGRANT_CWD=$PWD/vagrant
+export VAGRANT_DOTFILE_PATH=$state/dot-vagrant
+export VAGRANT_DEFAULT_PROVIDER=libvirt
+export VAGRANT_CHECKPOINT_DISABLE=1
+export MESHNFT_CPUS=${MESHNFT_CPUS:-2}
+export MESHNFT_MEMORY=${MESHNFT_MEMORY:-6144}
+export MESHNFT_SYNC=rsync
+export MESHNFT_ARTEFACTS=$artefacts
+export MESHNFT_LIBVIRT_NETWORK=$NET,$NET_CIDR
+export MESHNFT_LIBVIRT_POOL=$POOL
+
+# ---- 1. the tools ---------------------------------------------------------------------
+t0=$EPOCHREALTIME
+pkgs=()
+for p in vagrant vagrant-libvirt libvirt-daemon-system libvirt-daemon-system-sysv libvirt-daemon-driver-qemu libvirt-clients qemu-system-x86 qemu-utils dnsmasq-base rsync; do
+  dpkg-query -W -f '${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || pkgs+=("$p")
+done
+if ((${#pkgs[@]})); then
+  log "installing ${pkgs[*]} (Debian's) ..."
+  # No recommends: they would bring libvirt's default NAT network (192.168.122.0/24, autostarted).
+  apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null 2>&1 ||
+    { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null; }
+fi
+
+started=()
+kvm_mode=""
+dockerd_ours=0
+# shellcheck disable=SC2317 # run by the EXIT trap
+cleanup() {
+  local status=$? t=$EPOCHREALTIME v
+  trap - EXIT INT TERM
+  if [[ -d $VAGRANT_DOTFILE_PATH ]]; then
+    log "vagrant destroy"
+    vagrant destroy -f >&2 || true
+  fi
+  # What vagrant left, if it failed half-way: its domain, the network, the pool.
+  if command -v virsh >/dev/null && virsh -q version >/dev/null 2>&1; then
+    for v in $(virsh list --all --name | grep '^vagrant_' || true); do
+      virsh destroy "$v" >/dev/null 2>&1 || true
+      virsh undefine --nvram "$v" >/dev/null 2>&1 || virsh undefine "$v" >/dev/null 2>&1 || true
+    done
+    virsh net-destroy "$NET" >/dev/null 2>&1 || true
+    virsh net-undefine "$NET" >/dev/null 2>&1 || true
+    if virsh pool-info "$POOL" >/dev/null 2>&1; then
+      for v in $(virsh vol-list "$POOL" 2>/dev/null | awk 'NR > 2 && NF { print $1 }'); do
+        virsh vol-delete --pool "$POOL" "$v" >/dev/null 2>&1 || true
+      done
+      virsh pool-destroy "$POOL" >/dev/null 2>&1 || true
+      virsh pool-undefine "$POOL" >/dev/null 2>&1 || true
+    fi
+  fi
+  rm -rf "$pool_dir" "$VAGRANT_DOTFILE_PATH"
+  for v in "${started[@]}"; do
+    if [[ -f /run/$v.pid ]] && kill "$(cat "/run/$v.pid")" 2>/dev/null; then log "stopped $v"; fi
+  done
+  # The libvirtd this script started leaves its (empty) LIBVIRT_* chains and their jumps.
+  if [[ " ${started[*]} " == *" libvirtd "* ]]; then
+    local table rule chain
+    for table in filter nat mangle; do
+      iptables -t "$table" -S 2>/dev/null | grep -E '^-A [A-Z]+ -j LIBVIRT_[A-Z]+$' | while read -r rule; do
+        # shellcheck disable=SC2086 # the rule's words
+        iptables -t "$table" ${rule/-A/-D} 2>/dev/null || true
+      done
+      for chain in $(iptables -t "$table" -S 2>/dev/null | sed -n 's/^-N \(LIBVIRT_[A-Z]*\)$/\1/p'); do
+        iptables -t "$table" -F "$chain" 2>/dev/null || true
+        iptables -t "$table" -X "$chain" 2>/dev/null || true
+      done
+    done
+  fi
+  if [[ -n $kvm_mode ]]; then chown "${kvm_mode% *}" /dev/kvm; chmod "${kvm_mode#* }" /dev/kvm; fi
+  ((dockerd_ours)) && scripts/kind.sh down >/dev/null 2>&1
+  log "cleaned up in $(elapsed "$t") s"
+  exit "$status"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# libvirt's daemons, started here when not running (no service manager on these machines).
+for d in virtlogd libvirtd; do
+  if ! { [[ -f /run/$d.pid ]] && kill -0 "$(cat "/run/$d.pid")" 2>/dev/null; }; then
+    log "starting $d"
+    "$d" -d
+    started+=("$d")
+  fi
+done
+for _ in $(seq 50); do virsh -q version >/dev/null 2>&1 && break; sleep 0.2; done
+# QEMU runs as libvirt-qemu (group kvm): /dev/kvm as Debian's udev rule sets it.
+if [[ $MESHNFT_LIBVIRT_DRIVER == kvm && $(stat -c %G:%a /dev/kvm) != kvm:660 ]]; then
+  kvm_mode=$(stat -c '%u:%g %a' /dev/kvm)
+  chgrp kvm /dev/kvm
+  chmod 0660 /dev/kvm
+fi
+# The storage pool of this run (vagrant uploads the box's disk into it).
+mkdir -p "$pool_dir"
+virsh pool-info "$POOL" >/dev/null 2>&1 || virsh -q pool-define-as "$POOL" dir --target "$pool_dir" >/dev/null
+virsh -q pool-start "$POOL" >/dev/null 2>&1 || true
+t_tools=$(elapsed "$t0")
+
+# ---- 2. the box -------------------------------------------------------------------------
+t0=$EPOCHREALTIME
+scripts/vagrant-box.sh >"$state/box"
+box=$(sed -n 's/^box=//p' "$state/box")
+name=$(sed -n 's/^name=//p' "$state/box")
+if ! vagrant box list 2>/dev/null | grep -q "^$name "; then
+  vagrant box add -f --name "$name" "$box" >&2
+fi
+export MESHNFT_BOX=$name
+t_box=$(elapsed "$t0")
+
+if [[ ${1:-} == boot ]]; then
+  # Only the repository is synced (the artefacts are GBs: under TCG, rsync over ssh ran at 3 MB/s).
+  unset MESHNFT_ARTEFACTS
+  t0=$EPOCHREALTIME
+  vagrant up --provider libvirt --no-provision >&2
+  t_up=$(elapsed "$t0")
+  vagrant ssh -c 'uname -r; systemctl is-system-running || true; sudo docker info --format "docker {{.ServerVersion}}, cgroup v{{.CgroupVersion}}"; test -f /vagrant/Cargo.toml && echo "repository synced"' >&2
+  t0=$EPOCHREALTIME
+  vagrant destroy -f >&2
+  rm -rf "$VAGRANT_DOTFILE_PATH"
+  echo "vagrant boot: tools $t_tools s, box $t_box s, vagrant up $t_up s, destroy $(elapsed "$t0") s"
+  exit 0
+fi
+
+# ---- 3. the artefacts -------------------------------------------------------------------
+t0=$EPOCHREALTIME
+[[ -f $cache/kind/state/dockerd.pid ]] || dockerd_ours=1
+scripts/kind.sh images >"$state/images"
+parts=$cache/kind/state/parts
+install -m 0755 "$(sed -n 's/^kind=//p' "$parts")" "$artefacts/bin/kind"
+install -m 0755 "$(sed -n 's/^kubectl=//p' "$parts")" "$artefacts/bin/kubectl"
+install -m 0755 "$(scripts/node-build.sh helm | sed -n 's/^helm=//p')/bin/helm" "$artefacts/bin/helm"
+sed -n 's/^image=//p' "$state/images" >"$artefacts/node-image"
+for what in image meshnft test; do
+  img=$(sed -n "s/^$what=//p" "$state/images")
+  id=$(docker image inspect -f '{{.Id}}' "$img")
+  if [[ $(cat "$artefacts/images/$what.id" 2>/dev/null) != "$id" ]]; then
+    log "docker save $img"
+    docker save -o "$artefacts/images/$what.tar.tmp" "$img"
+    mv -f "$artefacts/images/$what.tar.tmp" "$artefacts/images/$what.tar"
+    echo "$id" >"$artefacts/images/$what.id"
+  fi
+done
+if ((dockerd_ours)); then scripts/kind.sh down >/dev/null 2>&1; dockerd_ours=0; fi
+log "artefacts: $(du -sh "$artefacts" | cut -f1) in $artefacts"
+t_artefacts=$(elapsed "$t0")
+
+# ---- 4. vagrant up, provision -----------------------------------------------------------
+t0=$EPOCHREALTIME
+vagrant up --provider libvirt --no-provision >&2
+t_up=$(elapsed "$t0")
+t0=$EPOCHREALTIME
+vagrant provision >&2
+t_provision=$(elapsed "$t0")
+
+# ---- 5. the seed scenarios in the VM ----------------------------------------------------
+t0=$EPOCHREALTIME
+out=$state/e2e.log
+status=0
+vagrant ssh -c 'sudo KIND=/usr/local/bin/kind KUBECTL=/usr/local/bin/kubectl KIND_KUBECONFIG=/root/.kube/config HELM=/usr/local/bin/helm MESHNFT_KIND_CLUSTER=meshnft /vagrant/tests/kind/seed.sh' 2>&1 |
+  tee "$out" || status=1
+vagrant ssh -c 'sudo /vagrant/vagrant/e2e.sh' 2>&1 | tee -a "$out" || status=1
+t_e2e=$(elapsed "$t0")
+
+# ---- 6. vagrant destroy (and the rest, in cleanup) --------------------------------------
+t0=$EPOCHREALTIME
+vagrant destroy -f >&2
+rm -rf "$VAGRANT_DOTFILE_PATH"
+t_destroy=$(elapsed "$t0")
+
+echo "vagrant e2e: tools $t_tools s, box $t_box s, artefacts $t_artefacts s, vagrant up $t_up s, provision $t_provision s, e2e $t_e2e s, destroy $t_destroy s; all $(elapsed "$start") s"
+awk '/^kind seed: [0-9]+ passed, [0-9]+ failed/ { p += $3; f += $5 }
+     /^e2e: [0-9]+ passed, [0-9]+ failed/ { p += $2; f += $4 }
+     END { printf "vagrant e2e: %d passed, %d failed\n", p, f; exit !(p > 0 && f == 0) }' "$out" || status=1
+exit "$status"
