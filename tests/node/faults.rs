@@ -150,7 +150,7 @@ fn table_of(cgroups: &HashMap<String, Vec<PathBuf>>, uid: &str) -> Result<String
 }
 
 /// `(pod name, message)` of the events in namespace seed with `reason`.
-fn events(node: &Node, reason: &str) -> Vec<(String, String)> {
+pub(crate) fn events(node: &Node, reason: &str) -> Vec<(String, String)> {
     let out = node
         .kubectl(&[
             "-n",
