@@ -3,14 +3,13 @@
 //! netns guard, atomic failure, CHECK mismatches, and the 1.1.0 verbs
 //! (STATUS, GC) that Debian's libcni 1.1.2 cannot drive.
 
-mod common;
 use meshnft_testkit as support;
 
-use common::*;
 use serde_json::{Value, json};
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 use std::path::Path;
+use support::*;
 use support::{Layout, Netns, Node, PodCgroups, Qos};
 
 fn conf(version: &str) -> Value {
@@ -179,7 +178,7 @@ fn protocol_errors_have_spec_codes() {
     {
         use std::io::Write;
         use std::os::unix::ffi::OsStrExt;
-        let mut child = std::process::Command::new(MESHNFT)
+        let mut child = std::process::Command::new(meshnft_bin())
             .env_clear()
             .env("CNI_COMMAND", "ADD")
             .env("CNI_CONTAINERID", "c1")
@@ -371,7 +370,7 @@ fn check_reports_differences() {
 fn status_reports_what_is_missing() {
     invoke("STATUS", &[], &conf("1.1.0")).quiet_ok();
     // A host without cgroup v2.
-    let mut cmd = std::process::Command::new(MESHNFT);
+    let mut cmd = std::process::Command::new(meshnft_bin());
     cmd.env_clear()
         .env("CNI_COMMAND", "STATUS")
         .stdin(std::process::Stdio::piped())
@@ -400,7 +399,7 @@ fn status_reports_what_is_missing() {
         "{e}"
     );
     // The CLI shows the same checks to a person.
-    let out = support::run(&[MESHNFT, "status"]);
+    let out = support::run(&[meshnft_bin(), "status"]);
     assert!(out.status.success(), "{out:?}");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("ok    kernel accepts the table"), "{text}");
@@ -556,7 +555,7 @@ fn del_and_re_add_leave_nothing_holding_stdout() {
     let env = cni_env("detach", pod.path(), "IgnoreUnknown=1");
     assert_eq!(invoke("ADD", &env, &c).code, 0);
     for verb in ["ADD", "DEL"] {
-        let mut cmd = std::process::Command::new(MESHNFT);
+        let mut cmd = std::process::Command::new(meshnft_bin());
         cmd.env_clear()
             .env("CNI_COMMAND", verb)
             .env("CNI_PATH", "/usr/lib/cni")

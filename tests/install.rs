@@ -1260,8 +1260,7 @@ fn an_interrupted_conversion_is_resumed() {
     assert_eq!(std::fs::read(&conf).unwrap(), original);
 }
 
-#[path = "common/liveapi.rs"]
-mod liveapi;
+use support::liveapi;
 
 /// The installer as the chart runs it: `--daemonset meshnft` in namespace
 /// `meshnft`, asking `api` at SIGTERM (2 s at most).

@@ -2,7 +2,7 @@
 //! `conflists/ptp-istio-meshnft.conflist` and `ptp-kuma-meshnft.conflist`
 //! run through the CNI project's libcni (Go driver, Debian's `ptp` +
 //! `host-local`) in a throwaway node netns, meshnft reading the pod from the
-//! stand-in API server (`tests/common/apiserver.rs`, listening in the node
+//! stand-in API server (`support::apiserver`, listening in the node
 //! netns), with real processes in kubelet-like pod cgroups making real TCP
 //! connections.
 //!
@@ -20,15 +20,14 @@
 //!
 //! Root only (`sudo cargo test`); skipped with a message otherwise.
 
-mod common;
 use meshnft_testkit as support;
 
-use common::apiserver::{self, FakeApi};
-use common::*;
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::json;
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
+use support::apiserver::{self, FakeApi};
+use support::*;
 use support::{Layout, Listener, Netns, Node, PodCgroups, Qos, SRV4_A, SRV4_B};
 
 /// Istio's proxy UID and GID (istio-cni's default).
@@ -58,7 +57,7 @@ struct MeshNode {
 impl MeshNode {
     fn start(mesh: &str, pods: &[Pod]) -> MeshNode {
         let node = Node::new();
-        node.install_plugin("meshnft", Path::new(MESHNFT));
+        node.install_plugin("meshnft", Path::new(meshnft_bin()));
         let server = node_listener(&node);
         let api = support::in_netns(node.netns.path(), || FakeApi::serving(pods));
         let kc = api.kubeconfig(node.dir());
@@ -180,7 +179,7 @@ impl<'a> MeshPod<'a> {
 
 /// `meshnft ARGS --netns POD --json` (inspect, explain) as a document.
 fn op(p: &MeshPod, args: &[&str]) -> serde_json::Value {
-    let mut cmd = std::process::Command::new(MESHNFT);
+    let mut cmd = std::process::Command::new(meshnft_bin());
     cmd.args(args)
         .args(["--netns", p.pod.path().to_str().unwrap(), "--json"])
         .arg("--state-dir")

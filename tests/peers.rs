@@ -32,17 +32,16 @@
 //!
 //! Root only (`sudo cargo test`); skipped with a message otherwise.
 
-mod common;
 use meshnft_testkit as support;
 
-use common::apiserver::{self, FakeApi};
-use common::*;
 use k8s_openapi::api::core::v1::{EnvVar, Pod};
 use serde_json::{Value, json};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
+use support::apiserver::{self, FakeApi};
+use support::*;
 use support::{Listener, Netns, Node, PodCgroups, SRV4_A, SRV4_B, SRV6_A, SRV6_B, peer_binary};
 
 /// istio-cni's default proxy UID and GID (`istio-proxy` without a
@@ -704,11 +703,11 @@ fn plugin_entry(peer: Peer, sc: &Scenario, node: &Node, api: &FakeApi) -> Value 
             })
         }
         (Peer::Meshnft, Mesh::Istio) => {
-            node.install_plugin("meshnft", Path::new(MESHNFT));
+            node.install_plugin("meshnft", Path::new(meshnft_bin()));
             meshnft_istio_entry(node, &api.kubeconfig(node.dir()))
         }
         (Peer::Meshnft, Mesh::Linkerd) => {
-            node.install_plugin("meshnft", Path::new(MESHNFT));
+            node.install_plugin("meshnft", Path::new(meshnft_bin()));
             // The same entry as linkerd-cni's, type changed.
             let mut e = linkerd_entry(
                 "meshnft",
@@ -721,7 +720,7 @@ fn plugin_entry(peer: Peer, sc: &Scenario, node: &Node, api: &FakeApi) -> Value 
         }
         (Peer::LinkerdThenMeshnft, _) => unreachable!("plugin_entries splits it"),
         (Peer::Meshnft, Mesh::Kuma) => {
-            node.install_plugin("meshnft", Path::new(MESHNFT));
+            node.install_plugin("meshnft", Path::new(meshnft_bin()));
             let mut e = json!({
                 "type": "meshnft",
                 "mesh": "kuma",

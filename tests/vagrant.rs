@@ -5,11 +5,9 @@
 //! against kind's v1alpha4 schema (the fields it uses), and the facts the
 //! e2e script relies on (names, images, layouts, annotations).
 
-mod common;
 use meshnft_testkit as support;
 
-#[path = "common/k8syaml.rs"]
-mod k8syaml;
+use meshnft_testkit::k8syaml;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
@@ -245,7 +243,7 @@ fn base_objects_serve_what_the_e2e_expects() {
 fn standin_answers_what_e2e_greps_for() {
     let script = repo("vagrant/standin/standin.py");
     let script = script.to_str().unwrap();
-    let f = common::Fixture::ptp(false, |_| {});
+    let f = support::Fixture::ptp(false, |_| {});
     let result = f.cni("add", "standin", true).expect("ADD");
     let (pod4, _) = support::result_v4_v6(&result);
     // The web server "outside" (node netns), the proxy stand-in in the pod
@@ -296,7 +294,7 @@ fn standin_answers_what_e2e_greps_for() {
         "the proxy stand-in did not start"
     );
     // Its first request went out directly and ended the init phase.
-    assert_eq!(common::set_elements(&f.pod, "proxy_started").len(), 1);
+    assert_eq!(support::set_elements(&f.pod, "proxy_started").len(), 1);
     let get = |ns: &std::path::Path,
                cg: Option<&std::path::Path>,
                uid: u32,
