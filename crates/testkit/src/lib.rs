@@ -34,7 +34,9 @@
 //! - `plugin`: the `meshnft` binary invoked directly, its `CNI_*` environment;
 //! - `fixture`: the example conflists with test settings, the server and the
 //!   proxy stand-in, a node with one pod ([`Fixture`]);
-//! - `readback`: meshnft's table read back by nft.
+//! - `readback`: meshnft's table read back by nft;
+//! - `entries`: the conflist entries the table's tests build from
+//!   (`testdata/entries.json`, shared with meshnft-plugin's pinned batches).
 //!
 //! And three modules used by name: [`apiserver`] (a stand-in for the
 //! Kubernetes API server serving fixed objects, with failure modes),
@@ -45,6 +47,7 @@ pub mod apiserver;
 mod basics;
 mod cgroups;
 mod cnidriver;
+mod entries;
 mod fixture;
 pub mod k8syaml;
 mod listener;
@@ -56,7 +59,7 @@ mod processes;
 mod readback;
 
 pub use self::{
-    basics::*, cgroups::*, cnidriver::*, fixture::*, listener::*, netns::*, node::*, plugin::*,
-    processes::*, readback::*,
+    basics::*, cgroups::*, cnidriver::*, entries::*, fixture::*, listener::*, netns::*, node::*,
+    plugin::*, processes::*, readback::*,
 };
 pub use meshnft_testkit_macros::root_test;
