@@ -1,6 +1,6 @@
 //! The node agent inside `meshnft-node install`: the built binary as a child
 //! process, a stateful stand-in API server (list/watch of pods, events,
-//! deletes, label and node patches: `common::liveapi`), and pods made of
+//! deletes, label and node patches: `support::liveapi`), and pods made of
 //! real parts: a network namespace wired by the reference `ptp` plugin,
 //! a kubelet-like pod cgroup tree with real processes (the "sandbox" the
 //! agent finds the netns through), the proxy stand-in listening inside.
@@ -8,12 +8,8 @@
 //!
 //! Root only (network namespaces, cgroups, nf_tables); skipped otherwise.
 
-mod common;
 use meshnft_testkit as support;
 
-use common::apiserver;
-use common::liveapi::LiveApi;
-use common::*;
 use k8s_openapi::api::core::v1::{
     ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStatus, Pod,
     PodStatus,
@@ -24,6 +20,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use support::apiserver;
+use support::liveapi::LiveApi;
+use support::*;
 use support::{ChildGuard, Layout, Netns, Node, PodCgroups, Qos, wait_until};
 
 const T: Duration = Duration::from_secs(20);
@@ -93,7 +92,7 @@ impl Agent {
             .local_addr()
             .unwrap()
             .port();
-        let mut c = Command::new(MESHNFT_NODE);
+        let mut c = Command::new(meshnft_node_bin());
         c.env_clear()
             .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
             .env("MESHNFT_LOG", "debug")
@@ -310,7 +309,7 @@ fn setup() -> Option<(LiveApi, Node, support::Listener, Tree)> {
     }
     let api = LiveApi::start();
     let node = Node::new();
-    node.install_plugin("meshnft", Path::new(MESHNFT));
+    node.install_plugin("meshnft", Path::new(meshnft_bin()));
     let server = node_listener(&node);
     let tree = Tree::new(&entry(&node));
     Some((api, node, server, tree))

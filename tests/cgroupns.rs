@@ -9,13 +9,12 @@
 //!
 //! The datapath is then exercised with real connections. Root only.
 
-mod common;
 use meshnft_testkit as support;
 
-use common::*;
 use serde_json::Value;
 use std::io::Write;
 use std::process::{Command, Stdio};
+use support::*;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Nesting {
@@ -37,16 +36,17 @@ fn invoke_nested(
     env: &[(&str, &str)],
     conf: &Value,
 ) -> Invocation {
+    let meshnft = meshnft_bin();
     let inner = match nesting {
-        Nesting::InheritedMount => format!("exec unshare -C {MESHNFT}"),
+        Nesting::InheritedMount => format!("exec unshare -C {meshnft}"),
         Nesting::KindLike => format!(
-            "exec unshare -C -m sh -c 'mount --make-rprivate / && mount -t cgroup2 none /sys/fs/cgroup && exec {MESHNFT}'"
+            "exec unshare -C -m sh -c 'mount --make-rprivate / && mount -t cgroup2 none /sys/fs/cgroup && exec {meshnft}'"
         ),
         // `[` is the shell's builtin: it still runs once /usr/bin is hidden.
         Nesting::KindLikeWithoutPrograms => format!(
             "exec unshare -C -m sh -c 'mount --make-rprivate / && mount -t cgroup2 none /sys/fs/cgroup && \
              {{ [ -L /bin ] || mount -t tmpfs none /bin; }} && mount -t tmpfs none /usr/bin && \
-             [ ! -e /bin/true ] && [ ! -e /usr/bin/true ] || exit 99; exec {MESHNFT}'"
+             [ ! -e /bin/true ] && [ ! -e /usr/bin/true ] || exit 99; exec {meshnft}'"
         ),
     };
     let script = format!("echo $$ > {}/cgroup.procs && {inner}", top.display());

@@ -3,14 +3,13 @@
 //! netns guard, atomic failure, CHECK mismatches, and the 1.1.0 verbs
 //! (STATUS, GC) that Debian's libcni 1.1.2 cannot drive.
 
-mod common;
 use meshnft_testkit as support;
 
-use common::*;
 use serde_json::{Value, json};
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 use std::path::Path;
+use support::*;
 use support::{Layout, Netns, Node, PodCgroups, Qos};
 
 fn conf(version: &str) -> Value {
@@ -38,6 +37,52 @@ fn direct_conf(node: &Node, version: &str, prev: &Value) -> Value {
     c["name"] = json!("meshnet");
     c["prevResult"] = prev.clone();
     c
+}
+
+/// A pod as the direct tests start it: a node, the pod's netns with ptp's
+/// ADD done through libcni (its result is the `prevResult` meshnft gets),
+/// and the sandbox id. Fields drop in declaration order: the pod netns
+/// before the node.
+struct PtpPod {
+    id: &'static str,
+    prev: Value,
+    ptp_only: std::path::PathBuf,
+    pod: Netns,
+    node: Node,
+}
+
+impl PtpPod {
+    /// A node, a pod netns and ptp's ADD for sandbox `id`.
+    fn add(id: &'static str) -> PtpPod {
+        let node = Node::new();
+        let pod = Netns::new("mtpod");
+        let (prev, ptp_only) = real_prev(&node, &pod, id);
+        PtpPod {
+            id,
+            prev,
+            ptp_only,
+            pod,
+            node,
+        }
+    }
+
+    /// The configuration a runtime hands meshnft for this pod
+    /// ([`direct_conf`] at `version`).
+    fn conf(&self, version: &str) -> Value {
+        direct_conf(&self.node, version, &self.prev)
+    }
+
+    /// `CNI_*` for this pod, `args` its `CNI_ARGS`.
+    fn env<'a>(&'a self, args: &'a str) -> Vec<(&'a str, &'a str)> {
+        cni_env(self.id, self.pod.path(), args)
+    }
+
+    /// ptp's DEL through libcni, after meshnft's: it must succeed.
+    fn ptp_del(&self) {
+        self.node
+            .cni("del", &self.ptp_only, self.pod.path(), self.id, &[])
+            .expect("ptp DEL");
+    }
 }
 
 #[test]
@@ -179,7 +224,7 @@ fn protocol_errors_have_spec_codes() {
     {
         use std::io::Write;
         use std::os::unix::ffi::OsStrExt;
-        let mut child = std::process::Command::new(MESHNFT)
+        let mut child = std::process::Command::new(meshnft_bin())
             .env_clear()
             .env("CNI_COMMAND", "ADD")
             .env("CNI_CONTAINERID", "c1")
@@ -281,19 +326,18 @@ fn never_writes_into_the_host_netns() {
 /// table byte for byte (re-ADD).
 #[support::root_test]
 fn failed_transaction_is_atomic() {
-    let node = Node::new();
-    let pod = Netns::new("mtpod");
-    let (prev, ptp_only) = real_prev(&node, &pod, "atomic");
-    let c = direct_conf(&node, "1.0.0", &prev);
-    let env = cni_env("atomic", pod.path(), "IgnoreUnknown=1");
+    let p = PtpPod::add("atomic");
+    let c = p.conf("1.0.0");
+    let env = p.env("IgnoreUnknown=1");
 
     // A batch the kernel refuses at its last message is covered at the
     // encoding level (tests/nft_oracle.rs); here the plugin's own path:
     // 2. An existing table whose set has another type: the kernel refuses
     //    the whole re-ADD and the existing table stays exactly as it was.
-    pod.nft("table inet meshnft {\n set skip_inbound_ports { type ipv4_addr; }\n}\n")
+    p.pod
+        .nft("table inet meshnft {\n set skip_inbound_ports { type ipv4_addr; }\n}\n")
         .unwrap();
-    let before = list_table(&pod).unwrap();
+    let before = list_table(&p.pod).unwrap();
     let e = invoke("ADD", &env, &c).error(100);
     assert!(
         e["msg"]
@@ -304,34 +348,32 @@ fn failed_transaction_is_atomic() {
     );
     assert!(!e["details"].as_str().unwrap().is_empty(), "{e}");
     assert!(
-        !node.dir().join("state/atomic").exists(),
+        !p.node.dir().join("state/atomic").exists(),
         "a failed ADD left a record"
     );
-    assert_eq!(list_table(&pod).unwrap(), before);
+    assert_eq!(list_table(&p.pod).unwrap(), before);
 
     invoke("DEL", &env, &c).quiet_ok();
-    assert!(!has_table(&pod));
-    node.cni("del", &ptp_only, pod.path(), "atomic", &[])
-        .expect("ptp DEL");
+    assert!(!has_table(&p.pod));
+    p.ptp_del();
 }
 
 /// CHECK names what differs; a missing table is code 104.
 #[support::root_test]
 fn check_reports_differences() {
-    let node = Node::new();
-    let pod = Netns::new("mtpod");
+    let p = PtpPod::add("chk");
     let cg = PodCgroups::new(Layout::Cgroupfs, Qos::Burstable);
-    let (prev, ptp_only) = real_prev(&node, &pod, "chk");
-    let c = direct_conf(&node, "1.1.0", &prev);
+    let c = p.conf("1.1.0");
     let args = format!("IgnoreUnknown=1;K8S_POD_UID={}", cg.pod_uid());
-    let env = cni_env("chk", pod.path(), &args);
+    let env = p.env(&args);
     let out = invoke("ADD", &env, &c);
     assert_eq!(out.code, 0, "{out:?}");
     assert_eq!(out.json()["cniVersion"], "1.1.0");
     invoke("CHECK", &env, &c).quiet_ok();
 
     // Someone flushes a skip set and deletes a rule.
-    pod.nft("flush set inet meshnft skip_outbound_ports")
+    p.pod
+        .nft("flush set inet meshnft skip_outbound_ports")
         .unwrap();
     let e = invoke("CHECK", &env, &c).error(104);
     assert!(
@@ -341,7 +383,8 @@ fn check_reports_differences() {
             .contains("set skip_outbound_ports:"),
         "{e}"
     );
-    pod.nft("flush chain inet meshnft init_phase_bypass")
+    p.pod
+        .nft("flush chain inet meshnft init_phase_bypass")
         .unwrap();
     let e = invoke("CHECK", &env, &c).error(104);
     assert!(
@@ -358,20 +401,19 @@ fn check_reports_differences() {
     // Re-ADD repairs it.
     assert_eq!(invoke("ADD", &env, &c).code, 0);
     invoke("CHECK", &env, &c).quiet_ok();
-    pod.nft("delete table inet meshnft").unwrap();
+    p.pod.nft("delete table inet meshnft").unwrap();
     let e = invoke("CHECK", &env, &c).error(104);
     assert!(e["msg"].as_str().unwrap().contains("missing"), "{e}");
     invoke("DEL", &env, &c).quiet_ok();
     invoke("DEL", &env, &c).quiet_ok();
-    node.cni("del", &ptp_only, pod.path(), "chk", &[])
-        .expect("ptp DEL");
+    p.ptp_del();
 }
 
 #[support::root_test]
 fn status_reports_what_is_missing() {
     invoke("STATUS", &[], &conf("1.1.0")).quiet_ok();
     // A host without cgroup v2.
-    let mut cmd = std::process::Command::new(MESHNFT);
+    let mut cmd = std::process::Command::new(meshnft_bin());
     cmd.env_clear()
         .env("CNI_COMMAND", "STATUS")
         .stdin(std::process::Stdio::piped())
@@ -400,7 +442,7 @@ fn status_reports_what_is_missing() {
         "{e}"
     );
     // The CLI shows the same checks to a person.
-    let out = support::run(&[MESHNFT, "status"]);
+    let out = support::run(&[meshnft_bin(), "status"]);
     assert!(out.status.success(), "{out:?}");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("ok    kernel accepts the table"), "{text}");
@@ -486,18 +528,16 @@ fn gc_removes_only_stale_attachments() {
 /// still removes it.
 #[support::root_test]
 fn shared_netns_and_lenient_del() {
-    let node = Node::new();
-    let pod = Netns::new("mtpod");
-    let (prev, ptp_only) = real_prev(&node, &pod, "multi");
-    let c = direct_conf(&node, "1.0.0", &prev);
-    let eth0 = cni_env("multi", pod.path(), "");
+    let p = PtpPod::add("multi");
+    let c = p.conf("1.0.0");
+    let eth0 = p.env("");
     let mut net1 = eth0.clone();
     net1[2] = ("CNI_IFNAME", "net1");
     assert_eq!(invoke("ADD", &eth0, &c).code, 0);
     assert_eq!(invoke("ADD", &net1, &c).code, 0);
     invoke("DEL", &net1, &c).quiet_ok();
     assert!(
-        has_table(&pod),
+        has_table(&p.pod),
         "DEL of one attachment removed the table the other still uses"
     );
     invoke("CHECK", &eth0, &c).quiet_ok();
@@ -507,24 +547,23 @@ fn shared_netns_and_lenient_del() {
     broken["linkerd"]["ipv6"] = json!("yes");
     broken["cniVersion"] = json!("0.1.0");
     invoke("DEL", &eth0, &broken).quiet_ok();
-    assert!(!has_table(&pod), "lenient DEL left the table");
-    node.cni("del", &ptp_only, pod.path(), "multi", &[])
-        .expect("ptp DEL");
+    assert!(!has_table(&p.pod), "lenient DEL left the table");
+    p.ptp_del();
 }
 
 /// CHECK is exact: a rule whose action was changed but whose comment was
 /// kept is found; an IPv6 /32 skip list is not a false alarm.
 #[support::root_test]
 fn check_sees_tampering_behind_a_kept_comment() {
-    let node = Node::new();
-    let pod = Netns::new("mtpod");
-    let (prev, ptp_only) = real_prev(&node, &pod, "tamper");
-    let mut c = direct_conf(&node, "1.0.0", &prev);
+    let p = PtpPod::add("tamper");
+    let mut c = p.conf("1.0.0");
     c["linkerd"]["subnets-to-ignore"] = json!(["2001:db8::/32", "198.18.64.0/18", "198.19.5.5"]);
-    let env = cni_env("tamper", pod.path(), "");
+    let env = p.env("");
     assert_eq!(invoke("ADD", &env, &c).code, 0);
     invoke("CHECK", &env, &c).quiet_ok();
-    let listing = pod.exec_ok(&["nft", "-a", "list", "chain", "inet", "meshnft", "output"]);
+    let listing = p
+        .pod
+        .exec_ok(&["nft", "-a", "list", "chain", "inet", "meshnft", "output"]);
     let handle = listing
         .lines()
         .find(|l| l.contains("comment \"outbound TCP to the proxy\""))
@@ -532,7 +571,7 @@ fn check_sees_tampering_behind_a_kept_comment() {
         .unwrap()
         .trim()
         .to_string();
-    pod.nft(&format!(
+    p.pod.nft(&format!(
         "replace rule inet meshnft output handle {handle} counter accept comment \"outbound TCP to the proxy\""
     ))
     .unwrap();
@@ -540,8 +579,7 @@ fn check_sees_tampering_behind_a_kept_comment() {
     let d = e["details"].as_str().unwrap();
     assert!(d.contains("chain output") && d.contains("accept"), "{e}");
     invoke("DEL", &env, &c).quiet_ok();
-    node.cni("del", &ptp_only, pod.path(), "tamper", &[])
-        .expect("ptp DEL");
+    p.ptp_del();
 }
 
 /// DEL (and a re-ADD) leave the kernel's RCU wait to a detached child: when
@@ -549,14 +587,12 @@ fn check_sees_tampering_behind_a_kept_comment() {
 /// runtime reading them sees EOF at once), and the table is gone.
 #[support::root_test]
 fn del_and_re_add_leave_nothing_holding_stdout() {
-    let node = Node::new();
-    let pod = Netns::new("mtpod");
-    let (prev, ptp_only) = real_prev(&node, &pod, "detach");
-    let c = direct_conf(&node, "1.0.0", &prev);
-    let env = cni_env("detach", pod.path(), "IgnoreUnknown=1");
+    let p = PtpPod::add("detach");
+    let c = p.conf("1.0.0");
+    let env = p.env("IgnoreUnknown=1");
     assert_eq!(invoke("ADD", &env, &c).code, 0);
     for verb in ["ADD", "DEL"] {
-        let mut cmd = std::process::Command::new(MESHNFT);
+        let mut cmd = std::process::Command::new(meshnft_bin());
         cmd.env_clear()
             .env("CNI_COMMAND", verb)
             .env("CNI_PATH", "/usr/lib/cni")
@@ -596,9 +632,8 @@ fn del_and_re_add_leave_nothing_holding_stdout() {
             );
         }
     }
-    assert!(!has_table(&pod), "DEL left the table");
-    node.cni("del", &ptp_only, pod.path(), "detach", &[])
-        .expect("ptp DEL");
+    assert!(!has_table(&p.pod), "DEL left the table");
+    p.ptp_del();
 }
 
 /// A tmpfs of the test's own at `dir`, unmounted on drop (also when the
@@ -635,14 +670,12 @@ impl Drop for Tmpfs {
 /// writes a new one.
 #[support::root_test]
 fn records_on_tmpfs_outlive_processes_not_a_reboot() {
-    let node = Node::new();
-    let pod = Netns::new("mtpod");
-    let (prev, ptp_only) = real_prev(&node, &pod, "rec");
-    let run = node.dir().join("run");
+    let p = PtpPod::add("rec");
+    let run = p.node.dir().join("run");
     let boot = Tmpfs::mount(&run);
-    let mut c = direct_conf(&node, "1.1.0", &prev);
+    let mut c = p.conf("1.1.0");
     c["stateDir"] = json!(run.join("meshnft"));
-    let env = cni_env("rec", pod.path(), "IgnoreUnknown=1");
+    let env = p.env("IgnoreUnknown=1");
     assert_eq!(invoke("ADD", &env, &c).code, 0);
     let rec = run.join("meshnft/rec/eth0.json");
     assert!(rec.is_file(), "ADD wrote no record at {}", rec.display());
@@ -661,7 +694,7 @@ fn records_on_tmpfs_outlive_processes_not_a_reboot() {
     gc["cni.dev/valid-attachments"] = json!([{"containerID": "rec", "ifname": "eth0"}]);
     invoke("GC", &[], &gc).quiet_ok();
     assert!(rec.is_file(), "GC dropped the record of a valid attachment");
-    assert!(has_table(&pod));
+    assert!(has_table(&p.pod));
     // A reboot: /run is empty again.
     drop(boot);
     let _boot = Tmpfs::mount(&run);
@@ -669,13 +702,12 @@ fn records_on_tmpfs_outlive_processes_not_a_reboot() {
     gc["cni.dev/valid-attachments"] = json!([]);
     invoke("GC", &[], &gc).quiet_ok();
     invoke("DEL", &env, &c).quiet_ok();
-    assert!(!has_table(&pod), "DEL without a record left the table");
+    assert!(!has_table(&p.pod), "DEL without a record left the table");
     assert_eq!(invoke("ADD", &env, &c).code, 0);
     assert!(rec.is_file(), "ADD after the reboot wrote no record");
     invoke("DEL", &env, &c).quiet_ok();
-    assert!(!rec.exists() && !has_table(&pod));
-    node.cni("del", &ptp_only, pod.path(), "rec", &[])
-        .expect("ptp DEL");
+    assert!(!rec.exists() && !has_table(&p.pod));
+    p.ptp_del();
 }
 
 /// The kernel's RCU wait at the socket's last close goes to a forked child,
@@ -686,20 +718,19 @@ fn records_on_tmpfs_outlive_processes_not_a_reboot() {
 /// with `strace -f`.
 #[support::root_test]
 fn only_transactions_that_free_fork_a_closer() {
-    let node = Node::new();
-    let (warm, pod) = (Netns::new("mtpod"), Netns::new("mtpod"));
-    let (prev, ptp_only) = real_prev(&node, &pod, "forks");
-    let c = direct_conf(&node, "1.0.0", &prev);
+    let p = PtpPod::add("forks");
+    let warm = Netns::new("mtpod");
+    let c = p.conf("1.0.0");
     // The per-boot probes (a child of their own) run at the first ADD on a
     // state directory: not what is counted here.
     let warm_env = cni_env("forks-warm", warm.path(), "IgnoreUnknown=1");
     assert_eq!(invoke("ADD", &warm_env, &c).code, 0);
     invoke("DEL", &warm_env, &c).quiet_ok();
-    let env = cni_env("forks", pod.path(), "IgnoreUnknown=1");
+    let env = p.env("IgnoreUnknown=1");
     let mut n = 0;
     let mut forks = |verb: &str| -> usize {
         n += 1;
-        let log = node.dir().join(format!("strace-{n}"));
+        let log = p.node.dir().join(format!("strace-{n}"));
         let wrapper = [
             "strace",
             "-f",
@@ -732,6 +763,5 @@ fn only_transactions_that_free_fork_a_closer() {
         "DEL (deletes the table) must close detached"
     );
     assert_eq!(forks("DEL"), 1, "DEL without a table must close detached");
-    node.cni("del", &ptp_only, pod.path(), "forks", &[])
-        .expect("ptp DEL");
+    p.ptp_del();
 }

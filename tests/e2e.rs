@@ -5,12 +5,11 @@
 //!
 //! Root only (`sudo cargo test`); skipped with a message otherwise.
 
-mod common;
 use meshnft_testkit as support;
 
-use common::*;
 use serde_json::{Value, json};
 use std::time::Duration;
+use support::*;
 use support::{Layout, Netns, Node, PodCgroups, Qos, SRV4_A, SRV4_B, SRV6_A, SRV6_B};
 
 /// The seed scenario for one spec version and cgroup layout.
@@ -405,7 +404,7 @@ fn prev_result_passes_through_unchanged() {
 #[support::root_test]
 fn twenty_pods_in_parallel() {
     let node = Node::new();
-    node.install_plugin("meshnft", std::path::Path::new(MESHNFT));
+    node.install_plugin("meshnft", std::path::Path::new(meshnft_bin()));
     let cl = conflist(&node, "ptp-meshnft.conflist", "1.0.0", |_| {});
     let pods: Vec<(Netns, PodCgroups)> = (0..20)
         .map(|_| {

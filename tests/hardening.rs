@@ -12,11 +12,8 @@
 //!
 //! Root only (network namespaces, nft, chown); skipped with a message otherwise.
 
-mod common;
 use meshnft_testkit as support;
 
-use common::apiserver::{self, FakeApi, Mode};
-use common::*;
 use serde_json::{Value, json};
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;
@@ -25,6 +22,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 use support::Netns;
+use support::apiserver::{self, FakeApi, Mode};
+use support::*;
 
 /// The watchdog's limit: far above any normal run (a few ms to a few s).
 const LIMIT: Duration = Duration::from_secs(30);
@@ -147,7 +146,7 @@ fn symlink(target: impl AsRef<Path>, link: &Path) {
 
 /// `meshnft ARGS` (the CLI) with the watchdog.
 fn cli(args: &[&str]) -> Invocation {
-    let mut c = Command::new(MESHNFT);
+    let mut c = Command::new(meshnft_bin());
     c.env_clear()
         .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
         .args(args);

@@ -180,6 +180,15 @@ impl Installer {
     fn wait_log(&self, needle: &str) -> bool {
         wait_until(T, || self.log().contains(needle))
     }
+    /// Waits until `file` of `tree` holds meshnft's entry once (the
+    /// installer chained it); fails with the installer's log after [`T`].
+    fn wait_entry(&self, tree: &Tree, file: &str) {
+        assert!(
+            wait_until(T, || tree.entries(file) == 1),
+            "{file}: no entry\n{}",
+            self.log()
+        );
+    }
     fn running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
     }
@@ -284,11 +293,7 @@ fn empty_net_d_then_a_primary_appears() {
     assert!(inst.running());
 
     let primary = tree.write_conf("10-kindnet.conflist", &kindnet());
-    assert!(
-        wait_until(T, || tree.entries("10-kindnet.conflist") == 1),
-        "{}",
-        inst.log()
-    );
+    inst.wait_entry(&tree, "10-kindnet.conflist");
     let v = read_json(&primary).unwrap();
     // Everything else kept, in order; cniVersion kept; the entry is last.
     assert_eq!(v["cniVersion"], "0.3.1");
@@ -317,11 +322,7 @@ fn primary_rewritten_or_replaced_gets_the_entry_back() {
     let tree = Tree::new();
     let primary = tree.write_conf("10-kindnet.conflist", &kindnet());
     let mut inst = Installer::start(&tree, &[]);
-    assert!(
-        wait_until(T, || tree.entries("10-kindnet.conflist") == 1),
-        "{}",
-        inst.log()
-    );
+    inst.wait_entry(&tree, "10-kindnet.conflist");
 
     // Rewritten in place (truncate + write) without the entry.
     let mut changed = kindnet();
@@ -349,20 +350,12 @@ fn primary_rewritten_or_replaced_gets_the_entry_back() {
     // Removed and written again.
     std::fs::remove_file(&primary).unwrap();
     tree.write_conf("10-kindnet.conflist", &kindnet());
-    assert!(
-        wait_until(T, || tree.entries("10-kindnet.conflist") == 1),
-        "{}",
-        inst.log()
-    );
+    inst.wait_entry(&tree, "10-kindnet.conflist");
 
     // A new file sorting first takes over: it gets the entry (no higher-
     // priority file without it), the older one keeps its own.
     tree.write_conf("05-other.conflist", &kindnet());
-    assert!(
-        wait_until(T, || tree.entries("05-other.conflist") == 1),
-        "{}",
-        inst.log()
-    );
+    inst.wait_entry(&tree, "05-other.conflist");
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(tree.entries("05-other.conflist"), 1);
     assert_eq!(tree.entries("10-kindnet.conflist"), 1);
@@ -401,11 +394,7 @@ fn rechains_count_a_primary_rewriting_its_file_not_an_edited_entry() {
             &listen,
         ],
     );
-    assert!(
-        wait_until(T, || tree.entries("10-kindnet.conflist") == 1),
-        "{}",
-        inst.log()
-    );
+    inst.wait_entry(&tree, "10-kindnet.conflist");
     // The first insert is no re-chain.
     assert!(
         wait_until(T, || rechains(port) == Some(0)),
@@ -580,11 +569,7 @@ fn read_only_bin_dir_is_reported_and_retried() {
         "remount,bind,rw",
         bin.to_str().unwrap(),
     ]);
-    assert!(
-        wait_until(T, || tree.entries("10-kindnet.conflist") == 1),
-        "{}",
-        inst.log()
-    );
+    inst.wait_entry(&tree, "10-kindnet.conflist");
     assert!(tree.binary().exists());
     assert_eq!(inst.term().code(), Some(0), "{}", inst.log());
 }
@@ -595,11 +580,7 @@ fn sigterm_cleans_up_entry_then_kubeconfig_then_binary() {
     let tree = Tree::new();
     let primary = tree.write_conf("10-kindnet.conflist", &kindnet());
     let mut inst = Installer::start(&tree, &[]);
-    assert!(
-        wait_until(T, || tree.entries("10-kindnet.conflist") == 1),
-        "{}",
-        inst.log()
-    );
+    inst.wait_entry(&tree, "10-kindnet.conflist");
     // Record the real file events of the three places, in order.
     let events = Arc::new(Mutex::new(Vec::<(EventKind, PathBuf)>::new()));
     let ev2 = events.clone();
@@ -652,11 +633,7 @@ fn keep_on_exit_leaves_everything_and_a_used_binary_is_never_removed() {
     let tree = Tree::new();
     tree.write_conf("10-kindnet.conflist", &kindnet());
     let mut inst = Installer::start(&tree, &["--keep-on-exit"]);
-    assert!(
-        wait_until(T, || tree.entries("10-kindnet.conflist") == 1),
-        "{}",
-        inst.log()
-    );
+    inst.wait_entry(&tree, "10-kindnet.conflist");
     assert_eq!(inst.term().code(), Some(0));
     assert_eq!(tree.entries("10-kindnet.conflist"), 1);
     assert!(tree.kubeconfig().exists() && tree.binary().exists());
@@ -719,11 +696,7 @@ fn refuses_when_the_node_cannot_run_meshnft() {
     assert!(inst.log().contains("proxy-uid"), "{}", inst.log());
     // Fixing the ConfigMap (the file) is picked up without a restart.
     std::fs::write(&entry, br#"{"linkerd": {"proxy-uid": 2103}}"#).unwrap();
-    assert!(
-        wait_until(T, || tree.entries("10-bridge.conflist") == 1),
-        "{}",
-        inst.log()
-    );
+    inst.wait_entry(&tree, "10-bridge.conflist");
     assert_eq!(
         last_plugin(&tree.net().join("10-bridge.conflist"))["linkerd"]["proxy-uid"],
         2103
@@ -746,11 +719,7 @@ fn missing_directories_are_reported_and_waited_for() {
     assert!(inst.running());
     std::fs::create_dir(tree.net()).unwrap();
     tree.write_conf("10-kindnet.conflist", &kindnet());
-    assert!(
-        wait_until(T, || tree.entries("10-kindnet.conflist") == 1),
-        "{}",
-        inst.log()
-    );
+    inst.wait_entry(&tree, "10-kindnet.conflist");
     assert_eq!(inst.term().code(), Some(0));
 }
 
@@ -772,11 +741,7 @@ fn the_installed_chain_runs_through_libcni() {
     let ef = tree.dir.join("entry.json");
     std::fs::write(&ef, entry.to_string()).unwrap();
     let mut inst = Installer::start(&tree, &["--entry-file", ef.to_str().unwrap()]);
-    assert!(
-        wait_until(T, || tree.entries("10-ptp.conflist") == 1),
-        "{}",
-        inst.log()
-    );
+    inst.wait_entry(&tree, "10-ptp.conflist");
     let cl = tree.net().join("10-ptp.conflist");
     let bins = [tree.bin(), PathBuf::from(support::CNI_PLUGIN_DIR)];
     let drv = support::CniDriver::get();
@@ -825,11 +790,7 @@ fn sigterm_works_when_the_installer_is_pid_1() {
         }
     }
     let mut inst = Installer::spawn(c);
-    assert!(
-        wait_until(T, || tree.entries("10-kindnet.conflist") == 1),
-        "{}",
-        inst.log()
-    );
+    inst.wait_entry(&tree, "10-kindnet.conflist");
     // The installer: unshare's child, PID 1 in its namespace.
     let children =
         std::fs::read_to_string(format!("/proc/{}/task/{}/children", inst.pid(), inst.pid()))
@@ -859,11 +820,7 @@ fn dangerous_inputs_are_refused_or_skipped() {
     );
     tree.write_conf("10-kindnet.conflist", &kindnet());
     let mut inst = Installer::start(&tree, &[]);
-    assert!(
-        wait_until(T, || tree.entries("10-kindnet.conflist") == 1),
-        "{}",
-        inst.log()
-    );
+    inst.wait_entry(&tree, "10-kindnet.conflist");
     assert_eq!(inst.term().code(), Some(0), "{}", inst.log());
     drop(tree);
 
@@ -1260,8 +1217,7 @@ fn an_interrupted_conversion_is_resumed() {
     assert_eq!(std::fs::read(&conf).unwrap(), original);
 }
 
-#[path = "common/liveapi.rs"]
-mod liveapi;
+use support::liveapi;
 
 /// The installer as the chart runs it: `--daemonset meshnft` in namespace
 /// `meshnft`, asking `api` at SIGTERM (2 s at most).
@@ -1441,11 +1397,7 @@ fn old_records_are_moved_once() {
     std::fs::write(old.join("kernel-features.json"), "{}").unwrap();
 
     let mut inst = Installer::start(&tree, &[]);
-    assert!(
-        wait_until(T, || tree.entries("10-kindnet.conflist") == 1),
-        "{}",
-        inst.log()
-    );
+    inst.wait_entry(&tree, "10-kindnet.conflist");
     assert!(
         !old.exists(),
         "the old directory is still there:\n{}",

@@ -5,14 +5,13 @@
 //!
 //! Root only (network namespaces, cgroups, nft); skipped with a message otherwise.
 
-mod common;
 use meshnft_testkit as support;
 
-use common::apiserver::{self, FakeApi, Mode};
-use common::*;
 use serde_json::{Value, json};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
+use support::apiserver::{self, FakeApi, Mode};
+use support::*;
 
 /// A pod wired by the real ptp chain, whose meshnft ADD is run directly
 /// (so the plugin reaches the stand-in API server on the host's loopback).

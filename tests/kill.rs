@@ -7,14 +7,13 @@
 //! table or exactly the listing of a completed ADD of one of the two
 //! configurations.
 
-mod common;
 use meshnft_testkit as support;
 
-use common::*;
 use serde_json::{Value, json};
 use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+use support::*;
 use support::{Netns, Node};
 
 fn conf(node: &Node, ports: std::ops::Range<u32>, pod: &Netns) -> Value {

@@ -15,8 +15,7 @@
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
-#[path = "common/k8syaml.rs"]
-mod k8syaml;
+use meshnft_testkit::k8syaml;
 
 use k8syaml::strict;
 use std::path::Path;

@@ -2,7 +2,7 @@
 //! `conflists/ptp-istio-meshnft.conflist` and `ptp-kuma-meshnft.conflist`
 //! run through the CNI project's libcni (Go driver, Debian's `ptp` +
 //! `host-local`) in a throwaway node netns, meshnft reading the pod from the
-//! stand-in API server (`tests/common/apiserver.rs`, listening in the node
+//! stand-in API server (`support::apiserver`, listening in the node
 //! netns), with real processes in kubelet-like pod cgroups making real TCP
 //! connections.
 //!
@@ -20,15 +20,14 @@
 //!
 //! Root only (`sudo cargo test`); skipped with a message otherwise.
 
-mod common;
 use meshnft_testkit as support;
 
-use common::apiserver::{self, FakeApi};
-use common::*;
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::json;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
+use support::apiserver::{self, FakeApi};
+use support::*;
 use support::{Layout, Listener, Netns, Node, PodCgroups, Qos, SRV4_A, SRV4_B};
 
 /// Istio's proxy UID and GID (istio-cni's default).
@@ -58,7 +57,7 @@ struct MeshNode {
 impl MeshNode {
     fn start(mesh: &str, pods: &[Pod]) -> MeshNode {
         let node = Node::new();
-        node.install_plugin("meshnft", Path::new(MESHNFT));
+        node.install_plugin("meshnft", Path::new(meshnft_bin()));
         let server = node_listener(&node);
         let api = support::in_netns(node.netns.path(), || FakeApi::serving(pods));
         let kc = api.kubeconfig(node.dir());
@@ -143,6 +142,47 @@ impl<'a> MeshPod<'a> {
         support::tcp_probe(self.n.node.netns.path(), None, 0, 0, addr.into(), port)
     }
 
+    /// `container` as `uid`/`gid` to `addr:port` goes out directly: the
+    /// server answers, with no original destination (not redirected).
+    fn direct(&self, container: &str, uid: u32, gid: u32, addr: impl Into<IpAddr>, port: u16) {
+        expect_reply(
+            self.probe(container, uid, gid, addr, port),
+            "server",
+            Some("-"),
+        );
+    }
+
+    /// `container` as `uid`/`gid` to `addr:port` lands on the proxy's
+    /// listener `tag` (`proxy-out`, `proxy-in`), `addr:port` its original
+    /// destination.
+    fn redirected(
+        &self,
+        tag: &str,
+        container: &str,
+        uid: u32,
+        gid: u32,
+        addr: impl Into<IpAddr>,
+        port: u16,
+    ) {
+        let addr = addr.into();
+        let orig = SocketAddr::new(addr, port).to_string();
+        expect_reply(
+            self.probe(container, uid, gid, addr, port),
+            tag,
+            Some(&orig),
+        );
+    }
+
+    /// From the node to the pod's `addr:port`: on the proxy's inbound
+    /// port, `addr:port` its original destination.
+    fn inbound_redirected(&self, addr: Ipv4Addr, port: u16) {
+        expect_reply(
+            self.inbound(addr, port),
+            "proxy-in",
+            Some(&format!("{addr}:{port}")),
+        );
+    }
+
     fn phase_closed(&self) -> bool {
         set_elements(&self.pod, "proxy_started")
             .iter()
@@ -180,7 +220,7 @@ impl<'a> MeshPod<'a> {
 
 /// `meshnft ARGS --netns POD --json` (inspect, explain) as a document.
 fn op(p: &MeshPod, args: &[&str]) -> serde_json::Value {
-    let mut cmd = std::process::Command::new(MESHNFT);
+    let mut cmd = std::process::Command::new(meshnft_bin());
     cmd.args(args)
         .args(["--netns", p.pod.path().to_str().unwrap(), "--json"])
         .arg("--state-dir")
@@ -277,20 +317,12 @@ fn istio_pod_classic_layout() {
     );
     validate(&p, "istio-validation", ISTIO_UID, &[15001, 15006], 15002);
     // The init container goes out directly (the proxy is not there yet).
-    expect_reply(
-        p.probe("init", INIT_UID, INIT_UID, SRV4_A, 80),
-        "server",
-        Some("-"),
-    );
+    p.direct("init", INIT_UID, INIT_UID, SRV4_A, 80);
     assert!(p.bypassed("init"));
 
     // The proxy starts; its first packet out ends the init phase.
     let _l = p.sidecar(&[8080, 8081, 15021]);
-    expect_reply(
-        p.probe("istio-proxy", ISTIO_UID, ISTIO_UID, SRV4_A, 80),
-        "server",
-        Some("-"),
-    );
+    p.direct("istio-proxy", ISTIO_UID, ISTIO_UID, SRV4_A, 80);
     assert!(p.phase_closed(), "{}", list_table(&p.pod).unwrap());
     // inspect shows the mesh and Istio's proxy identity (UID or GID).
     let i = op(&p, &["inspect"]);
@@ -308,42 +340,18 @@ fn istio_pod_classic_layout() {
     assert_eq!(i["warnings"], json!([]), "{i:#}");
     // The app goes to 15001 with its original destination; the excluded
     // port and range go out directly.
-    expect_reply(
-        p.probe("app", APP_UID, APP_UID, SRV4_A, 80),
-        "proxy-out",
-        Some("198.19.0.1:80"),
-    );
-    expect_reply(
-        p.probe("app", APP_UID, APP_UID, SRV4_A, 9100),
-        "server",
-        Some("-"),
-    );
-    expect_reply(
-        p.probe("app", APP_UID, APP_UID, SRV4_B, 80),
-        "server",
-        Some("-"),
-    );
+    p.redirected("proxy-out", "app", APP_UID, APP_UID, SRV4_A, 80);
+    p.direct("app", APP_UID, APP_UID, SRV4_A, 9100);
+    p.direct("app", APP_UID, APP_UID, SRV4_B, 80);
     // The proxy GID alone is the proxy (istio-iptables' --gid-owner rule).
-    expect_reply(
-        p.probe("app", APP_UID, ISTIO_UID, SRV4_A, 80),
-        "server",
-        Some("-"),
-    );
+    p.direct("app", APP_UID, ISTIO_UID, SRV4_A, 80);
     // Inbound to 15006, except the annotation's 8081 and Istio's 15021.
-    expect_reply(
-        p.inbound(pod4, 8080),
-        "proxy-in",
-        Some(&format!("{pod4}:8080")),
-    );
+    p.inbound_redirected(pod4, 8080);
     expect_reply(p.inbound(pod4, 8081), "app", None);
     expect_reply(p.inbound(pod4, 15021), "app", None);
     // The proxy to its pod's own address over loopback: inbound (15006);
     // the app to it: directly.
-    expect_reply(
-        p.probe("istio-proxy", ISTIO_UID, ISTIO_UID, pod4, 8080),
-        "proxy-in",
-        Some(&format!("{pod4}:8080")),
-    );
+    p.redirected("proxy-in", "istio-proxy", ISTIO_UID, ISTIO_UID, pod4, 8080);
     expect_reply(p.probe("app", APP_UID, APP_UID, pod4, 8080), "app", None);
     p.check_and_del();
 }
@@ -371,17 +379,9 @@ fn istio_pod_native_sidecar() {
     p.add();
     validate(&p, "istio-validation", ISTIO_UID, &[15001, 15006], 15002);
     let _l = p.sidecar(&[8080]);
-    expect_reply(
-        p.probe("istio-proxy", ISTIO_UID, ISTIO_UID, SRV4_A, 80),
-        "server",
-        Some("-"),
-    );
+    p.direct("istio-proxy", ISTIO_UID, ISTIO_UID, SRV4_A, 80);
     assert!(p.phase_closed());
-    expect_reply(
-        p.probe("init", INIT_UID, INIT_UID, SRV4_A, 80),
-        "proxy-out",
-        Some("198.19.0.1:80"),
-    );
+    p.redirected("proxy-out", "init", INIT_UID, INIT_UID, SRV4_A, 80);
     assert!(!p.bypassed("init"));
     p.check_and_del();
 }
@@ -409,11 +409,7 @@ fn kuma_pod_classic_layout() {
     let p = MeshPod::new(&n, name);
     let pod4 = p.add();
     // The user's init container first: directly.
-    expect_reply(
-        p.probe("init", INIT_UID, INIT_UID, SRV4_A, 80),
-        "server",
-        Some("-"),
-    );
+    p.direct("init", INIT_UID, INIT_UID, SRV4_A, 80);
     assert!(p.bypassed("init"));
     // kuma-validation (UID 5678): 127.0.0.1 -> 127.0.0.6:15006 lands on its
     // 127.0.0.1:15006 listener through the proxy's loopback rule.
@@ -426,47 +422,19 @@ fn kuma_pod_classic_layout() {
     validate(&p, "kuma-validation", KUMA_UID, &[15006], 15006);
 
     let _l = p.sidecar(&[8080, 8081, 9001]);
-    expect_reply(
-        p.probe("kuma-sidecar", KUMA_UID, KUMA_UID, SRV4_A, 80),
-        "server",
-        Some("-"),
-    );
+    p.direct("kuma-sidecar", KUMA_UID, KUMA_UID, SRV4_A, 80);
     assert!(p.phase_closed(), "{}", list_table(&p.pod).unwrap());
-    expect_reply(
-        p.probe("app", APP_UID, APP_UID, SRV4_A, 80),
-        "proxy-out",
-        Some("198.19.0.1:80"),
-    );
-    expect_reply(
-        p.probe("app", APP_UID, APP_UID, SRV4_A, 9100),
-        "server",
-        Some("-"),
-    );
-    expect_reply(
-        p.probe("app", APP_UID, APP_UID, SRV4_B, 80),
-        "server",
-        Some("-"),
-    );
+    p.redirected("proxy-out", "app", APP_UID, APP_UID, SRV4_A, 80);
+    p.direct("app", APP_UID, APP_UID, SRV4_A, 9100);
+    p.direct("app", APP_UID, APP_UID, SRV4_B, 80);
     // Kuma has no GID rule: the app with kuma-dp's GID is redirected.
-    expect_reply(
-        p.probe("app", APP_UID, KUMA_UID, SRV4_A, 80),
-        "proxy-out",
-        Some("198.19.0.1:80"),
-    );
+    p.redirected("proxy-out", "app", APP_UID, KUMA_UID, SRV4_A, 80);
     // Inbound to 15006, except the annotation's 8081 and the probe proxy
     // port 9001.
-    expect_reply(
-        p.inbound(pod4, 8080),
-        "proxy-in",
-        Some(&format!("{pod4}:8080")),
-    );
+    p.inbound_redirected(pod4, 8080);
     expect_reply(p.inbound(pod4, 8081), "app", None);
     expect_reply(p.inbound(pod4, 9001), "app", None);
-    expect_reply(
-        p.probe("kuma-sidecar", KUMA_UID, KUMA_UID, pod4, 8080),
-        "proxy-in",
-        Some(&format!("{pod4}:8080")),
-    );
+    p.redirected("proxy-in", "kuma-sidecar", KUMA_UID, KUMA_UID, pod4, 8080);
     p.check_and_del();
 }
 

@@ -1,7 +1,9 @@
 //! The netlink encoding against nft, the oracle.
 //!
-//! For every golden configuration, first ADD and re-ADD, with and without the
-//! init phase, IPv4 and IPv4+IPv6, and a 10 000-port, 10 000-subnet table:
+//! For every configuration of crates/testkit/testdata/entries.json (the
+//! golden files' and more: with and without the init phase, IPv4 and
+//! IPv4+IPv6, each mesh), first ADD and re-ADD, and a 10 000-port,
+//! 10 000-subnet table:
 //! meshnft's own netlink batch is committed in one fresh network namespace
 //! and `nft -f` of the rendered text in another; `nft list table` and `nft -j
 //! list table` must print the same for both. nft is a test tool here only.
@@ -15,8 +17,14 @@ use meshnft::table::ruleset::{self, Levels, Table};
 use serde_json::json;
 use std::fs::File;
 
-fn table(conf: serde_json::Value, levels: Option<Levels>) -> Table {
+/// The table ADD builds for `conf` with the pod cgroup at level `pod` (the
+/// containers' one below), or without a pod cgroup.
+fn table(conf: serde_json::Value, pod: Option<u8>) -> Table {
     let conf: NetConf = config::decode(conf.to_string().as_bytes()).expect("config");
+    let levels = pod.map(|pod| Levels {
+        pod,
+        container: pod + 1,
+    });
     ruleset::build(
         &conf.settings().expect("settings"),
         levels,
@@ -24,20 +32,27 @@ fn table(conf: serde_json::Value, levels: Option<Levels>) -> Table {
     )
 }
 
-fn cases() -> Vec<(&'static str, Table)> {
-    let base = json!({"cniVersion": "1.0.0", "name": "k8s-pod-network", "type": "meshnft"});
-    let mut full = base.clone();
-    full["linkerd"] = json!({
-        "incoming-proxy-port": 4143, "outgoing-proxy-port": 4140, "proxy-uid": 2102, "proxy-gid": 2102,
-        "ports-to-redirect": [8080, "9000-9010"],
-        "inbound-ports-to-ignore": ["4191", "4190", "25"],
-        "outbound-ports-to-ignore": ["443", "6443", "3306, 5432", "1000-2000", "1500-2500", "65535"],
-        "subnets-to-ignore": ["198.18.7.0/24", "2001:db8:7::/48"],
-        "outbound-subnets-to-ignore": ["198.18.8.0/25", "198.18.8.128/25", "2001:db8:8::1", "198.19.0.0/24", "198.19.1.0/25"],
-        "ipv6": true
-    });
-    full["initPhase"] = json!({"redirectDestinations": ["198.18.9.9:20001", "[2001:db8:9::9]:20001", "15000-15001"]});
-    let mut big = base.clone();
+/// Every entry of crates/testkit/testdata/entries.json (the golden files'
+/// configurations and more) at pod level 3 and without a pod cgroup, two of
+/// them at another level, and a 10 000-port, 10 000-subnet table.
+fn cases() -> Vec<(String, Table)> {
+    let mut cases = Vec::new();
+    for name in support::entry_names() {
+        for pod in [Some(3), None] {
+            let label = match pod {
+                Some(p) => format!("{name}, level {p}"),
+                None => format!("{name}, no pod cgroup"),
+            };
+            cases.push((label, table(support::entry(name), pod)));
+        }
+    }
+    for (name, pod) in [("linkerd-full-edges", 5), ("kuma-excluded-ips", 4)] {
+        cases.push((
+            format!("{name}, level {pod}"),
+            table(support::entry(name), Some(pod)),
+        ));
+    }
+    let mut big = support::entry("linkerd-defaults");
     let ports: Vec<String> = (1..=10_000).map(|i| (i * 3).to_string()).collect();
     let nets: Vec<String> = (0..10_000u32)
         .map(|i| {
@@ -50,39 +65,16 @@ fn cases() -> Vec<(&'static str, Table)> {
         "outbound-ports-to-ignore": [ports.join(",")],
         "outbound-subnets-to-ignore": nets,
     });
-    let l = |pod| {
-        Some(Levels {
-            pod,
-            container: pod + 1,
-        })
-    };
-    let mut istio = base.clone();
-    istio["mesh"] = json!("istio");
-    istio["istio"] = json!({
-        "proxyGID": 1338, "excludeInboundPorts": "8081",
-        "includeOutboundIPRanges": "198.18.0.0/15,2001:db8::/32", "excludeOutboundIPRanges": "198.19.1.0/24,2001:db8:3::/64",
-        "includeOutboundPorts": "443", "excludeOutboundPorts": "3306", "ipv6": true
-    });
-    let mut kuma = base.clone();
-    kuma["mesh"] = json!("kuma");
-    kuma["kuma"] = json!({"redirect": {
-        "inbound": {"excludePortsForIPs": ["198.18.6.0/24", "2001:db8:6::/48"]},
-        "outbound": {"excludePortsForIPs": ["198.19.1.0/24", "2001:db8:3::/64"]}
-    }});
-    let mut kuma4 = base.clone();
-    kuma4["mesh"] = json!("kuma");
-    kuma4["kuma"] = json!({"ipFamilyMode": "ipv4"});
-    vec![
-        ("defaults, level 3", table(base.clone(), l(3))),
-        ("defaults, no pod cgroup", table(base.clone(), None)),
-        ("full v4+v6, level 5", table(full.clone(), l(5))),
-        ("full v4+v6, no pod cgroup", table(full, None)),
-        ("10 000 ports and 10 000 subnets", table(big, l(3))),
-        ("istio v4+v6, level 3", table(istio.clone(), l(3))),
-        ("istio v4+v6, no pod cgroup", table(istio, None)),
-        ("kuma dualstack, level 4", table(kuma, l(4))),
-        ("kuma ipv4, level 3", table(kuma4, l(3))),
-    ]
+    cases.push((
+        "10 000 ports and 10 000 subnets".into(),
+        table(big, Some(3)),
+    ));
+    cases
+}
+
+/// The seed's table: Linkerd's defaults, the pod cgroup at level 3.
+fn seed() -> Table {
+    table(support::entry("linkerd-defaults"), Some(3))
 }
 
 fn listings(ns: &support::Netns) -> (String, String) {
@@ -128,7 +120,7 @@ fn netlink_tables_list_exactly_like_nft_text() {
 
 #[support::root_test]
 fn a_second_first_add_fails_whole_with_eexist() {
-    let t = &cases()[0].1;
+    let t = &seed();
     let ns = support::Netns::new("mtorc");
     open(&ns).commit(encode::fresh(t)).unwrap();
     let before = listings(&ns);
@@ -166,7 +158,7 @@ fn a_refused_batch_leaves_nothing_and_names_the_object() {
     let out = ns.exec_ok(&["nft", "list", "ruleset"]);
     assert!(out.trim().is_empty(), "a refused batch left: {out}");
     // A name clash: a set declared twice with different types.
-    let mut t2 = cases()[0].1.clone();
+    let mut t2 = seed();
     let mut dup = t2.sets[3].clone();
     dup.key = ruleset::KeyType::Ipv4;
     t2.sets.push(dup);

@@ -7,15 +7,14 @@
 //!
 //! Root only (`sudo cargo test`); skipped with a message otherwise.
 
-mod common;
 use meshnft_testkit as support;
 
-use common::*;
 use serde_json::Value;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
+use support::*;
 use support::{Layout, Listener, Netns, Node, PodCgroups, Qos, SRV4_A, SRV4_B, SRV6_A, SRV6_B};
 
 const INIT_UID: u32 = 1000;
@@ -24,7 +23,7 @@ const APP_UID: u32 = 1001;
 
 /// Runs the CLI (no `CNI_COMMAND`) with `args`.
 fn cli(args: &[&str]) -> Invocation {
-    let out = Command::new(MESHNFT)
+    let out = Command::new(meshnft_bin())
         .args(args)
         .env_clear()
         .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
@@ -81,7 +80,7 @@ struct Pod {
 impl Pod {
     fn new(id: &str, k8s: bool) -> Pod {
         let node = Node::new();
-        node.install_plugin("meshnft", Path::new(MESHNFT));
+        node.install_plugin("meshnft", Path::new(meshnft_bin()));
         let server = node_listener(&node);
         let cg = PodCgroups::new(Layout::Cgroupfs, Qos::Burstable);
         let pod = Netns::new("mtpod");

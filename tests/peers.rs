@@ -32,17 +32,16 @@
 //!
 //! Root only (`sudo cargo test`); skipped with a message otherwise.
 
-mod common;
 use meshnft_testkit as support;
 
-use common::apiserver::{self, FakeApi};
-use common::*;
 use k8s_openapi::api::core::v1::{EnvVar, Pod};
 use serde_json::{Value, json};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
+use support::apiserver::{self, FakeApi};
+use support::*;
 use support::{Listener, Netns, Node, PodCgroups, SRV4_A, SRV4_B, SRV6_A, SRV6_B, peer_binary};
 
 /// istio-cni's default proxy UID and GID (`istio-proxy` without a
@@ -376,6 +375,86 @@ fn differs(what: &str, from: Source, to: Dest, peer: Landed, meshnft: Landed) ->
     }
 }
 
+/// A timeline as data, one step a line (a step may go on over the next
+/// lines), in the order it runs:
+///
+/// * `proxy starts;`: [`Line::ProxyStarts`];
+/// * `"what", from, to => Landed;`: a connection that lands alike with
+///   every plugin ([`same`]);
+/// * `"what", from, to => peer: Landed, meshnft: Landed;`: one that lands
+///   differently with the peer and with meshnft ([`differs`]).
+///
+/// `from` is a [`Source`], `to` a [`Dest`], `Landed` a variant of
+/// [`Landed`]; `what` is the row's text in the printed table.
+macro_rules! timeline {
+    (@steps [$($done:expr,)*]) => {
+        vec![$($done,)*]
+    };
+    (@steps [$($done:expr,)*] proxy starts; $($rest:tt)*) => {
+        timeline!(@steps [$($done,)* Line::ProxyStarts,] $($rest)*)
+    };
+    (@steps [$($done:expr,)*] $what:literal, $from:expr, $to:expr
+        => peer: $peer:ident, meshnft: $meshnft:ident; $($rest:tt)*) => {
+        timeline!(@steps [
+            $($done,)* differs($what, $from, $to, Landed::$peer, Landed::$meshnft),
+        ] $($rest)*)
+    };
+    (@steps [$($done:expr,)*] $what:literal, $from:expr, $to:expr => $landed:ident; $($rest:tt)*) => {
+        timeline!(@steps [$($done,)* same($what, $from, $to, Landed::$landed),] $($rest)*)
+    };
+    ($($steps:tt)*) => {
+        timeline!(@steps [] $($steps)*)
+    };
+}
+
+/// A process in container `container` of the pod, as `uid` and `gid`.
+fn run_as(container: &'static str, uid: u32, gid: u32) -> Source {
+    Source::Container(container, uid, gid)
+}
+
+/// A process in the app container, as `uid` and `gid`.
+fn app_as(uid: u32, gid: u32) -> Source {
+    run_as("app", uid, gid)
+}
+
+/// A process in `container` as `uid` and `gid`, its socket bound to `src`.
+fn bound(container: &'static str, uid: u32, gid: u32, src: impl Into<IpAddr>) -> Source {
+    Source::Bound(container, uid, gid, src.into())
+}
+
+/// The node, from its own netns.
+const NODE: Source = Source::Node;
+
+/// The node, its socket bound to `src`.
+fn node_from(src: impl Into<IpAddr>) -> Source {
+    Source::NodeFrom(src.into())
+}
+
+/// The proxies' inbound passthrough source, IPv4 (Istio, Kuma).
+const PASSTHROUGH4: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 6);
+/// Kuma's inbound passthrough source, IPv6.
+const PASSTHROUGH6: Ipv6Addr = Ipv6Addr::new(0, 0, 0, 0, 0, 0, 0, 6);
+
+/// The pod's own IPv4 address, `port`.
+fn pod4(port: u16) -> Dest {
+    Dest::Pod4(port)
+}
+
+/// The pod's own IPv6 address, `port`.
+fn pod6(port: u16) -> Dest {
+    Dest::Pod6(port)
+}
+
+/// 127.0.0.1:`port` in the pod.
+fn lo4(port: u16) -> Dest {
+    Dest::Lo(Ipv4Addr::LOCALHOST.into(), port)
+}
+
+/// [::1]:`port` in the pod.
+fn lo6(port: u16) -> Dest {
+    Dest::Lo(Ipv6Addr::LOCALHOST.into(), port)
+}
+
 /// Where a connection landed, as the test sees it: every listener replies
 /// `<tag> local=<address> orig=<original destination or ->`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -704,11 +783,11 @@ fn plugin_entry(peer: Peer, sc: &Scenario, node: &Node, api: &FakeApi) -> Value 
             })
         }
         (Peer::Meshnft, Mesh::Istio) => {
-            node.install_plugin("meshnft", Path::new(MESHNFT));
+            node.install_plugin("meshnft", Path::new(meshnft_bin()));
             meshnft_istio_entry(node, &api.kubeconfig(node.dir()))
         }
         (Peer::Meshnft, Mesh::Linkerd) => {
-            node.install_plugin("meshnft", Path::new(MESHNFT));
+            node.install_plugin("meshnft", Path::new(meshnft_bin()));
             // The same entry as linkerd-cni's, type changed.
             let mut e = linkerd_entry(
                 "meshnft",
@@ -721,7 +800,7 @@ fn plugin_entry(peer: Peer, sc: &Scenario, node: &Node, api: &FakeApi) -> Value 
         }
         (Peer::LinkerdThenMeshnft, _) => unreachable!("plugin_entries splits it"),
         (Peer::Meshnft, Mesh::Kuma) => {
-            node.install_plugin("meshnft", Path::new(MESHNFT));
+            node.install_plugin("meshnft", Path::new(meshnft_bin()));
             let mut e = json!({
                 "type": "meshnft",
                 "mesh": "kuma",
@@ -1148,35 +1227,15 @@ fn srv(ip: impl Into<IpAddr>, port: u16) -> Dest {
 /// with both (UID 1337), the app's goes to 15001, inbound to 15006.
 #[support::root_test]
 fn classic_sidecar_side_by_side() {
-    use Landed::*;
     side_by_side(&[Scenario {
         title: "classic sidecar (istio-proxy a regular container, the init container runs before it):",
         name: "classic",
-        shape: Shape::Classic,
-        annotations: &[],
-        proxy_env: &[],
-        timeline: vec![
-            differs(
-                "init (uid 1000) -> server:80",
-                Source::Container("init", INIT_UID, INIT_UID),
-                srv(SRV4_A, 80),
-                Refused,
-                Direct,
-            ),
-            Line::ProxyStarts,
-            same(
-                "istio-proxy (uid 1337) -> server:80",
-                PROXY,
-                srv(SRV4_A, 80),
-                Direct,
-            ),
-            same(
-                "app (uid 1001) -> server:80",
-                APP,
-                srv(SRV4_A, 80),
-                ProxyOut,
-            ),
-            same("node -> pod:8080", Source::Node, Dest::Pod4(8080), ProxyIn),
+        timeline: timeline![
+            "init (uid 1000) -> server:80", INIT, srv(SRV4_A, 80) => peer: Refused, meshnft: Direct;
+            proxy starts;
+            "istio-proxy (uid 1337) -> server:80", PROXY, srv(SRV4_A, 80) => Direct;
+            "app (uid 1001) -> server:80", APP, srv(SRV4_A, 80) => ProxyOut;
+            "node -> pod:8080", NODE, pod4(8080) => ProxyIn;
         ],
         ..Default::default()
     }]);
@@ -1190,34 +1249,16 @@ fn classic_sidecar_side_by_side() {
 /// the proxy's first packet, istio-cni redirects everything from ADD on.
 #[support::root_test]
 fn native_sidecar_side_by_side() {
-    use Landed::*;
     side_by_side(&[Scenario {
         title: "native sidecar (istio-proxy an init container with restartPolicy: Always, started first):",
         name: "native",
         shape: Shape::Native,
-        annotations: &[],
-        proxy_env: &[],
-        timeline: vec![
-            Line::ProxyStarts,
-            same(
-                "istio-proxy (uid 1337) -> server:80",
-                PROXY,
-                srv(SRV4_A, 80),
-                Direct,
-            ),
-            same(
-                "init (uid 1000) -> server:80",
-                Source::Container("init", INIT_UID, INIT_UID),
-                srv(SRV4_A, 80),
-                ProxyOut,
-            ),
-            same(
-                "app (uid 1001) -> server:80",
-                APP,
-                srv(SRV4_A, 80),
-                ProxyOut,
-            ),
-            same("node -> pod:8080", Source::Node, Dest::Pod4(8080), ProxyIn),
+        timeline: timeline![
+            proxy starts;
+            "istio-proxy (uid 1337) -> server:80", PROXY, srv(SRV4_A, 80) => Direct;
+            "init (uid 1000) -> server:80", INIT, srv(SRV4_A, 80) => ProxyOut;
+            "app (uid 1001) -> server:80", APP, srv(SRV4_A, 80) => ProxyOut;
+            "node -> pod:8080", NODE, pod4(8080) => ProxyIn;
         ],
         ..Default::default()
     }]);
@@ -1246,25 +1287,19 @@ fn native_sidecar_side_by_side() {
 ///   by both, `excludeOutboundIPRanges` with an IPv6 range.
 #[support::root_test]
 fn annotations_side_by_side() {
-    use Landed::*;
-    let node = Source::Node;
     // Only the GID is the proxy's.
-    let gid_only = Source::Container("app", APP_UID, ISTIO_PROXY_UID);
-    let passthrough = Source::Bound(
+    let gid_only = app_as(APP_UID, ISTIO_PROXY_UID);
+    let passthrough = bound(
         "istio-proxy",
         ISTIO_PROXY_UID,
         ISTIO_PROXY_UID,
-        Ipv4Addr::new(127, 0, 0, 6).into(),
+        PASSTHROUGH4,
     );
-    let lo4 = |p| Dest::Lo(Ipv4Addr::LOCALHOST.into(), p);
-    let lo6 = |p| Dest::Lo(Ipv6Addr::LOCALHOST.into(), p);
-    let pod = Dest::Pod4;
     // 198.19.0.2: inside 198.19.0.0/24 beside SRV4_A (added to the node).
     let srv4_c = Ipv4Addr::new(198, 19, 0, 2);
     let exclusions = Scenario {
         title: "exclusions (the inclusions at their default, \"*\"):",
         name: "exclude",
-        shape: Shape::Classic,
         annotations: &[
             ("traffic.sidecar.istio.io/excludeOutboundPorts", "9100"),
             (
@@ -1273,94 +1308,39 @@ fn annotations_side_by_side() {
             ),
             ("traffic.sidecar.istio.io/excludeInboundPorts", "8081"),
         ],
-        proxy_env: &[],
-        timeline: vec![
-            Line::ProxyStarts,
-            same(
-                "istio-proxy (uid 1337) -> 198.19.0.1:80",
-                PROXY,
-                srv(SRV4_A, 80),
-                Direct,
-            ),
-            same("app -> 198.19.0.1:80", APP, srv(SRV4_A, 80), ProxyOut),
-            same(
-                "app -> 198.19.0.1:9100 (excluded port)",
-                APP,
-                srv(SRV4_A, 9100),
-                Direct,
-            ),
-            same(
-                "app -> 198.19.0.1:15020 (default exclusion replaced)",
-                APP,
-                srv(SRV4_A, 15020),
-                ProxyOut,
-            ),
-            same(
-                "app -> 198.19.1.1:80 (excluded range)",
-                APP,
-                srv(SRV4_B, 80),
-                Direct,
-            ),
-            same(
-                "app -> [2001:db8:2::1]:80 (IPv6 off)",
-                APP,
-                srv(SRV6_A, 80),
-                Direct,
-            ),
-            same(
-                "uid 1001 gid 1337 -> 198.19.0.1:80 (gid alone)",
-                gid_only,
-                srv(SRV4_A, 80),
-                Direct,
-            ),
-            same("node -> pod:8080", node, pod(8080), ProxyIn),
-            same("node -> pod:8081 (excluded port)", node, pod(8081), App),
-            same("node -> pod:15020 (always excluded)", node, pod(15020), App),
-            same("node -> pod:15021 (always excluded)", node, pod(15021), App),
-            same("node -> pod:15090 (always excluded)", node, pod(15090), App),
-            same("node -> pod:15008 (tunnel port)", node, pod(15008), App),
-            same("node -> [pod]:8080 (IPv6 off)", node, Dest::Pod6(8080), App),
-            same("app -> pod:8080 over lo", APP, pod(8080), App),
-            same("app -> 127.0.0.1:8080", APP, lo4(8080), App),
-            same("istio-proxy -> pod:8080 over lo", PROXY, pod(8080), ProxyIn),
-            same("istio-proxy -> 127.0.0.1:8080", PROXY, lo4(8080), App),
-            same(
-                "istio-proxy -> 127.0.0.6:8080 (not 127.0.0.1)",
-                PROXY,
-                Dest::Lo(Ipv4Addr::new(127, 0, 0, 6).into(), 8080),
-                ProxyIn,
-            ),
-            same(
-                "istio-proxy -> pod:15008 over lo (tunnel)",
-                PROXY,
-                pod(15008),
-                App,
-            ),
-            same(
-                "istio-proxy -> pod:9100 over lo (excluded port)",
-                PROXY,
-                pod(9100),
-                App,
-            ),
-            same(
-                "istio-proxy from 127.0.0.6 -> pod:8080",
-                passthrough,
-                pod(8080),
-                App,
-            ),
-            same(
-                "uid 1001 gid 1337 -> pod:8080 over lo",
-                gid_only,
-                pod(8080),
-                App,
-            ),
+        timeline: timeline![
+            proxy starts;
+            "istio-proxy (uid 1337) -> 198.19.0.1:80", PROXY, srv(SRV4_A, 80) => Direct;
+            "app -> 198.19.0.1:80", APP, srv(SRV4_A, 80) => ProxyOut;
+            "app -> 198.19.0.1:9100 (excluded port)", APP, srv(SRV4_A, 9100) => Direct;
+            "app -> 198.19.0.1:15020 (default exclusion replaced)", APP, srv(SRV4_A, 15020)
+                => ProxyOut;
+            "app -> 198.19.1.1:80 (excluded range)", APP, srv(SRV4_B, 80) => Direct;
+            "app -> [2001:db8:2::1]:80 (IPv6 off)", APP, srv(SRV6_A, 80) => Direct;
+            "uid 1001 gid 1337 -> 198.19.0.1:80 (gid alone)", gid_only, srv(SRV4_A, 80) => Direct;
+            "node -> pod:8080", NODE, pod4(8080) => ProxyIn;
+            "node -> pod:8081 (excluded port)", NODE, pod4(8081) => App;
+            "node -> pod:15020 (always excluded)", NODE, pod4(15020) => App;
+            "node -> pod:15021 (always excluded)", NODE, pod4(15021) => App;
+            "node -> pod:15090 (always excluded)", NODE, pod4(15090) => App;
+            "node -> pod:15008 (tunnel port)", NODE, pod4(15008) => App;
+            "node -> [pod]:8080 (IPv6 off)", NODE, pod6(8080) => App;
+            "app -> pod:8080 over lo", APP, pod4(8080) => App;
+            "app -> 127.0.0.1:8080", APP, lo4(8080) => App;
+            "istio-proxy -> pod:8080 over lo", PROXY, pod4(8080) => ProxyIn;
+            "istio-proxy -> 127.0.0.1:8080", PROXY, lo4(8080) => App;
+            "istio-proxy -> 127.0.0.6:8080 (not 127.0.0.1)",
+                PROXY, Dest::Lo(PASSTHROUGH4.into(), 8080) => ProxyIn;
+            "istio-proxy -> pod:15008 over lo (tunnel)", PROXY, pod4(15008) => App;
+            "istio-proxy -> pod:9100 over lo (excluded port)", PROXY, pod4(9100) => App;
+            "istio-proxy from 127.0.0.6 -> pod:8080", passthrough, pod4(8080) => App;
+            "uid 1001 gid 1337 -> pod:8080 over lo", gid_only, pod4(8080) => App;
         ],
         ..Default::default()
     };
     let inclusions = Scenario {
         title: "narrower inclusions, each against an exclusion:",
         name: "include",
-        shape: Shape::Classic,
         annotations: &[
             (
                 "traffic.sidecar.istio.io/includeOutboundIPRanges",
@@ -1378,152 +1358,64 @@ fn annotations_side_by_side() {
             ("traffic.sidecar.istio.io/includeInboundPorts", "8080,15021"),
             ("traffic.sidecar.istio.io/excludeInboundPorts", "8080"),
         ],
-        proxy_env: &[],
-        timeline: vec![
-            Line::ProxyStarts,
-            same(
-                "istio-proxy (uid 1337) -> 198.19.0.1:80",
-                PROXY,
-                srv(SRV4_A, 80),
-                Direct,
-            ),
-            same(
-                "app -> 198.19.0.1:80 (included range)",
-                APP,
-                srv(SRV4_A, 80),
-                ProxyOut,
-            ),
-            same(
-                "app -> 198.19.1.1:80 (outside the range)",
-                APP,
-                srv(SRV4_B, 80),
-                Direct,
-            ),
-            same(
-                "app -> 198.19.1.1:9100 (included port)",
-                APP,
-                srv(SRV4_B, 9100),
-                ProxyOut,
-            ),
-            same(
-                "app -> 198.19.1.1:20001 (included, excluded port)",
-                APP,
-                srv(SRV4_B, 20001),
-                Direct,
-            ),
-            same(
-                "app -> 198.19.0.1:20001 (included range, excl. port)",
-                APP,
-                srv(SRV4_A, 20001),
-                Direct,
-            ),
-            same(
-                "app -> 198.19.0.2:80 (included and excluded range)",
-                APP,
-                srv(srv4_c, 80),
-                Direct,
-            ),
-            same(
-                "app -> 198.19.0.2:9100 (excluded range, incl. port)",
-                APP,
-                srv(srv4_c, 9100),
-                Direct,
-            ),
-            same(
-                "node -> pod:8080 (listed; its exclusion ignored)",
-                node,
-                pod(8080),
-                ProxyIn,
-            ),
-            same("node -> pod:8081 (not listed)", node, pod(8081), App),
-            same(
-                "node -> pod:15021 (listed: no longer excluded)",
-                node,
-                pod(15021),
-                ProxyIn,
-            ),
-            same("node -> pod:15020 (not listed)", node, pod(15020), App),
-            same("istio-proxy -> pod:8080 over lo", PROXY, pod(8080), ProxyIn),
+        timeline: timeline![
+            proxy starts;
+            "istio-proxy (uid 1337) -> 198.19.0.1:80", PROXY, srv(SRV4_A, 80) => Direct;
+            "app -> 198.19.0.1:80 (included range)", APP, srv(SRV4_A, 80) => ProxyOut;
+            "app -> 198.19.1.1:80 (outside the range)", APP, srv(SRV4_B, 80) => Direct;
+            "app -> 198.19.1.1:9100 (included port)", APP, srv(SRV4_B, 9100) => ProxyOut;
+            "app -> 198.19.1.1:20001 (included, excluded port)", APP, srv(SRV4_B, 20001) => Direct;
+            "app -> 198.19.0.1:20001 (included range, excl. port)", APP, srv(SRV4_A, 20001)
+                => Direct;
+            "app -> 198.19.0.2:80 (included and excluded range)", APP, srv(srv4_c, 80) => Direct;
+            "app -> 198.19.0.2:9100 (excluded range, incl. port)", APP, srv(srv4_c, 9100) => Direct;
+            "node -> pod:8080 (listed; its exclusion ignored)", NODE, pod4(8080) => ProxyIn;
+            "node -> pod:8081 (not listed)", NODE, pod4(8081) => App;
+            "node -> pod:15021 (listed: no longer excluded)", NODE, pod4(15021) => ProxyIn;
+            "node -> pod:15020 (not listed)", NODE, pod4(15020) => App;
+            "istio-proxy -> pod:8080 over lo", PROXY, pod4(8080) => ProxyIn;
         ],
         ..Default::default()
     };
     let empty = Scenario {
         title: "empty inclusions:",
         name: "empty",
-        shape: Shape::Classic,
         annotations: &[
             ("traffic.sidecar.istio.io/includeOutboundIPRanges", ""),
             ("traffic.sidecar.istio.io/includeOutboundPorts", "9100"),
             ("traffic.sidecar.istio.io/includeInboundPorts", ""),
         ],
-        proxy_env: &[],
-        timeline: vec![
-            Line::ProxyStarts,
-            same(
-                "istio-proxy (uid 1337) -> 198.19.0.1:80",
-                PROXY,
-                srv(SRV4_A, 80),
-                Direct,
-            ),
-            same("app -> 198.19.0.1:80", APP, srv(SRV4_A, 80), Direct),
-            same(
-                "app -> 198.19.0.1:9100 (included port)",
-                APP,
-                srv(SRV4_A, 9100),
-                ProxyOut,
-            ),
-            same("node -> pod:8080", node, pod(8080), App),
-            same("istio-proxy -> pod:8080 over lo", PROXY, pod(8080), ProxyIn),
+        timeline: timeline![
+            proxy starts;
+            "istio-proxy (uid 1337) -> 198.19.0.1:80", PROXY, srv(SRV4_A, 80) => Direct;
+            "app -> 198.19.0.1:80", APP, srv(SRV4_A, 80) => Direct;
+            "app -> 198.19.0.1:9100 (included port)", APP, srv(SRV4_A, 9100) => ProxyOut;
+            "node -> pod:8080", NODE, pod4(8080) => App;
+            "istio-proxy -> pod:8080 over lo", PROXY, pod4(8080) => ProxyIn;
         ],
         ..Default::default()
     };
     let dual = Scenario {
         title: "dual stack:",
         name: "dual",
-        shape: Shape::Classic,
         annotations: &[(
             "traffic.sidecar.istio.io/excludeOutboundIPRanges",
             "2001:db8:3::/64",
         )],
         proxy_env: &[("ISTIO_DUAL_STACK", "true")],
-        timeline: vec![
-            Line::ProxyStarts,
-            same(
-                "istio-proxy (uid 1337) -> [2001:db8:2::1]:80",
-                PROXY,
-                srv(SRV6_A, 80),
-                Direct,
-            ),
-            same("app -> 198.19.0.1:80", APP, srv(SRV4_A, 80), ProxyOut),
-            same("app -> [2001:db8:2::1]:80", APP, srv(SRV6_A, 80), ProxyOut),
-            same(
-                "app -> [2001:db8:3::1]:80 (excluded range)",
-                APP,
-                srv(SRV6_B, 80),
-                Direct,
-            ),
-            same(
-                "uid 1001 gid 1337 -> [2001:db8:2::1]:80",
-                gid_only,
-                srv(SRV6_A, 80),
-                Direct,
-            ),
-            same("node -> [pod]:8080", node, Dest::Pod6(8080), ProxyIn),
-            same(
-                "node -> [pod]:15021 (always excluded)",
-                node,
-                Dest::Pod6(15021),
-                App,
-            ),
-            same("app -> [pod]:8080 over lo", APP, Dest::Pod6(8080), App),
-            same("app -> [::1]:8080", APP, lo6(8080), App),
-            same(
-                "istio-proxy -> [pod]:8080 over lo",
-                PROXY,
-                Dest::Pod6(8080),
-                ProxyIn,
-            ),
-            same("istio-proxy -> [::1]:8080", PROXY, lo6(8080), App),
+        timeline: timeline![
+            proxy starts;
+            "istio-proxy (uid 1337) -> [2001:db8:2::1]:80", PROXY, srv(SRV6_A, 80) => Direct;
+            "app -> 198.19.0.1:80", APP, srv(SRV4_A, 80) => ProxyOut;
+            "app -> [2001:db8:2::1]:80", APP, srv(SRV6_A, 80) => ProxyOut;
+            "app -> [2001:db8:3::1]:80 (excluded range)", APP, srv(SRV6_B, 80) => Direct;
+            "uid 1001 gid 1337 -> [2001:db8:2::1]:80", gid_only, srv(SRV6_A, 80) => Direct;
+            "node -> [pod]:8080", NODE, pod6(8080) => ProxyIn;
+            "node -> [pod]:15021 (always excluded)", NODE, pod6(15021) => App;
+            "app -> [pod]:8080 over lo", APP, pod6(8080) => App;
+            "app -> [::1]:8080", APP, lo6(8080) => App;
+            "istio-proxy -> [pod]:8080 over lo", PROXY, pod6(8080) => ProxyIn;
+            "istio-proxy -> [::1]:8080", PROXY, lo6(8080) => App;
         ],
         ..Default::default()
     };
@@ -1549,66 +1441,23 @@ const INIT: Source = Source::Container("init", INIT_UID, INIT_UID);
 /// left alone, IPv6 left alone (`ipv6: false`).
 #[support::root_test]
 fn linkerd_classic_seed_side_by_side() {
-    use Landed::*;
-    let lo4 = Dest::Lo(Ipv4Addr::LOCALHOST.into(), 8080);
     side_by_side(&[Scenario {
         title: "Linkerd, classic layout, the seed (linkerd-proxy a regular container, the init container runs before it):",
         name: "l5d-classic",
         mesh: Mesh::Linkerd,
-        timeline: vec![
-            differs(
-                "init (uid 1000) -> server:80",
-                INIT,
-                srv(SRV4_A, 80),
-                Refused,
-                Direct,
-            ),
-            Line::ProxyStarts,
-            same(
-                "linkerd-proxy (uid 2102) -> server:80",
-                LINKERD_PROXY,
-                srv(SRV4_A, 80),
-                Direct,
-            ),
-            same(
-                "app (uid 1001) -> server:80",
-                APP,
-                srv(SRV4_A, 80),
-                ProxyOut,
-            ),
-            same(
-                "init (uid 1000) -> server:80, after the proxy",
-                INIT,
-                srv(SRV4_A, 80),
-                ProxyOut,
-            ),
-            same("node -> pod:8080", Source::Node, Dest::Pod4(8080), ProxyIn),
-            same(
-                "node -> pod:4191 (inbound-ports-to-ignore)",
-                Source::Node,
-                Dest::Pod4(4191),
-                App,
-            ),
-            same("app -> pod:8080 over lo", APP, Dest::Pod4(8080), App),
-            same("app -> 127.0.0.1:8080", APP, lo4, App),
-            same(
-                "linkerd-proxy -> pod:8080 over lo",
-                LINKERD_PROXY,
-                Dest::Pod4(8080),
-                App,
-            ),
-            same(
-                "app -> [2001:db8:2::1]:80 (ipv6: false)",
-                APP,
-                srv(SRV6_A, 80),
-                Direct,
-            ),
-            same(
-                "node -> [pod]:8080 (ipv6: false)",
-                Source::Node,
-                Dest::Pod6(8080),
-                App,
-            ),
+        timeline: timeline![
+            "init (uid 1000) -> server:80", INIT, srv(SRV4_A, 80) => peer: Refused, meshnft: Direct;
+            proxy starts;
+            "linkerd-proxy (uid 2102) -> server:80", LINKERD_PROXY, srv(SRV4_A, 80) => Direct;
+            "app (uid 1001) -> server:80", APP, srv(SRV4_A, 80) => ProxyOut;
+            "init (uid 1000) -> server:80, after the proxy", INIT, srv(SRV4_A, 80) => ProxyOut;
+            "node -> pod:8080", NODE, pod4(8080) => ProxyIn;
+            "node -> pod:4191 (inbound-ports-to-ignore)", NODE, pod4(4191) => App;
+            "app -> pod:8080 over lo", APP, pod4(8080) => App;
+            "app -> 127.0.0.1:8080", APP, lo4(8080) => App;
+            "linkerd-proxy -> pod:8080 over lo", LINKERD_PROXY, pod4(8080) => App;
+            "app -> [2001:db8:2::1]:80 (ipv6: false)", APP, srv(SRV6_A, 80) => Direct;
+            "node -> [pod]:8080 (ipv6: false)", NODE, pod6(8080) => App;
         ],
         ..Default::default()
     }]);
@@ -1619,33 +1468,17 @@ fn linkerd_classic_seed_side_by_side() {
 /// start is redirected by all three alike.
 #[support::root_test]
 fn linkerd_native_sidecar_side_by_side() {
-    use Landed::*;
     side_by_side(&[Scenario {
         title: "Linkerd, native sidecar (linkerd-proxy an init container with restartPolicy: Always, started first):",
         name: "l5d-native",
         mesh: Mesh::Linkerd,
         shape: Shape::Native,
-        timeline: vec![
-            Line::ProxyStarts,
-            same(
-                "linkerd-proxy (uid 2102) -> server:80",
-                LINKERD_PROXY,
-                srv(SRV4_A, 80),
-                Direct,
-            ),
-            same(
-                "init (uid 1000) -> server:80, after the proxy",
-                INIT,
-                srv(SRV4_A, 80),
-                ProxyOut,
-            ),
-            same(
-                "app (uid 1001) -> server:80",
-                APP,
-                srv(SRV4_A, 80),
-                ProxyOut,
-            ),
-            same("node -> pod:8080", Source::Node, Dest::Pod4(8080), ProxyIn),
+        timeline: timeline![
+            proxy starts;
+            "linkerd-proxy (uid 2102) -> server:80", LINKERD_PROXY, srv(SRV4_A, 80) => Direct;
+            "init (uid 1000) -> server:80, after the proxy", INIT, srv(SRV4_A, 80) => ProxyOut;
+            "app (uid 1001) -> server:80", APP, srv(SRV4_A, 80) => ProxyOut;
+            "node -> pod:8080", NODE, pod4(8080) => ProxyIn;
         ],
         ..Default::default()
     }]);
@@ -1659,9 +1492,7 @@ fn linkerd_native_sidecar_side_by_side() {
 /// (inbound allow-list) and `ipv6: true`.
 #[support::root_test]
 fn linkerd_annotations_side_by_side() {
-    use Landed::*;
-    let node = Source::Node;
-    let proxy_2200 = Source::Container("linkerd-proxy", 2200, 2200);
+    let proxy_2200 = run_as("linkerd-proxy", 2200, 2200);
     let skips = Scenario {
         title: "Linkerd: skip annotations, proxy-uid:",
         name: "l5d-skips",
@@ -1672,58 +1503,19 @@ fn linkerd_annotations_side_by_side() {
             ("config.linkerd.io/skip-subnets", "198.19.1.0/24"),
             ("config.linkerd.io/proxy-uid", "2200"),
         ],
-        timeline: vec![
-            Line::ProxyStarts,
-            same(
-                "linkerd-proxy (uid 2200) -> server:80",
-                proxy_2200,
-                srv(SRV4_A, 80),
-                Direct,
-            ),
-            same(
-                "uid 2102 (not this pod's proxy) -> server:80",
-                Source::Container("app", PROXY_UID, PROXY_UID),
-                srv(SRV4_A, 80),
-                ProxyOut,
-            ),
-            same("app -> server:80", APP, srv(SRV4_A, 80), ProxyOut),
-            same(
-                "app -> server:9100 (skip-outbound-ports)",
-                APP,
-                srv(SRV4_A, 9100),
-                Direct,
-            ),
-            same(
-                "app -> 198.19.1.1:80 (skip-subnets: inbound only)",
-                APP,
-                srv(SRV4_B, 80),
-                ProxyOut,
-            ),
-            same("node -> pod:8080", node, Dest::Pod4(8080), ProxyIn),
-            same(
-                "node -> pod:8081 (skip-inbound-ports)",
-                node,
-                Dest::Pod4(8081),
-                App,
-            ),
-            same(
-                "node -> pod:4191 (the entry's, kept)",
-                node,
-                Dest::Pod4(4191),
-                App,
-            ),
-            same(
-                "node from 198.19.1.1 -> pod:8080 (skip-subnets)",
-                Source::NodeFrom(SRV4_B.into()),
-                Dest::Pod4(8080),
-                App,
-            ),
-            same(
-                "node from 198.19.0.1 -> pod:8080",
-                Source::NodeFrom(SRV4_A.into()),
-                Dest::Pod4(8080),
-                ProxyIn,
-            ),
+        timeline: timeline![
+            proxy starts;
+            "linkerd-proxy (uid 2200) -> server:80", proxy_2200, srv(SRV4_A, 80) => Direct;
+            "uid 2102 (not this pod's proxy) -> server:80",
+                app_as(PROXY_UID, PROXY_UID), srv(SRV4_A, 80) => ProxyOut;
+            "app -> server:80", APP, srv(SRV4_A, 80) => ProxyOut;
+            "app -> server:9100 (skip-outbound-ports)", APP, srv(SRV4_A, 9100) => Direct;
+            "app -> 198.19.1.1:80 (skip-subnets: inbound only)", APP, srv(SRV4_B, 80) => ProxyOut;
+            "node -> pod:8080", NODE, pod4(8080) => ProxyIn;
+            "node -> pod:8081 (skip-inbound-ports)", NODE, pod4(8081) => App;
+            "node -> pod:4191 (the entry's, kept)", NODE, pod4(4191) => App;
+            "node from 198.19.1.1 -> pod:8080 (skip-subnets)", node_from(SRV4_B), pod4(8080) => App;
+            "node from 198.19.0.1 -> pod:8080", node_from(SRV4_A), pod4(8080) => ProxyIn;
         ],
         ..Default::default()
     };
@@ -1732,29 +1524,15 @@ fn linkerd_annotations_side_by_side() {
         name: "l5d-gid",
         mesh: Mesh::Linkerd,
         annotations: &[("config.linkerd.io/proxy-gid", "2103")],
-        timeline: vec![
-            Line::ProxyStarts,
-            same(
-                "linkerd-proxy (uid 2102 gid 2103) -> server:80",
-                Source::Container("linkerd-proxy", PROXY_UID, 2103),
-                srv(SRV4_A, 80),
-                Direct,
-            ),
-            differs(
-                "uid 1001 gid 2103 -> server:80 (the GID alone)",
-                Source::Container("app", APP_UID, 2103),
-                srv(SRV4_A, 80),
-                Direct,
-                ProxyOut,
-            ),
-            differs(
-                "uid 2102 gid 1001 -> server:80 (the UID alone)",
-                Source::Container("app", PROXY_UID, APP_UID),
-                srv(SRV4_A, 80),
-                Direct,
-                ProxyOut,
-            ),
-            same("app -> server:80", APP, srv(SRV4_A, 80), ProxyOut),
+        timeline: timeline![
+            proxy starts;
+            "linkerd-proxy (uid 2102 gid 2103) -> server:80",
+                run_as("linkerd-proxy", PROXY_UID, 2103), srv(SRV4_A, 80) => Direct;
+            "uid 1001 gid 2103 -> server:80 (the GID alone)", app_as(APP_UID, 2103), srv(SRV4_A, 80)
+                => peer: Direct, meshnft: ProxyOut;
+            "uid 2102 gid 1001 -> server:80 (the UID alone)",
+                app_as(PROXY_UID, APP_UID), srv(SRV4_A, 80) => peer: Direct, meshnft: ProxyOut;
+            "app -> server:80", APP, srv(SRV4_A, 80) => ProxyOut;
         ],
         ..Default::default()
     };
@@ -1763,17 +1541,12 @@ fn linkerd_annotations_side_by_side() {
         name: "l5d-listed",
         mesh: Mesh::Linkerd,
         entry: r#"{"ports-to-redirect": [8080]}"#,
-        timeline: vec![
-            Line::ProxyStarts,
-            same(
-                "linkerd-proxy (uid 2102) -> server:80",
-                LINKERD_PROXY,
-                srv(SRV4_A, 80),
-                Direct,
-            ),
-            same("node -> pod:8080 (listed)", node, Dest::Pod4(8080), ProxyIn),
-            same("node -> pod:8081 (not listed)", node, Dest::Pod4(8081), App),
-            same("app -> server:80", APP, srv(SRV4_A, 80), ProxyOut),
+        timeline: timeline![
+            proxy starts;
+            "linkerd-proxy (uid 2102) -> server:80", LINKERD_PROXY, srv(SRV4_A, 80) => Direct;
+            "node -> pod:8080 (listed)", NODE, pod4(8080) => ProxyIn;
+            "node -> pod:8081 (not listed)", NODE, pod4(8081) => App;
+            "app -> server:80", APP, srv(SRV4_A, 80) => ProxyOut;
         ],
         ..Default::default()
     };
@@ -1782,25 +1555,16 @@ fn linkerd_annotations_side_by_side() {
         name: "l5d-v6",
         mesh: Mesh::Linkerd,
         entry: r#"{"ipv6": true}"#,
-        timeline: vec![
-            Line::ProxyStarts,
-            same(
-                "linkerd-proxy (uid 2102) -> [2001:db8:2::1]:80",
-                LINKERD_PROXY,
-                srv(SRV6_A, 80),
-                Direct,
-            ),
-            same("app -> [2001:db8:2::1]:80", APP, srv(SRV6_A, 80), ProxyOut),
-            same("app -> 198.19.0.1:80", APP, srv(SRV4_A, 80), ProxyOut),
-            same("node -> [pod]:8080", node, Dest::Pod6(8080), ProxyIn),
-            same("node -> [pod]:4191 (ignored)", node, Dest::Pod6(4191), App),
-            same(
-                "app -> [::1]:8080",
-                APP,
-                Dest::Lo(Ipv6Addr::LOCALHOST.into(), 8080),
-                App,
-            ),
-            same("app -> [pod]:8080 over lo", APP, Dest::Pod6(8080), App),
+        timeline: timeline![
+            proxy starts;
+            "linkerd-proxy (uid 2102) -> [2001:db8:2::1]:80", LINKERD_PROXY, srv(SRV6_A, 80)
+                => Direct;
+            "app -> [2001:db8:2::1]:80", APP, srv(SRV6_A, 80) => ProxyOut;
+            "app -> 198.19.0.1:80", APP, srv(SRV4_A, 80) => ProxyOut;
+            "node -> [pod]:8080", NODE, pod6(8080) => ProxyIn;
+            "node -> [pod]:4191 (ignored)", NODE, pod6(4191) => App;
+            "app -> [::1]:8080", APP, lo6(8080) => App;
+            "app -> [pod]:8080 over lo", APP, pod6(8080) => App;
         ],
         ..Default::default()
     };
@@ -1846,97 +1610,34 @@ const KUMA_CONFIG: &str = "traffic.kuma.io/transparent-proxy-config";
 /// ::6 (both add `::6` to the pod's `lo`).
 #[support::root_test]
 fn kuma_classic_seed_side_by_side() {
-    use Landed::*;
-    let node = Source::Node;
     side_by_side(&[Scenario {
         title: "Kuma, classic layout, the seed (kuma-sidecar a regular container, the init container runs before it):",
         name: "kuma-classic",
         mesh: Mesh::Kuma,
         peer_only: vec![(KUMA_CONFIG, kuma_default_config())],
-        timeline: vec![
-            differs(
-                "init (uid 1000) -> server:80",
-                INIT,
-                srv(SRV4_A, 80),
-                Refused,
-                Direct,
-            ),
-            Line::ProxyStarts,
-            same(
-                "kuma-sidecar (uid 5678) -> server:80",
-                KUMA_PROXY,
-                srv(SRV4_A, 80),
-                Direct,
-            ),
-            same(
-                "app (uid 1001) -> server:80",
-                APP,
-                srv(SRV4_A, 80),
-                ProxyOut,
-            ),
-            same(
-                "init (uid 1000) -> server:80, after the proxy",
-                INIT,
-                srv(SRV4_A, 80),
-                ProxyOut,
-            ),
-            same(
-                "uid 1001 gid 5678 -> server:80 (the GID alone)",
-                Source::Container("app", APP_UID, KUMA_PROXY_UID),
-                srv(SRV4_A, 80),
-                ProxyOut,
-            ),
-            same(
-                "app -> server:9901 (excluded)",
-                APP,
-                Dest::Server(SRV4_A.into(), 9901),
-                Direct,
-            ),
-            same("node -> pod:8080", node, Dest::Pod4(8080), ProxyIn),
-            same("node -> pod:9901 (excluded)", node, Dest::Pod4(9901), App),
-            same(
-                "node -> pod:9001 (probe proxy port)",
-                node,
-                Dest::Pod4(9001),
-                App,
-            ),
-            same("app -> [2001:db8:2::1]:80", APP, srv(SRV6_A, 80), ProxyOut),
-            same("node -> [pod]:8080", node, Dest::Pod6(8080), ProxyIn),
-            same("app -> pod:8080 over lo", APP, Dest::Pod4(8080), App),
-            same(
-                "app -> 127.0.0.1:8080",
-                APP,
-                Dest::Lo(Ipv4Addr::LOCALHOST.into(), 8080),
-                App,
-            ),
-            same(
-                "kuma-sidecar -> pod:8080 over lo",
-                KUMA_PROXY,
-                Dest::Pod4(8080),
-                ProxyIn,
-            ),
-            same(
-                "kuma-sidecar from 127.0.0.6 -> pod:8080",
-                Source::Bound(
-                    "kuma-sidecar",
-                    KUMA_PROXY_UID,
-                    KUMA_PROXY_UID,
-                    Ipv4Addr::new(127, 0, 0, 6).into(),
-                ),
-                Dest::Pod4(8080),
-                App,
-            ),
-            same(
-                "kuma-sidecar from ::6 -> [pod]:8080",
-                Source::Bound(
-                    "kuma-sidecar",
-                    KUMA_PROXY_UID,
-                    KUMA_PROXY_UID,
-                    Ipv6Addr::new(0, 0, 0, 0, 0, 0, 0, 6).into(),
-                ),
-                Dest::Pod6(8080),
-                App,
-            ),
+        timeline: timeline![
+            "init (uid 1000) -> server:80", INIT, srv(SRV4_A, 80) => peer: Refused, meshnft: Direct;
+            proxy starts;
+            "kuma-sidecar (uid 5678) -> server:80", KUMA_PROXY, srv(SRV4_A, 80) => Direct;
+            "app (uid 1001) -> server:80", APP, srv(SRV4_A, 80) => ProxyOut;
+            "init (uid 1000) -> server:80, after the proxy", INIT, srv(SRV4_A, 80) => ProxyOut;
+            "uid 1001 gid 5678 -> server:80 (the GID alone)",
+                app_as(APP_UID, KUMA_PROXY_UID), srv(SRV4_A, 80) => ProxyOut;
+            "app -> server:9901 (excluded)", APP, srv(SRV4_A, 9901) => Direct;
+            "node -> pod:8080", NODE, pod4(8080) => ProxyIn;
+            "node -> pod:9901 (excluded)", NODE, pod4(9901) => App;
+            "node -> pod:9001 (probe proxy port)", NODE, pod4(9001) => App;
+            "app -> [2001:db8:2::1]:80", APP, srv(SRV6_A, 80) => ProxyOut;
+            "node -> [pod]:8080", NODE, pod6(8080) => ProxyIn;
+            "app -> pod:8080 over lo", APP, pod4(8080) => App;
+            "app -> 127.0.0.1:8080", APP, lo4(8080) => App;
+            "kuma-sidecar -> pod:8080 over lo", KUMA_PROXY, pod4(8080) => ProxyIn;
+            "kuma-sidecar from 127.0.0.6 -> pod:8080",
+                bound("kuma-sidecar", KUMA_PROXY_UID, KUMA_PROXY_UID, PASSTHROUGH4), pod4(8080)
+                => App;
+            "kuma-sidecar from ::6 -> [pod]:8080",
+                bound("kuma-sidecar", KUMA_PROXY_UID, KUMA_PROXY_UID, PASSTHROUGH6), pod6(8080)
+                => App;
         ],
         ..Default::default()
     }]);
@@ -1946,34 +1647,18 @@ fn kuma_classic_seed_side_by_side() {
 /// Always`: everything after its start is redirected by both alike.
 #[support::root_test]
 fn kuma_native_sidecar_side_by_side() {
-    use Landed::*;
     side_by_side(&[Scenario {
         title: "Kuma, native sidecar (kuma-sidecar an init container with restartPolicy: Always, started first):",
         name: "kuma-native",
         mesh: Mesh::Kuma,
         shape: Shape::Native,
         peer_only: vec![(KUMA_CONFIG, kuma_default_config())],
-        timeline: vec![
-            Line::ProxyStarts,
-            same(
-                "kuma-sidecar (uid 5678) -> server:80",
-                KUMA_PROXY,
-                srv(SRV4_A, 80),
-                Direct,
-            ),
-            same(
-                "init (uid 1000) -> server:80, after the proxy",
-                INIT,
-                srv(SRV4_A, 80),
-                ProxyOut,
-            ),
-            same(
-                "app (uid 1001) -> server:80",
-                APP,
-                srv(SRV4_A, 80),
-                ProxyOut,
-            ),
-            same("node -> pod:8080", Source::Node, Dest::Pod4(8080), ProxyIn),
+        timeline: timeline![
+            proxy starts;
+            "kuma-sidecar (uid 5678) -> server:80", KUMA_PROXY, srv(SRV4_A, 80) => Direct;
+            "init (uid 1000) -> server:80, after the proxy", INIT, srv(SRV4_A, 80) => ProxyOut;
+            "app (uid 1001) -> server:80", APP, srv(SRV4_A, 80) => ProxyOut;
+            "node -> pod:8080", NODE, pod4(8080) => ProxyIn;
         ],
         ..Default::default()
     }]);
@@ -1987,8 +1672,6 @@ fn kuma_native_sidecar_side_by_side() {
 /// annotations, honours it. The peer's pod carries what kuma-cp renders.
 #[support::root_test]
 fn kuma_annotations_side_by_side() {
-    use Landed::*;
-    let node = Source::Node;
     let exclusions = Scenario {
         title: "Kuma: exclusions by port and by address:",
         name: "kuma-excl",
@@ -2010,71 +1693,22 @@ fn kuma_annotations_side_by_side() {
                 "    excludePorts: [9100]\n    excludePortsForIPs: [198.19.1.0/24, \"2001:db8:3::/64\"]\n",
             ),
         )],
-        timeline: vec![
-            Line::ProxyStarts,
-            same(
-                "kuma-sidecar (uid 5678) -> server:80",
-                KUMA_PROXY,
-                srv(SRV4_A, 80),
-                Direct,
-            ),
-            same("app -> server:80", APP, srv(SRV4_A, 80), ProxyOut),
-            same(
-                "app -> server:9100 (excluded port)",
-                APP,
-                srv(SRV4_A, 9100),
-                Direct,
-            ),
-            same(
-                "app -> server:9901 (no longer excluded)",
-                APP,
-                Dest::Server(SRV4_A.into(), 9901),
-                ProxyOut,
-            ),
-            same(
-                "app -> 198.19.1.1:80 (excluded range)",
-                APP,
-                srv(SRV4_B, 80),
-                Direct,
-            ),
-            same(
-                "app -> [2001:db8:3::1]:80 (excluded range)",
-                APP,
-                srv(SRV6_B, 80),
-                Direct,
-            ),
-            same("app -> [2001:db8:2::1]:80", APP, srv(SRV6_A, 80), ProxyOut),
-            same("node -> pod:8080", node, Dest::Pod4(8080), ProxyIn),
-            same(
-                "node -> pod:8081 (excluded port)",
-                node,
-                Dest::Pod4(8081),
-                App,
-            ),
-            same(
-                "node -> pod:9901 (no longer excluded)",
-                node,
-                Dest::Pod4(9901),
-                ProxyIn,
-            ),
-            same(
-                "node -> pod:9001 (probe proxy port)",
-                node,
-                Dest::Pod4(9001),
-                App,
-            ),
-            same(
-                "node from 198.19.1.1 -> pod:8080 (excluded source)",
-                Source::NodeFrom(SRV4_B.into()),
-                Dest::Pod4(8080),
-                App,
-            ),
-            same(
-                "node from 198.19.0.1 -> pod:8080",
-                Source::NodeFrom(SRV4_A.into()),
-                Dest::Pod4(8080),
-                ProxyIn,
-            ),
+        timeline: timeline![
+            proxy starts;
+            "kuma-sidecar (uid 5678) -> server:80", KUMA_PROXY, srv(SRV4_A, 80) => Direct;
+            "app -> server:80", APP, srv(SRV4_A, 80) => ProxyOut;
+            "app -> server:9100 (excluded port)", APP, srv(SRV4_A, 9100) => Direct;
+            "app -> server:9901 (no longer excluded)", APP, srv(SRV4_A, 9901) => ProxyOut;
+            "app -> 198.19.1.1:80 (excluded range)", APP, srv(SRV4_B, 80) => Direct;
+            "app -> [2001:db8:3::1]:80 (excluded range)", APP, srv(SRV6_B, 80) => Direct;
+            "app -> [2001:db8:2::1]:80", APP, srv(SRV6_A, 80) => ProxyOut;
+            "node -> pod:8080", NODE, pod4(8080) => ProxyIn;
+            "node -> pod:8081 (excluded port)", NODE, pod4(8081) => App;
+            "node -> pod:9901 (no longer excluded)", NODE, pod4(9901) => ProxyIn;
+            "node -> pod:9001 (probe proxy port)", NODE, pod4(9001) => App;
+            "node from 198.19.1.1 -> pod:8080 (excluded source)", node_from(SRV4_B), pod4(8080)
+                => App;
+            "node from 198.19.0.1 -> pod:8080", node_from(SRV4_A), pod4(8080) => ProxyIn;
         ],
         ..Default::default()
     };
@@ -2098,28 +1732,13 @@ fn kuma_annotations_side_by_side() {
                 "  inbound:\n    enabled: false\n",
             ),
         )],
-        timeline: vec![
-            Line::ProxyStarts,
-            same(
-                "kuma-sidecar (uid 5678) -> server:80",
-                KUMA_PROXY,
-                srv(SRV4_A, 80),
-                Direct,
-            ),
-            same("app -> server:80", APP, srv(SRV4_A, 80), ProxyOut),
-            same(
-                "app -> [2001:db8:2::1]:80 (ipv4 only)",
-                APP,
-                srv(SRV6_A, 80),
-                Direct,
-            ),
-            same(
-                "node -> pod:8080 (gateway: no inbound)",
-                node,
-                Dest::Pod4(8080),
-                App,
-            ),
-            same("node -> [pod]:8080", node, Dest::Pod6(8080), App),
+        timeline: timeline![
+            proxy starts;
+            "kuma-sidecar (uid 5678) -> server:80", KUMA_PROXY, srv(SRV4_A, 80) => Direct;
+            "app -> server:80", APP, srv(SRV4_A, 80) => ProxyOut;
+            "app -> [2001:db8:2::1]:80 (ipv4 only)", APP, srv(SRV6_A, 80) => Direct;
+            "node -> pod:8080 (gateway: no inbound)", NODE, pod4(8080) => App;
+            "node -> [pod]:8080", NODE, pod6(8080) => App;
         ],
         ..Default::default()
     };
@@ -2129,23 +1748,14 @@ fn kuma_annotations_side_by_side() {
         mesh: Mesh::Kuma,
         annotations: &[("kuma.io/sidecar-uid", "5700")],
         peer_only: vec![(KUMA_CONFIG, kuma_default_config())],
-        timeline: vec![
-            Line::ProxyStarts,
-            differs(
-                "kuma-sidecar (uid 5700) -> server:80",
-                Source::Container("kuma-sidecar", 5700, 5700),
-                srv(SRV4_A, 80),
-                ProxyOut,
-                Direct,
-            ),
-            differs(
-                "uid 5678 -> server:80",
-                Source::Container("app", KUMA_PROXY_UID, KUMA_PROXY_UID),
-                srv(SRV4_A, 80),
-                Direct,
-                ProxyOut,
-            ),
-            same("app -> server:80", APP, srv(SRV4_A, 80), ProxyOut),
+        timeline: timeline![
+            proxy starts;
+            "kuma-sidecar (uid 5700) -> server:80",
+                run_as("kuma-sidecar", 5700, 5700), srv(SRV4_A, 80)
+                => peer: ProxyOut, meshnft: Direct;
+            "uid 5678 -> server:80", app_as(KUMA_PROXY_UID, KUMA_PROXY_UID), srv(SRV4_A, 80)
+                => peer: Direct, meshnft: ProxyOut;
+            "app -> server:80", APP, srv(SRV4_A, 80) => ProxyOut;
         ],
         ..Default::default()
     };
@@ -2204,32 +1814,16 @@ fn kuma_injected_pod_is_refused_by_meshnft() {
 /// uninstalled.
 #[support::root_test]
 fn linkerd_cni_still_chained_keeps_the_seed_bug() {
-    use Landed::*;
     let sc = Scenario {
         title: "Linkerd, classic layout, linkerd-cni and meshnft both chained (linkerd-cni first):",
         name: "l5d-both",
         mesh: Mesh::Linkerd,
-        timeline: vec![
-            same(
-                "init (uid 1000) -> server:80",
-                INIT,
-                srv(SRV4_A, 80),
-                Refused,
-            ),
-            Line::ProxyStarts,
-            same(
-                "linkerd-proxy (uid 2102) -> server:80",
-                LINKERD_PROXY,
-                srv(SRV4_A, 80),
-                Direct,
-            ),
-            same(
-                "app (uid 1001) -> server:80",
-                APP,
-                srv(SRV4_A, 80),
-                ProxyOut,
-            ),
-            same("node -> pod:8080", Source::Node, Dest::Pod4(8080), ProxyIn),
+        timeline: timeline![
+            "init (uid 1000) -> server:80", INIT, srv(SRV4_A, 80) => Refused;
+            proxy starts;
+            "linkerd-proxy (uid 2102) -> server:80", LINKERD_PROXY, srv(SRV4_A, 80) => Direct;
+            "app (uid 1001) -> server:80", APP, srv(SRV4_A, 80) => ProxyOut;
+            "node -> pod:8080", NODE, pod4(8080) => ProxyIn;
         ],
         ..Default::default()
     };

@@ -6,11 +6,9 @@
 //! e2e script relies on (names, images, layouts, annotations), and the Go
 //! stand-in's answers against what the e2e script greps for.
 
-mod common;
 use meshnft_testkit as support;
 
-#[path = "common/k8syaml.rs"]
-mod k8syaml;
+use meshnft_testkit::k8syaml;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
@@ -357,7 +355,7 @@ fn standin_answers_what_e2e_greps_for() {
     }
     let standin = build_standin();
     let standin = standin.to_str().unwrap();
-    let f = common::Fixture::ptp(false, |_| {});
+    let f = support::Fixture::ptp(false, |_| {});
     let result = f.cni("add", "standin", true).expect("ADD");
     let (pod4, _) = support::result_v4_v6(&result);
     // The web server "outside" (node netns), the proxy stand-in in the pod
@@ -421,7 +419,7 @@ fn standin_answers_what_e2e_greps_for() {
     // Its first request went out directly and ended the init phase.
     assert!(support::wait_until(
         std::time::Duration::from_secs(10),
-        || common::set_elements(&f.pod, "proxy_started").len() == 1
+        || support::set_elements(&f.pod, "proxy_started").len() == 1
     ));
     let app = f.cg.container("app");
     let out = get(pod, Some(&app), 1001, "198.19.0.1", 8080);

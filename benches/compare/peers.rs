@@ -8,7 +8,7 @@
 //! and node.
 //!
 //! The node is a network namespace of the run; the stand-in API server of
-//! the tests (`tests/common/apiserver.rs`) listens on its loopback and
+//! the tests (`meshnft_testkit::apiserver`) listens on its loopback and
 //! serves each mesh's pod as its injector leaves it (Istio: `istio-proxy`
 //! and `sidecar.istio.io/status`; Linkerd: `linkerd-proxy`; Kuma:
 //! `kuma-sidecar`, `kuma.io/sidecar-injected`, and for kuma-cni the
@@ -30,13 +30,10 @@
 //! kernel expressions, `nft --debug=netlink list ruleset`, and the legacy
 //! xtables tables that exist after ADD).
 
-#[path = "../../tests/common/apiserver.rs"]
-mod apiserver;
-
 use crate::ctx::{Ctx, Plan};
 use crate::stats::{Stats, fmt_ms, round3};
 use crate::sys::{self, Ns, Result, Run, run_timed_in};
-use apiserver::FakeApi;
+use meshnft_testkit::apiserver::{self, FakeApi};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

@@ -2,6 +2,7 @@
 //! commands run to completion (with `nft` as the oracle, [`nft_bin`]), and
 //! polling.
 
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -112,4 +113,28 @@ pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// A temp dir (`/tmp/meshnft-node-<tag>-<unique>`, a prefix the leak check
+/// knows) removed on drop, also when the test fails.
+pub struct TempDir(pub PathBuf);
+
+impl std::ops::Deref for TempDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A fresh [`TempDir`].
+pub fn tmpdir(tag: &str) -> TempDir {
+    let d = std::env::temp_dir().join(format!("meshnft-node-{tag}-{}", unique("")));
+    std::fs::create_dir_all(&d).unwrap();
+    TempDir(d)
 }

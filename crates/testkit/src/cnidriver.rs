@@ -181,6 +181,6 @@ pub fn peer_binary(name: &str) -> PathBuf {
 }
 
 /// The repository's root (this crate is `crates/testkit` in it).
-fn repo() -> &'static Path {
+pub(crate) fn repo() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
 }

@@ -1,12 +1,15 @@
 //! Test harness for meshnft: throwaway network namespaces, kubelet-like cgroup v2
 //! trees, processes spawned into a netns + cgroup as a given uid, TCP/UDP probes, an
-//! in-process TCP listener that reports `SO_ORIGINAL_DST`, and a libcni driver
-//! (`tests/cnidriver`, Go) that runs conflists exactly as a container runtime would.
+//! in-process TCP listener that reports `SO_ORIGINAL_DST`, a libcni driver
+//! (`tests/cnidriver`, Go) that runs conflists exactly as a container runtime would,
+//! the plugin binary invoked directly, and stand-ins for the Kubernetes API server.
 //!
 //! A crate of the workspace (`meshnft-testkit`, a dev-dependency), built once
 //! for all the integration tests (`use meshnft_testkit as support;`) and the
-//! examples; it depends only on std, `libc` and `serde_json`, and re-exports
-//! [`root_test`], the attribute of a test that needs root.
+//! examples; it depends on std, `libc`, `serde_json`, and for the API stand-ins
+//! and YAML checks `k8s-openapi`, `serde`, `serde_yaml` and `serde_ignored` (no
+//! meshnft crate), and re-exports [`root_test`], the attribute of a test that needs
+//! root.
 //!
 //! Rules every helper keeps:
 //! - Test traffic stays inside network namespaces created here, on 198.18.0.0/15 and
@@ -27,15 +30,36 @@
 //! - `processes`: processes in a netns + cgroup, TCP/UDP probes;
 //! - `listener`: the `SO_ORIGINAL_DST` listener;
 //! - `cnidriver`: the libcni driver and the reference plugins;
-//! - `node`: a throwaway node with its CNI setup.
+//! - `node`: a throwaway node with its CNI setup;
+//! - `plugin`: the `meshnft` binary invoked directly, its `CNI_*` environment;
+//! - `fixture`: the example conflists with test settings, the server and the
+//!   proxy stand-in, a node with one pod ([`Fixture`]);
+//! - `readback`: meshnft's table read back by nft;
+//! - `entries`: the conflist entries the table's tests build from
+//!   (`testdata/entries.json`, shared with meshnft-plugin's pinned batches).
+//!
+//! And three modules used by name: [`apiserver`] (a stand-in for the
+//! Kubernetes API server serving fixed objects, with failure modes),
+//! [`liveapi`] (one with state and watches, for the node agent) and
+//! [`k8syaml`] (strict offline validation of Kubernetes YAML).
 
+pub mod apiserver;
 mod basics;
 mod cgroups;
 mod cnidriver;
+mod entries;
+mod fixture;
+pub mod k8syaml;
 mod listener;
+pub mod liveapi;
 mod netns;
 mod node;
+mod plugin;
 mod processes;
+mod readback;
 
-pub use self::{basics::*, cgroups::*, cnidriver::*, listener::*, netns::*, node::*, processes::*};
+pub use self::{
+    basics::*, cgroups::*, cnidriver::*, entries::*, fixture::*, listener::*, netns::*, node::*,
+    plugin::*, processes::*, readback::*,
+};
 pub use meshnft_testkit_macros::root_test;

@@ -1,5 +1,6 @@
 //! The bytes of the transactions the verbs send, pinned: the encoding of
-//! the seed tables (tests/golden.rs's configurations) as ADD and a re-ADD
+//! the seed tables (tests/golden.rs's configurations, from the shared
+//! `crates/testkit/testdata/entries.json`) as ADD and a re-ADD
 //! frame them, and DEL's. A change of the encoding (a renamed attribute, a
 //! reordered message) shows up here as a byte diff; regenerate with
 //! `UPDATE_GOLDEN=1 cargo test -p meshnft-plugin batch` only when the
@@ -8,7 +9,6 @@
 use crate::config::{self, NetConf};
 use crate::nft::encode;
 use crate::table::ruleset::{self, Levels};
-use serde_json::json;
 use std::path::PathBuf;
 
 fn hex(b: &[u8]) -> String {
@@ -23,8 +23,22 @@ fn hex(b: &[u8]) -> String {
     s
 }
 
-fn table(conf: serde_json::Value, levels: Option<Levels>) -> ruleset::Table {
-    let conf: NetConf = config::decode(conf.to_string().as_bytes()).expect("config");
+/// The entries the golden files, the nft oracle and these bytes are built
+/// from (meshnft-testkit's `testdata/entries.json`, read here as a file:
+/// this crate does not depend on the test harness).
+const ENTRIES: &str = include_str!("../../../testkit/testdata/entries.json");
+
+/// The table ADD builds for entry `name` of [`ENTRIES`] with the pod cgroup
+/// at level `pod` (the containers' one below), or without a pod cgroup.
+fn table(name: &str, pod: Option<u8>) -> ruleset::Table {
+    let entries: serde_json::Value = serde_json::from_str(ENTRIES).expect("entries.json");
+    let entry = &entries[name];
+    assert!(entry.is_object(), "no entry {name:?} in entries.json");
+    let conf: NetConf = config::decode(entry.to_string().as_bytes()).expect("config");
+    let levels = pod.map(|pod| Levels {
+        pod,
+        container: pod + 1,
+    });
     ruleset::build(
         &conf.settings().expect("settings"),
         levels,
@@ -34,69 +48,28 @@ fn table(conf: serde_json::Value, levels: Option<Levels>) -> ruleset::Table {
 
 /// (golden file, the framed transaction).
 fn cases() -> Vec<(&'static str, Vec<u8>)> {
-    let base = json!({"cniVersion": "1.0.0", "name": "k8s-pod-network", "type": "meshnft"});
-    let mut full = base.clone();
-    full["linkerd"] = json!({
-        "incoming-proxy-port": 4143, "outgoing-proxy-port": 4140, "proxy-uid": 2102, "proxy-gid": 2102,
-        "ports-to-redirect": [8080, "9000-9010"],
-        "inbound-ports-to-ignore": ["4191", "4190", "25"],
-        "outbound-ports-to-ignore": ["443", "6443", "3306, 5432", "1000-2000", "1500-2500"],
-        "subnets-to-ignore": ["198.18.7.0/24", "2001:db8:7::/48"],
-        "outbound-subnets-to-ignore": ["198.18.8.0/25", "198.18.8.128/25", "2001:db8:8::1"],
-        "ipv6": true
-    });
-    full["initPhase"] = json!({"redirectDestinations": ["198.18.9.9:20001", "[2001:db8:9::9]:20001", "15000-15001"]});
-    let mut istio = base.clone();
-    istio["mesh"] = json!("istio");
-    istio["istio"] = json!({
-        "proxyListenPort": 15001, "proxyInboundListenPort": 15006, "proxyUID": 1337, "proxyGID": 1338,
-        "includeInboundPorts": "*", "excludeInboundPorts": "8081,8082",
-        "includeOutboundIPRanges": "198.18.0.0/15,2001:db8::/32", "excludeOutboundIPRanges": "198.19.1.0/24,2001:db8:3::/64",
-        "includeOutboundPorts": "443,8443", "excludeOutboundPorts": "3306,5432",
-        "ipv6": true
-    });
-    let mut kuma = base.clone();
-    kuma["mesh"] = json!("kuma");
-    kuma["kuma"] = json!({
-        "kumaDPUser": 5678, "ipFamilyMode": "dualstack", "applicationProbeProxyPort": 9001,
-        "redirect": {
-            "inbound": {"port": 15006, "excludePorts": [9901, 8081], "excludePortsForIPs": ["198.18.6.0/24", "2001:db8:6::/48"]},
-            "outbound": {"port": 15001, "excludePorts": [9901, 3306], "excludePortsForIPs": ["198.19.1.0/24", "2001:db8:3::/64"]},
-            "dns": {"enabled": true}
-        }
-    });
-    let l3 = Some(Levels {
-        pod: 3,
-        container: 4,
-    });
-    let l5 = Some(Levels {
-        pod: 5,
-        container: 6,
-    });
-    let seed = table(base.clone(), l3);
-    let full = table(full, l5);
+    let seed = table("linkerd-defaults", Some(3));
+    let full = table("linkerd-full", Some(5));
+    let fresh = |t: &ruleset::Table| encode::fresh(t).frame(1).bytes;
     vec![
-        (
-            "linkerd-defaults-level3.fresh",
-            encode::fresh(&seed).frame(1).bytes,
-        ),
+        ("linkerd-defaults-level3.fresh", fresh(&seed)),
         (
             "linkerd-defaults-level3.replace",
             encode::replace(&seed).frame(1).bytes,
         ),
         (
             "no-pod-cgroup.fresh",
-            encode::fresh(&table(base, None)).frame(1).bytes,
+            fresh(&table("linkerd-defaults", None)),
         ),
-        ("full-level5.fresh", encode::fresh(&full).frame(1).bytes),
+        ("full-level5.fresh", fresh(&full)),
         ("full-level5.replace", encode::replace(&full).frame(7).bytes),
         (
             "istio-full-level5.fresh",
-            encode::fresh(&table(istio, l5)).frame(1).bytes,
+            fresh(&table("istio-full", Some(5))),
         ),
         (
             "kuma-full-level5.fresh",
-            encode::fresh(&table(kuma, l5)).frame(1).bytes,
+            fresh(&table("kuma-full-no-destinations", Some(5))),
         ),
         (
             "delete-table",

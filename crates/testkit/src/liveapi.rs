@@ -10,8 +10,8 @@
 //! from, as JSON lines over chunked HTTP/1.1, like the API server.
 //! [`LiveApi::set_down`] answers 503 to everything and ends open watches
 //! (an API server that is away for a while).
-#![allow(dead_code)]
 
+use crate::apiserver::status;
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -48,12 +48,6 @@ pub struct LiveApi {
     addr: SocketAddr,
     inner: Arc<Inner>,
     thread: Option<std::thread::JoinHandle<()>>,
-}
-
-fn status(code: u16, reason: &str, message: &str) -> String {
-    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-        "message": message, "reason": reason, "code": code})
-    .to_string()
 }
 
 fn query(q: &str, key: &str) -> Option<String> {

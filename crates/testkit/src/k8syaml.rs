@@ -2,7 +2,6 @@
 //! types: a document must deserialize into its type (which checks
 //! `apiVersion`, `kind` and every field's type), and any field the type
 //! does not know is reported by path (via `serde_ignored`).
-#![allow(dead_code)]
 
 /// Deserializes `doc` as `T`; Err lists every unknown field (by path) or
 /// the schema error.

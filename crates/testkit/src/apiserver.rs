@@ -3,7 +3,6 @@
 //! served over HTTP on 127.0.0.1 by a thread of the test process, with
 //! failure modes (401, 403, 500, no answer, raw answers, a trickle).
 //! Records every request path.
-#![allow(dead_code)]
 
 use k8s_openapi::api::core::v1::{
     Container, Namespace, Pod, PodSpec, Service, ServicePort, ServiceSpec,
@@ -43,7 +42,8 @@ pub struct FakeApi {
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
-fn status(code: u16, reason: &str, message: &str) -> String {
+/// A `Status` body as the API server sends it with an error `code`.
+pub(crate) fn status(code: u16, reason: &str, message: &str) -> String {
     serde_json::json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
         "message": message, "reason": reason, "code": code})
     .to_string()
