@@ -1747,13 +1747,10 @@ fn leftover_peer_entries_are_refused_or_replaced() {
         types(&primary),
         inst.log()
     );
+    // The installer logs after it wrote the file: wait for the line, not just the file.
+    assert!(inst.wait_log("replaced kuma-cni's entry"), "{}", inst.log());
     assert!(
-        inst.log().contains("replaced kuma-cni's entry"),
-        "{}",
-        inst.log()
-    );
-    assert!(
-        inst.log().contains("replaced istio-cni's entry"),
+        inst.wait_log("replaced istio-cni's entry"),
         "{}",
         inst.log()
     );
