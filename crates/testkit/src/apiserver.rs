@@ -37,6 +37,8 @@ pub enum Mode {
 /// The running stand-in. Stops on drop.
 pub struct FakeApi {
     addr: SocketAddr,
+    /// The listening socket (a duplicate), shut down on drop.
+    waker: TcpListener,
     stop: Arc<AtomicBool>,
     requests: Arc<Mutex<Vec<String>>>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -171,17 +173,21 @@ impl FakeApi {
             );
         }
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1");
-        listener.set_nonblocking(true).unwrap();
         let addr = listener.local_addr().unwrap();
         let stop = Arc::new(AtomicBool::new(false));
         let requests = Arc::new(Mutex::new(Vec::new()));
         let (st, rq) = (stop.clone(), requests.clone());
+        // A blocking accept, as a server accepts: a client is served as soon
+        // as it connects (a polling loop made each connection wait up to its
+        // sleep, 5 ms, which the benchmark counted as the plugin's time).
+        // Drop wakes it by shutting the listening socket down (accept then
+        // fails), whatever network namespace it is dropped in.
+        let waker = listener.try_clone().expect("dup the listening socket");
         let thread = std::thread::spawn(move || {
             let mut workers = Vec::new();
             while !st.load(Ordering::Relaxed) {
                 match listener.accept() {
                     Ok((s, _)) => {
-                        let _ = s.set_nonblocking(false);
                         let (o, r, st2) = (objects.clone(), rq.clone(), st.clone());
                         workers.push(std::thread::spawn(move || serve(s, &o, mode, &r, &st2)));
                     }
@@ -194,6 +200,7 @@ impl FakeApi {
         });
         FakeApi {
             addr,
+            waker,
             stop,
             requests,
             thread: Some(thread),
@@ -234,6 +241,14 @@ impl FakeApi {
 impl Drop for FakeApi {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
+        // Wakes the blocking accept: it fails, then sees `stop`.
+        // SAFETY: shutdown(2) of a socket this value owns.
+        unsafe {
+            libc::shutdown(
+                std::os::fd::AsRawFd::as_raw_fd(&self.waker),
+                libc::SHUT_RDWR,
+            )
+        };
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }

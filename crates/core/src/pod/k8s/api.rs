@@ -27,6 +27,14 @@ pub const RETRY_BASE: Duration = Duration::from_millis(200);
 /// are limited to 256 KiB by the API server).
 pub const MAX_ANSWER: usize = 8 << 20;
 
+/// Bytes of each of ureq's input and output buffers, for the TCP
+/// connection and again for the TLS stream over it (ureq's default, 128
+/// KiB, zero-filled four times: 512 KiB of memory written, ~130 page
+/// faults, for a GET of a few KiB). A request's headers (the bearer token)
+/// and an API server's answer headers fit many times over; the body is
+/// read through it in pieces.
+const IO_BUFFER: usize = 16 << 10;
+
 /// Why one GET did not return the object.
 #[derive(Debug)]
 enum Failure {
@@ -103,6 +111,51 @@ fn transport(e: &ureq::Error) -> Failure {
         why: error_chain(e),
         timed_out: matches!(e, ureq::Error::Timeout(_))
             || matches!(e, ureq::Error::Io(io) if matches!(io.kind(), std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock)),
+    }
+}
+
+/// ureq's resolver, without its thread for a server named by address: ureq
+/// resolves the host of every request on a thread of its own (a thread per
+/// GET, so that `getaddrinfo` is bounded by the timeout), and the
+/// installer's kubeconfig names the API server by the `kubernetes`
+/// service's address (`KUBERNETES_SERVICE_HOST`), which needs no lookup. A
+/// host name still goes to ureq's resolver. (`ureq::unversioned`: ureq's
+/// API outside its semver promise; Cargo.lock pins the version.)
+#[derive(Debug, Default)]
+struct LiteralResolver<R = ureq::unversioned::resolver::DefaultResolver>(R);
+
+impl<R: ureq::unversioned::resolver::Resolver> ureq::unversioned::resolver::Resolver
+    for LiteralResolver<R>
+{
+    fn resolve(
+        &self,
+        uri: &ureq::http::Uri,
+        config: &ureq::config::Config,
+        timeout: ureq::unversioned::transport::NextTimeout,
+    ) -> std::result::Result<ureq::unversioned::resolver::ResolvedSocketAddrs, ureq::Error> {
+        let literal = uri.authority().and_then(|a| {
+            let ip: std::net::IpAddr = a
+                .host()
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .parse()
+                .ok()?;
+            let port = a.port_u16().or(match uri.scheme_str() {
+                Some("https") => Some(443),
+                Some("http") => Some(80),
+                _ => None,
+            })?;
+            let addr = std::net::SocketAddr::new(ip, port);
+            config.ip_family().keep_wanted(std::iter::once(addr)).next()
+        });
+        match literal {
+            Some(addr) => {
+                let mut v = self.empty();
+                v.push(addr);
+                Ok(v)
+            }
+            None => self.0.resolve(uri, config, timeout),
+        }
     }
 }
 
@@ -191,7 +244,7 @@ impl Client {
                 ));
             }
         }
-        let agent: ureq::Agent = ureq::Agent::config_builder()
+        let config = ureq::Agent::config_builder()
             .tls_config(tls.build())
             .proxy(None)
             .max_redirects(0)
@@ -199,8 +252,14 @@ impl Client {
             .user_agent(concat!("meshnft/", env!("CARGO_PKG_VERSION")))
             .timeout_connect(Some(cfg.timeout))
             .timeout_global(Some(cfg.timeout))
-            .build()
-            .into();
+            .input_buffer_size(IO_BUFFER)
+            .output_buffer_size(IO_BUFFER)
+            .build();
+        let agent = ureq::Agent::with_parts(
+            config,
+            ureq::unversioned::transport::DefaultConnector::default(),
+            LiteralResolver(ureq::unversioned::resolver::DefaultResolver::default()),
+        );
         Ok(Client {
             server: kc.cluster.server.trim_end_matches('/').to_string(),
             token: kc.user.token,
@@ -457,6 +516,62 @@ pub fn deadline(cfg: &ApiConfig) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A resolver that counts its calls and answers 198.18.0.9:1.
+    #[derive(Debug, Default)]
+    struct Counting(std::sync::atomic::AtomicUsize);
+
+    impl ureq::unversioned::resolver::Resolver for Counting {
+        fn resolve(
+            &self,
+            _: &ureq::http::Uri,
+            _: &ureq::config::Config,
+            _: ureq::unversioned::transport::NextTimeout,
+        ) -> std::result::Result<ureq::unversioned::resolver::ResolvedSocketAddrs, ureq::Error>
+        {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let mut v = self.empty();
+            v.push("198.18.0.9:1".parse().unwrap());
+            Ok(v)
+        }
+    }
+
+    #[test]
+    fn an_address_is_not_looked_up() {
+        use ureq::unversioned::resolver::Resolver;
+        let r = LiteralResolver(Counting::default());
+        let cfg = ureq::config::Config::default();
+        let t = || ureq::unversioned::transport::NextTimeout {
+            after: ureq::unversioned::transport::time::Duration::NotHappening,
+            reason: ureq::Timeout::Global,
+            per_read: None,
+            per_write: None,
+        };
+        let one = |url: &str| -> Vec<std::net::SocketAddr> {
+            r.resolve(&url.parse().unwrap(), &cfg, t())
+                .unwrap()
+                .to_vec()
+        };
+        for (url, addr) in [
+            ("https://198.18.0.1:6443/api", "198.18.0.1:6443"),
+            ("https://198.18.0.1/api", "198.18.0.1:443"),
+            ("http://198.18.0.1/api", "198.18.0.1:80"),
+            ("https://[2001:db8::1]:6443/api", "[2001:db8::1]:6443"),
+        ] {
+            assert_eq!(
+                one(url),
+                [addr.parse::<std::net::SocketAddr>().unwrap()],
+                "{url}"
+            );
+        }
+        assert_eq!(r.0.0.load(std::sync::atomic::Ordering::Relaxed), 0);
+        // A name goes to the resolver behind it.
+        assert_eq!(
+            one("https://api.example:6443/api"),
+            ["198.18.0.9:1".parse::<std::net::SocketAddr>().unwrap()]
+        );
+        assert_eq!(r.0.0.load(std::sync::atomic::Ordering::Relaxed), 1);
+    }
 
     fn kubeconfig(text: &str) -> Result<Kubeconfig> {
         let dir = std::env::temp_dir().join(format!("meshnft-kc-{}", std::process::id()));
