@@ -122,6 +122,7 @@ fn serve_plugin(
         namespaces: ns_reader,
         changed: changed.clone(),
         wait: Duration::from_secs_f64(ctx.agent.agent_pod_wait_seconds),
+        shared: ctx.shared.clone(),
     });
     tokio::spawn(super::socket::serve(
         install::under(&ctx.install.host_root, sock),
