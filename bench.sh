@@ -15,7 +15,8 @@
 #   sudo ./bench.sh --quick          few iterations, small sizes (test.sh runs this)
 #   sudo ./bench.sh --json FILE      where the JSON goes (default target/bench/results-{full,quick}.json)
 #   sudo ./bench.sh --node           only the real node's row (scripts/node-bench.sh: 60 meshed
-#                                    pods at once, until Ready, meshnft against the bridge alone);
+#                                    pods at once, until Ready, meshnft and linkerd-cni against
+#                                    the bridge alone, with a breakdown);
 #                                    a full run ends with it when the node's parts are built
 #
 # The plugin timed is the image's static musl build when the musl target is
@@ -34,7 +35,7 @@ while (($#)); do
     --json)
       [[ $# -ge 2 ]] || { echo "bench.sh: --json needs a file" >&2; exit 2; }
       args+=(--json "$(realpath -m "$2")"); shift ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) echo "bench.sh: unknown argument $1 (try --help)" >&2; exit 2 ;;
   esac
   shift

@@ -744,6 +744,22 @@ fn meshed_pods_get_their_data_from_the_agent() {
     assert!(err.contains("11") || err.contains("unreachable"), "{err}");
     assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
     assert!(list_table(&ghost_ns).is_err(), "no table without pod data");
+    // The lookups in the agent's metrics: one answered, one unknown after
+    // waiting the whole --agent-pod-wait-seconds (1 s) for the watch.
+    assert_eq!(
+        agent.metric(r#"meshnft_pod_lookups_total{answer="pod"}"#),
+        1.0
+    );
+    assert_eq!(
+        agent.metric(r#"meshnft_pod_lookups_total{answer="unknown"}"#),
+        1.0
+    );
+    let waited = agent.metric("meshnft_pod_lookup_wait_seconds_count");
+    let wait = agent.metric("meshnft_pod_lookup_wait_seconds_sum");
+    assert!(
+        (1.0..=2.0).contains(&waited) && wait >= 1.0,
+        "lookups that waited: {waited}, {wait} s in all"
+    );
 
     // The agent killed: the socket is left behind, nobody answers; the
     // plugin falls back to the API (unreachable here): code 11, no table.

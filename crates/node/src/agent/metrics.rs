@@ -96,6 +96,16 @@ pub struct Metrics {
     /// `meshnft_pod_events_total{reason}`: Kubernetes Events the agent
     /// created or updated on pods.
     pub pod_events: Family<Label, Counter>,
+    /// `meshnft_pod_lookups_total{answer="pod"|"unknown"}`: the plugin's pod
+    /// lookups on the agent's socket, by answer (`unknown`: not delivered by
+    /// the watch within `--agent-pod-wait-seconds`, or a Linkerd
+    /// control-plane pod; the plugin then reads the API).
+    pub lookups: Family<Label, Counter>,
+    /// `meshnft_pod_lookup_wait_seconds`: how long a lookup waited for the
+    /// watch to deliver its pod, for the lookups that waited at all (its
+    /// count is how many waited; a pod already in the cache is not
+    /// observed).
+    pub lookup_wait: Histogram,
     /// `meshnft_peer_plugin{type="linkerd-cni"|"istio-cni"|"kuma-cni"}`: 1
     /// while that plugin's entry in the node's primary configuration keeps
     /// the installer from chaining meshnft, else 0.
@@ -121,6 +131,8 @@ impl Default for Metrics {
             durations: Family::new_with_constructor(duration_histogram),
             reports: Family::default(),
             pod_events: Family::default(),
+            lookups: Family::default(),
+            lookup_wait: duration_histogram(),
             peer_plugin: Family::default(),
         }
     }
@@ -223,6 +235,16 @@ impl Metrics {
             "meshnft_reports",
             "Reports received from the plugin, by result (accepted, malformed, oversized, refused)",
             m.reports.clone(),
+        );
+        r.register(
+            "meshnft_pod_lookups",
+            "The plugin's pod lookups on the agent's socket, by answer (pod, unknown)",
+            m.lookups.clone(),
+        );
+        r.register(
+            "meshnft_pod_lookup_wait_seconds",
+            "How long a pod lookup waited for the watch to deliver its pod (only the lookups that waited)",
+            m.lookup_wait.clone(),
         );
         r.register(
             "meshnft_pod_events",

@@ -175,6 +175,10 @@ impl AgentError {
     }
 }
 
+/// Counts the node's meshed pods for `meshnft_meshed_pods{mesh}`: the
+/// entry's mesh, and how many of the watched pods it meshes.
+pub type MeshedCount = Box<dyn Fn() -> (crate::config::mesh::Mesh, usize) + Send + Sync>;
+
 /// State shared by the installer loop, the agent and the HTTP endpoint.
 #[derive(Default)]
 pub struct Shared {
@@ -189,6 +193,13 @@ pub struct Shared {
     peer_chained: AtomicBool,
     /// The host checks' last failures (`None`: not run yet).
     check_failures: Mutex<Option<Vec<String>>>,
+    /// How to count the meshed pods, once the pod loop watches them. They
+    /// are counted when the gauges are read, not on every watch event:
+    /// reading every pod of the node as the plugin does, for each event,
+    /// cost O(pods × events) of the agent's one thread, the one that also
+    /// answers the plugin's lookups (3.8 s of CPU for 60 pods started at
+    /// once on the real node).
+    meshed_count: Mutex<Option<MeshedCount>>,
     /// The metrics.
     pub metrics: metrics::Metrics,
 }
@@ -222,7 +233,8 @@ impl Shared {
         }
     }
 
-    /// Brings the gauges up to date with the state.
+    /// Brings the gauges up to date with the state (the meshed pods
+    /// counted now, when the pod loop has given [`Shared::count_meshed_with`]).
     pub fn refresh_gauges(&self) {
         self.metrics
             .chained
@@ -230,6 +242,23 @@ impl Shared {
         self.metrics
             .ready
             .set(i64::from(self.not_ready().is_none()));
+        let count = self.meshed_count.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(count) = count.as_ref() {
+            let (mesh, n) = count();
+            let gauge = &self.metrics.meshed_pods;
+            if gauge.get(&[("mesh", mesh.name())]).is_none() {
+                // The entry's mesh changed: only the current one is reported.
+                gauge.clear();
+            }
+            gauge
+                .get_or_create(&[("mesh", mesh.name())])
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
+    }
+
+    /// How [`Shared::refresh_gauges`] counts the meshed pods from now on.
+    pub fn count_meshed_with(&self, count: MeshedCount) {
+        *self.meshed_count.lock().unwrap_or_else(|e| e.into_inner()) = Some(count);
     }
 
     fn set_checks(&self, failures: Vec<String>) {

@@ -32,18 +32,30 @@ pub(super) async fn pod_loop(ctx: Arc<Ctx>) {
     let wc = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
     let stream = reflector::reflector(writer, watcher(Api::<Pod>::all(client.clone()), wc))
         .default_backoff();
-    let mut stream = std::pin::pin!(stream);
     let changed = Arc::new(tokio::sync::Notify::new());
+    let mut changes = feed(stream, changed.clone());
     let reporter = Reporter {
         controller: "meshnft-agent".into(),
         instance: Some(format!("meshnft-agent-{node}")),
     };
-    serve_plugin(&ctx, &client, &reader, &changed, &reporter);
+    let namespaces = serve_plugin(&ctx, &client, &reader, &changed, &reporter);
+    let (pods, install) = (reader.clone(), ctx.install.clone());
+    ctx.shared.count_meshed_with(Box::new(move || {
+        // The entry is read each time: its edits apply live.
+        let mesh = entry_mesh(&install);
+        let n = pods
+            .state()
+            .iter()
+            .filter(|p| !pods::finished(p) && pods::meshing(p, mesh) == Meshing::Meshed)
+            .count();
+        (mesh, n)
+    }));
     let mut w = Worker {
         ctx: ctx.clone(),
         host,
         recorder: Recorder::new(client.clone(), reporter),
         client,
+        namespaces,
         verified: HashSet::new(),
         reported: HashSet::new(),
     };
@@ -52,9 +64,14 @@ pub(super) async fn pod_loop(ctx: Arc<Ctx>) {
     let mut retry = tokio::time::interval(ctx.retry);
     loop {
         tokio::select! {
-            item = stream.next() => match item {
-                Some(Ok(ev)) => passes.on_event(ev, &mut w, &changed, &node),
-                Some(Err(e)) => passes.on_error(&ctx, e),
+            c = changes.recv() => match c {
+                Some(c) => {
+                    passes.on_change(c, &mut w, &ctx, &node);
+                    // Whatever else the watch delivered meanwhile: one pass for all of it.
+                    while let Ok(c) = changes.try_recv() {
+                        passes.on_change(c, &mut w, &ctx, &node);
+                    }
+                }
                 None => {
                     tracing::error!("agent: the pod watch ended; repairs stop");
                     return;
@@ -67,6 +84,54 @@ pub(super) async fn pod_loop(ctx: Arc<Ctx>) {
             passes.run(&ctx, &mut w, &reader).await;
         }
     }
+}
+
+/// What the pod loop needs of one item of the pod watch.
+enum Change {
+    /// A pod was added or changed.
+    Applied(ObjectRef<Pod>),
+    /// A pod was deleted (its UID).
+    Deleted(Option<String>),
+    /// The watch (re)listed the node's pods.
+    Listed,
+    /// The watch failed (it retries with backoff).
+    Failed(watcher::Error),
+}
+
+/// Drives the pod watch `stream` on a task of its own, so that the store
+/// (which the plugin's lookups read) follows the API server while the pod
+/// loop is busy checking pods (API requests, reads of a pod's table): the
+/// reflector updates the store only as its stream is polled. Every item
+/// wakes the lookups waiting on `changed` (the store has it by then), and
+/// is passed on to the pod loop as a [`Change`]; the channel ends with the
+/// watch.
+fn feed(
+    stream: impl futures_util::Stream<Item = Result<watcher::Event<Pod>, watcher::Error>>
+    + Send
+    + 'static,
+    changed: Arc<tokio::sync::Notify>,
+) -> tokio::sync::mpsc::UnboundedReceiver<Change> {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(item) = stream.next().await {
+            let c = match item {
+                Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => {
+                    Change::Applied(ObjectRef::from_obj(&p))
+                }
+                Ok(watcher::Event::Delete(p)) => Change::Deleted(p.metadata.uid),
+                // A relist's store is swapped in at InitDone.
+                Ok(watcher::Event::InitDone) => Change::Listed,
+                Ok(watcher::Event::Init) => continue,
+                Err(e) => Change::Failed(e),
+            };
+            changed.notify_waiters();
+            if tx.send(c).is_err() {
+                return;
+            }
+        }
+    });
+    rx
 }
 
 /// The node's cgroup hierarchy and how to reach pods' namespaces,
@@ -87,17 +152,16 @@ async fn discover_host(ctx: &Ctx) -> Arc<Host> {
 /// When the entry names the agent's socket: the namespace watch, the
 /// lookup socket (answered from `pods` and the namespaces; `changed` is
 /// signalled on every change of either) and the report socket (Events as
-/// `reporter`), each a task of its own.
+/// `reporter`), each a task of its own. Returns the namespaces' store
+/// (`None` without the socket: no namespace watch).
 fn serve_plugin(
     ctx: &Ctx,
     client: &Client,
     pods: &reflector::Store<Pod>,
     changed: &Arc<tokio::sync::Notify>,
     reporter: &Reporter,
-) {
-    let Some(sock) = ctx.agent.socket() else {
-        return;
-    };
+) -> Option<reflector::Store<Namespace>> {
+    let sock = ctx.agent.socket()?;
     let (ns_reader, ns_writer) = reflector::store::<Namespace>();
     let ns_stream = reflector::reflector(
         ns_writer,
@@ -119,9 +183,10 @@ fn serve_plugin(
     });
     let cache = Arc::new(super::socket::Cache {
         pods: pods.clone(),
-        namespaces: ns_reader,
+        namespaces: ns_reader.clone(),
         changed: changed.clone(),
         wait: Duration::from_secs_f64(ctx.agent.agent_pod_wait_seconds),
+        shared: ctx.shared.clone(),
     });
     tokio::spawn(super::socket::serve(
         install::under(&ctx.install.host_root, sock),
@@ -140,6 +205,7 @@ fn serve_plugin(
         )),
         ctx.retry,
     ));
+    Some(ns_reader)
 }
 
 /// The pod loop's state between watch events: which pods to process.
@@ -158,28 +224,21 @@ struct Passes {
 }
 
 impl Passes {
-    /// A watch event: a changed pod is pending, a deleted one forgotten.
-    fn on_event(
-        &mut self,
-        ev: watcher::Event<Pod>,
-        w: &mut Worker,
-        changed: &tokio::sync::Notify,
-        node: &str,
-    ) {
-        match ev {
-            watcher::Event::Apply(p) | watcher::Event::InitApply(p) => {
+    /// A change from the watch: a changed pod is pending, a deleted one
+    /// forgotten, a failure counted.
+    fn on_change(&mut self, c: Change, w: &mut Worker, ctx: &Ctx, node: &str) {
+        match c {
+            Change::Applied(key) => {
                 self.watch_failing = false;
-                changed.notify_waiters();
-                self.pending.insert(ObjectRef::from_obj(&p));
+                self.pending.insert(key);
             }
-            watcher::Event::Delete(p) => {
-                if let Some(uid) = &p.metadata.uid {
+            Change::Deleted(uid) => {
+                if let Some(uid) = &uid {
                     w.verified.remove(uid);
                     w.reported.remove(uid);
                 }
             }
-            watcher::Event::Init => {}
-            watcher::Event::InitDone => {
+            Change::Listed => {
                 if self.watch_failing || !self.synced {
                     tracing::info!("agent: pod watch of node {node} (re)listed");
                 }
@@ -187,6 +246,7 @@ impl Passes {
                 self.synced = true;
                 self.resync_due = true;
             }
+            Change::Failed(e) => self.on_error(ctx, e),
         }
     }
 
@@ -201,8 +261,9 @@ impl Passes {
         }
     }
 
-    /// One pass: the meshed-pods gauge, then every pending pod (every pod
-    /// of the node when a resync is due) through the worker.
+    /// One pass: every pending pod (every pod of the node when a resync is
+    /// due) through the worker. (The meshed-pods gauge is counted when the
+    /// metrics are read: [`super::Shared::count_meshed_with`].)
     async fn run(&mut self, ctx: &Ctx, w: &mut Worker, reader: &reflector::Store<Pod>) {
         let full = self.resync_due;
         if full {
@@ -211,21 +272,11 @@ impl Passes {
                 .extend(reader.state().iter().map(|p| ObjectRef::from_obj(&**p)));
             self.resync_due = false;
         }
+        if self.pending.is_empty() && !full {
+            return;
+        }
         // The entry is read each time: its edits apply live.
         let mesh = entry_mesh(&ctx.install);
-        let meshed = reader
-            .state()
-            .iter()
-            .filter(|p| !pods::finished(p) && pods::meshing(p, mesh) == Meshing::Meshed)
-            .count();
-        let gauge = &ctx.shared.metrics.meshed_pods;
-        if gauge.get(&[("mesh", mesh.name())]).is_none() {
-            // The entry's mesh changed: only the current one is reported.
-            gauge.clear();
-        }
-        gauge
-            .get_or_create(&[("mesh", mesh.name())])
-            .set(meshed as i64);
         for key in std::mem::take(&mut self.pending) {
             let Some(pod) = reader.get(&key) else {
                 continue;
@@ -243,5 +294,85 @@ impl Passes {
                 .unwrap_or(0.0);
             ctx.shared.metrics.last_resync.set(now);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::api::ObjectMeta;
+
+    fn pod(i: usize) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some(format!("web-{i}")),
+                namespace: Some("default".into()),
+                uid: Some(format!("uid-{i}")),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    /// The store follows the watch even while the pod loop takes none of
+    /// the changes (busy checking a pod): the plugin's lookups are
+    /// answered from it. Each change reaches the loop, and wakes the
+    /// lookups waiting.
+    #[test]
+    fn the_store_follows_the_watch_while_the_pod_loop_is_busy() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async {
+            let (reader, writer) = reflector::store::<Pod>();
+            let items: Vec<Result<watcher::Event<Pod>, watcher::Error>> = (0..5)
+                .map(|i| Ok(watcher::Event::Apply(pod(i))))
+                .chain([Ok(watcher::Event::Delete(pod(0)))])
+                .collect();
+            let stream = reflector::reflector(
+                writer,
+                futures_util::stream::iter(items).chain(futures_util::stream::pending()),
+            );
+            let changed = Arc::new(tokio::sync::Notify::new());
+            let woken = changed.clone();
+            let waiter = tokio::spawn(async move { woken.notified().await });
+            tokio::task::yield_now().await;
+            let mut changes = feed(stream, changed);
+            // The pod loop, busy: it reads nothing from `changes` meanwhile.
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+            while reader.state().len() != 4 || reader.get(&ObjectRef::from_obj(&pod(4))).is_none() {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "the store has {} pods, not web-1 to web-4",
+                    reader.state().len()
+                );
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            tokio::time::timeout(Duration::from_secs(2), waiter)
+                .await
+                .expect("a waiting lookup was woken")
+                .expect("the waiter");
+            let mut got = Vec::new();
+            while let Ok(c) = changes.try_recv() {
+                got.push(match c {
+                    Change::Applied(k) => format!("applied {}", k.name),
+                    Change::Deleted(uid) => format!("deleted {}", uid.unwrap_or_default()),
+                    Change::Listed => "listed".into(),
+                    Change::Failed(e) => format!("failed {e}"),
+                });
+            }
+            assert_eq!(
+                got,
+                [
+                    "applied web-0",
+                    "applied web-1",
+                    "applied web-2",
+                    "applied web-3",
+                    "applied web-4",
+                    "deleted uid-0"
+                ]
+            );
+        });
     }
 }

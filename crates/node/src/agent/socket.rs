@@ -37,6 +37,9 @@ pub struct Cache {
     pub changed: Arc<Notify>,
     /// How long to wait for a pod the watch has not delivered.
     pub wait: Duration,
+    /// Where lookups are counted (`meshnft_pod_lookups_total`,
+    /// `meshnft_pod_lookup_wait_seconds`).
+    pub shared: Arc<super::Shared>,
 }
 
 /// Makes `path` ready for a socket to be bound there: its directory is
@@ -164,17 +167,39 @@ async fn answer(mut s: tokio::net::UnixStream, cache: Arc<Cache>) {
     }
 }
 
-/// The answer for `req`, waiting up to `cache.wait` for the watches.
+/// The answer for `req`, waiting up to `cache.wait` for the watches;
+/// counted by answer, and its wait (when it waited) observed.
 pub async fn lookup(cache: &Cache, req: &Request) -> Answer {
-    let deadline = tokio::time::Instant::now() + cache.wait;
+    let started = tokio::time::Instant::now();
+    let (a, waited) = wait_for(cache, req, started + cache.wait).await;
+    let m = &cache.shared.metrics;
+    let answer = match a {
+        Answer::Pod(_) => "pod",
+        Answer::Unknown(_) => "unknown",
+    };
+    m.lookups.get_or_create(&[("answer", answer)]).inc();
+    if waited {
+        m.lookup_wait.observe(started.elapsed().as_secs_f64());
+    }
+    a
+}
+
+/// The answer for `req` once the stores have it, or `unknown` at
+/// `deadline`; `true` when it was not there at once.
+async fn wait_for(cache: &Cache, req: &Request, deadline: tokio::time::Instant) -> (Answer, bool) {
+    let mut waited = false;
     loop {
         // Registered before looking, so a change in between is not missed.
         let changed = cache.changed.notified();
         match find(cache, req) {
-            Ok(a) => return a,
+            Ok(a) => return (a, waited),
             Err(why) => {
+                waited = true;
                 if tokio::time::timeout_at(deadline, changed).await.is_err() {
-                    return Answer::Unknown(format!("{why} (waited {:?})", cache.wait));
+                    return (
+                        Answer::Unknown(format!("{why} (waited {:?})", cache.wait)),
+                        true,
+                    );
                 }
             }
         }

@@ -12,6 +12,7 @@ use crate::pod::k8s::Meshing;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, Resource};
 use serde_json::json;
 use std::collections::HashSet;
@@ -24,6 +25,10 @@ pub(super) struct Worker {
     pub(super) host: Arc<Host>,
     pub(super) client: Client,
     pub(super) recorder: Recorder,
+    /// The namespace watch's store, when the agent answers the plugin (it
+    /// keeps one for the lookups): a pod's namespace annotations are read
+    /// there rather than asked of the API server for every pod.
+    pub(super) namespaces: Option<Store<Namespace>>,
     /// UIDs of pods whose table was found right (or dealt with) since the
     /// last full pass: their status updates are not rechecked.
     pub(super) verified: HashSet<String>,
@@ -143,7 +148,9 @@ impl Worker {
 
     /// The pod's effective settings: the entry's, with its and its
     /// namespace's annotations applied (and the API server's ports for
-    /// Linkerd control-plane pods), exactly as ADD computes them.
+    /// Linkerd control-plane pods), exactly as ADD computes them. The
+    /// namespace comes from the namespace watch when it has it (the data
+    /// the plugin's lookups were answered from), else from the API server.
     async fn settings(&self, pod: &Pod) -> Result<Settings, AgentError> {
         let (_, base) = entry_settings(&self.ctx.install).map_err(|e| {
             AgentError::Cni(crate::error::Error::new(
@@ -152,9 +159,21 @@ impl Worker {
             ))
         })?;
         let ns = pod.metadata.namespace.clone().unwrap_or_default();
-        let nsapi: Api<Namespace> = Api::all(self.client.clone());
-        let nso = timed(format!("get namespace {ns}"), nsapi.get(&ns)).await?;
-        let mut info = pods::pod_info(pod, nso.metadata.annotations.unwrap_or_default());
+        let watched = self
+            .namespaces
+            .as_ref()
+            .and_then(|s| s.get(&ObjectRef::<Namespace>::new(&ns)));
+        let annotations = match watched {
+            Some(n) => n.metadata.annotations.clone(),
+            None => {
+                let nsapi: Api<Namespace> = Api::all(self.client.clone());
+                timed(format!("get namespace {ns}"), nsapi.get(&ns))
+                    .await?
+                    .metadata
+                    .annotations
+            }
+        };
+        let mut info = pods::pod_info(pod, annotations.unwrap_or_default());
         if info.is_control_plane() {
             let svc: Api<Service> = Api::namespaced(self.client.clone(), "default");
             match timed("get service default/kubernetes", svc.get("kubernetes")).await {
