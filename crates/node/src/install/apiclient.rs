@@ -8,7 +8,7 @@ use kube::Client;
 /// (`--agent-kubeconfig`), else the pod's in-cluster configuration.
 /// Errors: what is missing or unusable, as a sentence.
 pub(crate) async fn make_client(kubeconfig: Option<&std::path::Path>) -> Result<Client, String> {
-    let config = match kubeconfig {
+    let mut config = match kubeconfig {
         Some(p) => {
             let kc = kube::config::Kubeconfig::read_from(p)
                 .map_err(|e| format!("cannot read {}: {e}", p.display()))?;
@@ -20,5 +20,11 @@ pub(crate) async fn make_client(kubeconfig: Option<&std::path::Path>) -> Result<
             kube::Config::incluster().map_err(|e| format!("no in-cluster configuration: {e}"))?
         }
     };
+    // kube-client 5 retries 429, 503 and 504 inside the client by default (15 times, backing
+    // off up to minutes), so a watch that cannot start waits there without a word: the
+    // watchers' own backoff (`default_backoff`) then never sees the error, the agent never
+    // counts it (`meshnft_errors_total{stage="api"}`) nor says it. Every request of the
+    // agent and the installer is bounded and retried by its own loop instead.
+    config.default_retry = false;
     Client::try_from(config).map_err(|e| format!("cannot build the Kubernetes client: {e}"))
 }
