@@ -162,16 +162,12 @@ impl Inner {
         let _ = write!(s, "0\r\n\r\n");
     }
 
-    fn serve(&self, mut s: TcpStream) {
-        let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
-        let mut r = BufReader::new(match s.try_clone() {
-            Ok(c) => c,
-            Err(_) => return,
-        });
+    /// One request off `s`: the request line's method and target, and the JSON body
+    /// (`Null` when absent or not JSON); `None` when the connection gave no request line.
+    fn read_request(s: &TcpStream) -> Option<Request> {
+        let mut r = BufReader::new(s.try_clone().ok()?);
         let mut line = String::new();
-        if r.read_line(&mut line).is_err() {
-            return;
-        }
+        r.read_line(&mut line).ok()?;
         let mut len = 0usize;
         loop {
             let mut h = String::new();
@@ -189,18 +185,28 @@ impl Inner {
         }
         let mut body = vec![0u8; len];
         if len > 0 && r.read_exact(&mut body).is_err() {
-            return;
+            return None;
         }
-        let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
         let mut parts = line.split_whitespace();
-        let method = parts.next().unwrap_or("").to_string();
-        let target = parts.next().unwrap_or("").to_string();
-        let (path, q) = target.split_once('?').unwrap_or((&target, ""));
+        Some(Request {
+            method: parts.next().unwrap_or("").to_string(),
+            target: parts.next().unwrap_or("").to_string(),
+            body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+        })
+    }
+
+    fn serve(&self, mut s: TcpStream) {
+        let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+        let Some(req) = Inner::read_request(&s) else {
+            return;
+        };
+        let (method, body) = (req.method.as_str(), &req.body);
+        let (path, q) = req.target.split_once('?').unwrap_or((&req.target, ""));
         self.state
             .lock()
             .unwrap()
             .requests
-            .push(format!("{method} {target}"));
+            .push(format!("{method} {}", req.target));
         if self.down.load(Ordering::Relaxed) {
             return self.answer(&mut s, 503, status(503, "ServiceUnavailable", "down"));
         }
@@ -208,35 +214,9 @@ impl Inner {
             return self.answer(&mut s, 403, status(403, "Forbidden", "forbidden"));
         }
         let seg: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-        match (method.as_str(), seg.as_slice()) {
-            ("GET", ["api", "v1", "pods"]) => {
-                let node = query(q, "fieldSelector")
-                    .and_then(|f| f.strip_prefix("spec.nodeName=").map(String::from));
-                if let Some((from, timeout)) = watch_of(q) {
-                    return self.watch(&mut s, "Pod", node, from, timeout);
-                }
-                let st = self.state.lock().unwrap();
-                let items: Vec<&Value> = st
-                    .pods
-                    .values()
-                    .filter(|p| node.as_deref().is_none_or(|n| n == node_of(p)))
-                    .collect();
-                let list = json!({"kind": "PodList", "apiVersion": "v1",
-                    "metadata": {"resourceVersion": st.rv.to_string()}, "items": items});
-                drop(st);
-                self.answer(&mut s, 200, list.to_string())
-            }
-            ("GET", ["api", "v1", "namespaces"]) => {
-                if let Some((from, timeout)) = watch_of(q) {
-                    return self.watch(&mut s, "Namespace", None, from, timeout);
-                }
-                let st = self.state.lock().unwrap();
-                let items: Vec<&Value> = st.namespaces.values().collect();
-                let list = json!({"kind": "NamespaceList", "apiVersion": "v1",
-                    "metadata": {"resourceVersion": st.rv.to_string()}, "items": items});
-                drop(st);
-                self.answer(&mut s, 200, list.to_string())
-            }
+        match (method, seg.as_slice()) {
+            ("GET", ["api", "v1", "pods"]) => self.list_pods(&mut s, q),
+            ("GET", ["api", "v1", "namespaces"]) => self.list_namespaces(&mut s, q),
             ("GET", ["api", "v1", "namespaces", ns]) => {
                 let known = self.state.lock().unwrap().namespaces.get(*ns).cloned();
                 let obj = known.unwrap_or_else(
@@ -245,49 +225,10 @@ impl Inner {
                 self.answer(&mut s, 200, obj.to_string())
             }
             (m @ ("GET" | "DELETE" | "PATCH"), ["api", "v1", "namespaces", ns, "pods", name]) => {
-                let key = (ns.to_string(), name.to_string());
-                let mut st = self.state.lock().unwrap();
-                let Some(mut pod) = st.pods.get(&key).cloned() else {
-                    drop(st);
-                    return self.answer(&mut s, 404, status(404, "NotFound", "pod not found"));
-                };
-                match m {
-                    "DELETE" => {
-                        st.pods.remove(&key);
-                        st.deletes.push(format!("{ns}/{name}"));
-                        Inner::bump(&mut st, "DELETED", &mut pod);
-                    }
-                    "PATCH" => {
-                        st.patches.push((format!("pods/{ns}/{name}"), body.clone()));
-                        merge(&mut pod, &body);
-                        Inner::bump(&mut st, "MODIFIED", &mut pod);
-                        st.pods.insert(key, pod.clone());
-                    }
-                    _ => {}
-                }
-                drop(st);
-                self.answer(&mut s, 200, pod.to_string())
+                self.pod(&mut s, m, ns, name, body)
             }
             ("GET", ["apis", "apps", "v1", "namespaces", ns, "daemonsets", name]) => {
-                let ds = self
-                    .state
-                    .lock()
-                    .unwrap()
-                    .daemonsets
-                    .get(&(ns.to_string(), name.to_string()))
-                    .cloned();
-                match ds {
-                    Some(ds) => self.answer(&mut s, 200, ds.to_string()),
-                    None => self.answer(
-                        &mut s,
-                        404,
-                        status(
-                            404,
-                            "NotFound",
-                            &format!("daemonsets.apps \"{name}\" not found"),
-                        ),
-                    ),
-                }
+                self.daemonset(&mut s, ns, name)
             }
             ("POST", ["apis", "events.k8s.io", "v1", "namespaces", _ns, "events"]) => {
                 self.state.lock().unwrap().events.push(body.clone());
@@ -304,44 +245,9 @@ impl Inner {
                     "events",
                     name,
                 ],
-            ) => {
-                let mut st = self.state.lock().unwrap();
-                st.patches.push((format!("events/{name}"), body.clone()));
-                match st
-                    .events
-                    .iter_mut()
-                    .find(|e| e["metadata"]["name"].as_str() == Some(*name))
-                {
-                    Some(e) => {
-                        merge(e, &body);
-                        let e = e.clone();
-                        drop(st);
-                        self.answer(&mut s, 200, e.to_string())
-                    }
-                    None => {
-                        drop(st);
-                        self.answer(&mut s, 404, status(404, "NotFound", "event not found"))
-                    }
-                }
-            }
+            ) => self.patch_event(&mut s, name, body),
             (m @ ("GET" | "PATCH"), ["api", "v1", "nodes", name]) => {
-                let mut st = self.state.lock().unwrap();
-                let Some(mut node) = st.nodes.get(*name).cloned() else {
-                    drop(st);
-                    return self.answer(&mut s, 404, status(404, "NotFound", "node not found"));
-                };
-                if m == "PATCH" {
-                    st.patches.push((format!("nodes/{name}"), body.clone()));
-                    let mut b = body.clone();
-                    if let Some(md) = b.get_mut("metadata").and_then(Value::as_object_mut) {
-                        md.remove("resourceVersion");
-                    }
-                    merge(&mut node, &b);
-                    Inner::bump(&mut st, "MODIFIED", &mut node);
-                    st.nodes.insert(name.to_string(), node.clone());
-                }
-                drop(st);
-                self.answer(&mut s, 200, node.to_string())
+                self.node(&mut s, m, name, body)
             }
             _ => self.answer(
                 &mut s,
@@ -350,6 +256,139 @@ impl Inner {
             ),
         }
     }
+
+    /// `GET /api/v1/pods`: a list, or a watch (`watch=1`), of every pod or of one node's
+    /// (`fieldSelector=spec.nodeName=`).
+    fn list_pods(&self, s: &mut TcpStream, q: &str) {
+        let node = query(q, "fieldSelector")
+            .and_then(|f| f.strip_prefix("spec.nodeName=").map(String::from));
+        if let Some((from, timeout)) = watch_of(q) {
+            return self.watch(s, "Pod", node, from, timeout);
+        }
+        let st = self.state.lock().unwrap();
+        let items: Vec<&Value> = st
+            .pods
+            .values()
+            .filter(|p| node.as_deref().is_none_or(|n| n == node_of(p)))
+            .collect();
+        let list = json!({"kind": "PodList", "apiVersion": "v1",
+            "metadata": {"resourceVersion": st.rv.to_string()}, "items": items});
+        drop(st);
+        self.answer(s, 200, list.to_string())
+    }
+
+    /// `GET /api/v1/namespaces`: a list or a watch.
+    fn list_namespaces(&self, s: &mut TcpStream, q: &str) {
+        if let Some((from, timeout)) = watch_of(q) {
+            return self.watch(s, "Namespace", None, from, timeout);
+        }
+        let st = self.state.lock().unwrap();
+        let items: Vec<&Value> = st.namespaces.values().collect();
+        let list = json!({"kind": "NamespaceList", "apiVersion": "v1",
+            "metadata": {"resourceVersion": st.rv.to_string()}, "items": items});
+        drop(st);
+        self.answer(s, 200, list.to_string())
+    }
+
+    /// `GET`, `DELETE` (recorded, a `DELETED` event) or merge-`PATCH` (recorded, a
+    /// `MODIFIED` event) of one pod; 404 when unknown.
+    fn pod(&self, s: &mut TcpStream, m: &str, ns: &str, name: &str, body: &Value) {
+        let key = (ns.to_string(), name.to_string());
+        let mut st = self.state.lock().unwrap();
+        let Some(mut pod) = st.pods.get(&key).cloned() else {
+            drop(st);
+            return self.answer(s, 404, status(404, "NotFound", "pod not found"));
+        };
+        match m {
+            "DELETE" => {
+                st.pods.remove(&key);
+                st.deletes.push(format!("{ns}/{name}"));
+                Inner::bump(&mut st, "DELETED", &mut pod);
+            }
+            "PATCH" => {
+                st.patches.push((format!("pods/{ns}/{name}"), body.clone()));
+                merge(&mut pod, body);
+                Inner::bump(&mut st, "MODIFIED", &mut pod);
+                st.pods.insert(key, pod.clone());
+            }
+            _ => {}
+        }
+        drop(st);
+        self.answer(s, 200, pod.to_string())
+    }
+
+    /// `GET` of one DaemonSet; 404 when unknown (or removed).
+    fn daemonset(&self, s: &mut TcpStream, ns: &str, name: &str) {
+        let ds = self
+            .state
+            .lock()
+            .unwrap()
+            .daemonsets
+            .get(&(ns.to_string(), name.to_string()))
+            .cloned();
+        match ds {
+            Some(ds) => self.answer(s, 200, ds.to_string()),
+            None => self.answer(
+                s,
+                404,
+                status(
+                    404,
+                    "NotFound",
+                    &format!("daemonsets.apps \"{name}\" not found"),
+                ),
+            ),
+        }
+    }
+
+    /// Merge-`PATCH` of an Event posted before (kube's Recorder counting a series).
+    fn patch_event(&self, s: &mut TcpStream, name: &str, body: &Value) {
+        let mut st = self.state.lock().unwrap();
+        st.patches.push((format!("events/{name}"), body.clone()));
+        match st
+            .events
+            .iter_mut()
+            .find(|e| e["metadata"]["name"].as_str() == Some(name))
+        {
+            Some(e) => {
+                merge(e, body);
+                let e = e.clone();
+                drop(st);
+                self.answer(s, 200, e.to_string())
+            }
+            None => {
+                drop(st);
+                self.answer(s, 404, status(404, "NotFound", "event not found"))
+            }
+        }
+    }
+
+    /// `GET` or merge-`PATCH` (its `resourceVersion` ignored, a `MODIFIED` event) of a Node.
+    fn node(&self, s: &mut TcpStream, m: &str, name: &str, body: &Value) {
+        let mut st = self.state.lock().unwrap();
+        let Some(mut node) = st.nodes.get(name).cloned() else {
+            drop(st);
+            return self.answer(s, 404, status(404, "NotFound", "node not found"));
+        };
+        if m == "PATCH" {
+            st.patches.push((format!("nodes/{name}"), body.clone()));
+            let mut b = body.clone();
+            if let Some(md) = b.get_mut("metadata").and_then(Value::as_object_mut) {
+                md.remove("resourceVersion");
+            }
+            merge(&mut node, &b);
+            Inner::bump(&mut st, "MODIFIED", &mut node);
+            st.nodes.insert(name.to_string(), node.clone());
+        }
+        drop(st);
+        self.answer(s, 200, node.to_string())
+    }
+}
+
+/// One HTTP request as the stand-in reads it.
+struct Request {
+    method: String,
+    target: String,
+    body: Value,
 }
 
 impl LiveApi {
