@@ -875,197 +875,245 @@ fn warned_and_refused_adds_become_events_and_metrics() {
     let Some((api, node, _server, tree)) = setup() else {
         return;
     };
-    tree.write_primary();
-    api.put_node(NODE, &[]);
-    // Meshed, known to the agent, but with no pod cgroup on the node.
-    let uid = format!("0f4e6c1a-2b3c-4d5e-8f90-{:012x}", std::process::id());
-    api.put_pod(&running_meshed("web-warned"), &uid);
-    let dir = node.dir().join("agentreports");
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut e = entry(&node);
-    e["kubernetes"] = json!({
-        "kubeconfig": api.kubeconfig(&dir),
-        "agentSocket": agent_socket(&tree),
-        "timeoutSeconds": 1,
-        "attempts": 1
-    });
-    let conflist = node.write_conflist("agentreports", "1.0.0", vec![e.clone()]);
-    let agent = Agent::start(&tree, &api, &[]);
-    assert!(
-        wait_until(T, || report_socket(&tree).exists()
-            && agent_socket(&tree).exists()),
-        "no sockets; agent log:\n{}",
-        agent.log()
-    );
-    use std::os::unix::fs::PermissionsExt;
-    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
-    assert_eq!(mode(&report_socket(&tree)), 0o600);
-
-    // Warned: the table without the init phase, and an Event saying why.
-    let netns = Netns::new("mtpod");
-    let args: Vec<(String, String)> = vec![
-        ("K8S_POD_NAMESPACE".into(), "default".into()),
-        ("K8S_POD_NAME".into(), "web-warned".into()),
-        ("K8S_POD_INFRA_CONTAINER_ID".into(), "sandbox".into()),
-        ("K8S_POD_UID".into(), uid.clone()),
-    ];
-    node.cni(
-        "add",
-        &conflist,
-        netns.path(),
-        "web-warned",
-        &args_ref(&args),
-    )
-    .unwrap_or_else(|e| panic!("ADD: {e}\nagent log:\n{}", agent.log()));
-    assert!(list_table(&netns).is_ok());
-    assert!(
-        wait_until(T, || !events_of(&api, "MeshnftWarning", "web-warned")
-            .is_empty()),
-        "no Event for the warned ADD: {:?}\nagent log:\n{}",
-        api.events(),
-        agent.log()
-    );
-    let ev = &events_of(&api, "MeshnftWarning", "web-warned")[0];
-    assert_eq!(ev["type"], "Warning");
-    assert_eq!(ev["action"], "Add");
-    assert_eq!(ev["regarding"]["uid"], uid.as_str());
-    assert_eq!(ev["regarding"]["kind"], "Pod");
-    let note = ev["note"].as_str().unwrap_or_default();
-    assert!(
-        note.starts_with("meshnft ADD succeeded with warnings: init phase off for this pod: no cgroup for pod UID")
-            && note.contains("writing the plain redirect table"),
-        "{note}"
-    );
-    node.cni(
-        "del",
-        &conflist,
-        netns.path(),
-        "web-warned",
-        &args_ref(&args),
-    )
-    .unwrap();
-
-    // Refused twice: a pod the watch never delivers, and no API server.
-    // (Two sandboxes of the pod, as kubelet's retry makes.)
+    let r = Reports::start(&api, &node, &tree);
+    r.a_warned_add_becomes_a_warning_event();
     let ghost_cg = PodCgroups::new(Layout::Cgroupfs, Qos::Burstable);
     let ghost = k8s_args(&ghost_cg, "web-ghost");
-    for sandbox in ["web-ghost-1", "web-ghost-2"] {
-        let ghost_ns = Netns::new("mtpod");
+    r.a_repeated_refusal_is_one_event_with_a_series(&ghost);
+    r.a_refusal_for_another_cause_is_an_event_of_its_own(&ghost);
+    r.every_verb_is_counted_and_timed();
+}
+
+/// The agent of [`warned_and_refused_adds_become_events_and_metrics`] with
+/// its report socket, and the conflist whose plugin reports to it.
+struct Reports<'a> {
+    api: &'a LiveApi,
+    node: &'a Node,
+    /// The pod UID of `web-warned`, meshed, known to the API, no pod cgroup.
+    uid: String,
+    /// The meshnft entry of `conflist` (API lookups through the agent).
+    e: Value,
+    conflist: PathBuf,
+    agent: Agent,
+}
+
+impl<'a> Reports<'a> {
+    /// A meshed pod known to the agent but with no pod cgroup on the node;
+    /// the agent started, its sockets there, the report socket root's only.
+    fn start(api: &'a LiveApi, node: &'a Node, tree: &Tree) -> Reports<'a> {
+        tree.write_primary();
+        api.put_node(NODE, &[]);
+        // Meshed, known to the agent, but with no pod cgroup on the node.
+        let uid = format!("0f4e6c1a-2b3c-4d5e-8f90-{:012x}", std::process::id());
+        api.put_pod(&running_meshed("web-warned"), &uid);
+        let dir = node.dir().join("agentreports");
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut e = entry(node);
+        e["kubernetes"] = json!({
+            "kubeconfig": api.kubeconfig(&dir),
+            "agentSocket": agent_socket(tree),
+            "timeoutSeconds": 1,
+            "attempts": 1
+        });
+        let conflist = node.write_conflist("agentreports", "1.0.0", vec![e.clone()]);
+        let agent = Agent::start(tree, api, &[]);
+        assert!(
+            wait_until(T, || report_socket(tree).exists()
+                && agent_socket(tree).exists()),
+            "no sockets; agent log:\n{}",
+            agent.log()
+        );
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&report_socket(tree)), 0o600);
+        Reports {
+            api,
+            node,
+            uid,
+            e,
+            conflist,
+            agent,
+        }
+    }
+
+    /// Warned: the table without the init phase, and an Event saying why.
+    fn a_warned_add_becomes_a_warning_event(&self) {
+        let (api, node, agent, uid, conflist) =
+            (self.api, self.node, &self.agent, &self.uid, &self.conflist);
+        let netns = Netns::new("mtpod");
+        let args: Vec<(String, String)> = vec![
+            ("K8S_POD_NAMESPACE".into(), "default".into()),
+            ("K8S_POD_NAME".into(), "web-warned".into()),
+            ("K8S_POD_INFRA_CONTAINER_ID".into(), "sandbox".into()),
+            ("K8S_POD_UID".into(), uid.clone()),
+        ];
+        node.cni(
+            "add",
+            conflist,
+            netns.path(),
+            "web-warned",
+            &args_ref(&args),
+        )
+        .unwrap_or_else(|e| panic!("ADD: {e}\nagent log:\n{}", agent.log()));
+        assert!(list_table(&netns).is_ok());
+        assert!(
+            wait_until(T, || !events_of(api, "MeshnftWarning", "web-warned")
+                .is_empty()),
+            "no Event for the warned ADD: {:?}\nagent log:\n{}",
+            api.events(),
+            agent.log()
+        );
+        let ev = &events_of(api, "MeshnftWarning", "web-warned")[0];
+        assert_eq!(ev["type"], "Warning");
+        assert_eq!(ev["action"], "Add");
+        assert_eq!(ev["regarding"]["uid"], uid.as_str());
+        assert_eq!(ev["regarding"]["kind"], "Pod");
+        let note = ev["note"].as_str().unwrap_or_default();
+        assert!(
+            note.starts_with("meshnft ADD succeeded with warnings: init phase off for this pod: no cgroup for pod UID")
+                && note.contains("writing the plain redirect table"),
+            "{note}"
+        );
+        node.cni(
+            "del",
+            conflist,
+            netns.path(),
+            "web-warned",
+            &args_ref(&args),
+        )
+        .unwrap();
+    }
+
+    /// Refused twice: a pod the watch never delivers (CNI args `ghost`),
+    /// and no API server. (Two sandboxes of the pod, as kubelet's retry
+    /// makes.) One Event, with a series.
+    fn a_repeated_refusal_is_one_event_with_a_series(&self, ghost: &[(String, String)]) {
+        let (api, node, agent) = (self.api, self.node, &self.agent);
+        for sandbox in ["web-ghost-1", "web-ghost-2"] {
+            let ghost_ns = Netns::new("mtpod");
+            let err = node
+                .cni(
+                    "add",
+                    &self.conflist,
+                    ghost_ns.path(),
+                    sandbox,
+                    &args_ref(ghost),
+                )
+                .expect_err("no pod data: refused");
+            assert!(err.contains("11"), "{err}");
+        }
+        assert!(
+            wait_until(T, || {
+                events_of(api, "MeshnftFailed", "web-ghost")
+                    .first()
+                    .is_some_and(|e| e["series"]["count"] == 2)
+            }),
+            "{:?}\nagent log:\n{}",
+            api.events(),
+            agent.log()
+        );
+        let failed = events_of(api, "MeshnftFailed", "web-ghost");
+        assert_eq!(failed.len(), 1, "one Event and its series: {failed:?}");
+        let note = failed[0]["note"].as_str().unwrap_or_default();
+        assert!(
+            note.starts_with("meshnft ADD failed with CNI error 11: "),
+            "{note}"
+        );
+        assert_eq!(failed[0]["type"], "Warning");
+    }
+
+    /// Refused again, for another cause: its own Event, not a third count
+    /// under the first one's note.
+    fn a_refusal_for_another_cause_is_an_event_of_its_own(&self, ghost: &[(String, String)]) {
+        let (api, node, agent) = (self.api, self.node, &self.agent);
+        let mut bad = self.e.clone();
+        bad["kubernetes"]["timeoutSeconds"] = json!(-1);
+        let bad_conflist = node.write_conflist("agentreports-bad", "1.0.0", vec![bad]);
+        let bad_ns = Netns::new("mtpod");
         let err = node
             .cni(
                 "add",
-                &conflist,
-                ghost_ns.path(),
-                sandbox,
-                &args_ref(&ghost),
+                &bad_conflist,
+                bad_ns.path(),
+                "web-ghost-3",
+                &args_ref(ghost),
             )
-            .expect_err("no pod data: refused");
-        assert!(err.contains("11"), "{err}");
+            .expect_err("bad timeoutSeconds: refused");
+        assert!(err.contains("timeoutSeconds"), "{err}");
+        assert!(
+            wait_until(T, || events_of(api, "MeshnftFailed", "web-ghost").len()
+                == 2),
+            "{:?}\nagent log:\n{}",
+            api.events(),
+            agent.log()
+        );
+        let failed = events_of(api, "MeshnftFailed", "web-ghost");
+        let notes: Vec<&str> = failed
+            .iter()
+            .map(|e| e["note"].as_str().unwrap_or_default())
+            .collect();
+        assert!(
+            notes[0].starts_with("meshnft ADD failed with CNI error 11: ")
+                && failed[0]["series"]["count"] == 2,
+            "{failed:?}"
+        );
+        assert!(
+            notes[1].contains("timeoutSeconds") && failed[1]["series"].is_null(),
+            "{failed:?}"
+        );
     }
-    assert!(
-        wait_until(T, || {
-            events_of(&api, "MeshnftFailed", "web-ghost")
-                .first()
-                .is_some_and(|e| e["series"]["count"] == 2)
-        }),
-        "{:?}\nagent log:\n{}",
-        api.events(),
-        agent.log()
-    );
-    let failed = events_of(&api, "MeshnftFailed", "web-ghost");
-    assert_eq!(failed.len(), 1, "one Event and its series: {failed:?}");
-    let note = failed[0]["note"].as_str().unwrap_or_default();
-    assert!(
-        note.starts_with("meshnft ADD failed with CNI error 11: "),
-        "{note}"
-    );
-    assert_eq!(failed[0]["type"], "Warning");
 
-    // Refused again, for another cause: its own Event, not a third count
-    // under the first one's note.
-    let mut bad = e.clone();
-    bad["kubernetes"]["timeoutSeconds"] = json!(-1);
-    let bad_conflist = node.write_conflist("agentreports-bad", "1.0.0", vec![bad]);
-    let bad_ns = Netns::new("mtpod");
-    let err = node
-        .cni(
-            "add",
-            &bad_conflist,
-            bad_ns.path(),
-            "web-ghost-3",
-            &args_ref(&ghost),
-        )
-        .expect_err("bad timeoutSeconds: refused");
-    assert!(err.contains("timeoutSeconds"), "{err}");
-    assert!(
-        wait_until(T, || events_of(&api, "MeshnftFailed", "web-ghost").len()
-            == 2),
-        "{:?}\nagent log:\n{}",
-        api.events(),
-        agent.log()
-    );
-    let failed = events_of(&api, "MeshnftFailed", "web-ghost");
-    let notes: Vec<&str> = failed
-        .iter()
-        .map(|e| e["note"].as_str().unwrap_or_default())
-        .collect();
-    assert!(
-        notes[0].starts_with("meshnft ADD failed with CNI error 11: ")
-            && failed[0]["series"]["count"] == 2,
-        "{failed:?}"
-    );
-    assert!(
-        notes[1].contains("timeoutSeconds") && failed[1]["series"].is_null(),
-        "{failed:?}"
-    );
-
-    // The metrics: outcomes by verb, result and code; the time per verb.
-    let ops = |labels: &str| agent.metric(&format!("meshnft_cni_operations_total{{{labels}}}"));
-    assert!(
-        wait_until(T, || ops(r#"verb="ADD",result="failed",code="11""#) == 2.0
-            && ops(r#"verb="ADD",result="failed",code="7""#) == 1.0),
-        "{}",
-        agent.get("/metrics").unwrap().1
-    );
-    assert_eq!(ops(r#"verb="ADD",result="warned",code="0""#), 1.0);
-    assert_eq!(ops(r#"verb="DEL",result="ok",code="0""#), 1.0);
-    assert_eq!(
-        agent.metric(r#"meshnft_cni_operation_duration_seconds_count{verb="ADD"}"#),
-        4.0
-    );
-    // The refused ADDs waited for the agent (about 1 s each).
-    assert!(agent.metric(r#"meshnft_cni_operation_duration_seconds_sum{verb="ADD"}"#) > 1.0);
-    assert_eq!(
-        agent.metric(r#"meshnft_cni_operation_duration_seconds_bucket{le="10.0",verb="ADD"}"#),
-        4.0
-    );
-    // The warned ADD and the bad configuration's took less than the
-    // refused ones' wait.
-    assert_eq!(
-        agent.metric(r#"meshnft_cni_operation_duration_seconds_bucket{le="0.5",verb="ADD"}"#),
-        2.0
-    );
-    assert_eq!(
-        agent.metric(r#"meshnft_reports_total{result="accepted"}"#),
-        5.0
-    );
-    assert_eq!(
-        agent.metric(r#"meshnft_pod_events_total{reason="MeshnftWarning"}"#),
-        1.0
-    );
-    assert_eq!(
-        agent.metric(r#"meshnft_pod_events_total{reason="MeshnftFailed"}"#),
-        3.0
-    );
-    let body = agent.get("/metrics").unwrap().1;
-    assert!(
-        body.lines().any(
-            |l| l.starts_with("meshnft_build_info{version=\"0.1.0\",commit=\"")
-                && l.ends_with("} 1")
-        ),
-        "{body}"
-    );
-    assert_eq!(agent.metric(r#"meshnft_meshed_pods{mesh="linkerd"}"#), 1.0);
+    /// The metrics: outcomes by verb, result and code; the time per verb;
+    /// reports, Events, build info and the meshed-pods gauge.
+    fn every_verb_is_counted_and_timed(&self) {
+        let agent = &self.agent;
+        let ops = |labels: &str| agent.metric(&format!("meshnft_cni_operations_total{{{labels}}}"));
+        assert!(
+            wait_until(T, || ops(r#"verb="ADD",result="failed",code="11""#) == 2.0
+                && ops(r#"verb="ADD",result="failed",code="7""#) == 1.0),
+            "{}",
+            agent.get("/metrics").unwrap().1
+        );
+        assert_eq!(ops(r#"verb="ADD",result="warned",code="0""#), 1.0);
+        assert_eq!(ops(r#"verb="DEL",result="ok",code="0""#), 1.0);
+        assert_eq!(
+            agent.metric(r#"meshnft_cni_operation_duration_seconds_count{verb="ADD"}"#),
+            4.0
+        );
+        // The refused ADDs waited for the agent (about 1 s each).
+        assert!(agent.metric(r#"meshnft_cni_operation_duration_seconds_sum{verb="ADD"}"#) > 1.0);
+        assert_eq!(
+            agent.metric(r#"meshnft_cni_operation_duration_seconds_bucket{le="10.0",verb="ADD"}"#),
+            4.0
+        );
+        // The warned ADD and the bad configuration's took less than the
+        // refused ones' wait.
+        assert_eq!(
+            agent.metric(r#"meshnft_cni_operation_duration_seconds_bucket{le="0.5",verb="ADD"}"#),
+            2.0
+        );
+        assert_eq!(
+            agent.metric(r#"meshnft_reports_total{result="accepted"}"#),
+            5.0
+        );
+        assert_eq!(
+            agent.metric(r#"meshnft_pod_events_total{reason="MeshnftWarning"}"#),
+            1.0
+        );
+        assert_eq!(
+            agent.metric(r#"meshnft_pod_events_total{reason="MeshnftFailed"}"#),
+            3.0
+        );
+        let body = agent.get("/metrics").unwrap().1;
+        assert!(
+            body.lines().any(
+                |l| l.starts_with("meshnft_build_info{version=\"0.1.0\",commit=\"")
+                    && l.ends_with("} 1")
+            ),
+            "{body}"
+        );
+        assert_eq!(agent.metric(r#"meshnft_meshed_pods{mesh="linkerd"}"#), 1.0);
+    }
 }
 
 /// The report socket drops what is not a report from root, and counts it:
@@ -1250,6 +1298,12 @@ fn mesh_proxy_listeners(pod: &Netns) -> (support::Listener, support::Listener) {
 /// run again (`restartPolicy: Never`, phase `Failed`) is reported (Event,
 /// counter), not written to, not deleted.
 fn repair_for_mesh(mesh: &str, proxy: &str, validator: (&str, i32), proxy_uid: u32) {
+    let m = Mesh {
+        mesh,
+        proxy,
+        validator,
+        proxy_uid,
+    };
     let Some((api, node, _server, _)) = setup() else {
         return;
     };
@@ -1257,9 +1311,49 @@ fn repair_for_mesh(mesh: &str, proxy: &str, validator: (&str, i32), proxy_uid: u
     tree.write_primary();
     let plain = node.write_conflist("agentnet", "1.0.0", vec![]);
     let meshed = node.write_conflist("agentnet", "1.0.0", vec![mesh_entry(&node, mesh)]);
-    let running = |name: &str| {
+    let pods = m.pods(&api, &node, &plain, &meshed);
+    api.put_node(NODE, &[("meshnft.io/not-ready", "NoSchedule")]);
+    let agent = Agent::start(&tree, &api, &["--remove-node-taint"]);
+    m.tables_are_repaired_as_add_writes_them(&agent, &pods);
+    m.the_phase_follows_the_pods_status(&pods);
+    m.only_the_failed_pod_is_reported(&api, &agent, &pods);
+    drop(agent);
+    m.mode_delete_deletes_only_a_restarted_pod(&api, &tree);
+    m.mode_label_labels_without_writing(&api, &node, &tree, &plain);
+}
+
+/// The mesh of [`repair_for_mesh`]: its name, proxy container, validator
+/// init container (and the exit code it fails with) and proxy UID.
+struct Mesh<'a> {
+    mesh: &'a str,
+    proxy: &'a str,
+    validator: (&'a str, i32),
+    proxy_uid: u32,
+}
+
+/// The pods of [`repair_for_mesh`], fields in drop order (listeners before
+/// their namespaces).
+struct MeshPods {
+    /// A Linkerd-shaped pod: not this mesh's.
+    other: TestPod,
+    /// The same pod through ADD with meshnft chained (kept for the agent's
+    /// passes), and its table.
+    _reference: TestPod,
+    ref_table: String,
+    _init_proxy: (support::Listener, support::Listener),
+    /// Came up without its table, in its validator.
+    init: TestPod,
+    _bare_proxy: (support::Listener, support::Listener),
+    /// Came up without its table, running, never to be restarted.
+    bare: TestPod,
+}
+
+impl Mesh<'_> {
+    /// The API's view of a running pod of the mesh, its validator done.
+    fn running(&self, name: &str) -> Pod {
+        let (validator, proxy) = (self.validator, self.proxy);
         mesh_api_pod(
-            mesh,
+            self.mesh,
             name,
             &[validator.0],
             &["app", proxy],
@@ -1270,202 +1364,242 @@ fn repair_for_mesh(mesh: &str, proxy: &str, validator: (&str, i32), proxy_uid: u
                 cs(proxy, state(true, None), None),
             ],
         )
-    };
-    // Came up without its table, running, never to be restarted: repaired,
-    // the phase closed.
-    let bare = TestPod::new(&node, "mesh-bare", &plain);
-    let _bare_proxy = mesh_proxy_listeners(&bare.netns);
-    api.put_pod(&running("mesh-bare"), bare.cg.pod_uid());
-    // Came up without its table, in its validator: repaired, phase open.
-    let init = TestPod::new(&node, "mesh-init", &plain);
-    let _init_proxy = mesh_proxy_listeners(&init.netns);
-    api.put_pod(
-        &mesh_api_pod(
-            mesh,
-            "mesh-init",
-            &[validator.0, "init"],
-            &["app", proxy],
-            "Pending",
-            vec![
-                cs(validator.0, state(false, Some(0)), None),
-                cs("init", state(true, None), None),
-            ],
-            vec![],
-        ),
-        init.cg.pod_uid(),
-    );
-    // The reference: the same pod through ADD with meshnft chained.
-    let reference = TestPod::new(&node, "mesh-ref", &meshed);
-    api.put_pod(&running("mesh-ref"), reference.cg.pod_uid());
-    let ref_table = list_table(&reference.netns).expect("ADD wrote the table");
-    // A Linkerd-shaped pod: not this mesh's.
-    let other = TestPod::new(&node, "mesh-other", &plain);
-    api.put_pod(&running_meshed("mesh-other"), other.cg.pod_uid());
-    // Failed for lack of its redirect, never restarted: reported only.
-    api.put_pod(
-        &mesh_api_pod(
-            mesh,
-            "mesh-failed",
-            &[validator.0],
-            &["app", proxy],
-            "Failed",
-            vec![cs(validator.0, state(false, Some(validator.1)), None)],
-            vec![],
-        ),
-        "uid-mesh-failed",
-    );
-    // Failed otherwise (the app exited 1): nothing to say.
-    api.put_pod(
-        &mesh_api_pod(
-            mesh,
-            "mesh-app-failed",
-            &[validator.0],
-            &["app", proxy],
-            "Failed",
-            vec![cs(validator.0, state(false, Some(0)), None)],
-            vec![cs("app", state(false, Some(1)), None)],
-        ),
-        "uid-mesh-app-failed",
-    );
+    }
 
-    api.put_node(NODE, &[("meshnft.io/not-ready", "NoSchedule")]);
-    let agent = Agent::start(&tree, &api, &["--remove-node-taint"]);
-    assert!(
-        wait_until(T, || bare.table().is_some() && init.table().is_some()),
-        "{mesh}: tables not repaired:\n{}",
-        agent.log()
-    );
-    // The same table as ADD's, rule for rule (the pods share layout and
-    // settings); only the comment, counters and elements differ.
-    for (what, p) in [("running", &bare), ("in its init containers", &init)] {
-        let t = list_table(&p.netns).unwrap();
-        assert_eq!(
-            table_shape(&t),
-            table_shape(&ref_table),
-            "{mesh}: the repaired table of the pod {what} differs from ADD's:\n{t}\nADD's:\n{ref_table}"
+    /// The pods before the agent starts, and the API's view of them and of
+    /// two failed pods without a netns.
+    fn pods(&self, api: &LiveApi, node: &Node, plain: &Path, meshed: &Path) -> MeshPods {
+        let (mesh, proxy, validator) = (self.mesh, self.proxy, self.validator);
+        // Came up without its table, running, never to be restarted: repaired,
+        // the phase closed.
+        let bare = TestPod::new(node, "mesh-bare", plain);
+        let _bare_proxy = mesh_proxy_listeners(&bare.netns);
+        api.put_pod(&self.running("mesh-bare"), bare.cg.pod_uid());
+        // Came up without its table, in its validator: repaired, phase open.
+        let init = TestPod::new(node, "mesh-init", plain);
+        let _init_proxy = mesh_proxy_listeners(&init.netns);
+        api.put_pod(
+            &mesh_api_pod(
+                mesh,
+                "mesh-init",
+                &[validator.0, "init"],
+                &["app", proxy],
+                "Pending",
+                vec![
+                    cs(validator.0, state(false, Some(0)), None),
+                    cs("init", state(true, None), None),
+                ],
+                vec![],
+            ),
+            init.cg.pod_uid(),
         );
-        assert!(t.contains(&format!("mesh {mesh} pod uid")), "{t}");
+        // The reference: the same pod through ADD with meshnft chained.
+        let reference = TestPod::new(node, "mesh-ref", meshed);
+        api.put_pod(&self.running("mesh-ref"), reference.cg.pod_uid());
+        let ref_table = list_table(&reference.netns).expect("ADD wrote the table");
+        // A Linkerd-shaped pod: not this mesh's.
+        let other = TestPod::new(node, "mesh-other", plain);
+        api.put_pod(&running_meshed("mesh-other"), other.cg.pod_uid());
+        // Failed for lack of its redirect, never restarted: reported only.
+        api.put_pod(
+            &mesh_api_pod(
+                mesh,
+                "mesh-failed",
+                &[validator.0],
+                &["app", proxy],
+                "Failed",
+                vec![cs(validator.0, state(false, Some(validator.1)), None)],
+                vec![],
+            ),
+            "uid-mesh-failed",
+        );
+        // Failed otherwise (the app exited 1): nothing to say.
+        api.put_pod(
+            &mesh_api_pod(
+                mesh,
+                "mesh-app-failed",
+                &[validator.0],
+                &["app", proxy],
+                "Failed",
+                vec![cs(validator.0, state(false, Some(0)), None)],
+                vec![cs("app", state(false, Some(1)), None)],
+            ),
+            "uid-mesh-app-failed",
+        );
+        MeshPods {
+            other,
+            _reference: reference,
+            ref_table,
+            _init_proxy,
+            init,
+            _bare_proxy,
+            bare,
+        }
     }
-    // Closed: the app's outbound TCP lands on the mesh's proxy port; the
-    // proxy's own goes out.
-    expect_reply(
-        bare.probe("app", APP_UID),
-        "mesh-out",
-        Some("198.19.0.1:80"),
-    );
-    expect_reply(bare.probe(proxy, proxy_uid), "server", None);
-    let started = set_elements(&bare.netns, "proxy_started");
-    assert!(
-        started.iter().any(|e| elem_is(e, bare.cg.pod_dir())),
-        "{started:?}"
-    );
-    // Open: the init container goes out directly.
-    expect_reply(init.probe("init", INIT_UID), "server", None);
-    assert!(set_elements(&init.netns, "proxy_started").is_empty());
-    if mesh == "kuma" {
-        // As ADD: Kuma's IPv6 passthrough source on lo.
-        let lo = bare
-            .netns
-            .exec_ok(&["ip", "-6", "addr", "show", "dev", "lo"]);
-        assert!(lo.contains("::6/128"), "{lo}");
+
+    /// The same table as ADD's, rule for rule (the pods share layout and
+    /// settings); only the comment, counters and elements differ.
+    fn tables_are_repaired_as_add_writes_them(&self, agent: &Agent, pods: &MeshPods) {
+        let (mesh, bare, init, ref_table) = (self.mesh, &pods.bare, &pods.init, &pods.ref_table);
+        assert!(
+            wait_until(T, || bare.table().is_some() && init.table().is_some()),
+            "{mesh}: tables not repaired:\n{}",
+            agent.log()
+        );
+        for (what, p) in [("running", bare), ("in its init containers", init)] {
+            let t = list_table(&p.netns).unwrap();
+            assert_eq!(
+                table_shape(&t),
+                table_shape(ref_table),
+                "{mesh}: the repaired table of the pod {what} differs from ADD's:\n{t}\nADD's:\n{ref_table}"
+            );
+            assert!(t.contains(&format!("mesh {mesh} pod uid")), "{t}");
+        }
     }
-    assert!(
-        wait_until(T, || !events_for(&api, "MeshnftNotConfigured").is_empty()),
-        "{}",
-        agent.log()
-    );
-    // Two more full passes: nothing else is written or said.
-    let passes = agent.metric("meshnft_last_resync_timestamp_seconds");
-    assert!(wait_until(T, || agent
-        .metric("meshnft_last_resync_timestamp_seconds")
-        >= passes + 3.0));
-    assert!(other.table().is_none(), "{mesh}: a Linkerd pod got a table");
-    assert_eq!(
-        events_for(&api, "MeshnftRepaired"),
-        ["mesh-bare", "mesh-init"],
-        "{:?}",
-        api.events()
-    );
-    assert_eq!(
-        events_for(&api, "MeshnftNotConfigured"),
-        ["mesh-failed"],
-        "{:?}",
-        api.events()
-    );
-    let note = api
-        .events()
-        .iter()
-        .find(|e| e["reason"] == "MeshnftNotConfigured")
-        .and_then(|e| e["note"].as_str().map(str::to_string))
-        .unwrap_or_default();
-    assert!(
-        note.contains(validator.0) && note.contains("recreate it"),
-        "{note}"
-    );
-    assert_eq!(
-        agent.metric(r#"meshnft_pods_without_table_total{state="failed"}"#),
-        1.0,
-        "reported once"
-    );
-    assert_eq!(
-        agent.metric(r#"meshnft_repairs_total{result="repaired"}"#),
-        2.0
-    );
-    // The two repaired ones and the reference (not the failed ones).
-    assert_eq!(
-        agent.metric(&format!("meshnft_meshed_pods{{mesh=\"{mesh}\"}}")),
-        3.0
-    );
-    assert!(api.deletes().is_empty());
-    assert!(
-        wait_until(T, || api.taints(NODE).is_empty()),
-        "{:?}",
-        api.taints(NODE)
-    );
-    drop(agent);
 
-    // Mode delete: a pod whose validator failed and that is restarted
-    // (phase Pending, the failure in its last state) is deleted; the
-    // failed one, which nothing would recreate, is not.
-    let mut crashing = mesh_api_pod(
-        mesh,
-        "mesh-crashing",
-        &[validator.0],
-        &["app", proxy],
-        "Pending",
-        vec![cs(
-            validator.0,
-            state(false, None),
-            Some(state(false, Some(validator.1))),
-        )],
-        vec![],
-    );
-    crashing.spec.as_mut().unwrap().restart_policy = Some("Always".into());
-    api.put_pod(&crashing, "uid-mesh-crashing");
-    let del = Agent::start(&tree, &api, &["--repair-mode", "delete"]);
-    assert!(wait_until(T, || !api.deletes().is_empty()), "{}", del.log());
-    let passes = del.metric("meshnft_last_resync_timestamp_seconds");
-    assert!(wait_until(T, || del
-        .metric("meshnft_last_resync_timestamp_seconds")
-        >= passes + 3.0));
-    assert_eq!(api.deletes(), ["default/mesh-crashing"]);
-    assert!(api.has_pod("default", "mesh-failed"));
-    drop(del);
+    /// Closed: the app's outbound TCP lands on the mesh's proxy port; the
+    /// proxy's own goes out. Open: the init container goes out directly.
+    fn the_phase_follows_the_pods_status(&self, pods: &MeshPods) {
+        let (bare, init) = (&pods.bare, &pods.init);
+        expect_reply(
+            bare.probe("app", APP_UID),
+            "mesh-out",
+            Some("198.19.0.1:80"),
+        );
+        expect_reply(bare.probe(self.proxy, self.proxy_uid), "server", None);
+        let started = set_elements(&bare.netns, "proxy_started");
+        assert!(
+            started.iter().any(|e| elem_is(e, bare.cg.pod_dir())),
+            "{started:?}"
+        );
+        // Open: the init container goes out directly.
+        expect_reply(init.probe("init", INIT_UID), "server", None);
+        assert!(set_elements(&init.netns, "proxy_started").is_empty());
+        if self.mesh == "kuma" {
+            // As ADD: Kuma's IPv6 passthrough source on lo.
+            let lo = bare
+                .netns
+                .exec_ok(&["ip", "-6", "addr", "show", "dev", "lo"]);
+            assert!(lo.contains("::6/128"), "{lo}");
+        }
+    }
 
-    // Mode label: a pod running without its table and the failed one are
-    // labelled; neither gets a table.
-    let unlabelled = TestPod::new(&node, "mesh-label", &plain);
-    api.put_pod(&running("mesh-label"), unlabelled.cg.pod_uid());
-    let labeller = Agent::start(&tree, &api, &["--repair-mode", "label"]);
-    let labelled =
-        |name: &str| api.pod_labels("default", name)["meshnft.io/uninitialized"] == "true";
-    assert!(
-        wait_until(T, || labelled("mesh-label") && labelled("mesh-failed")),
-        "{}",
-        labeller.log()
-    );
-    assert!(unlabelled.table().is_none());
-    assert!(!labelled("mesh-bare"), "a pod with its table was labelled");
+    /// The failed pod is reported once (Event, counter); over two more full
+    /// passes nothing else is written or said, nothing deleted; the node's
+    /// taint is removed.
+    fn only_the_failed_pod_is_reported(&self, api: &LiveApi, agent: &Agent, pods: &MeshPods) {
+        let mesh = self.mesh;
+        assert!(
+            wait_until(T, || !events_for(api, "MeshnftNotConfigured").is_empty()),
+            "{}",
+            agent.log()
+        );
+        // Two more full passes: nothing else is written or said.
+        let passes = agent.metric("meshnft_last_resync_timestamp_seconds");
+        assert!(wait_until(T, || agent
+            .metric("meshnft_last_resync_timestamp_seconds")
+            >= passes + 3.0));
+        assert!(
+            pods.other.table().is_none(),
+            "{mesh}: a Linkerd pod got a table"
+        );
+        assert_eq!(
+            events_for(api, "MeshnftRepaired"),
+            ["mesh-bare", "mesh-init"],
+            "{:?}",
+            api.events()
+        );
+        assert_eq!(
+            events_for(api, "MeshnftNotConfigured"),
+            ["mesh-failed"],
+            "{:?}",
+            api.events()
+        );
+        let note = api
+            .events()
+            .iter()
+            .find(|e| e["reason"] == "MeshnftNotConfigured")
+            .and_then(|e| e["note"].as_str().map(str::to_string))
+            .unwrap_or_default();
+        assert!(
+            note.contains(self.validator.0) && note.contains("recreate it"),
+            "{note}"
+        );
+        assert_eq!(
+            agent.metric(r#"meshnft_pods_without_table_total{state="failed"}"#),
+            1.0,
+            "reported once"
+        );
+        assert_eq!(
+            agent.metric(r#"meshnft_repairs_total{result="repaired"}"#),
+            2.0
+        );
+        // The two repaired ones and the reference (not the failed ones).
+        assert_eq!(
+            agent.metric(&format!("meshnft_meshed_pods{{mesh=\"{mesh}\"}}")),
+            3.0
+        );
+        assert!(api.deletes().is_empty());
+        assert!(
+            wait_until(T, || api.taints(NODE).is_empty()),
+            "{:?}",
+            api.taints(NODE)
+        );
+    }
+
+    /// Mode delete: a pod whose validator failed and that is restarted
+    /// (phase Pending, the failure in its last state) is deleted; the
+    /// failed one, which nothing would recreate, is not.
+    fn mode_delete_deletes_only_a_restarted_pod(&self, api: &LiveApi, tree: &Tree) {
+        let validator = self.validator;
+        let mut crashing = mesh_api_pod(
+            self.mesh,
+            "mesh-crashing",
+            &[validator.0],
+            &["app", self.proxy],
+            "Pending",
+            vec![cs(
+                validator.0,
+                state(false, None),
+                Some(state(false, Some(validator.1))),
+            )],
+            vec![],
+        );
+        crashing.spec.as_mut().unwrap().restart_policy = Some("Always".into());
+        api.put_pod(&crashing, "uid-mesh-crashing");
+        let del = Agent::start(tree, api, &["--repair-mode", "delete"]);
+        assert!(wait_until(T, || !api.deletes().is_empty()), "{}", del.log());
+        let passes = del.metric("meshnft_last_resync_timestamp_seconds");
+        assert!(wait_until(T, || del
+            .metric("meshnft_last_resync_timestamp_seconds")
+            >= passes + 3.0));
+        assert_eq!(api.deletes(), ["default/mesh-crashing"]);
+        assert!(api.has_pod("default", "mesh-failed"));
+        drop(del);
+    }
+
+    /// Mode label: a pod running without its table and the failed one are
+    /// labelled; neither gets a table.
+    fn mode_label_labels_without_writing(
+        &self,
+        api: &LiveApi,
+        node: &Node,
+        tree: &Tree,
+        plain: &Path,
+    ) {
+        let unlabelled = TestPod::new(node, "mesh-label", plain);
+        api.put_pod(&self.running("mesh-label"), unlabelled.cg.pod_uid());
+        let labeller = Agent::start(tree, api, &["--repair-mode", "label"]);
+        let labelled =
+            |name: &str| api.pod_labels("default", name)["meshnft.io/uninitialized"] == "true";
+        assert!(
+            wait_until(T, || labelled("mesh-label") && labelled("mesh-failed")),
+            "{}",
+            labeller.log()
+        );
+        assert!(unlabelled.table().is_none());
+        assert!(!labelled("mesh-bare"), "a pod with its table was labelled");
+    }
 }
 
 #[test]

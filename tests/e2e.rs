@@ -14,207 +14,277 @@ use support::{Layout, Netns, Node, PodCgroups, Qos, SRV4_A, SRV4_B, SRV6_A, SRV6
 
 /// The seed scenario for one spec version and cgroup layout.
 fn seed_scenario(version: &str, layout: Layout, qos: Qos, example: &str) {
-    let f = Fixture::new(true, version, layout, qos, example, |_| {});
-    let (node, cg, pod, cl) = (&f.node, &f.cg, &f.pod, &f.cl);
-    // A table of someone else's in the pod netns: DEL must leave it alone.
-    pod.nft("table ip sentinel {\n chain c { type filter hook output priority 10; policy accept; }\n}\n").unwrap();
-    let args = k8s_args(cg, "seed-sandbox");
-    let result = f.cni("add", "seed-sandbox", true).expect("ADD");
-    assert_eq!(result["cniVersion"], version);
-    let (pod4, pod6) = support::result_v4_v6(&result);
-    let table = list_table(pod).expect("table after ADD");
-    for name in [
-        "proxy_started",
-        "init_containers",
-        "init_phase",
-        "skip_inbound_ports",
-        "skip_outbound_ports",
-    ] {
+    let s = Seed::add(version, layout, qos, example);
+    s.init_container_goes_direct_except_to_the_validator();
+    s.proxy_ends_the_init_phase();
+    s.afterwards_every_container_but_the_proxy_is_redirected();
+    s.inbound_goes_to_the_proxy_except_ignored_ports();
+    s.counters_moved_where_the_traffic_went();
+    s.check_through_libcni();
+    s.re_add_keeps_the_init_phase_closed();
+    s.listeners_saw_what_the_probes_reported();
+    s.del_removes_only_our_table();
+}
+
+/// One pod of the seed scenario after its ADD: the fixture, the ADD result
+/// and the pod's addresses and container cgroups.
+struct Seed {
+    f: Fixture,
+    version: String,
+    args: Vec<(String, String)>,
+    result: Value,
+    pod4: std::net::Ipv4Addr,
+    pod6: std::net::Ipv6Addr,
+    init: std::path::PathBuf,
+    proxy: std::path::PathBuf,
+    app: std::path::PathBuf,
+}
+
+impl Seed {
+    /// ADD through libcni, next to someone else's table; the table has all its sets.
+    fn add(version: &str, layout: Layout, qos: Qos, example: &str) -> Seed {
+        let f = Fixture::new(true, version, layout, qos, example, |_| {});
+        let (cg, pod) = (&f.cg, &f.pod);
+        // A table of someone else's in the pod netns: DEL must leave it alone.
+        pod.nft("table ip sentinel {\n chain c { type filter hook output priority 10; policy accept; }\n}\n").unwrap();
+        let args = k8s_args(cg, "seed-sandbox");
+        let result = f.cni("add", "seed-sandbox", true).expect("ADD");
+        assert_eq!(result["cniVersion"], version);
+        let (pod4, pod6) = support::result_v4_v6(&result);
+        let table = list_table(pod).expect("table after ADD");
+        for name in [
+            "proxy_started",
+            "init_containers",
+            "init_phase",
+            "skip_inbound_ports",
+            "skip_outbound_ports",
+        ] {
+            assert!(
+                table.contains(&format!(" {name} {{")),
+                "{name} missing in\n{table}"
+            );
+        }
+
+        let init = cg.container("init");
+        let proxy = cg.container("proxy");
+        let app = cg.container("app");
+        Seed {
+            version: version.to_string(),
+            args,
+            result,
+            pod4,
+            pod6,
+            init,
+            proxy,
+            app,
+            f,
+        }
+    }
+
+    /// Init phase: the init container reaches the server directly (v4, v6),
+    /// except the validator destination, which is redirected to the proxy.
+    fn init_container_goes_direct_except_to_the_validator(&self) {
+        let (pod, init, p) = (&self.f.pod, &self.init, self.f.pod.path());
+        expect_reply(
+            support::tcp_probe(p, Some(init), INIT_UID, INIT_UID, SRV4_A.into(), 80),
+            "server",
+            Some("-"),
+        );
+        expect_reply(
+            support::tcp_probe(p, Some(init), INIT_UID, INIT_UID, SRV6_A.into(), 80),
+            "server",
+            Some("-"),
+        );
+        // ...except the validator destination, which is redirected to the proxy.
+        expect_reply(
+            support::tcp_probe(p, Some(init), INIT_UID, INIT_UID, SRV4_A.into(), 20001),
+            "proxy-out",
+            Some("198.19.0.1:20001"),
+        );
+        expect_reply(
+            support::tcp_probe(p, Some(init), INIT_UID, INIT_UID, SRV6_A.into(), 20001),
+            "proxy-out",
+            Some("[2001:db8:2::1]:20001"),
+        );
+        let used = set_elements(pod, "init_containers");
         assert!(
-            table.contains(&format!(" {name} {{")),
-            "{name} missing in\n{table}"
+            used.iter().any(|e| elem_is(e, init)),
+            "init container not recorded: {used:?}"
+        );
+        assert!(set_elements(pod, "proxy_started").is_empty());
+    }
+
+    /// The proxy (UID 2102) goes out directly and ends the init phase.
+    fn proxy_ends_the_init_phase(&self) {
+        let (pod, proxy, p) = (&self.f.pod, &self.proxy, self.f.pod.path());
+        expect_reply(
+            support::tcp_probe(p, Some(proxy), PROXY_UID, PROXY_UID, SRV4_A.into(), 80),
+            "server",
+            Some("-"),
+        );
+        let started = set_elements(pod, "proxy_started");
+        assert!(
+            started.len() == 1 && elem_is(&started[0], self.f.cg.pod_dir()),
+            "proxy_started = {started:?}"
         );
     }
 
-    let init = cg.container("init");
-    let proxy = cg.container("proxy");
-    let app = cg.container("app");
-    let p = pod.path();
-
-    // Init phase: the init container reaches the server directly (v4, v6)...
-    expect_reply(
-        support::tcp_probe(p, Some(&init), INIT_UID, INIT_UID, SRV4_A.into(), 80),
-        "server",
-        Some("-"),
-    );
-    expect_reply(
-        support::tcp_probe(p, Some(&init), INIT_UID, INIT_UID, SRV6_A.into(), 80),
-        "server",
-        Some("-"),
-    );
-    // ...except the validator destination, which is redirected to the proxy.
-    expect_reply(
-        support::tcp_probe(p, Some(&init), INIT_UID, INIT_UID, SRV4_A.into(), 20001),
-        "proxy-out",
-        Some("198.19.0.1:20001"),
-    );
-    expect_reply(
-        support::tcp_probe(p, Some(&init), INIT_UID, INIT_UID, SRV6_A.into(), 20001),
-        "proxy-out",
-        Some("[2001:db8:2::1]:20001"),
-    );
-    let used = set_elements(pod, "init_containers");
-    assert!(
-        used.iter().any(|e| elem_is(e, &init)),
-        "init container not recorded: {used:?}"
-    );
-    assert!(set_elements(pod, "proxy_started").is_empty());
-
-    // The proxy (UID 2102) goes out directly and ends the init phase.
-    expect_reply(
-        support::tcp_probe(p, Some(&proxy), PROXY_UID, PROXY_UID, SRV4_A.into(), 80),
-        "server",
-        Some("-"),
-    );
-    let started = set_elements(pod, "proxy_started");
-    assert!(
-        started.len() == 1 && elem_is(&started[0], cg.pod_dir()),
-        "proxy_started = {started:?}"
-    );
-
-    // From then on every container is redirected, the init container too.
-    expect_reply(
-        support::tcp_probe(p, Some(&app), APP_UID, APP_UID, SRV4_A.into(), 80),
-        "proxy-out",
-        Some("198.19.0.1:80"),
-    );
-    expect_reply(
-        support::tcp_probe(p, Some(&app), APP_UID, APP_UID, SRV6_A.into(), 80),
-        "proxy-out",
-        Some("[2001:db8:2::1]:80"),
-    );
-    expect_reply(
-        support::tcp_probe(p, Some(&init), INIT_UID, INIT_UID, SRV4_A.into(), 80),
-        "proxy-out",
-        None,
-    );
-    // The proxy itself is still never redirected.
-    expect_reply(
-        support::tcp_probe(p, Some(&proxy), PROXY_UID, PROXY_UID, SRV6_A.into(), 80),
-        "server",
-        Some("-"),
-    );
-    // Skipped port and skipped subnets go direct.
-    expect_reply(
-        support::tcp_probe(p, Some(&app), APP_UID, APP_UID, SRV4_A.into(), 9100),
-        "server",
-        Some("-"),
-    );
-    expect_reply(
-        support::tcp_probe(p, Some(&app), APP_UID, APP_UID, SRV4_B.into(), 80),
-        "server",
-        Some("-"),
-    );
-    expect_reply(
-        support::tcp_probe(p, Some(&app), APP_UID, APP_UID, SRV6_B.into(), 80),
-        "server",
-        Some("-"),
-    );
-
-    // Inbound: to the proxy's inbound port, except ignored ports.
-    let n = node.netns.path();
-    expect_reply(
-        support::tcp_probe(n, None, 0, 0, pod4.into(), 8080),
-        "proxy-in",
-        Some(&format!("{pod4}:8080")),
-    );
-    expect_reply(
-        support::tcp_probe(n, None, 0, 0, pod6.into(), 8080),
-        "proxy-in",
-        Some(&format!("[{pod6}]:8080")),
-    );
-    // (not redirected: the app's listener answers, original destination = local)
-    expect_reply(
-        support::tcp_probe(n, None, 0, 0, pod4.into(), 4191),
-        "app",
-        Some(&format!("{pod4}:4191")),
-    );
-    expect_reply(
-        support::tcp_probe(n, None, 0, 0, pod6.into(), 4191),
-        "app",
-        Some(&format!("[{pod6}]:4191")),
-    );
-
-    // Counters moved where the traffic went.
-    assert!(rule_packets(pod, "outbound TCP to the proxy") >= 3);
-    assert!(rule_packets(pod, "init container goes out directly") >= 2);
-    assert!(rule_packets(pod, "IPv4 destination redirected even in the init phase") >= 1);
-    assert!(rule_packets(pod, "to the proxy's inbound port") >= 2);
-    assert!(rule_packets(pod, "outbound port ignored") >= 1);
-    assert!(rule_packets(pod, "outbound IPv6 destination ignored") >= 1);
-
-    // CHECK (spec 0.4.0+) through libcni.
-    if version != "0.3.1" && version != "0.3.0" {
-        f.cni("check", "seed-sandbox", true).expect("CHECK");
+    /// From then on every container is redirected, the init container too;
+    /// the proxy, the skipped port and the skipped subnets go direct.
+    fn afterwards_every_container_but_the_proxy_is_redirected(&self) {
+        let (init, proxy, app, p) = (&self.init, &self.proxy, &self.app, self.f.pod.path());
+        expect_reply(
+            support::tcp_probe(p, Some(app), APP_UID, APP_UID, SRV4_A.into(), 80),
+            "proxy-out",
+            Some("198.19.0.1:80"),
+        );
+        expect_reply(
+            support::tcp_probe(p, Some(app), APP_UID, APP_UID, SRV6_A.into(), 80),
+            "proxy-out",
+            Some("[2001:db8:2::1]:80"),
+        );
+        expect_reply(
+            support::tcp_probe(p, Some(init), INIT_UID, INIT_UID, SRV4_A.into(), 80),
+            "proxy-out",
+            None,
+        );
+        // The proxy itself is still never redirected.
+        expect_reply(
+            support::tcp_probe(p, Some(proxy), PROXY_UID, PROXY_UID, SRV6_A.into(), 80),
+            "server",
+            Some("-"),
+        );
+        // Skipped port and skipped subnets go direct.
+        expect_reply(
+            support::tcp_probe(p, Some(app), APP_UID, APP_UID, SRV4_A.into(), 9100),
+            "server",
+            Some("-"),
+        );
+        expect_reply(
+            support::tcp_probe(p, Some(app), APP_UID, APP_UID, SRV4_B.into(), 80),
+            "server",
+            Some("-"),
+        );
+        expect_reply(
+            support::tcp_probe(p, Some(app), APP_UID, APP_UID, SRV6_B.into(), 80),
+            "server",
+            Some("-"),
+        );
     }
 
-    // A repeated ADD does not reopen the init phase; a restarted init
-    // container (new cgroup) is still redirected.
-    // (meshnft alone: the interface plugins refuse a second ADD themselves)
-    let args_text = cni_args_text(&args);
-    let again = invoke(
-        "ADD",
-        &cni_env("seed-sandbox", pod.path(), &args_text),
-        &plugin_conf(cl, 1, Some(&result)),
-    );
-    assert_eq!(again.code, 0, "{again:?}");
-    assert_eq!(
-        again.json(),
-        result,
-        "re-ADD must return prevResult unchanged"
-    );
-    assert_eq!(set_elements(pod, "proxy_started").len(), 1);
-    let init2 = cg.container("init-restarted");
-    expect_reply(
-        support::tcp_probe(p, Some(&init2), INIT_UID, INIT_UID, SRV4_A.into(), 80),
-        "proxy-out",
-        None,
-    );
+    /// Inbound: to the proxy's inbound port, except ignored ports.
+    fn inbound_goes_to_the_proxy_except_ignored_ports(&self) {
+        let (pod4, pod6) = (self.pod4, self.pod6);
+        let n = self.f.node.netns.path();
+        expect_reply(
+            support::tcp_probe(n, None, 0, 0, pod4.into(), 8080),
+            "proxy-in",
+            Some(&format!("{pod4}:8080")),
+        );
+        expect_reply(
+            support::tcp_probe(n, None, 0, 0, pod6.into(), 8080),
+            "proxy-in",
+            Some(&format!("[{pod6}]:8080")),
+        );
+        // (not redirected: the app's listener answers, original destination = local)
+        expect_reply(
+            support::tcp_probe(n, None, 0, 0, pod4.into(), 4191),
+            "app",
+            Some(&format!("{pod4}:4191")),
+        );
+        expect_reply(
+            support::tcp_probe(n, None, 0, 0, pod6.into(), 4191),
+            "app",
+            Some(&format!("[{pod6}]:4191")),
+        );
+    }
 
-    // The listeners saw exactly what the probes reported.
-    assert!(
-        f.listeners
-            .as_ref()
-            .unwrap()
-            .0
-            .accepted()
-            .iter()
-            .all(|a| a.orig.is_some())
-    );
-    assert!(
-        f.listeners.as_ref().unwrap().1.accepted().len() >= 2
-            && f.listeners.as_ref().unwrap().2.accepted().len() >= 2
-    );
-    assert!(!f.server.accepted().is_empty());
+    /// Counters moved where the traffic went.
+    fn counters_moved_where_the_traffic_went(&self) {
+        let pod = &self.f.pod;
+        assert!(rule_packets(pod, "outbound TCP to the proxy") >= 3);
+        assert!(rule_packets(pod, "init container goes out directly") >= 2);
+        assert!(rule_packets(pod, "IPv4 destination redirected even in the init phase") >= 1);
+        assert!(rule_packets(pod, "to the proxy's inbound port") >= 2);
+        assert!(rule_packets(pod, "outbound port ignored") >= 1);
+        assert!(rule_packets(pod, "outbound IPv6 destination ignored") >= 1);
+    }
 
-    // DEL through libcni: the table is gone, the sentinel table is not.
-    f.cni("del", "seed-sandbox", true).expect("DEL");
-    assert!(!has_table(pod), "table left after DEL");
-    assert!(
-        pod.nft("list table ip sentinel").is_ok(),
-        "DEL removed someone else's table"
-    );
-    assert!(
-        !node.dir().join("state/seed-sandbox").exists(),
-        "state record left after DEL"
-    );
-    // DEL again succeeds.
-    f.cni("del", "seed-sandbox", true).expect("second DEL");
-    let log = std::fs::read_to_string(f.node.dir().join("meshnft.log")).unwrap_or_default();
-    assert!(
-        log.contains("wrote table inet meshnft"),
-        "log_file has no ADD line:\n{log}"
-    );
+    /// CHECK (spec 0.4.0+) through libcni.
+    fn check_through_libcni(&self) {
+        if self.version != "0.3.1" && self.version != "0.3.0" {
+            self.f.cni("check", "seed-sandbox", true).expect("CHECK");
+        }
+    }
+
+    /// A repeated ADD does not reopen the init phase; a restarted init
+    /// container (new cgroup) is still redirected.
+    /// (meshnft alone: the interface plugins refuse a second ADD themselves)
+    fn re_add_keeps_the_init_phase_closed(&self) {
+        let (pod, cg, cl) = (&self.f.pod, &self.f.cg, &self.f.cl);
+        let args_text = cni_args_text(&self.args);
+        let again = invoke(
+            "ADD",
+            &cni_env("seed-sandbox", pod.path(), &args_text),
+            &plugin_conf(cl, 1, Some(&self.result)),
+        );
+        assert_eq!(again.code, 0, "{again:?}");
+        assert_eq!(
+            again.json(),
+            self.result,
+            "re-ADD must return prevResult unchanged"
+        );
+        assert_eq!(set_elements(pod, "proxy_started").len(), 1);
+        let init2 = cg.container("init-restarted");
+        let p = pod.path();
+        expect_reply(
+            support::tcp_probe(p, Some(&init2), INIT_UID, INIT_UID, SRV4_A.into(), 80),
+            "proxy-out",
+            None,
+        );
+    }
+
+    /// The listeners saw exactly what the probes reported.
+    fn listeners_saw_what_the_probes_reported(&self) {
+        let f = &self.f;
+        assert!(
+            f.listeners
+                .as_ref()
+                .unwrap()
+                .0
+                .accepted()
+                .iter()
+                .all(|a| a.orig.is_some())
+        );
+        assert!(
+            f.listeners.as_ref().unwrap().1.accepted().len() >= 2
+                && f.listeners.as_ref().unwrap().2.accepted().len() >= 2
+        );
+        assert!(!f.server.accepted().is_empty());
+    }
+
+    /// DEL through libcni: the table is gone, the sentinel table is not;
+    /// DEL again succeeds.
+    fn del_removes_only_our_table(&self) {
+        let (f, pod, node) = (&self.f, &self.f.pod, &self.f.node);
+        f.cni("del", "seed-sandbox", true).expect("DEL");
+        assert!(!has_table(pod), "table left after DEL");
+        assert!(
+            pod.nft("list table ip sentinel").is_ok(),
+            "DEL removed someone else's table"
+        );
+        assert!(
+            !node.dir().join("state/seed-sandbox").exists(),
+            "state record left after DEL"
+        );
+        // DEL again succeeds.
+        f.cni("del", "seed-sandbox", true).expect("second DEL");
+        let log = std::fs::read_to_string(f.node.dir().join("meshnft.log")).unwrap_or_default();
+        assert!(
+            log.contains("wrote table inet meshnft"),
+            "log_file has no ADD line:\n{log}"
+        );
+    }
 }
 
 /// One test per (spec version, cgroup driver and QoS class, interface plugin).

@@ -243,29 +243,62 @@ fn agree(p: &Pod, f: &Flow) -> Value {
 /// `explain` agrees with real connections for a table of flows.
 #[support::root_test]
 fn explain_agrees_with_real_connections() {
-    let p = Pod::new("explain-sandbox", true);
-    let (init, init2, proxy, app) = (
-        p.cg.container("init"),
-        p.cg.container("init2"),
-        p.cg.container("proxy"),
-        p.cg.container("app"),
-    );
-    let (pod4, pod6) = support::result_v4_v6(&p.result);
-    let (v4, v6, skip4, skip6) = (
-        IpAddr::from(SRV4_A),
-        IpAddr::from(SRV6_A),
-        IpAddr::from(SRV4_B),
-        IpAddr::from(SRV6_B),
-    );
-    let mapped: IpAddr = "::ffff:198.19.1.1".parse().unwrap();
-    let pin_rule = format!(
-        "explicit per-container verdict (container cgroup level {})",
-        p.cg.level(&app)
-    );
-    let own = "the proxy's own traffic (uid 2102)";
-    let bypass = "init container goes out directly";
-    let to_proxy = "outbound TCP to the proxy";
-    let run = |flows: &[(&str, IpAddr, u16, u32, &Path, &str, &str)]| -> Vec<Value> {
+    let e = Explain::new();
+    e.show_the_init_containers_explain();
+    e.init_phase_flows_and_a_pinned_redirect();
+    e.flows_after_the_init_phase();
+    e.pinned_bypass_then_unpinned();
+    e.inbound_flows();
+    e.human_output_loopback_and_udp();
+    e.show_the_debugging_examples();
+    e.p.del(true);
+}
+
+/// Rule comments `explain` names as deciding a flow.
+const OWN: &str = "the proxy's own traffic (uid 2102)";
+const BYPASS: &str = "init container goes out directly";
+const TO_PROXY: &str = "outbound TCP to the proxy";
+
+/// One outbound flow: what, destination, port, uid, cgroup, expected listener, deciding rule.
+type OutFlow<'a> = (&'a str, IpAddr, u16, u32, &'a Path, &'a str, &'a str);
+
+/// The pod of `explain_agrees_with_real_connections` and its containers' cgroups.
+struct Explain {
+    p: Pod,
+    init: PathBuf,
+    init2: PathBuf,
+    proxy: PathBuf,
+    app: PathBuf,
+}
+
+impl Explain {
+    fn new() -> Explain {
+        let p = Pod::new("explain-sandbox", true);
+        let (init, init2, proxy, app) = (
+            p.cg.container("init"),
+            p.cg.container("init2"),
+            p.cg.container("proxy"),
+            p.cg.container("app"),
+        );
+        Explain {
+            p,
+            init,
+            init2,
+            proxy,
+            app,
+        }
+    }
+
+    /// The rule comment of a pin on the app's container cgroup.
+    fn pin_rule(&self) -> String {
+        format!(
+            "explicit per-container verdict (container cgroup level {})",
+            self.p.cg.level(&self.app)
+        )
+    }
+
+    /// Explains and makes each outbound flow; returns the `explain` documents.
+    fn run(&self, flows: &[OutFlow]) -> Vec<Value> {
         flows
             .iter()
             .map(|&(what, dst, dport, uid, cgroup, lands, decided_by)| {
@@ -279,176 +312,17 @@ fn explain_agrees_with_real_connections() {
                     lands,
                     decided_by,
                 };
-                agree(&p, &f)
+                agree(&self.p, &f)
             })
             .collect()
-    };
-    let init_args = [
-        "explain",
-        "--netns",
-        p.netns(),
-        "--direction",
-        "out",
-        "--dst",
-        "198.19.0.1",
-        "--dport",
-        "80",
-        "--uid",
-        "1000",
-        "--gid",
-        "1000",
-        "--cgroup",
-        s(&init),
-    ];
-    show(
-        &format!("meshnft {}", init_args.join(" ")),
-        &cli_ok(&init_args),
-    );
-
-    // The init phase is open. A pinned redirect applies even then.
-    cli_ok(&[
-        "pin",
-        "--netns",
-        p.netns(),
-        "--cgroup",
-        s(&init2),
-        "--redirect",
-    ]);
-    #[rustfmt::skip]
-    let d = run(&[
-        ("init container", v4, 80, INIT_UID, &init, "server", bypass),
-        ("init container, IPv6", v6, 80, INIT_UID, &init, "server", bypass),
-        ("validator destination", v4, 20001, INIT_UID, &init, "proxy-out", "IPv4 destination redirected even in the init phase"),
-        ("validator destination, IPv6", v6, 20001, INIT_UID, &init, "proxy-out", "IPv6 destination redirected even in the init phase"),
-        ("pinned redirect", v4, 80, INIT_UID, &init2, "proxy-out", &pin_rule),
-        // The proxy goes out directly, and its packet ends the init phase.
-        ("proxy uid", v4, 80, PROXY_UID, &proxy, "server", own),
-    ]);
-    assert!(
-        d[0]["effects"][0]
-            .as_str()
-            .unwrap()
-            .contains("init_containers"),
-        "{}",
-        d[0]
-    );
-    assert_eq!(
-        d[4]["path"][0]["action"], "goto outbound_redirect",
-        "{}",
-        d[4]
-    );
-    assert!(
-        d[5]["effects"][0]
-            .as_str()
-            .unwrap()
-            .contains("ends the init phase"),
-        "{}",
-        d[5]
-    );
-    assert!(d.iter().all(|d| d["init_phase"] == "open"));
-
-    // After the init phase: everything redirected but the proxy and the skips.
-    #[rustfmt::skip]
-    let d = run(&[
-        ("app after the phase", v4, 80, APP_UID, &app, "proxy-out", to_proxy),
-        ("app after the phase, IPv6", v6, 80, APP_UID, &app, "proxy-out", to_proxy),
-        ("init container after the phase", v4, 80, INIT_UID, &init, "proxy-out", to_proxy),
-        ("proxy after the phase", v6, 80, PROXY_UID, &proxy, "server", own),
-        ("skipped port", v4, 9100, APP_UID, &app, "server", "outbound port ignored"),
-        ("skipped subnet", skip4, 80, APP_UID, &app, "server", "outbound IPv4 destination ignored"),
-        ("skipped subnet, IPv6", skip6, 80, APP_UID, &app, "server", "outbound IPv6 destination ignored"),
-        // An IPv4-mapped IPv6 address leaves as IPv4, through the IPv4 skips.
-        ("skipped subnet, IPv4-mapped", mapped, 80, APP_UID, &app, "server", "outbound IPv4 destination ignored"),
-    ]);
-    assert!(d.iter().all(|d| d["init_phase"] == "closed"));
-
-    // A pinned bypass lets the app out directly; unpinned, it is redirected again.
-    cli_ok(&["pin", "--netns", p.netns(), "--cgroup", s(&app), "--bypass"]);
-    #[rustfmt::skip]
-    run(&[
-        ("pinned bypass", v4, 80, APP_UID, &app, "server", &pin_rule),
-        ("pinned bypass, IPv6", v6, 80, APP_UID, &app, "server", &pin_rule),
-        ("pinned bypass, skipped port", v4, 9100, APP_UID, &app, "server", "outbound port ignored"),
-    ]);
-    cli_ok(&["unpin", "--netns", p.netns(), "--cgroup", s(&app)]);
-    run(&[("unpinned", v4, 80, APP_UID, &app, "proxy-out", to_proxy)]);
-
-    // Inbound: to the proxy's inbound port, except ignored ports.
-    let to_inbound = "to the proxy's inbound port 4143";
-    #[rustfmt::skip]
-    let inbound = [
-        ("inbound 8080", IpAddr::from(pod4), 8080, "proxy-in", to_inbound),
-        ("inbound 4191", pod4.into(), 4191, "app", "inbound port ignored"),
-        ("inbound 8080, IPv6", pod6.into(), 8080, "proxy-in", to_inbound),
-        ("inbound 4191, IPv6", pod6.into(), 4191, "app", "inbound port ignored"),
-    ];
-    for (what, dst, dport, lands, decided_by) in inbound {
-        let f = Flow {
-            what,
-            inbound: true,
-            dst,
-            dport,
-            uid: 0,
-            cgroup: None,
-            lands,
-            decided_by,
-        };
-        agree(&p, &f);
     }
 
-    // Human output names the outcome and the rule.
-    let text = cli_ok(&init_args);
-    assert!(text.contains("outcome     redirected to :4140"), "{text}");
-    assert!(
-        text.contains("decided by  output: \"outbound TCP to the proxy\" (goto outbound_redirect)"),
-        "{text}"
-    );
-    // Loopback and UDP.
-    let lo: Value = serde_json::from_str(&cli_ok(&[
-        "explain",
-        "--netns",
-        p.netns(),
-        "--direction",
-        "out",
-        "--dst",
-        "127.0.0.1",
-        "--dport",
-        "80",
-        "--cgroup",
-        s(&app),
-        "--json",
-    ]))
-    .unwrap();
-    assert_eq!(lo["outcome"]["kind"], "direct");
-    assert_eq!(lo["decided_by"]["comment"], "loopback");
-    let udp: Value = serde_json::from_str(&cli_ok(&[
-        "explain",
-        "--netns",
-        p.netns(),
-        "--direction",
-        "out",
-        "--proto",
-        "udp",
-        "--dst",
-        "198.19.0.1",
-        "--dport",
-        "53",
-        "--cgroup",
-        s(&app),
-        "--json",
-    ]))
-    .unwrap();
-    assert_eq!(udp["decided_by"]["comment"], "only TCP is redirected");
-
-    show(
-        &format!("meshnft inspect --netns {}", p.netns()),
-        &cli_ok(&["inspect", "--netns", p.netns()]),
-    );
-    for c in [&app, &init2] {
-        let args = [
+    /// `explain` of the init container's connection to 198.19.0.1:80.
+    fn init_args(&self) -> [&str; 15] {
+        [
             "explain",
             "--netns",
-            p.netns(),
+            self.p.netns(),
             "--direction",
             "out",
             "--dst",
@@ -456,251 +330,506 @@ fn explain_agrees_with_real_connections() {
             "--dport",
             "80",
             "--uid",
-            "1001",
+            "1000",
             "--gid",
-            "1001",
+            "1000",
             "--cgroup",
-            s(c),
-        ];
-        show(&format!("meshnft {}", args.join(" ")), &cli_ok(&args));
+            s(&self.init),
+        ]
     }
-    show(
-        &format!("nsenter --net={} nft list table inet meshnft", p.netns()),
-        &list_table(&p.pod).unwrap(),
-    );
-    p.del(true);
+
+    fn show_the_init_containers_explain(&self) {
+        let init_args = self.init_args();
+        show(
+            &format!("meshnft {}", init_args.join(" ")),
+            &cli_ok(&init_args),
+        );
+    }
+
+    /// The init phase is open. A pinned redirect applies even then.
+    fn init_phase_flows_and_a_pinned_redirect(&self) {
+        let (p, init, init2, proxy) = (&self.p, &self.init, &self.init2, &self.proxy);
+        let (v4, v6) = (IpAddr::from(SRV4_A), IpAddr::from(SRV6_A));
+        let pin_rule = self.pin_rule();
+        cli_ok(&[
+            "pin",
+            "--netns",
+            p.netns(),
+            "--cgroup",
+            s(init2),
+            "--redirect",
+        ]);
+        #[rustfmt::skip]
+        let d = self.run(&[
+            ("init container", v4, 80, INIT_UID, init, "server", BYPASS),
+            ("init container, IPv6", v6, 80, INIT_UID, init, "server", BYPASS),
+            ("validator destination", v4, 20001, INIT_UID, init, "proxy-out", "IPv4 destination redirected even in the init phase"),
+            ("validator destination, IPv6", v6, 20001, INIT_UID, init, "proxy-out", "IPv6 destination redirected even in the init phase"),
+            ("pinned redirect", v4, 80, INIT_UID, init2, "proxy-out", &pin_rule),
+            // The proxy goes out directly, and its packet ends the init phase.
+            ("proxy uid", v4, 80, PROXY_UID, proxy, "server", OWN),
+        ]);
+        assert!(
+            d[0]["effects"][0]
+                .as_str()
+                .unwrap()
+                .contains("init_containers"),
+            "{}",
+            d[0]
+        );
+        assert_eq!(
+            d[4]["path"][0]["action"], "goto outbound_redirect",
+            "{}",
+            d[4]
+        );
+        assert!(
+            d[5]["effects"][0]
+                .as_str()
+                .unwrap()
+                .contains("ends the init phase"),
+            "{}",
+            d[5]
+        );
+        assert!(d.iter().all(|d| d["init_phase"] == "open"));
+    }
+
+    /// After the init phase: everything redirected but the proxy and the skips.
+    fn flows_after_the_init_phase(&self) {
+        let (init, proxy, app) = (&self.init, &self.proxy, &self.app);
+        let (v4, v6, skip4, skip6) = (
+            IpAddr::from(SRV4_A),
+            IpAddr::from(SRV6_A),
+            IpAddr::from(SRV4_B),
+            IpAddr::from(SRV6_B),
+        );
+        let mapped: IpAddr = "::ffff:198.19.1.1".parse().unwrap();
+        #[rustfmt::skip]
+        let d = self.run(&[
+            ("app after the phase", v4, 80, APP_UID, app, "proxy-out", TO_PROXY),
+            ("app after the phase, IPv6", v6, 80, APP_UID, app, "proxy-out", TO_PROXY),
+            ("init container after the phase", v4, 80, INIT_UID, init, "proxy-out", TO_PROXY),
+            ("proxy after the phase", v6, 80, PROXY_UID, proxy, "server", OWN),
+            ("skipped port", v4, 9100, APP_UID, app, "server", "outbound port ignored"),
+            ("skipped subnet", skip4, 80, APP_UID, app, "server", "outbound IPv4 destination ignored"),
+            ("skipped subnet, IPv6", skip6, 80, APP_UID, app, "server", "outbound IPv6 destination ignored"),
+            // An IPv4-mapped IPv6 address leaves as IPv4, through the IPv4 skips.
+            ("skipped subnet, IPv4-mapped", mapped, 80, APP_UID, app, "server", "outbound IPv4 destination ignored"),
+        ]);
+        assert!(d.iter().all(|d| d["init_phase"] == "closed"));
+    }
+
+    /// A pinned bypass lets the app out directly; unpinned, it is redirected again.
+    fn pinned_bypass_then_unpinned(&self) {
+        let (p, app) = (&self.p, &self.app);
+        let (v4, v6) = (IpAddr::from(SRV4_A), IpAddr::from(SRV6_A));
+        let pin_rule = self.pin_rule();
+        cli_ok(&["pin", "--netns", p.netns(), "--cgroup", s(app), "--bypass"]);
+        #[rustfmt::skip]
+        self.run(&[
+            ("pinned bypass", v4, 80, APP_UID, app, "server", &pin_rule),
+            ("pinned bypass, IPv6", v6, 80, APP_UID, app, "server", &pin_rule),
+            ("pinned bypass, skipped port", v4, 9100, APP_UID, app, "server", "outbound port ignored"),
+        ]);
+        cli_ok(&["unpin", "--netns", p.netns(), "--cgroup", s(app)]);
+        self.run(&[("unpinned", v4, 80, APP_UID, app, "proxy-out", TO_PROXY)]);
+    }
+
+    /// Inbound: to the proxy's inbound port, except ignored ports.
+    fn inbound_flows(&self) {
+        let (pod4, pod6) = support::result_v4_v6(&self.p.result);
+        let to_inbound = "to the proxy's inbound port 4143";
+        #[rustfmt::skip]
+        let inbound = [
+            ("inbound 8080", IpAddr::from(pod4), 8080, "proxy-in", to_inbound),
+            ("inbound 4191", pod4.into(), 4191, "app", "inbound port ignored"),
+            ("inbound 8080, IPv6", pod6.into(), 8080, "proxy-in", to_inbound),
+            ("inbound 4191, IPv6", pod6.into(), 4191, "app", "inbound port ignored"),
+        ];
+        for (what, dst, dport, lands, decided_by) in inbound {
+            let f = Flow {
+                what,
+                inbound: true,
+                dst,
+                dport,
+                uid: 0,
+                cgroup: None,
+                lands,
+                decided_by,
+            };
+            agree(&self.p, &f);
+        }
+    }
+
+    /// Human output names the outcome and the rule; loopback and UDP.
+    fn human_output_loopback_and_udp(&self) {
+        let (p, app) = (&self.p, &self.app);
+        let text = cli_ok(&self.init_args());
+        assert!(text.contains("outcome     redirected to :4140"), "{text}");
+        assert!(
+            text.contains(
+                "decided by  output: \"outbound TCP to the proxy\" (goto outbound_redirect)"
+            ),
+            "{text}"
+        );
+        // Loopback and UDP.
+        let lo: Value = serde_json::from_str(&cli_ok(&[
+            "explain",
+            "--netns",
+            p.netns(),
+            "--direction",
+            "out",
+            "--dst",
+            "127.0.0.1",
+            "--dport",
+            "80",
+            "--cgroup",
+            s(app),
+            "--json",
+        ]))
+        .unwrap();
+        assert_eq!(lo["outcome"]["kind"], "direct");
+        assert_eq!(lo["decided_by"]["comment"], "loopback");
+        let udp: Value = serde_json::from_str(&cli_ok(&[
+            "explain",
+            "--netns",
+            p.netns(),
+            "--direction",
+            "out",
+            "--proto",
+            "udp",
+            "--dst",
+            "198.19.0.1",
+            "--dport",
+            "53",
+            "--cgroup",
+            s(app),
+            "--json",
+        ]))
+        .unwrap();
+        assert_eq!(udp["decided_by"]["comment"], "only TCP is redirected");
+    }
+
+    /// The runs quoted in docs/debugging.md (printed with `MESHNFT_SHOW=1`).
+    fn show_the_debugging_examples(&self) {
+        let p = &self.p;
+        show(
+            &format!("meshnft inspect --netns {}", p.netns()),
+            &cli_ok(&["inspect", "--netns", p.netns()]),
+        );
+        for c in [&self.app, &self.init2] {
+            let args = [
+                "explain",
+                "--netns",
+                p.netns(),
+                "--direction",
+                "out",
+                "--dst",
+                "198.19.0.1",
+                "--dport",
+                "80",
+                "--uid",
+                "1001",
+                "--gid",
+                "1001",
+                "--cgroup",
+                s(c),
+            ];
+            show(&format!("meshnft {}", args.join(" ")), &cli_ok(&args));
+        }
+        show(
+            &format!("nsenter --net={} nft list table inet meshnft", p.netns()),
+            &list_table(&p.pod).unwrap(),
+        );
+    }
 }
 
 /// `inspect` before and after the proxy's first packet, and after pins;
 /// `--json` shape; the three ways of naming the pod agree.
 #[support::root_test]
 fn inspect_follows_the_init_phase() {
-    let p = Pod::new("inspect-sandbox", true);
-    let (init, proxy, app) = (
-        p.cg.container("init"),
-        p.cg.container("proxy"),
-        p.cg.container("app"),
-    );
-    let level = p.cg.level(p.cg.pod_dir()) as u64;
+    let t = InspectPod::new();
+    t.json_shape_before_any_traffic();
+    let v = t.init_container_is_listed_by_path_and_id();
+    t.pid_and_container_id_name_the_same_netns(&v);
+    t.proxys_first_packet_closes_the_phase();
+    t.pins_show_up_with_their_verdicts();
+    t.human_output_is_short_and_aligned();
+    t.a_removed_containers_pin_is_shown_by_id();
+    t.p.del(true);
+}
 
-    let v = p.inspect();
-    // The document's shape (docs/debugging.md#inspect---json).
-    let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
-    assert_eq!(
-        keys,
-        [
-            "version",
-            "netns",
-            "attachments",
-            "table_comment",
-            "config",
-            "init_phase",
-            "init_containers",
-            "pins",
-            "counters",
-            "warnings"
-        ]
-    );
-    assert_eq!(v["version"], 1);
-    assert_eq!(v["netns"]["path"], p.netns());
-    assert_eq!(v["netns"]["ino"], cgroup_id(p.pod.path()));
-    let a = &v["attachments"][0];
-    assert_eq!(
-        (a["container_id"].as_str(), a["ifname"].as_str()),
-        (Some("inspect-sandbox"), Some("eth0"))
-    );
-    assert_eq!(a["pod"], "default/inspect-sandbox");
-    assert_eq!(a["pod_uid"], p.cg.pod_uid());
-    assert_eq!(a["pod_cgroup"], s(p.cg.pod_dir()));
-    assert!(
-        v["table_comment"]
-            .as_str()
-            .unwrap()
-            .contains(p.cg.pod_uid()),
-        "{v}"
-    );
-    let c = &v["config"];
-    assert_eq!(
-        *c,
-        serde_json::json!({
-            "inbound_port": 4143, "outbound_port": 4140, "proxy_uid": 2102, "proxy_gid": null,
-            "ipv6": true, "levels": {"pod": level, "container": level + 1},
-            "redirect_inbound_ports": [], "skip_inbound_ports": ["4190-4191"], "skip_inbound_nets": [],
-            "skip_outbound_ports": ["9100"], "skip_outbound_nets": ["198.19.1.0/24", "2001:db8:3::/64"],
-            "init_redirect_destinations": ["198.19.0.1:20001", "[2001:db8:2::1]:20001"]
-        })
-    );
-    assert_eq!(
-        v["init_phase"],
-        serde_json::json!({"state": "open", "proxy_started": []})
-    );
-    assert_eq!(v["init_containers"], serde_json::json!([]));
-    assert_eq!(v["pins"], serde_json::json!([]));
-    assert_eq!(v["warnings"], serde_json::json!([]));
-    let counters = v["counters"].as_array().unwrap();
-    assert!(counters.iter().all(|c| c["chain"].is_string()
-        && c["comment"].is_string()
-        && c["packets"].is_u64()
-        && c["bytes"].is_u64()));
-    assert!(
-        counters
-            .iter()
-            .any(|c| c["comment"] == "init container goes out directly")
-    );
+/// The pod of `inspect_follows_the_init_phase`, its containers' cgroups and
+/// the level of its pod cgroup.
+struct InspectPod {
+    p: Pod,
+    init: PathBuf,
+    proxy: PathBuf,
+    app: PathBuf,
+    level: u64,
+}
 
-    // The init container goes out directly: it is listed by path and id.
-    support::tcp_probe(
-        p.pod.path(),
-        Some(&init),
-        INIT_UID,
-        INIT_UID,
-        SRV4_A.into(),
-        80,
-    )
-    .expect("init probe");
-    let v = p.inspect();
-    assert_eq!(v["init_phase"]["state"], "open");
-    let used = v["init_containers"].as_array().unwrap();
-    assert!(used.len() == 1 && is_cgroup(&used[0], &init), "{v:#}");
-    let packets = |v: &Value, comment: &str| {
-        v["counters"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|c| c["comment"] == comment)
-            .unwrap()["packets"]
-            .as_u64()
-            .unwrap()
-    };
-    assert!(packets(&v, "init container goes out directly") >= 1);
+impl InspectPod {
+    fn new() -> InspectPod {
+        let p = Pod::new("inspect-sandbox", true);
+        let (init, proxy, app) = (
+            p.cg.container("init"),
+            p.cg.container("proxy"),
+            p.cg.container("app"),
+        );
+        let level = p.cg.level(p.cg.pod_dir()) as u64;
+        InspectPod {
+            p,
+            init,
+            proxy,
+            app,
+            level,
+        }
+    }
 
-    // --pid (any process of the pod) and --container-id give the same namespace.
-    let sleeper =
-        support::spawn_guarded(p.pod.path(), Some(&app), APP_UID, APP_UID, &["sleep", "60"]);
-    let pid = sleeper.id().to_string();
-    let by_pid: Value =
-        serde_json::from_str(&cli_ok(&["inspect", "--pid", &pid, "--json"])).unwrap();
-    assert_eq!(by_pid["netns"]["ino"], v["netns"]["ino"]);
-    assert_eq!(by_pid["netns"]["path"], format!("/proc/{pid}/ns/net"));
-    let by_id: Value = serde_json::from_str(&cli_ok(&[
-        "inspect",
-        "--container-id",
-        "inspect-sandbox",
-        "--state-dir",
-        s(&p.state_dir()),
-        "--json",
-    ]))
-    .unwrap();
-    assert_eq!(by_id["netns"], v["netns"]);
-    assert_eq!(by_id["init_containers"], v["init_containers"]);
-    drop(sleeper);
+    /// The document's shape (docs/debugging.md#inspect---json) right after ADD.
+    fn json_shape_before_any_traffic(&self) {
+        let (p, level) = (&self.p, self.level);
+        let v = p.inspect();
+        let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+        assert_eq!(
+            keys,
+            [
+                "version",
+                "netns",
+                "attachments",
+                "table_comment",
+                "config",
+                "init_phase",
+                "init_containers",
+                "pins",
+                "counters",
+                "warnings"
+            ]
+        );
+        assert_eq!(v["version"], 1);
+        assert_eq!(v["netns"]["path"], p.netns());
+        assert_eq!(v["netns"]["ino"], cgroup_id(p.pod.path()));
+        let a = &v["attachments"][0];
+        assert_eq!(
+            (a["container_id"].as_str(), a["ifname"].as_str()),
+            (Some("inspect-sandbox"), Some("eth0"))
+        );
+        assert_eq!(a["pod"], "default/inspect-sandbox");
+        assert_eq!(a["pod_uid"], p.cg.pod_uid());
+        assert_eq!(a["pod_cgroup"], s(p.cg.pod_dir()));
+        assert!(
+            v["table_comment"]
+                .as_str()
+                .unwrap()
+                .contains(p.cg.pod_uid()),
+            "{v}"
+        );
+        let c = &v["config"];
+        assert_eq!(
+            *c,
+            serde_json::json!({
+                "inbound_port": 4143, "outbound_port": 4140, "proxy_uid": 2102, "proxy_gid": null,
+                "ipv6": true, "levels": {"pod": level, "container": level + 1},
+                "redirect_inbound_ports": [], "skip_inbound_ports": ["4190-4191"], "skip_inbound_nets": [],
+                "skip_outbound_ports": ["9100"], "skip_outbound_nets": ["198.19.1.0/24", "2001:db8:3::/64"],
+                "init_redirect_destinations": ["198.19.0.1:20001", "[2001:db8:2::1]:20001"]
+            })
+        );
+        assert_eq!(
+            v["init_phase"],
+            serde_json::json!({"state": "open", "proxy_started": []})
+        );
+        assert_eq!(v["init_containers"], serde_json::json!([]));
+        assert_eq!(v["pins"], serde_json::json!([]));
+        assert_eq!(v["warnings"], serde_json::json!([]));
+        let counters = v["counters"].as_array().unwrap();
+        assert!(counters.iter().all(|c| c["chain"].is_string()
+            && c["comment"].is_string()
+            && c["packets"].is_u64()
+            && c["bytes"].is_u64()));
+        assert!(
+            counters
+                .iter()
+                .any(|c| c["comment"] == "init container goes out directly")
+        );
+    }
 
-    // The proxy's first packet closes the phase: proxy_started is the pod cgroup.
-    support::tcp_probe(
-        p.pod.path(),
-        Some(&proxy),
-        PROXY_UID,
-        PROXY_UID,
-        SRV4_A.into(),
-        80,
-    )
-    .expect("proxy probe");
-    let v = p.inspect();
-    assert_eq!(v["init_phase"]["state"], "closed");
-    let started = v["init_phase"]["proxy_started"].as_array().unwrap();
-    assert!(
-        started.len() == 1 && is_cgroup(&started[0], p.cg.pod_dir()),
-        "{v:#}"
-    );
+    /// The init container goes out directly: it is listed by path and id.
+    /// Returns the `inspect` document after its connection.
+    fn init_container_is_listed_by_path_and_id(&self) -> Value {
+        let (p, init) = (&self.p, &self.init);
+        support::tcp_probe(
+            p.pod.path(),
+            Some(init),
+            INIT_UID,
+            INIT_UID,
+            SRV4_A.into(),
+            80,
+        )
+        .expect("init probe");
+        let v = p.inspect();
+        assert_eq!(v["init_phase"]["state"], "open");
+        let used = v["init_containers"].as_array().unwrap();
+        assert!(used.len() == 1 && is_cgroup(&used[0], init), "{v:#}");
+        let packets = |v: &Value, comment: &str| {
+            v["counters"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["comment"] == comment)
+                .unwrap()["packets"]
+                .as_u64()
+                .unwrap()
+        };
+        assert!(packets(&v, "init container goes out directly") >= 1);
+        v
+    }
 
-    // Pins show up with their verdicts.
-    cli_ok(&["pin", "--netns", p.netns(), "--cgroup", s(&app), "--bypass"]);
-    // (the form /proc/PID/cgroup shows works too)
-    cli_ok(&[
-        "pin",
-        "--netns",
-        p.netns(),
-        "--cgroup",
-        &p.cg.rel(&init),
-        "--redirect",
-    ]);
-    let v = p.inspect();
-    let pins = v["pins"].as_array().unwrap();
-    assert_eq!(pins.len(), 2, "{v:#}");
-    let pin_of = |dir: &Path| {
-        pins.iter()
-            .find(|p| is_cgroup(&p["cgroup"], dir))
-            .unwrap_or_else(|| panic!("no pin for {dir:?}: {v:#}"))
-    };
-    assert_eq!(
-        (
-            pin_of(&app)["verdict"].as_str(),
-            pin_of(&app)["nft"].as_str()
-        ),
-        (Some("bypass"), Some("accept"))
-    );
-    assert_eq!(
-        (
-            pin_of(&init)["verdict"].as_str(),
-            pin_of(&init)["nft"].as_str()
-        ),
-        (Some("redirect"), Some("goto outbound_redirect"))
-    );
-
-    show(
-        &format!("meshnft inspect --netns {} --json", p.netns()),
-        &cli_ok(&[
+    /// --pid (any process of the pod) and --container-id give the same
+    /// namespace as `v`, the document by netns path.
+    fn pid_and_container_id_name_the_same_netns(&self, v: &Value) {
+        let p = &self.p;
+        let sleeper = support::spawn_guarded(
+            p.pod.path(),
+            Some(&self.app),
+            APP_UID,
+            APP_UID,
+            &["sleep", "60"],
+        );
+        let pid = sleeper.id().to_string();
+        let by_pid: Value =
+            serde_json::from_str(&cli_ok(&["inspect", "--pid", &pid, "--json"])).unwrap();
+        assert_eq!(by_pid["netns"]["ino"], v["netns"]["ino"]);
+        assert_eq!(by_pid["netns"]["path"], format!("/proc/{pid}/ns/net"));
+        let by_id: Value = serde_json::from_str(&cli_ok(&[
             "inspect",
-            "--netns",
-            p.netns(),
+            "--container-id",
+            "inspect-sandbox",
             "--state-dir",
             s(&p.state_dir()),
             "--json",
-        ]),
-    );
-    // Human output: short, aligned, names the phase, the container, the pins.
-    let text = cli_ok(&["inspect", "--netns", p.netns()]);
-    let flat = squeeze(&text);
-    for want in [
-        "init phase closed: the proxy has started".to_string(),
-        format!("{} (id {})", init.display(), cgroup_id(&init)),
-        format!("bypass (accept) {}", app.display()),
-        format!("redirect (goto outbound_redirect) {}", init.display()),
-        "proxy uid 2102 (any gid)".to_string(),
-        format!("cgroup levels pod {level}, containers {}", level + 1),
-        "output 1 60 the proxy's own traffic (uid 2102)".to_string(),
-    ] {
-        assert!(flat.contains(&want), "{want:?} not in\n{text}");
+        ]))
+        .unwrap();
+        assert_eq!(by_id["netns"], v["netns"]);
+        assert_eq!(by_id["init_containers"], v["init_containers"]);
+        drop(sleeper);
     }
-    // Aligned: every "key value" line of the header has its value in one column.
-    let col = |l: &str| {
-        l.find("  ")
-            .map(|i| i + l[i..].len() - l[i..].trim_start().len())
-    };
-    let cols: Vec<_> = text.lines().take(4).map(col).collect();
-    assert!(cols.iter().all(|c| *c == cols[0] && c.is_some()), "{text}");
-    // A removed container's pin stays, shown by id (nft cannot name it any more).
-    let gone = p.cg.container("gone");
-    cli_ok(&[
-        "pin",
-        "--netns",
-        p.netns(),
-        "--cgroup",
-        s(&gone),
-        "--bypass",
-    ]);
-    let gone_id = cgroup_id(&gone);
-    std::fs::remove_dir(&gone).unwrap();
-    let v = p.inspect();
-    assert!(
-        v["pins"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|p| p["cgroup"]["id"] == gone_id && p["cgroup"]["path"].is_null()),
-        "{v:#}"
-    );
-    p.del(true);
+
+    /// The proxy's first packet closes the phase: proxy_started is the pod cgroup.
+    fn proxys_first_packet_closes_the_phase(&self) {
+        let p = &self.p;
+        support::tcp_probe(
+            p.pod.path(),
+            Some(&self.proxy),
+            PROXY_UID,
+            PROXY_UID,
+            SRV4_A.into(),
+            80,
+        )
+        .expect("proxy probe");
+        let v = p.inspect();
+        assert_eq!(v["init_phase"]["state"], "closed");
+        let started = v["init_phase"]["proxy_started"].as_array().unwrap();
+        assert!(
+            started.len() == 1 && is_cgroup(&started[0], p.cg.pod_dir()),
+            "{v:#}"
+        );
+    }
+
+    /// Pins show up with their verdicts.
+    fn pins_show_up_with_their_verdicts(&self) {
+        let (p, init, app) = (&self.p, &self.init, &self.app);
+        cli_ok(&["pin", "--netns", p.netns(), "--cgroup", s(app), "--bypass"]);
+        // (the form /proc/PID/cgroup shows works too)
+        cli_ok(&[
+            "pin",
+            "--netns",
+            p.netns(),
+            "--cgroup",
+            &p.cg.rel(init),
+            "--redirect",
+        ]);
+        let v = p.inspect();
+        let pins = v["pins"].as_array().unwrap();
+        assert_eq!(pins.len(), 2, "{v:#}");
+        let pin_of = |dir: &Path| {
+            pins.iter()
+                .find(|p| is_cgroup(&p["cgroup"], dir))
+                .unwrap_or_else(|| panic!("no pin for {dir:?}: {v:#}"))
+        };
+        assert_eq!(
+            (pin_of(app)["verdict"].as_str(), pin_of(app)["nft"].as_str()),
+            (Some("bypass"), Some("accept"))
+        );
+        assert_eq!(
+            (
+                pin_of(init)["verdict"].as_str(),
+                pin_of(init)["nft"].as_str()
+            ),
+            (Some("redirect"), Some("goto outbound_redirect"))
+        );
+    }
+
+    /// Human output: short, aligned, names the phase, the container, the pins.
+    fn human_output_is_short_and_aligned(&self) {
+        let (p, init, app, level) = (&self.p, &self.init, &self.app, self.level);
+        show(
+            &format!("meshnft inspect --netns {} --json", p.netns()),
+            &cli_ok(&[
+                "inspect",
+                "--netns",
+                p.netns(),
+                "--state-dir",
+                s(&p.state_dir()),
+                "--json",
+            ]),
+        );
+        let text = cli_ok(&["inspect", "--netns", p.netns()]);
+        let flat = squeeze(&text);
+        for want in [
+            "init phase closed: the proxy has started".to_string(),
+            format!("{} (id {})", init.display(), cgroup_id(init)),
+            format!("bypass (accept) {}", app.display()),
+            format!("redirect (goto outbound_redirect) {}", init.display()),
+            "proxy uid 2102 (any gid)".to_string(),
+            format!("cgroup levels pod {level}, containers {}", level + 1),
+            "output 1 60 the proxy's own traffic (uid 2102)".to_string(),
+        ] {
+            assert!(flat.contains(&want), "{want:?} not in\n{text}");
+        }
+        // Aligned: every "key value" line of the header has its value in one column.
+        let col = |l: &str| {
+            l.find("  ")
+                .map(|i| i + l[i..].len() - l[i..].trim_start().len())
+        };
+        let cols: Vec<_> = text.lines().take(4).map(col).collect();
+        assert!(cols.iter().all(|c| *c == cols[0] && c.is_some()), "{text}");
+    }
+
+    /// A removed container's pin stays, shown by id (nft cannot name it any more).
+    fn a_removed_containers_pin_is_shown_by_id(&self) {
+        let p = &self.p;
+        let gone = p.cg.container("gone");
+        cli_ok(&[
+            "pin",
+            "--netns",
+            p.netns(),
+            "--cgroup",
+            s(&gone),
+            "--bypass",
+        ]);
+        let gone_id = cgroup_id(&gone);
+        std::fs::remove_dir(&gone).unwrap();
+        let v = p.inspect();
+        assert!(
+            v["pins"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|p| p["cgroup"]["id"] == gone_id && p["cgroup"]["path"].is_null()),
+            "{v:#}"
+        );
+    }
 }
 
 /// `nft -a list table` (handles included) without counter values and
@@ -865,7 +994,24 @@ fn pin_and_unpin_touch_nothing_else() {
 /// Clear refusals, exit 1 (2 for usage), nothing on stdout.
 #[test]
 fn bad_input_is_refused_clearly() {
-    // Without root: selectors that name nothing, and usage errors.
+    selectors_that_name_nothing_and_usage_errors_are_refused();
+    if !support::root_or_skip("bad_input_is_refused_clearly") {
+        return;
+    }
+    let bare = Netns::new("mtbare");
+    let cg = PodCgroups::new(Layout::Cgroupfs, Qos::Burstable);
+    let c = cg.container("c");
+    a_netns_without_a_table_is_refused(&bare, &c);
+    let p = Pod::new("bad-sandbox", true);
+    a_missing_or_non_container_cgroup_is_refused(&p);
+    stale_state_records_are_refused(&p, &bare, &c);
+    a_pin_that_would_never_apply_is_refused();
+    p.del(true);
+    drop(cg);
+}
+
+/// Without root: selectors that name nothing, and usage errors.
+fn selectors_that_name_nothing_and_usage_errors_are_refused() {
     cli_fails(
         &["inspect", "--netns", "/nonexistent/netns"],
         1,
@@ -937,13 +1083,10 @@ fn bad_input_is_refused_clearly() {
         1,
         "no such file",
     );
-    if !support::root_or_skip("bad_input_is_refused_clearly") {
-        return;
-    }
-    // A netns without a table.
-    let bare = Netns::new("mtbare");
-    let cg = PodCgroups::new(Layout::Cgroupfs, Qos::Burstable);
-    let c = cg.container("c");
+}
+
+/// A netns without a table: every command says so.
+fn a_netns_without_a_table_is_refused(bare: &Netns, c: &Path) {
     let nt = format!("no table inet meshnft in {}", s(bare.path()));
     cli_fails(&["inspect", "--netns", s(bare.path())], 1, &nt);
     cli_fails(
@@ -952,14 +1095,14 @@ fn bad_input_is_refused_clearly() {
             "--netns",
             s(bare.path()),
             "--cgroup",
-            s(&c),
+            s(c),
             "--bypass",
         ],
         1,
         &nt,
     );
     cli_fails(
-        &["unpin", "--netns", s(bare.path()), "--cgroup", s(&c)],
+        &["unpin", "--netns", s(bare.path()), "--cgroup", s(c)],
         1,
         &nt,
     );
@@ -978,8 +1121,11 @@ fn bad_input_is_refused_clearly() {
         1,
         &nt,
     );
-    // A table, but a cgroup that does not exist, or is not a container's.
-    let p = Pod::new("bad-sandbox", true);
+}
+
+/// A table, but a cgroup that does not exist, or is not a container's;
+/// the table is untouched by every refusal.
+fn a_missing_or_non_container_cgroup_is_refused(p: &Pod) {
     let missing = p.cg.pod_dir().join("no-such-container");
     let m = format!("cgroup {}: does not exist", missing.display());
     cli_fails(
@@ -1042,7 +1188,10 @@ fn bad_input_is_refused_clearly() {
     );
     // (the table is untouched by every refusal above)
     assert_eq!(pins_of(&p.pod), []);
-    // Stale records: the recorded path names another namespace now, or nothing.
+}
+
+/// Stale records: the recorded path names another namespace now, or nothing.
+fn stale_state_records_are_refused(p: &Pod, bare: &Netns, c: &Path) {
     let dir = p.node.dir().join("stale-state");
     for (id, netns) in [
         ("stale-other", s(bare.path())),
@@ -1074,13 +1223,16 @@ fn bad_input_is_refused_clearly() {
             "--state-dir",
             s(&dir),
             "--cgroup",
-            s(&c),
+            s(c),
             "--bypass",
         ],
         1,
         "names /var/run/netns/mt-no-such-ns, which no longer exists",
     );
-    // A table written without the pod cgroup has no verdict rule: a pin would never apply.
+}
+
+/// A table written without the pod cgroup has no verdict rule: a pin would never apply.
+fn a_pin_that_would_never_apply_is_refused() {
     let q = Pod::new("nouid-sandbox", false);
     let qc = q.cg.container("c");
     cli_fails(
@@ -1092,8 +1244,6 @@ fn bad_input_is_refused_clearly() {
     assert_eq!(v["init_phase"]["state"], "off");
     assert_eq!(v["config"]["levels"], Value::Null);
     q.del(false);
-    p.del(true);
-    drop(cg);
 }
 
 /// `inspect --all` finds named namespaces, state records and namespaces
