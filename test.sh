@@ -151,8 +151,11 @@ fi
 vagrant_status=0
 vagrant_mode=${MESHNFT_VAGRANT:-auto}
 missing=()
-[[ -e /dev/kvm ]] || missing+=("/dev/kvm")
-grep -qw -e vmx -e svm /proc/cpuinfo ||
+has_kvm=0 has_vt=0
+[[ -e /dev/kvm ]] && has_kvm=1
+grep -qw -e vmx -e svm /proc/cpuinfo && has_vt=1
+((has_kvm)) || missing+=("/dev/kvm")
+((has_vt)) ||
   missing+=("hardware virtualization (no vmx/svm CPU flag$([[ -d /sys/module/kvm_pvm ]] && echo '; /dev/kvm is kvm_pvm, which does not boot a stock kernel'))")
 [[ -s ${MESHNFT_CACHE_DIR:-/var/cache/meshnft}/kind/state/parts ]] ||
   missing+=("the kind parts (MESHNFT_KIND=1 builds them)")
@@ -163,7 +166,7 @@ elif [[ $vagrant_mode == auto ]] && ((${#missing[@]})); then
 else
   echo "==> vagrant: scripts/vagrant-e2e.sh (box, vagrant up, provision, seed scenarios and vagrant/e2e.sh, destroy)"
   driver=()
-  if ! { [[ -e /dev/kvm ]] && grep -qw -e vmx -e svm /proc/cpuinfo; }; then driver=(env MESHNFT_LIBVIRT_DRIVER=qemu); fi
+  ((has_kvm && has_vt)) || driver=(env MESHNFT_LIBVIRT_DRIVER=qemu)
   "${driver[@]}" scripts/vagrant-e2e.sh 2>&1 | tee -a "$log" || vagrant_status=${PIPESTATUS[0]}
 fi
 
