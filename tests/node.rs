@@ -449,6 +449,22 @@ fn manifest_with_image(image: &str) -> String {
     m.replace("image: meshnft:0.1.0", &format!("image: {image}"))
 }
 
+/// meshnft installed from deploy/meshnft.yaml with the image `meshnft_image(node, tag)`, once
+/// its DaemonSet has rolled out (on every node of the cluster). Returns the image.
+fn install_manifest(node: &Node, tag: &str) -> String {
+    let image = meshnft_image(node, tag);
+    node.apply(&manifest_with_image(&image));
+    node.kubectl_ok(&[
+        "-n",
+        "meshnft",
+        "rollout",
+        "status",
+        "ds/meshnft",
+        "--timeout=180s",
+    ]);
+    image
+}
+
 /// The primary conflist as the node's containerd reads it.
 const CONFLIST: &str = "/etc/cni/net.d/10-bridge.conflist";
 

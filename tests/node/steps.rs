@@ -146,16 +146,7 @@ pub(crate) fn linkerd_cni_seed_bug(node: &Node) {
 /// kubeconfig and copies the plugin. Returns the image installed.
 pub(crate) fn migrate_to_meshnft(node: &Node) -> String {
     unchain_linkerd_cni(node);
-    let image = meshnft_image(node, "a");
-    node.apply(&manifest_with_image(&image));
-    node.kubectl_ok(&[
-        "-n",
-        "meshnft",
-        "rollout",
-        "status",
-        "ds/meshnft",
-        "--timeout=180s",
-    ]);
+    let image = install_manifest(node, "a");
     wait_entry(node, true);
     let conflist = node.read_file(CONFLIST);
     assert!(conflist.contains("\"kubeconfig\""), "{conflist}");

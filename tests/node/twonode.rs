@@ -261,16 +261,7 @@ fn two_nodes() {
 
 /// meshnft from deploy/meshnft.yaml: one DaemonSet pod on each node, each chaining the entry.
 fn install_on_both(cluster: &Node, second: &Node, nodes: &[String; 2]) {
-    let image_a = meshnft_image(cluster, "a");
-    cluster.apply(&manifest_with_image(&image_a));
-    cluster.kubectl_ok(&[
-        "-n",
-        "meshnft",
-        "rollout",
-        "status",
-        "ds/meshnft",
-        "--timeout=180s",
-    ]);
+    let image_a = install_manifest(cluster, "a");
     wait_entry(cluster, true);
     wait_entry(second, true);
     let a = agents(cluster);
