@@ -35,3 +35,12 @@ for name in meshnft meshnft-node; do
   if [[ -n $target ]] && command -v file >/dev/null; then file "$bin" | grep -Eq 'static(-pie)? linked|statically linked' && echo "static binary: ok"; fi
   echo "$name: $(stat -c %s "$bin") bytes"
 done
+# The plugin is linked with its hot-code order (build.rs, src/meshnft.order):
+# LLD names itself in the binary's .comment section, which strip keeps.
+plugin=target/${target:+$target/}release/meshnft
+if grep -aq 'Linker: LLD ' "$plugin"; then
+  echo "meshnft: linked by LLD with the hot-code order: ok"
+else
+  echo "image-build-stage: $plugin was not linked by LLD: build.rs found no gcc-ld/ld.lld in the toolchain" >&2
+  exit 1
+fi

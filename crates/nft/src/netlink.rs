@@ -135,10 +135,13 @@ impl MsgBuilder {
 
     /// Appends a NUL-terminated string attribute (`NLA_STRING`).
     pub fn str(&mut self, ty: u16, s: &str) -> &mut Self {
-        let mut v = Vec::with_capacity(s.len() + 1);
-        v.extend_from_slice(s.as_bytes());
-        v.push(0);
-        self.bytes(ty, &v)
+        let len = 4 + s.len() + 1;
+        self.buf.extend_from_slice(&(len as u16).to_ne_bytes());
+        self.buf.extend_from_slice(&ty.to_ne_bytes());
+        self.buf.extend_from_slice(s.as_bytes());
+        self.buf.push(0);
+        self.pad();
+        self
     }
 
     /// Appends a big-endian u32 attribute (`NLA_BE32`).
@@ -178,6 +181,24 @@ impl MsgBuilder {
     /// True when nothing but the headers was written.
     pub fn is_empty(&self) -> bool {
         self.buf.len() <= 20
+    }
+
+    /// Appends the finished message to `out`: the bytes [`finish`](Self::finish)
+    /// gives for `seq`, with `flags` added to `nlmsg_flags`. The builder is
+    /// kept (a transaction frames its messages without copying them first).
+    pub fn finish_into(&self, out: &mut Vec<u8>, seq: u32, flags: u16) {
+        let start = out.len();
+        out.extend_from_slice(&self.buf);
+        let m = &mut out[start..];
+        let len = m.len();
+        // Open nests end where the message ends, as `end` would close them.
+        for &at in &self.nests {
+            m[at..at + 2].copy_from_slice(&((len - at) as u16).to_ne_bytes());
+        }
+        m[0..4].copy_from_slice(&(len as u32).to_ne_bytes());
+        let f = u16::from_ne_bytes([m[6], m[7]]) | flags;
+        m[6..8].copy_from_slice(&f.to_ne_bytes());
+        m[8..12].copy_from_slice(&seq.to_ne_bytes());
     }
 
     /// The finished message with `seq` (length patched in).
@@ -265,5 +286,23 @@ mod tests {
         assert_eq!(a[0].str(), "meshnft");
         assert_eq!(a[1].ty, 4);
         assert_eq!(a[1].nested()[0].be32(), Some(3));
+    }
+
+    #[test]
+    fn finish_into_appends_what_finish_gives() {
+        let mut m = MsgBuilder::nft(msg::NEWRULE, NLM_F_CREATE);
+        m.str(1, "t");
+        // Two nests left open: both end with the message.
+        m.begin(4).begin(1).be32(2, 9);
+        let mut out = vec![0xaa; 3];
+        m.finish_into(&mut out, 42, NLM_F_ACK);
+        let mut want = m.clone().finish(42);
+        let flags = u16::from_ne_bytes([want[6], want[7]]) | NLM_F_ACK;
+        want[6..8].copy_from_slice(&flags.to_ne_bytes());
+        assert_eq!(&out[..3], &[0xaa; 3]);
+        assert_eq!(&out[3..], &want[..]);
+        let a = attrs(&out[3 + 20..]);
+        assert_eq!(a[1].nested()[0].nested()[0].be32(), Some(9));
+        assert_eq!(a[0].value, b"t\0");
     }
 }

@@ -205,26 +205,22 @@ impl Transaction {
             NLM_F_REQUEST,
         };
         let begin_seq = first_seq;
-        let mut bytes =
-            MsgBuilder::new(NFNL_MSG_BATCH_BEGIN, NLM_F_REQUEST, 0, NFNL_SUBSYS_NFTABLES)
-                .finish(begin_seq);
+        let begin = MsgBuilder::new(NFNL_MSG_BATCH_BEGIN, NLM_F_REQUEST, 0, NFNL_SUBSYS_NFTABLES);
+        let end = MsgBuilder::new(NFNL_MSG_BATCH_END, NLM_F_REQUEST, 0, NFNL_SUBSYS_NFTABLES);
+        // One buffer of the batch's exact size: no growth, no copy per message.
+        let size = begin.len() + end.len() + self.msgs.iter().map(|m| m.msg.len()).sum::<usize>();
+        let mut bytes = Vec::with_capacity(size);
+        begin.finish_into(&mut bytes, begin_seq, 0);
         let mut seqs = Vec::with_capacity(self.msgs.len());
         let last = self.msgs.len().saturating_sub(1);
         for (i, m) in self.msgs.iter().enumerate() {
             let seq = begin_seq.wrapping_add(1 + i as u32);
             seqs.push(seq);
-            let mut b = m.msg.clone().finish(seq);
-            if i == last {
-                let flags = u16::from_ne_bytes([b[6], b[7]]) | NLM_F_ACK;
-                b[6..8].copy_from_slice(&flags.to_ne_bytes());
-            }
-            bytes.extend_from_slice(&b);
+            let ack = if i == last { NLM_F_ACK } else { 0 };
+            m.msg.finish_into(&mut bytes, seq, ack);
         }
         let end_seq = begin_seq.wrapping_add(1 + self.msgs.len() as u32);
-        bytes.extend_from_slice(
-            &MsgBuilder::new(NFNL_MSG_BATCH_END, NLM_F_REQUEST, 0, NFNL_SUBSYS_NFTABLES)
-                .finish(end_seq),
-        );
+        end.finish_into(&mut bytes, end_seq, 0);
         Framed {
             bytes,
             begin_seq,

@@ -71,7 +71,6 @@ pub fn run(command: &str) -> i32 {
     crate::nft::sock::enter_in_place();
     let mut stdin = Vec::new();
     let read = std::io::stdin().take(MAX_STDIN + 1).read_to_end(&mut stdin);
-    let cni_version = peek_version(&stdin);
     let outcome = match read {
         Err(e) => Err(Error::with_details(
             Code::Io,
@@ -97,6 +96,10 @@ pub fn run(command: &str) -> i32 {
         Err(e) => {
             init_logging(None, None, Default::default());
             tracing::error!(code = e.code.as_u32(), "{command}: {e}");
+            // Read only for an error document: peeking stops reading at the
+            // key, and serde_json's error for the rest (never seen) costs
+            // a position scan and the CPU feature probe it triggers.
+            let cni_version = peek_version(&stdin);
             (Some(error_json(&e, cni_version.as_deref())), 1)
         }
     };
