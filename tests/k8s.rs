@@ -10,7 +10,7 @@ use meshnft_testkit as support;
 use serde_json::{Value, json};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
-use support::apiserver::{self, FakeApi, Mode};
+use support::apiserver::{self, FakeApi, Mode, tls::KeyKind};
 use support::*;
 
 /// A pod wired by the real ptp chain, whose meshnft ADD is run directly
@@ -312,6 +312,68 @@ fn pod_without_init_containers() {
         Some("198.19.0.1:80"),
     );
     drop(p);
+}
+
+/// The API over HTTPS, as on a node (the kubeconfig carries the cluster's
+/// CA): the pod and its namespace are read over TLS and the pod is meshed;
+/// a server whose certificate is not under that CA is refused, and ADD
+/// fails closed.
+#[support::root_test]
+fn pod_read_over_tls() {
+    let dir = tmpdir("tls");
+    let spec = apiserver::pod(
+        "default",
+        "tls",
+        &[],
+        &["linkerd-proxy", "app"],
+        &[PROXY_VERSION],
+        &[],
+    );
+    let ns = [apiserver::namespace("default", &[])];
+    let api = FakeApi::start_tls(
+        std::slice::from_ref(&spec),
+        &ns,
+        None,
+        Mode::Serve,
+        KeyKind::EcdsaP256,
+    );
+    let p = K8sPod::new("tls", with_api(&api, &dir));
+    assert_eq!(p.run("ADD").code, 0);
+    assert_eq!(
+        api.requests(),
+        [
+            "/api/v1/namespaces/default/pods/tls",
+            "/api/v1/namespaces/default"
+        ]
+    );
+    // Both GETs on one connection: one handshake.
+    assert_eq!(api.connections(), 1);
+    expect_reply(p.probe("linkerd-proxy", PROXY_UID, 80), "server", Some("-"));
+    expect_reply(
+        p.probe("app", APP_UID, 80),
+        "proxy-out",
+        Some("198.19.0.1:80"),
+    );
+    drop(p);
+    // The same kubeconfig (its CA) for another server with its own CA.
+    let other = FakeApi::start_tls(&[spec], &ns, None, Mode::Serve, KeyKind::EcdsaP256);
+    let kc = dir.join("kubeconfig-other-server");
+    let text = std::fs::read_to_string(api.kubeconfig(&dir)).unwrap();
+    std::fs::write(
+        &kc,
+        text.replace(&api.addr().to_string(), &other.addr().to_string()),
+    )
+    .unwrap();
+    let p = K8sPod::new("tls", |c| {
+        c["kubernetes"] = json!({"kubeconfig": kc, "timeoutSeconds": 1, "attempts": 1})
+    });
+    let r = p.run("ADD");
+    assert_ne!(r.code, 0, "ADD succeeded against a server of another CA");
+    assert!(
+        !has_table(&p.f.pod),
+        "a table was written although the server was not trusted"
+    );
+    assert!(other.requests().is_empty(), "{:?}", other.requests());
 }
 
 /// Unmeshed and opted-out pods: prevResult through, no table, traffic untouched.

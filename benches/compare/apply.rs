@@ -18,6 +18,9 @@ pub enum V {
     Floor,
     /// ADD of a meshed pod with its data from the node agent's socket.
     MeshAddAgent,
+    /// ADD of a meshed pod with the agent down: its data from the API
+    /// stand-in over TLS (`apitls.rs`).
+    MeshAddApiTls,
     NftTable,
     LegacyV4,
     NftV4,
@@ -29,11 +32,12 @@ pub enum V {
 
 impl V {
     /// The contenders of the apply/remove loop, in their first order.
-    pub const ALL: [V; 11] = [
+    pub const ALL: [V; 12] = [
         V::MeshAdd,
         V::MeshAddV46,
         V::MeshAddNoCg,
         V::MeshAddAgent,
+        V::MeshAddApiTls,
         V::MeshReAdd,
         V::Floor,
         V::NftTable,
@@ -62,6 +66,7 @@ impl V {
             V::MeshAddV46 => "meshnft-add-v4v6",
             V::MeshAddNoCg => "meshnft-add-no-pod-cgroup",
             V::MeshAddAgent => "meshnft-add-meshed-pod-data-from-agent-v4",
+            V::MeshAddApiTls => "meshnft-add-meshed-pod-agent-down-api-tls-v4",
             V::MeshReAdd => "meshnft-re-add-v4",
             V::Floor => "floor-static-c-same-batch",
             V::NftTable => "old-path-nft-f-meshnft-table",
@@ -79,6 +84,7 @@ impl V {
             V::MeshAddV46 => "meshnft ADD, init phase on (v4+v6)",
             V::MeshAddNoCg => "meshnft ADD, no pod cgroup (v4)",
             V::MeshAddAgent => "meshnft ADD, meshed pod, data from the agent (v4)",
+            V::MeshAddApiTls => "meshnft ADD, agent down, API over TLS (v4)",
             V::MeshReAdd => "meshnft re-ADD over its table (v4, flushes)",
             V::Floor => "floor: static C, same batch, one sendto",
             V::NftTable => "old path: nft -f of meshnft's transaction",
@@ -165,6 +171,10 @@ pub fn apply(ctx: &Ctx, v: V, ns: &Ns, id: &str) -> Result<Sample> {
         V::MeshAddV46 => vec![ctx.meshnft("ADD", ns, id, Some(&ctx.pod), &ctx.conf_v46)?],
         V::MeshAddNoCg => vec![ctx.meshnft("ADD", ns, id, None, &ctx.conf_v4)?],
         V::MeshAddAgent => vec![ctx.meshnft("ADD", ns, id, Some(&ctx.pod), &ctx.conf_agent)?],
+        V::MeshAddApiTls => match &ctx.api_tls {
+            Some(api) => vec![api.add(ctx, ns, id)?],
+            None => return Err("the TLS API stand-in is not running".into()),
+        },
         V::Floor => {
             let r = ctx.floor(ns, &ctx.floor_add)?;
             let mut s = sample_of(std::slice::from_ref(&r), t0);
@@ -232,7 +242,7 @@ pub fn remove(ctx: &Ctx, v: V, ns: &Ns, id: &str) -> Result<Option<Sample>> {
             ctx.meshnft("DEL", ns, id, None, &ctx.conf_v4)?;
             return Ok(None);
         }
-        V::MeshReAdd | V::MeshAddAgent => {
+        V::MeshReAdd | V::MeshAddAgent | V::MeshAddApiTls => {
             ctx.meshnft("DEL", ns, id, Some(&ctx.pod), &ctx.conf_v4)?;
             return Ok(None);
         }
@@ -249,6 +259,7 @@ pub fn verify(ctx: &Ctx, v: V, ns: &Ns, present: bool) -> Result<()> {
         | V::MeshAddV46
         | V::MeshAddNoCg
         | V::MeshAddAgent
+        | V::MeshAddApiTls
         | V::MeshReAdd
         | V::MeshDelAbsent
         | V::Floor
@@ -280,7 +291,12 @@ pub fn verify(ctx: &Ctx, v: V, ns: &Ns, present: bool) -> Result<()> {
     if present
         && matches!(
             v,
-            V::MeshAdd | V::MeshAddV46 | V::MeshReAdd | V::MeshAddAgent | V::Floor
+            V::MeshAdd
+                | V::MeshAddV46
+                | V::MeshReAdd
+                | V::MeshAddAgent
+                | V::MeshAddApiTls
+                | V::Floor
         )
     {
         let gate = "socket cgroupv2 level 4 != @proxy_started";
@@ -311,10 +327,25 @@ pub struct Series {
     pub del: Vec<Sample>,
 }
 
-/// The stride of iteration `it`'s order over `n` contenders: 1 to n-1 in
-/// turn (all coprime with n when n is prime, as [`V::ALL`]'s 11 is).
-fn stride(it: usize, n: usize) -> usize {
-    1 + it % (n - 1).max(1)
+/// The order of iteration `it` over `n` contenders: position k holds
+/// contender (k * s + it) mod p, where p is the smallest prime >= n and
+/// the stride s is 1 to p-1 in turn (each one visits all of 0..p), with
+/// the values >= n left out: each iteration a new order, in which each
+/// contender has other neighbours. For a prime n (11 before the TLS row)
+/// that is the plain k * s + it of 0..n.
+fn order(it: usize, n: usize) -> Vec<usize> {
+    let prime = |m: usize| {
+        m >= 2
+            && (2..m)
+                .take_while(|d| d * d <= m)
+                .all(|d| !m.is_multiple_of(d))
+    };
+    let p = (n.max(2)..).find(|&m| prime(m)).unwrap_or(n);
+    let s = 1 + it % (p - 1).max(1);
+    (0..p)
+        .map(|k| (k * s + it) % p)
+        .filter(|&i| i < n)
+        .collect()
 }
 
 /// Pause after an iteration's namespaces are dropped.
@@ -332,20 +363,24 @@ pub fn bench_apply(ctx: &Ctx, plan: &Plan) -> Result<BTreeMap<V, Series>> {
         // netns cleanup), so that no contender's timing overlaps the
         // teardown of the namespace the previous one used.
         let nss: Vec<Ns> = (0..n).map(|_| ctx.ns("a")).collect::<Result<_>>()?;
-        for (k, ns) in nss.iter().enumerate() {
+        for (ns, &i) in nss.iter().zip(&order(it, n)) {
             // A new order each iteration, in which each contender has other
-            // neighbours: contender k*s + it, with a stride s that changes
-            // with the iteration (n = 11 is prime, so every stride from 1
-            // to 10 visits all). A plain rotation (s = 1) kept the same
-            // neighbours for good: ADD always ran right after
+            // neighbours ([`order`]: contender k*s + it modulo a prime, with
+            // a stride s that changes with the iteration). A plain rotation
+            // (s = 1) kept the same neighbours for good: ADD always ran right after
             // iptables-nft-restore's v4+v6 pair, and its row read 0.99x
             // legacy while the re-ADD, which does more, read 0.70x.
-            let v = V::ALL[(k * stride(it, n) + it) % n];
+            let v = V::ALL[i];
             sys::check_stop()?;
             let id = ctx.name("c");
             let add = apply(ctx, v, ns, &id)?;
             if it == 0 {
                 verify(ctx, v, ns, true)?;
+                if v == V::MeshAddApiTls
+                    && let Some(api) = &ctx.api_tls
+                {
+                    api.check_read()?;
+                }
             }
             let del = remove(ctx, v, ns, &id)?;
             if it == 0 && del.is_some() {

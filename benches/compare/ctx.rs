@@ -115,6 +115,10 @@ pub struct Ctx {
     pub conf_agent: Vec<u8>,
     /// The node agent's stand-in for the plugin's pod lookups.
     pub agent: Option<crate::agent::AgentStandIn>,
+    /// The API stand-in over TLS in a node netns, and the entry of the
+    /// "agent down" row (`apitls.rs`); taken and dropped before the run
+    /// looks for leftover namespaces.
+    pub api_tls: Option<crate::apitls::ApiTls>,
     pub pod: PodCg,
     pub seq: AtomicU64,
     /// Last: dropped after everything that lives in it.

@@ -6,9 +6,11 @@
 //! `[--quick] [--json FILE] [--bin MESHNFT]` (cargo adds `--bench`).
 //!
 //! 1. Apply: rules into a fresh pod netns, per contender, interleaved runs;
-//!    meshnft's plugin (netlink), the floor (the same batch sent by the
-//!    static C program of `floor.c`), the old path (`nft -f` of meshnft's
-//!    transaction), proxy-init's rules through iptables-*-restore.
+//!    meshnft's plugin (netlink; a meshed pod's data from the node agent,
+//!    or with the agent down from the API server over TLS), the floor (the
+//!    same batch sent by the static C program of `floor.c`), the old path
+//!    (`nft -f` of meshnft's transaction), proxy-init's rules through
+//!    iptables-*-restore.
 //! 2. Remove: right after each apply, in the same netns (and meshnft's DEL
 //!    once more, with the table gone).
 //! 3. Datapath: connects/s through the pod's nat prerouting hook with 0, 100,
@@ -23,7 +25,8 @@
 //! connections are not redirected as the rules say.
 //!
 //! One file per concern: [`ctx`] (run sizes, tools, how each contender is
-//! run), [`apply`] (1 + 2), [`datapath`] (3), [`footprint`] and
+//! run), [`agent`] and [`apitls`] (the node agent's and the API server's
+//! stand-ins for a meshed pod's data), [`apply`] (1 + 2), [`datapath`] (3), [`footprint`] and
 //! [`concurrency`] (4), [`peers`] (6), [`machine`] and [`report`] (the
 //! results); below
 //! them [`rules`] (what each contender writes), [`floor`] (the floor
@@ -31,6 +34,7 @@
 //! processes).
 
 mod agent;
+mod apitls;
 mod apply;
 mod concurrency;
 mod ctx;
@@ -98,6 +102,7 @@ fn run() -> Result<()> {
         conf_v46: vec![],
         conf_agent: vec![],
         agent: None,
+        api_tls: None,
         pod,
         seq: AtomicU64::new(0),
         example,
@@ -115,6 +120,8 @@ fn run() -> Result<()> {
     });
     ctx.conf_agent = serde_json::to_vec(&ca).map_err(|e| e.to_string())?;
     ctx.agent = Some(stand_in);
+    let api_name = ctx.name("apinode");
+    ctx.api_tls = Some(apitls::ApiTls::start(&ctx.work, &api_name, &c4)?);
     ctx.rendered = ctx::render(&ctx.bin, &ctx.work, &c4)?;
     if ctx.rendered.contains("\nflush ") {
         return Err("meshnft render printed flushes: not a first ADD's transaction".into());
@@ -125,6 +132,7 @@ fn run() -> Result<()> {
     )?;
     ctx.floor_del = floor::write(&ctx.work.dir.join("floor-del.batch"), &floor::del_batch())?;
     let result = check_floor(&ctx).and_then(|()| measure(&ctx, &plan, &opts, started));
+    drop(ctx.api_tls.take());
     let leftovers = ctx.work.leftover_netns();
     drop(ctx);
     if !leftovers.is_empty() {

@@ -376,6 +376,7 @@ pub fn report(
     let add_vs_legacy = ratio(a(V::MeshAdd).median, a(V::LegacyV4).median);
     let floor_vs_legacy = ratio(a(V::Floor).median, a(V::LegacyV4).median);
     let agent_vs_legacy = ratio(a(V::MeshAddAgent).median, a(V::LegacyV4).median);
+    let api_tls_vs_legacy = ratio(a(V::MeshAddApiTls).median, a(V::LegacyV4).median);
     let del_vs_legacy = ratio(d(V::MeshAdd).median, d(V::LegacyV4).median);
     let floor_del_vs_legacy = ratio(d(V::Floor).median, d(V::LegacyV4).median);
     let mut targets = vec![
@@ -394,6 +395,12 @@ pub fn report(
             "<= 0.70x",
             fmt_ratio(agent_vs_legacy),
             agent_vs_legacy <= 0.7,
+        ),
+        target(
+            "meshnft ADD of a meshed pod, agent down, API over TLS / legacy (v4)",
+            "<= 3.00x",
+            fmt_ratio(api_tls_vs_legacy),
+            api_tls_vs_legacy <= 3.0,
         ),
         target(
             "meshnft DEL median / iptables-legacy-restore cleanup (v4) median",

@@ -7,7 +7,8 @@
 //! A crate of the workspace (`meshnft-testkit`, a dev-dependency), built once
 //! for all the integration tests (`use meshnft_testkit as support;`) and the
 //! examples; it depends on std, `libc`, `serde_json`, and for the API stand-ins
-//! and YAML checks `k8s-openapi`, `serde`, `serde_yaml` and `serde_ignored` (no
+//! and YAML checks `k8s-openapi`, `serde`, `serde_yaml` and `serde_ignored`, for
+//! the stand-in's TLS mode `rustls` (ring), `rcgen`, `rsa` and `base64` (no
 //! meshnft crate), and re-exports [`root_test`], the attribute of a test that needs
 //! root.
 //!
@@ -39,7 +40,8 @@
 //!   (`testdata/entries.json`, shared with meshnft-plugin's pinned batches).
 //!
 //! And three modules used by name: [`apiserver`] (a stand-in for the
-//! Kubernetes API server serving fixed objects, with failure modes),
+//! Kubernetes API server serving fixed objects, with failure modes, over
+//! plain HTTP or TLS),
 //! [`liveapi`] (one with state and watches, for the node agent) and
 //! [`k8syaml`] (strict offline validation of Kubernetes YAML).
 
