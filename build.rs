@@ -42,13 +42,17 @@ fn main() {
         return;
     };
     let order = Path::new(&env("CARGO_MANIFEST_DIR")).join(order);
+    let map = Path::new(&env("OUT_DIR")).join("meshnft.map");
     for arg in [
         "-fuse-ld=lld".to_string(),
         format!("-B{}", gcc_ld.display()),
         format!("-Wl,--symbol-ordering-file={}", order.display()),
-        // Functions of another build (a dependency or compiler update
-        // renames some): ordered as found, the rest where they fall.
+        // Names the build does not have (after a dependency or compiler
+        // update renames some) are skipped here and counted from the map
+        // below by `scripts/symbol-order.sh --check` (image-build-stage.sh).
         "-Wl,--no-warn-symbol-ordering".to_string(),
+        format!("-Wl,-Map={}", map.display()),
+        "-Wl,--no-demangle".to_string(),
     ] {
         println!("cargo:rustc-link-arg-bin=meshnft={arg}");
     }

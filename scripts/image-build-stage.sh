@@ -40,6 +40,7 @@ done
 plugin=target/${target:+$target/}release/meshnft
 if grep -aq 'Linker: LLD ' "$plugin"; then
   echo "meshnft: linked by LLD with the hot-code order: ok"
+  scripts/symbol-order.sh --check "$(dirname "$plugin")"
 else
   echo "image-build-stage: $plugin was not linked by LLD: build.rs found no gcc-ld/ld.lld in the toolchain" >&2
   exit 1

@@ -6,6 +6,12 @@
 # peak RSS of ADD (about 1.3 MiB ordered, 2.4 MiB not) shows when it is stale.
 #
 #   sudo scripts/symbol-order.sh
+#   scripts/symbol-order.sh --check DIR   DIR: a release profile directory, e.g.
+#                                          target/x86_64-unknown-linux-musl/release
+#
+# --check reads the linker's map of the last meshnft linked there (build.rs has LLD
+# write it) and fails when fewer than 90% of the file's functions were in the
+# build: the order is stale (a dependency or toolchain update renamed them).
 #
 # Builds the release plugin for the image's target with its symbols kept
 # (target/symbol-order/), then runs it under valgrind's callgrind, which
@@ -15,6 +21,25 @@
 # directory of its own, removed at the end. Needs root; installs valgrind.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+if [[ ${1:-} == --check ]]; then
+  dir=${2:?usage: scripts/symbol-order.sh --check PROFILE_DIR}
+  # The newest, when older builds of the script left theirs.
+  map=$(find "$dir/build" -path '*/meshnft-*/out/meshnft.map' -printf '%T@ %p\n' 2>/dev/null | sort -rn | head -n1 | cut -d' ' -f2- || true)
+  [[ -n $map ]] || { echo "symbol-order: no linker map under $dir/build (not linked by build.rs's LLD?)" >&2; exit 1; }
+  awk -v map="$map" '
+    FILENAME == map { have[$NF] = 1; next }
+    NF { want++; if ($1 in have) found++ }
+    END {
+      printf "symbol-order: %d of %d functions of src/meshnft.order are in %s\n", found, want, map
+      if (want == 0 || found * 10 < want * 9) {
+        print "symbol-order: src/meshnft.order is stale: run sudo scripts/symbol-order.sh and commit it" > "/dev/stderr"
+        exit 1
+      }
+    }' "$map" src/meshnft.order
+  exit 0
+fi
+
 [[ $EUID -eq 0 ]] || { echo "symbol-order: needs root (network namespace, cgroup)" >&2; exit 1; }
 command -v valgrind >/dev/null || { apt-get update -qq && apt-get install -y -qq valgrind >/dev/null; }
 
