@@ -8,8 +8,8 @@
 //! and ~1.9 MiB resident for code alone. With `src/meshnft.order` (the
 //! functions ADD, DEL, CHECK and the other verbs run, hottest first; made by
 //! `scripts/symbol-order.sh`) given to LLD's `--symbol-ordering-file`, the
-//! same ADD touches ~6 windows: its peak RSS goes from 2.4 to 1.3 MiB and
-//! its CPU time down by ~7% (docs/benchmarks.md).
+//! same ADD touches ~6 windows: its peak RSS goes from 2.4 to 1.1–1.2 MiB
+//! and its CPU time down by ~8% (docs/benchmarks.md, "ADD's code together").
 //!
 //! LLD is the toolchain's own (`rust-lld`, through the `gcc-ld/ld.lld`
 //! wrapper beside it): nothing to install. For musl (the image's static-pie
@@ -17,8 +17,11 @@
 //! relocation table that start-up reads whole from ~100 KiB to ~2 KiB.
 //!
 //! Only for release builds of the `meshnft` binary on Linux. Without the
-//! wrapper (a toolchain without LLD) or the order file, the binary is
-//! linked as before, with a warning: the order changes no behaviour.
+//! wrapper (a toolchain without LLD) the binary is linked as before, with a
+//! warning; without the order file (deploy/Dockerfile's dependency
+//! skeleton), silently. The order changes no behaviour. LLD also writes its
+//! map (`$OUT_DIR/meshnft.map`), from which `scripts/symbol-order.sh --check`
+//! tells a stale order file (names the build no longer has).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
