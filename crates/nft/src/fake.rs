@@ -85,7 +85,8 @@ impl Fake {
         tx: &Transaction,
     ) -> Result<(), (String, i32)> {
         for m in tx.msgs() {
-            let bytes = m.msg.clone().finish(0);
+            let mut bytes = Vec::new();
+            m.msg.finish_into(&mut bytes, 0, 0);
             let flags = u16::from_ne_bytes([bytes[6], bytes[7]]);
             let a = attrs(bytes.get(20..).unwrap_or_default());
             let refuse = |errno| (m.what.clone(), errno);

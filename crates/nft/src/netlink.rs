@@ -189,28 +189,28 @@ impl MsgBuilder {
     pub fn finish_into(&self, out: &mut Vec<u8>, seq: u32, flags: u16) {
         let start = out.len();
         out.extend_from_slice(&self.buf);
-        let m = &mut out[start..];
-        let len = m.len();
-        // Open nests end where the message ends, as `end` would close them.
-        for &at in &self.nests {
-            m[at..at + 2].copy_from_slice(&((len - at) as u16).to_ne_bytes());
-        }
-        m[0..4].copy_from_slice(&(len as u32).to_ne_bytes());
-        let f = u16::from_ne_bytes([m[6], m[7]]) | flags;
-        m[6..8].copy_from_slice(&f.to_ne_bytes());
-        m[8..12].copy_from_slice(&seq.to_ne_bytes());
+        seal(&mut out[start..], &self.nests, seq, flags);
     }
 
     /// The finished message with `seq` (length patched in).
     pub fn finish(mut self, seq: u32) -> Vec<u8> {
-        while let Some(_open) = self.nests.last() {
-            self.end();
-        }
-        let len = self.buf.len() as u32;
-        self.buf[0..4].copy_from_slice(&len.to_ne_bytes());
-        self.buf[8..12].copy_from_slice(&seq.to_ne_bytes());
+        seal(&mut self.buf, &self.nests, seq, 0);
         self.buf
     }
+}
+
+/// Finishes the message bytes `m` in place: the nests still open at offsets
+/// `nests` end where the message ends (as [`MsgBuilder::end`] would close
+/// them), then its length, `flags` added to its flags, and `seq`.
+fn seal(m: &mut [u8], nests: &[usize], seq: u32, flags: u16) {
+    let len = m.len();
+    for &at in nests {
+        m[at..at + 2].copy_from_slice(&((len - at) as u16).to_ne_bytes());
+    }
+    m[0..4].copy_from_slice(&(len as u32).to_ne_bytes());
+    let f = u16::from_ne_bytes([m[6], m[7]]) | flags;
+    m[6..8].copy_from_slice(&f.to_ne_bytes());
+    m[8..12].copy_from_slice(&seq.to_ne_bytes());
 }
 
 /// One decoded attribute: type (flags stripped) and value.
