@@ -13,11 +13,12 @@
 # linkerd-cni what meshnft adds or saves over it. Each round runs every configuration once, in
 # an order rotated from round to round so that the machine's load drifts over all alike; meshnft
 # is installed before its round and uninstalled after, linkerd-cni chained and unchained; each
-# round's pods are deleted (and gone) before the next. Prints each round, the medians and a
+# round's pods are deleted (and gone) before the next, and so are their sandboxes (removed as
+# kubelet's garbage collection would, see sweep below). Prints each round, the medians and a
 # breakdown; never fails on the numbers (a target is printed with its outcome, never enforced).
 #
 #   sudo scripts/node-bench.sh [--pods N] [--rounds R] [--kinds LIST] [--bins DIR] [--keep OUT]
-#     defaults: 60 pods, 3 rounds, kinds bridge,meshnft,linkerd-cni; DIR holds the static
+#     defaults: 60 pods, 5 rounds, kinds bridge,meshnft,linkerd-cni; DIR holds the static
 #     meshnft and meshnft-node to install (default: target/<arch>-unknown-linux-musl/release);
 #     OUT keeps the rounds' data and the node's logs (the node's directory is removed at the end)
 #
@@ -45,7 +46,7 @@
 # are already built.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
-pods=60 rounds=3 kinds=bridge,meshnft,linkerd-cni bins="" keep=""
+pods=60 rounds=5 kinds=bridge,meshnft,linkerd-cni bins="" keep=""
 while (($#)); do
   case $1 in
   --pods) pods=$2; shift ;;
@@ -258,6 +259,22 @@ round() {
   node kubectl -n bench delete pods -l "round=$kind-$r" --wait=true --timeout=300s >/dev/null
 }
 
+# sweep: removes the node's stopped pod sandboxes, as kubelet's garbage collection does once a
+# minute (RemovePodSandbox: containerd stops the sandbox, runs every plugin's CNI DEL twice and
+# removes its containers), and waits until the bench's pods have none left; so no round pays for
+# the one before it. Without it, the collection of one round's 60 sandboxes fell 18-22 s into
+# the next round: 120 more execs of every plugin, runc and the shims in that round's window.
+sweep() {
+  local i ids
+  for i in $(seq 300); do
+    mapfile -t ids < <(node crictl pods --state NotReady -q 2>/dev/null)
+    if ((${#ids[@]})); then node crictl rmp "${ids[@]}" >/dev/null 2>&1 || true; fi
+    [[ -z $(node crictl pods --namespace bench -q 2>/dev/null) ]] && return 0
+    sleep 0.2
+  done
+  log "the bench pods' sandboxes were not all removed after 60 s"
+}
+
 declare -A took=()
 for r in $(seq "$rounds"); do
   n=${#kind_list[@]}
@@ -281,11 +298,13 @@ for r in $(seq "$rounds"); do
       ;;
     linkerd-cni) unchain_linkerd ;;
     esac
+    sweep
   done
 done
 # The plugin's API requests for the pods (audit log, its user agent): 0 with the agent.
 asked=$(grep -F '"userAgent":"meshnft/' "$d/logs/audit.log" | grep -cF '"requestURI":"/api/v1/namespaces/bench/pods/' || true)
 
+mean() { printf '%s\n' "$@" | awk '{ s += $1 } END { printf "%.2f\n", s / NR }'; }
 median() { printf '%s\n' "$@" | sort -n | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.2f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 declare -A med=()
 label() {
@@ -297,14 +316,14 @@ label() {
 }
 echo "## Real node: $pods meshed pods (native sidecar) created at once, seconds until all are Ready"
 echo
-echo "| node | rounds (s) | median (s) |"
-echo "|---|---|---|"
+echo "| node | rounds (s) | median (s) | mean (s) |"
+echo "|---|---|---|---|"
 for kind in bridge meshnft linkerd-cni; do
   has_kind "$kind" || continue
   read -r -a v <<<"${took[$kind]}"
   med[$kind]=$(median "${v[@]}")
   shown=${took[$kind]% }
-  echo "| $(label "$kind") | ${shown// /, } | ${med[$kind]} |"
+  echo "| $(label "$kind") | ${shown// /, } | ${med[$kind]} | $(mean "${v[@]}") |"
 done
 echo
 diff_line() { # A B [target]
