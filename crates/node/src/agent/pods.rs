@@ -114,6 +114,11 @@ pub fn finished(pod: &Pod) -> bool {
     pod.metadata.deletion_timestamp.is_some() || phase_is(pod, &["Succeeded", "Failed"])
 }
 
+/// The pod is in phase `Failed` (final: none of its containers runs again).
+pub fn failed(pod: &Pod) -> bool {
+    phase_is(pod, &["Failed"])
+}
+
 fn phase_is(pod: &Pod, phases: &[&str]) -> bool {
     pod.status
         .as_ref()
@@ -127,9 +132,7 @@ fn phase_is(pod: &Pod, phases: &[&str]) -> bool {
 /// `restartPolicy: Never`, or a failed init container under it). No table
 /// written now would reach a running container; the agent reports it.
 pub fn failed_for_lack_of_redirect(pod: &Pod, mesh: Mesh) -> bool {
-    pod.metadata.deletion_timestamp.is_none()
-        && phase_is(pod, &["Failed"])
-        && validator_failed(pod, mesh)
+    pod.metadata.deletion_timestamp.is_none() && failed(pod) && validator_failed(pod, mesh)
 }
 
 fn statuses(pod: &Pod) -> impl Iterator<Item = (&ContainerStatus, bool)> {
