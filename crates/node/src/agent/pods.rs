@@ -6,6 +6,7 @@
 //! Pure functions over `k8s_openapi`'s `Pod` (the watch's objects), so they
 //! are unit-tested without an API server.
 
+use super::RepairMode;
 use crate::config::mesh::Mesh;
 use crate::pod::k8s::{self, Meshing};
 use k8s_openapi::api::core::v1::{ContainerState, ContainerStatus, Pod};
@@ -117,6 +118,21 @@ pub fn finished(pod: &Pod) -> bool {
 /// The pod is in phase `Failed` (final: none of its containers runs again).
 pub fn failed(pod: &Pod) -> bool {
     phase_is(pod, &["Failed"])
+}
+
+/// Whether the pod loop can pass over this state of `pod` at once, in
+/// repair `mode`, `verified` saying whether a UID's table was found right
+/// since the last full pass: its sandbox is not up yet, or its table was
+/// found right, and it is neither `Failed` (reported) nor looked at in mode
+/// `delete` (whose validator check comes before the sandbox's). Most of the
+/// watch's events are such a starting pod's status updates; what the loop
+/// does after this check would end in nothing for them, whatever the pod's
+/// meshing, so they stop before [`meshing`] reads the whole pod as the
+/// plugin does (a serde round trip).
+pub fn passed_over(pod: &Pod, mode: RepairMode, verified: impl Fn(&str) -> bool) -> bool {
+    mode != RepairMode::Delete
+        && !failed(pod)
+        && (!sandbox_up(pod) || pod.metadata.uid.as_deref().is_some_and(verified))
 }
 
 fn phase_is(pod: &Pod, phases: &[&str]) -> bool {
@@ -256,6 +272,31 @@ mod tests {
             }),
             ..Default::default()
         }
+    }
+
+    /// A starting pod, or one whose table was found right, is passed over;
+    /// a `Failed` one, or any in mode delete, is looked at whatever its
+    /// sandbox and table.
+    #[test]
+    fn only_starting_or_verified_pods_are_passed_over() {
+        let (none, all) = (|_: &str| false, |_: &str| true);
+        let mut starting = pod(&[("linkerd-proxy", Some("Always"))], &["app"]);
+        starting.metadata.uid = Some("u".into());
+        assert!(passed_over(&starting, RepairMode::InPlace, none));
+        assert!(!passed_over(&starting, RepairMode::Delete, none));
+        let mut up = starting.clone();
+        up.status.as_mut().unwrap().init_container_statuses = Some(vec![running("linkerd-proxy")]);
+        assert!(
+            !passed_over(&up, RepairMode::InPlace, none),
+            "not verified yet"
+        );
+        assert!(passed_over(&up, RepairMode::InPlace, all));
+        assert!(passed_over(&up, RepairMode::Label, all));
+        assert!(!passed_over(&up, RepairMode::Delete, all));
+        let mut failed = up.clone();
+        failed.status.as_mut().unwrap().phase = Some("Failed".into());
+        assert!(!passed_over(&failed, RepairMode::InPlace, all), "Failed");
+        assert!(!passed_over(&failed, RepairMode::Off, all), "Failed");
     }
 
     fn exited(name: &str, code: i32, last: bool) -> ContainerStatus {

@@ -227,21 +227,8 @@ impl Worker {
 
     /// Checks `pod` (of the entry's `mesh`) and acts on what it finds.
     pub(super) async fn process(&mut self, pod: &Pod, mesh: Mesh) -> Result<(), AgentError> {
-        // Most of the watch's events are a starting pod's status updates,
-        // before its sandbox is up or after its table was found right: what
-        // follows would end in `Ok(())` for them, whatever the pod's meshing
-        // (only a `Failed` pod is reported, and only mode delete deletes
-        // before the sandbox check). So they stop here, before `meshing`
-        // reads the whole pod as the plugin does (a serde round trip).
-        if self.ctx.agent.repair_mode != RepairMode::Delete
-            && !pods::failed(pod)
-            && (!pods::sandbox_up(pod)
-                || pod
-                    .metadata
-                    .uid
-                    .as_ref()
-                    .is_some_and(|u| self.verified.contains(u)))
-        {
+        let verified = |uid: &str| self.verified.contains(uid);
+        if pods::passed_over(pod, self.ctx.agent.repair_mode, verified) {
             return Ok(());
         }
         if pods::meshing(pod, mesh) != Meshing::Meshed {
