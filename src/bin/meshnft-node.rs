@@ -2,7 +2,7 @@
 //! installer and the node agent.
 
 #[global_allocator]
-static ALLOCATOR: meshnft_node::Allocator = meshnft_node::ALLOCATOR;
+static ALLOCATOR: meshnft_node::Allocator = meshnft_node::Allocator;
 
 fn main() {
     std::process::exit(meshnft_node::main_entry())

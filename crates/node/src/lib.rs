@@ -31,10 +31,9 @@ pub(crate) use meshnft_plugin::{cni, config, error, logging, nft, pod, safefs, s
 /// took about a third of the node agent's CPU while 60 pods started: the
 /// watch's JSON, the pod round trips and their `Value` trees are
 /// allocation-heavy. The plugin keeps its own bump allocator (src/main.rs).
-pub type Allocator = mimalloc::MiMalloc;
-
-/// The [`Allocator`], for `#[global_allocator]`.
-pub const ALLOCATOR: Allocator = mimalloc::MiMalloc;
+///
+/// A unit struct: its one value is `meshnft_node::Allocator`.
+pub use mimalloc::MiMalloc as Allocator;
 
 /// `meshnft-node`'s command line.
 #[derive(Debug, clap::Parser)]

@@ -227,8 +227,9 @@ impl Worker {
 
     /// Checks `pod` (of the entry's `mesh`) and acts on what it finds.
     pub(super) async fn process(&mut self, pod: &Pod, mesh: Mesh) -> Result<(), AgentError> {
+        let mode = self.ctx.agent.repair_mode;
         let verified = |uid: &str| self.verified.contains(uid);
-        if pods::passed_over(pod, self.ctx.agent.repair_mode, verified) {
+        if pods::passed_over(pod, mode, verified) {
             return Ok(());
         }
         if pods::meshing(pod, mesh) != Meshing::Meshed {
@@ -254,7 +255,6 @@ impl Worker {
             return Ok(());
         };
         let label = pods::label(pod);
-        let mode = self.ctx.agent.repair_mode;
         if mode == RepairMode::Delete && pods::validator_failed(pod, mesh) {
             return self
                 .delete(
