@@ -52,6 +52,8 @@
 #                                 (cluster admin) and the node's binaries on PATH
 #   scripts/node.sh restart DIR NAME
 #                                 restarts one daemon (kubelet, containerd, ...) as it was
+#   scripts/node.sh stop DIR NAME, scripts/node.sh start-again DIR NAME
+#                                 the same in two steps (a node's shutdown, then its boot)
 #   scripts/node.sh image DIR NAME:TAG ROOTFS ENTRYPOINT-JSON
 #                                 builds a single-layer OCI image of ROOTFS and
 #                                 imports it into the node's containerd (and into
@@ -121,19 +123,31 @@ start() {
   echo $! >"$d/pids/$name"
 }
 
-# restart DIR NAME: SIGTERM to the daemon, wait for it to exit (10 s, then SIGKILL), start it
-# again with the same command line.
-restart() {
+# stop DIR NAME: SIGTERM to the daemon, wait for it to exit (10 s, then SIGKILL). Its command
+# line stays for `start-again` (a node's shutdown, then its boot).
+stop_daemon() {
   local d=$1 name=$2 pid
   [[ -f $d/cmd/$name ]] || die "$d: no daemon $name"
   pid=$(cat "$d/pids/$name")
   kill -TERM "$pid" 2>/dev/null || true
   for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
   kill -KILL "$pid" 2>/dev/null || true
+}
+
+# start-again DIR NAME: the daemon started again with its command line.
+start_again() {
+  local d=$1 name=$2
+  [[ -f $d/cmd/$name ]] || die "$d: no daemon $name"
   local -a argv
   mapfile -d '' -t argv <"$d/cmd/$name"
   start "$d" "$name" "${argv[@]}"
-  log "$name restarted (pid $(cat "$d/pids/$name"))"
+}
+
+# restart DIR NAME: stop, then start again with the same command line.
+restart() {
+  stop_daemon "$1" "$2"
+  start_again "$1" "$2"
+  log "$2 restarted (pid $(cat "$1/pids/$2"))"
 }
 
 # wait_for WHAT SECONDS CMD...: retries CMD every 0.2 s.
@@ -753,5 +767,7 @@ down) down "$@" ;;
 run) run "$@" ;;
 image) image "$@" ;;
 restart) restart "$@" ;;
-*) die "usage: node.sh up [--nodes N] [DIR] | add-node DIR | down DIR | run DIR CMD... | restart DIR DAEMON | image DIR NAME:TAG ROOTFS ENTRYPOINT-JSON" ;;
+stop) stop_daemon "$@" ;;
+start-again) start_again "$@" ;;
+*) die "usage: node.sh up [--nodes N] [DIR] | add-node DIR | down DIR | run DIR CMD... | restart|stop|start-again DIR DAEMON | image DIR NAME:TAG ROOTFS ENTRYPOINT-JSON" ;;
 esac

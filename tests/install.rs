@@ -367,6 +367,156 @@ fn primary_rewritten_or_replaced_gets_the_entry_back() {
     assert!(!tree.binary().exists());
 }
 
+/// The plugin types of the list a runtime loads from `dir` now: the first file (bytewise order)
+/// with a libcni extension that loads as a list or a single plugin; empty when none does.
+fn runtime_view(dir: &Path) -> Vec<String> {
+    let mut names: Vec<PathBuf> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.is_file()
+                && p.extension()
+                    .is_some_and(|e| e == "conf" || e == "conflist" || e == "json")
+        })
+        .collect();
+    names.sort();
+    for p in names {
+        let Some(v) = read_json(&p) else { continue };
+        let plugins = match v["plugins"].as_array() {
+            Some(a) if !a.is_empty() => a.clone(),
+            Some(_) => continue,
+            None if v["type"].is_string() => vec![v.clone()],
+            None => continue,
+        };
+        return plugins
+            .iter()
+            .map(|p| p["type"].as_str().unwrap_or("").to_string())
+            .collect();
+    }
+    Vec::new()
+}
+
+/// The primary CNI rewrites its file (the same list, a new plugin list, the file renamed and
+/// back) 12 times at random moments while a reader polls what a runtime would load, as
+/// containerd and CRI-O load it (the first file that loads): with meshnft's front file, every
+/// load has meshnft's entry after the primary's plugins; the front file then follows the new
+/// plugin list. Without it (`--front-conflist=false`, meshnft 0.1's way), the same rewrites
+/// leave loads with the primary's plugins alone: the window this mechanism closes.
+#[support::root_test]
+fn the_front_file_leaves_no_window_while_the_primary_rewrites_its_file() {
+    /// Loads seen without meshnft, and loads seen in all, during the rewrites.
+    fn rewrites(front: bool) -> (usize, usize, String, Tree) {
+        let tree = Tree::new();
+        tree.write_conf("10-kindnet.conflist", &kindnet());
+        let flag = format!("--front-conflist={front}");
+        let inst = Installer::start(&tree, &[&flag]);
+        inst.wait_entry(&tree, "10-kindnet.conflist");
+        let net = tree.net();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let reader = {
+            let (net, stop) = (net.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let (mut bad, mut all) = (0usize, 0usize);
+                while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    let v = runtime_view(&net);
+                    all += 1;
+                    if v.last().map(String::as_str) != Some("meshnft") {
+                        bad += 1;
+                    }
+                }
+                (bad, all)
+            })
+        };
+        let mut with_tuning = kindnet();
+        with_tuning["plugins"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"type": "tuning", "sysctl": {}}));
+        let mut seed = std::process::id() as u64;
+        let mut pause = || {
+            // xorshift: 80..300 ms between rewrites.
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            std::thread::sleep(Duration::from_millis(80 + seed % 220));
+        };
+        for i in 0..12 {
+            match i % 4 {
+                // The same list, written in place (truncate + write).
+                0 => {
+                    tree.write_conf("10-kindnet.conflist", &kindnet());
+                }
+                // A new plugin list, replaced by rename.
+                1 | 3 => {
+                    let tmp = net.join(".tmp-kindnet");
+                    let v = if i % 4 == 1 {
+                        with_tuning.clone()
+                    } else {
+                        kindnet()
+                    };
+                    std::fs::write(&tmp, serde_json::to_vec(&v).unwrap()).unwrap();
+                    std::fs::rename(&tmp, net.join("10-kindnet.conflist")).unwrap();
+                }
+                // Renamed: written under a new name, the old one removed, then back.
+                _ => {
+                    tree.write_conf("09-kindnet.conflist", &with_tuning);
+                    std::fs::remove_file(net.join("10-kindnet.conflist")).unwrap();
+                    pause();
+                    tree.write_conf("10-kindnet.conflist", &with_tuning);
+                    std::fs::remove_file(net.join("09-kindnet.conflist")).unwrap();
+                }
+            }
+            pause();
+        }
+        // The last list is tuning's; then the primary goes back to its first list: what runtimes
+        // load follows it.
+        tree.write_conf("10-kindnet.conflist", &with_tuning);
+        let settled = wait_until(T, || {
+            runtime_view(&net) == ["ptp", "portmap", "tuning", "meshnft"]
+        });
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        let (bad, all) = reader.join().unwrap();
+        // With a front file: it is written first, the primary's file right after it.
+        let same = !front
+            || wait_until(T, || {
+                read_json(&net.join(FRONT)) == read_json(&net.join("10-kindnet.conflist"))
+            });
+        let log = inst.log();
+        assert!(
+            settled,
+            "what runtimes load: {:?}\n{log}",
+            runtime_view(&net)
+        );
+        assert!(
+            same,
+            "the front file holds the primary's list with the entry\n{log}"
+        );
+        drop(inst);
+        (bad, all, log, tree)
+    }
+    let (bad, all, log, tree) = rewrites(true);
+    eprintln!("front file: {bad} of {all} loads without meshnft during 12 rewrites");
+    assert_eq!(bad, 0, "{bad} of {all} loads without meshnft\n{log}");
+    assert_eq!(
+        tree.files(),
+        [FRONT, "10-kindnet.conflist", "meshnft.d"],
+        "{log}"
+    );
+    drop(tree);
+    let (bad, all, log, tree) = rewrites(false);
+    eprintln!("no front file: {bad} of {all} loads without meshnft during 12 rewrites");
+    assert!(
+        bad > 0,
+        "without the front file the rewrites left no window?\n{log}"
+    );
+    assert!(!tree.net().join(FRONT).exists());
+}
+
+/// meshnft's front file (`00-meshnft.conflist`).
+const FRONT: &str = "00-meshnft.conflist";
+
 /// `meshnft_rechains_total` from the agent's `/metrics` on `port`.
 fn rechains(port: u16) -> Option<u64> {
     let (_, body) = http_get(port, "/metrics")?;
@@ -440,8 +590,9 @@ fn conf_is_converted_and_restored_on_uninstall() {
         "{}",
         inst.log()
     );
-    assert_eq!(tree.files(), ["10-bridge.conflist", "meshnft.d"]);
+    assert_eq!(tree.files(), [FRONT, "10-bridge.conflist", "meshnft.d"]);
     let v = read_json(&list).unwrap();
+    assert_eq!(read_json(&tree.net().join(FRONT)), Some(v.clone()));
     assert_eq!(v["cniVersion"], "0.4.0");
     assert_eq!(v["name"], "cbr0");
     assert_eq!(v["plugins"][0], single_conf());
@@ -476,7 +627,7 @@ fn two_installs_and_a_reboot_leave_one_entry() {
     assert!(b.wait_log("meshnft is chained into"), "{}", b.log());
     assert!(c.wait_log("meshnft is chained into"), "{}", c.log());
     assert!(one());
-    assert_eq!(tree.files(), ["10-bridge.conflist", "meshnft.d"]);
+    assert_eq!(tree.files(), [FRONT, "10-bridge.conflist", "meshnft.d"]);
     b.crash();
     c.crash();
 
@@ -488,7 +639,7 @@ fn two_installs_and_a_reboot_leave_one_entry() {
     assert!(d.wait_log("meshnft is chained into"));
     std::thread::sleep(Duration::from_millis(500));
     assert!(one());
-    assert_eq!(tree.files(), ["10-bridge.conflist", "meshnft.d"]);
+    assert_eq!(tree.files(), [FRONT, "10-bridge.conflist", "meshnft.d"]);
     assert_eq!(d.term().code(), Some(0), "{}", d.log());
     assert_eq!(tree.files(), ["10-bridge.conf"]);
     assert_eq!(std::fs::read(&conf).unwrap(), original);
@@ -1029,7 +1180,7 @@ fn overlapping_installers_leave_one_entry_and_the_last_one_uninstalls() {
         assert_eq!(tree.entries("10-bridge.conflist"), 1, "{}", logs(&a, &b));
         assert_eq!(
             tree.files(),
-            ["10-bridge.conflist", "meshnft.d"],
+            [FRONT, "10-bridge.conflist", "meshnft.d"],
             "{}",
             logs(&a, &b)
         );

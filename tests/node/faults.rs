@@ -32,7 +32,8 @@ fn wave_size() -> usize {
 }
 
 /// Whether scenario `key` runs: all of them, unless `MESHNFT_NODE_FAULTS` lists some (comma
-/// separated: down, agent, containerd, kubelet, api, full, installer), e.g. to work on one.
+/// separated: down, agent, containerd, kubelet, api, full, installer, gate, rewrite, reboot),
+/// e.g. to work on one.
 fn wanted(key: &str) -> bool {
     std::env::var("MESHNFT_NODE_FAULTS")
         .map(|v| v.split(',').any(|k| k.trim() == key))
@@ -430,6 +431,8 @@ pub(crate) struct Verdict {
     pub(crate) refused_by_meshnft: usize,
     /// Of those, with meshnft's reason in a `FailedCreatePodSandBox` event of the pod.
     pub(crate) reason_in_events: usize,
+    /// Pods the agent repaired (`MeshnftRepaired`): they ran without their table.
+    pub(crate) repaired: usize,
     pub(crate) unmeshed: Vec<String>,
     pub(crate) reasons: Vec<String>,
 }
@@ -479,6 +482,7 @@ pub(crate) fn verdict(node: &Node, group: &str) -> Verdict {
             }
         }
         if let Some((_, m)) = repaired.iter().find(|(n, _)| n == &p.name) {
+            v.repaired += 1;
             why.push(format!(
                 "the agent repaired it (it ran without its table): {m}"
             ));
@@ -839,12 +843,13 @@ impl Churn {
         let from_api = plugin_reads(node, &group).len();
         let secs = t.elapsed().as_secs_f64();
         eprintln!(
-            "fault '{fault}': {} pods created, {} meshed, {} refused then recovered ({} by \
+            "fault '{fault}': {} pods created, {} meshed, {} repaired, {} refused then recovered ({} by \
              meshnft, {} with its reason in their events), {} unmeshed; {from_api} read from the \
              API by the plugin; {secs:.1} s (fault over after {injected:.1} s, the wave Ready \
              after {ready:.1} s, the previous one gone after {gone:.1} s)",
             v.created,
             v.meshed,
+            v.repaired,
             v.refused,
             v.refused_by_meshnft,
             v.reason_in_events,
@@ -884,15 +889,16 @@ impl Churn {
             self.size
         );
         eprintln!(
-            "| fault | created | meshed | refused then recovered | unmeshed | read from the API | cost (s) |"
+            "| fault | created | meshed from their first packet | repaired | refused then recovered | unmeshed | read from the API | cost (s) |"
         );
-        eprintln!("|---|---|---|---|---|---|---|");
+        eprintln!("|---|---|---|---|---|---|---|---|");
         for r in &self.rows {
             eprintln!(
-                "| {} | {} | {} | {} | {} | {} | {:.1} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {:.1} |",
                 r.fault,
                 r.v.created,
                 r.v.meshed,
+                r.v.repaired,
                 r.v.refused,
                 r.v.unmeshed.len(),
                 r.from_api,
@@ -907,6 +913,8 @@ impl Churn {
 /// each with its wave of meshed pods.
 pub fn fault_table(node: &Node) {
     let t = Instant::now();
+    let gate = NodeGate::on(node);
+    gate_follows_the_entry(node);
     let mut churn = Churn::new(node);
     churn.case(node, "agent", "SIGKILL of the node agent", fault_kill_agent);
     churn.case(node, "containerd", "containerd restarted", |node| {
@@ -928,7 +936,311 @@ pub fn fault_table(node: &Node) {
         "SIGKILL of the installer mid-rewrite",
         fault_kill_installer_mid_rewrite,
     );
+    churn.case_with(
+        node,
+        "rewrite",
+        "primary CNI rewrites its conflist (10 times: the same list, a new plugin list, renamed)",
+        fault_primary_rewrites,
+    );
+    churn.case_with(
+        node,
+        "reboot",
+        "node reboot, /etc/cni/net.d and /run/meshnft wiped (tmpfs), pods waiting to be scheduled",
+        fault_reboot,
+    );
     churn.finish(node, t);
+    gate.off();
+}
+
+// ---- issue 34: the node's whole life -----------------------------------------------------
+
+/// The taint the fault table's agent manages (any key works: a managed pool's own, here a
+/// test key), and the node condition it keeps.
+const GATE_TAINT: &str = "meshnft.test/cni-not-ready";
+const GATE_CONDITION: &str = "meshnft.io/Ready";
+
+/// Whether `MESHNFT_NODE_WITHOUT` (comma separated) turns mechanism `m` off, to see the rows
+/// that need it go red: `front` (meshnft's front conflist: the rewrite row), `retaint` (the
+/// taint put back: the gate step and the reboot row).
+fn without(m: &str) -> bool {
+    std::env::var("MESHNFT_NODE_WITHOUT")
+        .map(|v| v.split(',').any(|k| k.trim() == m))
+        .unwrap_or(false)
+}
+
+/// The node's taint keys.
+fn taint_keys(node: &Node) -> Vec<String> {
+    node.get("default", "node/meshnft-node", "{.spec.taints[*].key}")
+        .split_whitespace()
+        .map(str::to_string)
+        .collect()
+}
+
+/// The status of the node's condition [`GATE_CONDITION`] ("" when it has none).
+fn gate_condition(node: &Node) -> String {
+    node.get(
+        "default",
+        "node/meshnft-node",
+        &format!("{{.status.conditions[?(@.type==\"{GATE_CONDITION}\")].status}}"),
+    )
+}
+
+/// The DaemonSet with its node gate on, as `agent.removeNodeTaint=true` with
+/// `agent.nodeTaint.key` and `agent.nodeCondition` set it (their RBAC and variables), for the
+/// fault table; [`NodeGate::off`] takes it off again by a rollout, which must leave no taint.
+struct NodeGate<'a>(&'a Node);
+
+const GATE_RBAC: &str = r#"apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: meshnft-test-node-gate}
+rules:
+  - {apiGroups: [""], resources: [nodes], verbs: [get, patch]}
+  - {apiGroups: [""], resources: [nodes/status], verbs: [patch]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: meshnft-test-node-gate}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: meshnft-test-node-gate}
+subjects: [{kind: ServiceAccount, name: meshnft, namespace: meshnft}]
+"#;
+
+impl<'a> NodeGate<'a> {
+    fn on(node: &'a Node) -> NodeGate<'a> {
+        node.apply(GATE_RBAC);
+        let taint = format!("MESHNFT_NODE_TAINT={GATE_TAINT}:NoSchedule");
+        let condition = format!("MESHNFT_NODE_CONDITION={GATE_CONDITION}");
+        let mut args = vec![
+            "-n",
+            "meshnft",
+            "set",
+            "env",
+            "ds/meshnft",
+            "MESHNFT_REMOVE_NODE_TAINT=true",
+            &taint,
+            &condition,
+        ];
+        if without("front") {
+            args.push("MESHNFT_FRONT_CONFLIST=false");
+        }
+        if without("retaint") {
+            args.push("MESHNFT_REAPPLY_NODE_TAINT=false");
+        }
+        node.kubectl_ok(&args);
+        rollout(node);
+        node.wait(
+            120,
+            "the node condition True",
+            "default",
+            "node/meshnft-node",
+            || gate_condition(node) == "True" && !taint_keys(node).iter().any(|k| k == GATE_TAINT),
+        );
+        NodeGate(node)
+    }
+
+    /// The gate off by a rollout (the variables removed): the pod that the rollout replaces
+    /// leaves no taint behind (the new one would never take it off).
+    fn off(self) {
+        let node = self.0;
+        node.kubectl_ok(&[
+            "-n",
+            "meshnft",
+            "set",
+            "env",
+            "ds/meshnft",
+            "MESHNFT_REMOVE_NODE_TAINT-",
+            "MESHNFT_NODE_TAINT-",
+            "MESHNFT_NODE_CONDITION-",
+            "MESHNFT_FRONT_CONFLIST-",
+            "MESHNFT_REAPPLY_NODE_TAINT-",
+        ]);
+        rollout(node);
+        std::thread::sleep(Duration::from_secs(2));
+        let keys = taint_keys(node);
+        assert!(
+            !keys.iter().any(|k| k == GATE_TAINT),
+            "a rollout put the taint on the node: {keys:?}"
+        );
+        node.kubectl_ok(&[
+            "delete",
+            "clusterrolebinding,clusterrole",
+            "meshnft-test-node-gate",
+        ]);
+        eprintln!("the node gate off by a rollout: no taint left on the node ({keys:?})");
+    }
+}
+
+fn rollout(node: &Node) {
+    node.kubectl_ok(&[
+        "-n",
+        "meshnft",
+        "rollout",
+        "status",
+        "ds/meshnft",
+        "--timeout=180s",
+    ]);
+    wait_agent_ready(node, 180);
+}
+
+/// The primary's own conflist: the node's, without meshnft's entry.
+fn primary_own(node: &Node) -> serde_json::Value {
+    let mut v: serde_json::Value =
+        serde_json::from_str(&node.read_file(CONFLIST)).expect("the conflist");
+    v["plugins"]
+        .as_array_mut()
+        .expect("plugins")
+        .retain(|p| p["type"] != "meshnft");
+    v
+}
+
+fn pretty(v: &serde_json::Value) -> String {
+    serde_json::to_string_pretty(v).unwrap_or_default()
+}
+
+/// Issue 34: the entry missing and not restorable (the primary's file replaced by a link to a
+/// copy without it: the installer edits only regular files): the agent puts the taint back on
+/// its node once not ready for its grace (10 s) and sets the condition False; the file back,
+/// both come off again.
+fn gate_follows_the_entry(node: &Node) {
+    if !wanted("gate") {
+        return;
+    }
+    let t = Instant::now();
+    let own = primary_own(node);
+    let before = node.read_file(CONFLIST);
+    write_node_file(node, "/etc/cni/10-bridge.real.conflist", &pretty(&own));
+    let out = node.run(
+        &["ln", "-sfn", "../10-bridge.real.conflist", CONFLIST],
+        None,
+    );
+    assert!(out.status.success(), "ln: {}", text(&out.stderr));
+    node.wait(
+        60,
+        "the taint back on the node",
+        "default",
+        "node/meshnft-node",
+        || taint_keys(node).iter().any(|k| k == GATE_TAINT),
+    );
+    let tainted = t.elapsed().as_secs_f64();
+    assert_eq!(gate_condition(node), "False");
+    write_node_file(node, CONFLIST, &before);
+    node.run(&["rm", "-f", "/etc/cni/10-bridge.real.conflist"], None);
+    node.wait(
+        60,
+        "the taint off again",
+        "default",
+        "node/meshnft-node",
+        || !taint_keys(node).iter().any(|k| k == GATE_TAINT) && gate_condition(node) == "True",
+    );
+    eprintln!(
+        "the node gate: the entry missing and not restorable: the taint {GATE_TAINT} on the node \
+         after {tainted:.1} s (condition {GATE_CONDITION}=False), off again {:.1} s after the file \
+         came back",
+        t.elapsed().as_secs_f64() - tainted
+    );
+}
+
+/// Issue 34: the primary CNI rewrites its conflist 10 times at random moments while the wave
+/// starts: its own list again (without meshnft's entry), a new plugin list (`tuning` added),
+/// and its file renamed (`09-bridge.conflist`, then back); last, its own list again. meshnft's
+/// front conflist keeps every ADD's plugins with meshnft's (`MESHNFT_NODE_WITHOUT=front`: the
+/// same rewrites leave pods to the agent's repair).
+fn fault_primary_rewrites(node: &Node, _group: &str, apply: &(dyn Fn() + Sync)) {
+    let out = node.run(&["cp", "/usr/lib/cni/tuning", "/opt/cni/bin/tuning"], None);
+    assert!(out.status.success(), "cp tuning: {}", text(&out.stderr));
+    let own = primary_own(node);
+    let mut tuned = own.clone();
+    tuned["plugins"]
+        .as_array_mut()
+        .expect("plugins")
+        .push(serde_json::json!({"type": "tuning"}));
+    const RENAMED: &str = "/etc/cni/net.d/09-bridge.conflist";
+    let mut seed = u64::from(std::process::id()) | 1;
+    let mut pause = || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        std::thread::sleep(Duration::from_millis(300 + seed % 1500));
+    };
+    std::thread::scope(|sc| {
+        let creator = sc.spawn(apply);
+        for i in 0..10 {
+            pause();
+            match i % 5 {
+                0 | 3 => write_node_file(node, CONFLIST, &pretty(&own)),
+                1 => write_node_file(node, CONFLIST, &pretty(&tuned)),
+                // Written in place (truncate and write), as some primaries do.
+                2 => {
+                    let out = node.run(
+                        &["sh", "-c", "cat > \"$1\"", "sh", CONFLIST],
+                        Some(&pretty(&tuned)),
+                    );
+                    assert!(out.status.success(), "{}", text(&out.stderr));
+                }
+                _ => {
+                    write_node_file(node, RENAMED, &pretty(&own));
+                    node.run(&["rm", "-f", CONFLIST], None);
+                    pause();
+                    write_node_file(node, CONFLIST, &pretty(&own));
+                    node.run(&["rm", "-f", RENAMED], None);
+                }
+            }
+        }
+        creator.join().expect("kubectl apply");
+    });
+    write_node_file(node, CONFLIST, &pretty(&own));
+}
+
+/// Issue 34: the node reboots with `/etc/cni/net.d` and `/run` on tmpfs. Its shutdown: kubelet
+/// stopped, the DaemonSet's `meshnft-node` sent SIGTERM (what kubelet's graceful shutdown does;
+/// its DaemonSet is there and this is no rollout, so it puts the node taint back), containerd
+/// stopped; the directories wiped; the primary CNI's conflist written back first, by its own
+/// daemon; the wave created (it waits to be scheduled); then containerd and kubelet start
+/// again, and kubelet restarts meshnft's container. Without the taint put back
+/// (`MESHNFT_NODE_WITHOUT=retaint`), the wave is scheduled at once and starts beside
+/// meshnft's installer.
+fn fault_reboot(node: &Node, group: &str, apply: &(dyn Fn() + Sync)) {
+    let own = primary_own(node);
+    let pid = agent_pid(node).expect("the node agent's process");
+    node_sh(node, &["stop", "kubelet"]);
+    signal(pid, libc::SIGTERM);
+    assert!(
+        support::wait_until(Duration::from_secs(20), || !Path::new(&format!(
+            "/proc/{pid}"
+        ))
+        .exists()),
+        "meshnft-node did not exit within 20 s of SIGTERM"
+    );
+    let tainted = taint_keys(node).iter().any(|k| k == GATE_TAINT);
+    eprintln!("  at shutdown: the taint {GATE_TAINT} on the node: {tainted}");
+    assert!(
+        tainted || without("retaint"),
+        "meshnft-node's exit at the node's shutdown put the taint back: {:?}",
+        taint_keys(node)
+    );
+    node_sh(node, &["stop", "containerd"]);
+    let out = node.run(
+        &[
+            "sh",
+            "-c",
+            "rm -rf /etc/cni/net.d/* /etc/cni/net.d/.[!.]* /run/meshnft/* /run/meshnft-agent/*",
+        ],
+        None,
+    );
+    assert!(out.status.success(), "wipe: {}", text(&out.stderr));
+    write_node_file(node, CONFLIST, &pretty(&own));
+    apply();
+    std::thread::sleep(Duration::from_secs(3));
+    let bound = node
+        .get(
+            "seed",
+            "pods",
+            &format!("{{.items[?(@.metadata.labels.{LABEL}==\"{group}\")].spec.nodeName}}"),
+        )
+        .split_whitespace()
+        .count();
+    eprintln!("  the wave created while the node is down: {bound} pods bound to it");
+    node_sh(node, &["start-again", "containerd"]);
+    node_sh(node, &["start-again", "kubelet"]);
 }
 
 /// SIGKILL of `meshnft-node` (the agent and the installer): kubelet restarts its container;

@@ -280,14 +280,26 @@ fn kept_on_exit(args: &Args) -> Option<i32> {
         );
         return Some(0);
     };
-    match install::upgrade::decide(
-        &ns,
-        ds,
-        args.agent.agent_kubeconfig.as_deref(),
-        Duration::from_secs_f64(args.install.exit_api_seconds),
-    ) {
+    let budget = Duration::from_secs_f64(args.install.exit_api_seconds);
+    match install::upgrade::decide(&ns, ds, args.agent.agent_kubeconfig.as_deref(), budget) {
         OnExit::Keep(why) => {
             tracing::info!("{why}: leaving the entry, the kubeconfig and the binary in place");
+            let a = &args.agent;
+            if let Some(node) = a.node_name.as_deref()
+                && a.remove_node_taint
+                && a.reapply_node_taint
+                && a.node_taint.effect != agent::nodegate::Effect::NoExecute
+            {
+                let gate = agent::nodegate::ExitGate {
+                    kubeconfig: a.agent_kubeconfig.as_deref(),
+                    node,
+                    taint: &a.node_taint,
+                    ns: &ns,
+                    daemonset: ds,
+                    pod: a.pod_name.as_deref(),
+                };
+                tracing::info!("{}", agent::nodegate::at_exit(&gate, budget));
+            }
             Some(0)
         }
         OnExit::Unsure(why) => {
@@ -299,8 +311,27 @@ fn kept_on_exit(args: &Args) -> Option<i32> {
             );
             Some(0)
         }
+        OnExit::UninstallRevoked(why) => {
+            tracing::info!("{why}: removing meshnft from this node");
+            None
+        }
         OnExit::Uninstall(why) => {
             tracing::info!("{why}: removing meshnft from this node");
+            let a = &args.agent;
+            if let Some(node) = a.node_name.as_deref()
+                && a.remove_node_taint
+            {
+                // Nothing would ever take it off again.
+                tracing::info!(
+                    "{}",
+                    agent::nodegate::remove_at_uninstall(
+                        a.agent_kubeconfig.as_deref(),
+                        node,
+                        &a.node_taint,
+                        budget
+                    )
+                );
+            }
             None
         }
     }

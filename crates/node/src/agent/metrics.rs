@@ -76,8 +76,12 @@ pub struct Metrics {
     /// pass over the node's pods.
     pub last_resync: Gauge<f64, AtomicU64>,
     /// `meshnft_node_taint_removals_total`: times the agent removed the
-    /// `meshnft.io/not-ready` taint from its node.
+    /// node taint (`--node-taint`) from its node.
     pub taint_removals: Counter,
+    /// `meshnft_node_taint_applications_total{cause}`: times the agent put
+    /// the node taint back: `not_ready` (the entry missing and not
+    /// restored, or the host checks failing) or `exit`.
+    pub taint_applications: Family<Label, Counter>,
     /// `meshnft_rechains_total`: passes of the installer that wrote the
     /// entry back into a file without it after an earlier pass had found it
     /// chained (the primary CNI rewrote or replaced its configuration); an
@@ -126,6 +130,7 @@ impl Default for Metrics {
             errors: Family::default(),
             last_resync: Gauge::default(),
             taint_removals: Counter::default(),
+            taint_applications: Family::default(),
             rechains: Counter::default(),
             operations: Family::default(),
             durations: Family::new_with_constructor(duration_histogram),
@@ -213,8 +218,13 @@ impl Metrics {
         );
         r.register(
             "meshnft_node_taint_removals",
-            "Removals of the meshnft.io/not-ready taint from this node",
+            "Removals of the node taint (--node-taint) from this node",
             m.taint_removals.clone(),
+        );
+        r.register(
+            "meshnft_node_taint_applications",
+            "Times the agent put the node taint back on its node, by cause",
+            m.taint_applications.clone(),
         );
         r.register(
             "meshnft_rechains",

@@ -16,7 +16,9 @@
 //!   `Failed`, validator failed): nothing can repair them;
 //! - reports readiness (`/readyz`: the entry is chained and the host checks
 //!   pass) and, with `--remove-node-taint`, removes the node taint
-//!   `meshnft.io/not-ready:NoSchedule` once ready;
+//!   (`--node-taint`, default `meshnft.io/not-ready:NoSchedule`) once ready
+//!   and puts it back while not ready ([`nodegate`]); with
+//!   `--node-condition`, keeps a node condition saying the same;
 //! - receives the plugin's report of each ADD, DEL and CHECK ([`reports`]):
 //!   counts them, and turns a failed or warned verb into a Kubernetes
 //!   Event on its pod;
@@ -26,6 +28,7 @@
 //! `meshnft_errors_total` and retried.
 
 pub mod metrics;
+pub mod nodegate;
 mod podloop;
 pub mod pods;
 pub mod repair;
@@ -40,7 +43,8 @@ use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-/// The node taint the agent removes once ready (`--remove-node-taint`).
+/// The key of the default node taint the agent removes once ready
+/// (`--remove-node-taint`, `--node-taint`).
 pub const NOT_READY_TAINT: &str = "meshnft.io/not-ready";
 /// The label set on pods in repair mode `label`.
 pub const UNINITIALIZED_LABEL: &str = "meshnft.io/uninitialized";
@@ -100,9 +104,38 @@ pub struct Args {
     /// mount of the host's init, `/proc/1/mountinfo`, under `--host-root`].
     #[arg(long, env = "MESHNFT_CGROUP_MOUNT")]
     pub cgroup_mount: Option<PathBuf>,
-    /// Remove the `meshnft.io/not-ready` taint from this node once ready.
+    /// Manage the node taint (`--node-taint`): remove it from this node
+    /// once ready, and (unless `--reapply-node-taint=false`) put it back
+    /// while meshnft cannot mesh the node's pods and at an exit that is not
+    /// a rollout.
     #[arg(long, env = "MESHNFT_REMOVE_NODE_TAINT")]
     pub remove_node_taint: bool,
+    /// The taint, `KEY[=VALUE][:EFFECT]` (EFFECT `NoSchedule` when left
+    /// out): any key, so that a managed pool that refuses new keys can use
+    /// one it allows. Create nodes with it (kubelet's `registerWithTaints`).
+    #[arg(long, env = "MESHNFT_NODE_TAINT", default_value = nodegate::DEFAULT_TAINT)]
+    pub node_taint: nodegate::Taint,
+    /// With `--remove-node-taint`: put the taint back when the entry is
+    /// missing and cannot be restored, or the host checks fail, for
+    /// `--node-taint-grace-seconds`; and at SIGTERM unless this pod is
+    /// being replaced by a rollout (a node shutdown, a reboot, an eviction).
+    /// A `NoExecute` taint is never put back (it would evict the node's pods).
+    #[arg(long, env = "MESHNFT_REAPPLY_NODE_TAINT", default_value_t = true, action = clap::ArgAction::Set)]
+    pub reapply_node_taint: bool,
+    /// Seconds the agent must stay not ready before the taint goes back on
+    /// (a primary CNI's rewrite is repaired within a second).
+    #[arg(long, env = "MESHNFT_NODE_TAINT_GRACE_SECONDS", default_value = "10", value_parser = positive_secs)]
+    pub node_taint_grace_seconds: f64,
+    /// This pod's name (the DaemonSet passes `metadata.name`): at SIGTERM,
+    /// a pod that a rollout replaces leaves the node untainted.
+    #[arg(long, env = "MESHNFT_POD_NAME")]
+    pub pod_name: Option<String>,
+    /// A node condition type (e.g. `meshnft.io/Ready`) the agent keeps on
+    /// its node: `True` while ready, `False` with the reason otherwise, for
+    /// the Node Readiness Controller or any other gate. Needs `patch` on
+    /// `nodes/status`. Unset: none.
+    #[arg(long, env = "MESHNFT_NODE_CONDITION")]
+    pub node_condition: Option<String>,
     /// The host path of the unix socket on which the agent answers the
     /// plugin's pod lookups (with a node name only; the installer then
     /// writes it into the entry as `kubernetes.agentSocket`); `none`: no

@@ -7,10 +7,8 @@ use super::{AgentError, Args, Shared};
 use crate::config::Settings;
 use crate::config::mesh::Mesh;
 use crate::install::{self, Layout};
-use k8s_openapi::api::core::v1::Node;
-use kube::api::{Patch, PatchParams};
-use kube::{Api, Client};
-use serde_json::{Value, json};
+use kube::Client;
+use serde_json::Value;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -156,12 +154,11 @@ pub(super) async fn timed<T>(
 }
 
 /// Host checks at start and every resync (every retry while they fail);
-/// the node taint comes off once ready.
+/// the node gate follows readiness ([`Gate`]).
 async fn readiness_loop(ctx: Arc<Ctx>) {
     let mut next_checks = tokio::time::Instant::now();
-    let mut taint_client: Option<Client> = None;
-    let mut taint_done = false;
     let mut last_reason: Option<String> = None;
+    let mut gate = Gate::default();
     loop {
         if tokio::time::Instant::now() >= next_checks {
             let cfg = ctx.install.clone();
@@ -174,8 +171,9 @@ async fn readiness_loop(ctx: Arc<Ctx>) {
             let ok = failures.is_empty();
             ctx.shared.set_checks(failures);
             next_checks = tokio::time::Instant::now() + if ok { ctx.resync } else { ctx.retry };
-            // A new pass may find the taint back (someone re-added it).
-            taint_done = false;
+            // A new pass may find the taint back (someone re-added it) or
+            // the condition gone.
+            gate.recheck();
         }
         let reason = ctx.shared.not_ready();
         if reason != last_reason {
@@ -185,67 +183,119 @@ async fn readiness_loop(ctx: Arc<Ctx>) {
             }
             last_reason = reason.clone();
         }
-        if reason.is_none()
-            && ctx.agent.remove_node_taint
-            && !taint_done
-            && let Some(node) = &ctx.agent.node_name
-        {
-            if taint_client.is_none() {
-                taint_client =
-                    crate::install::apiclient::make_client(ctx.agent.agent_kubeconfig.as_deref())
-                        .await
-                        .ok();
-            }
-            if let Some(c) = &taint_client {
-                match untaint(c, node).await {
-                    Ok(removed) => {
-                        taint_done = true;
-                        if removed {
-                            ctx.shared.metrics.taint_removals.inc();
-                            tracing::info!(
-                                "agent: removed the taint {}:NoSchedule from node {node}",
-                                super::NOT_READY_TAINT
-                            );
-                        }
-                    }
-                    Err(e) => {
-                        ctx.shared.metrics.error("api");
-                        tracing::warn!("agent: node taint: {e}; retrying");
-                    }
-                }
-            }
+        if let Some(node) = &ctx.agent.node_name {
+            gate.follow(&ctx, node, reason.as_deref()).await;
         }
         tokio::time::sleep(ctx.retry.min(Duration::from_secs(1))).await;
     }
 }
 
-/// Removes [`super::NOT_READY_TAINT`] from `node`; `Ok(false)` when it has
-/// none. A merge patch carrying the node's `resourceVersion`, so a
-/// concurrent change of the taints fails (409) and is retried rather than
-/// overwritten.
-async fn untaint(client: &Client, node: &str) -> Result<bool, AgentError> {
-    let nodes: Api<Node> = Api::all(client.clone());
-    let n = timed(format!("get node {node}"), nodes.get(node)).await?;
-    let taints = n
-        .spec
-        .as_ref()
-        .and_then(|s| s.taints.clone())
-        .unwrap_or_default();
-    if !taints.iter().any(|t| t.key == super::NOT_READY_TAINT) {
-        return Ok(false);
+/// The node gate's state in the readiness loop: the taint (`--node-taint`)
+/// comes off once ready and, with `--reapply-node-taint`, goes back on once
+/// the agent has been not ready for `--node-taint-grace-seconds` for a
+/// reason of meshnft's own (a peer's entry keeping meshnft out is the
+/// peer's node: no taint); the node condition (`--node-condition`) follows
+/// readiness at once.
+#[derive(Default)]
+struct Gate {
+    client: Option<Client>,
+    /// The taint is known to be as readiness wants it.
+    taint_settled: bool,
+    /// Since when the agent has been not ready (for its own reasons).
+    not_ready_since: Option<tokio::time::Instant>,
+    /// The condition last written: `Some(None)` ready, `Some(Some(why))`.
+    condition: Option<Option<String>>,
+}
+
+impl Gate {
+    fn recheck(&mut self) {
+        self.taint_settled = false;
+        self.condition = None;
     }
-    let rest: Vec<_> = taints
-        .into_iter()
-        .filter(|t| t.key != super::NOT_READY_TAINT)
-        .collect();
-    let patch = json!({
-        "metadata": {"resourceVersion": n.metadata.resource_version},
-        "spec": {"taints": rest},
-    });
-    timed(
-        format!("patch node {node}"),
-        nodes.patch(node, &PatchParams::default(), &Patch::Merge(&patch)),
-    )
-    .await?;
-    Ok(true)
+
+    async fn client(&mut self, ctx: &Ctx) -> Option<Client> {
+        if self.client.is_none() {
+            self.client =
+                crate::install::apiclient::make_client(ctx.agent.agent_kubeconfig.as_deref())
+                    .await
+                    .ok();
+        }
+        self.client.clone()
+    }
+
+    async fn follow(&mut self, ctx: &Ctx, node: &str, reason: Option<&str>) {
+        let a = &ctx.agent;
+        let own = reason.is_some() && !ctx.shared.peer_chained();
+        let was_ready = self.not_ready_since.is_none();
+        self.not_ready_since = match (own, self.not_ready_since) {
+            (false, _) => None,
+            (true, None) => Some(tokio::time::Instant::now()),
+            (true, since) => since,
+        };
+        if was_ready != self.not_ready_since.is_none() {
+            self.taint_settled = false;
+        }
+        if let Some(kind) = &a.node_condition {
+            let want = reason.map(str::to_string);
+            if self.condition.as_ref() != Some(&want)
+                && let Some(c) = self.client(ctx).await
+            {
+                match super::nodegate::set_condition(&c, node, kind, reason).await {
+                    Ok(()) => {
+                        tracing::info!(
+                            "agent: node {node} condition {kind}={}",
+                            if reason.is_none() { "True" } else { "False" }
+                        );
+                        self.condition = Some(want);
+                    }
+                    Err(e) => {
+                        ctx.shared.metrics.error("api");
+                        tracing::warn!("agent: node condition {kind}: {e}; retrying");
+                    }
+                }
+            }
+        }
+        if !a.remove_node_taint || self.taint_settled {
+            return;
+        }
+        let taint = &a.node_taint;
+        let grace = Duration::from_secs_f64(a.node_taint_grace_seconds);
+        let put_back = a.reapply_node_taint
+            && taint.effect != super::nodegate::Effect::NoExecute
+            && self.not_ready_since.is_some_and(|t| t.elapsed() >= grace);
+        if reason.is_some() && !put_back {
+            return;
+        }
+        let Some(c) = self.client(ctx).await else {
+            return;
+        };
+        let r = if put_back {
+            super::nodegate::add(&c, node, taint).await
+        } else {
+            super::nodegate::remove(&c, node, taint).await
+        };
+        match r {
+            Ok(changed) => {
+                self.taint_settled = true;
+                if changed && put_back {
+                    ctx.shared
+                        .metrics
+                        .taint_applications
+                        .get_or_create(&[("cause", "not_ready")])
+                        .inc();
+                    tracing::warn!(
+                        "agent: put the taint {taint} back on node {node}: not ready for {grace:?}: {}",
+                        reason.unwrap_or_default()
+                    );
+                } else if changed {
+                    ctx.shared.metrics.taint_removals.inc();
+                    tracing::info!("agent: removed the taint {taint} from node {node}");
+                }
+            }
+            Err(e) => {
+                ctx.shared.metrics.error("api");
+                tracing::warn!("agent: node taint: {e}; retrying");
+            }
+        }
+    }
 }

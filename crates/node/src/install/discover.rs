@@ -19,6 +19,28 @@ use std::path::{Path, PathBuf};
 /// The extensions libcni loads.
 pub const EXTENSIONS: [&str; 3] = ["conf", "conflist", "json"];
 
+/// meshnft's own network configuration, the *front file*: the primary's
+/// list with meshnft's entry, written where it sorts before the primary's
+/// file, so that it is the one runtimes load (containerd and CRI-O load
+/// the first file that loads, kubelet's dockershim did too). A primary CNI
+/// that rewrites, replaces or renames its own file then never leaves a
+/// moment in which a runtime loads the primary's plugins without meshnft's
+/// (see `docs/install.md#node-lifecycle`). It is never the primary: [`scan`]
+/// passes over it.
+pub const FRONT_FILE: &str = "00-meshnft.conflist";
+
+/// True when `path` is meshnft's [`FRONT_FILE`].
+pub fn is_front(path: &Path) -> bool {
+    path.file_name().is_some_and(|n| n == FRONT_FILE)
+}
+
+/// True when the file name of `path` sorts bytewise after [`FRONT_FILE`]:
+/// the front file then comes first for runtimes.
+pub fn sorts_after_front(path: &Path) -> bool {
+    path.file_name()
+        .is_some_and(|n| n.as_encoded_bytes() > FRONT_FILE.as_bytes())
+}
+
 /// The kind of a network configuration file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -201,23 +223,32 @@ pub fn load(path: &Path) -> Result<ConfFile, String> {
     })
 }
 
-/// What the directory holds, in runtime order.
+/// What the directory holds, in runtime order, meshnft's [`FRONT_FILE`]
+/// aside.
 #[derive(Debug, Default)]
 pub struct Scan {
-    /// The file runtimes use (the first that loads), if any.
+    /// The primary CNI's file: the first that loads, [`FRONT_FILE`] passed
+    /// over, if any.
     pub primary: Option<ConfFile>,
+    /// meshnft's [`FRONT_FILE`], when it is there and loads.
+    pub front: Option<ConfFile>,
     /// Candidates sorting before it that do not load, with the reason.
     pub skipped: Vec<(PathBuf, String)>,
     /// Every file that loads, the primary first.
     pub loaded: Vec<ConfFile>,
 }
 
-/// Scans `dir` like a runtime picks its network (see the module docs).
+/// Scans `dir` like a runtime picks its network (see the module docs),
+/// meshnft's [`FRONT_FILE`] set aside in [`Scan::front`].
 ///
 /// Errors: [`InstallError::Io`] when the directory cannot be listed.
 pub fn scan(dir: &Path) -> Result<Scan, InstallError> {
     let mut s = Scan::default();
     for p in candidates(dir)? {
+        if is_front(&p) {
+            s.front = load(&p).ok();
+            continue;
+        }
         match load(&p) {
             Ok(c) => {
                 if s.primary.is_none() {
@@ -285,6 +316,30 @@ mod tests {
         assert_eq!(s.loaded.len(), 3);
         // Bytewise order: '1' (0x31) sorts before 'Z' (0x5a).
         assert_eq!(s.loaded[2].path, d.join("Z-upper.json"));
+    }
+
+    #[test]
+    fn the_front_file_is_never_the_primary() {
+        let td = crate::install::fsutil::TestDir::new("front");
+        let d = td.0.clone();
+        fs::write(
+            d.join(FRONT_FILE),
+            br#"{"name":"a","plugins":[{"type":"ptp"},{"type":"meshnft"}]}"#,
+        )
+        .unwrap();
+        fs::write(
+            d.join("10-a.conflist"),
+            br#"{"name":"a","plugins":[{"type":"ptp"}]}"#,
+        )
+        .unwrap();
+        let s = scan(&d).unwrap();
+        assert_eq!(s.primary.unwrap().path, d.join("10-a.conflist"));
+        assert_eq!(s.front.unwrap().plugin_types(), ["ptp", "meshnft"]);
+        assert_eq!(s.loaded.len(), 1);
+        assert!(sorts_after_front(Path::new("/x/05-cilium.conflist")));
+        assert!(sorts_after_front(Path::new("00-multus.conf")));
+        assert!(!sorts_after_front(Path::new("00-aaa.conflist")));
+        assert!(!sorts_after_front(Path::new(FRONT_FILE)));
     }
 
     #[test]

@@ -24,7 +24,16 @@
 //!    (atomically; a `.conf`/`.json` becomes `<stem>.conflist`, its
 //!    original moved to `meshnft.d/orig/` (copied there first, so that a
 //!    kill between the two steps leaves a state the next pass resumes),
-//!    so no file sorting before it lacks the entry).
+//!    so no file sorting before it lacks the entry);
+//! 8. meshnft's front file (`00-meshnft.conflist`,
+//!    [`discover::FRONT_FILE`]) holds that same list, written before the
+//!    primary's file in step 7 (and kept up to date when step 7 has nothing
+//!    to do), so that runtimes load it: a primary CNI that rewrites its own
+//!    file drops meshnft's entry from *its* file, never from the one
+//!    runtimes load. It goes when a peer is refused (step 6), when the
+//!    primary's file sorts before it, and with `--front-conflist=false`;
+//!    it stays while the primary's file is gone (step 5), so a primary
+//!    that deletes and writes its file again leaves no window either.
 
 use super::error::InstallError;
 use super::{Args, Layout, checks, conflist, discover, entry, fsutil, kubeconfig, records};
@@ -66,6 +75,9 @@ pub struct Installer {
     /// that comes back has an installer of its own still running, and is
     /// refused instead of replaced again (no rewrite war).
     replaced: BTreeSet<&'static str>,
+    /// The last pass kept no front file because the primary's file sorts
+    /// before it (said once, not every pass).
+    front_refused: bool,
 }
 
 impl Installer {
@@ -79,6 +91,7 @@ impl Installer {
             binary_seen: None,
             kubeconfig_text: None,
             replaced: BTreeSet::new(),
+            front_refused: false,
         }
     }
 
@@ -225,12 +238,26 @@ impl Installer {
         let mut replacing: Vec<&'static str> = Vec::new();
         // No entry of ours in the file this pass read: writing one inserts it.
         let inserted = conflist::count(&primary.json) == 0;
+        // A peer's installer that chains itself into the first file it
+        // finds writes into the front file: a peer as much as one in the
+        // primary's.
+        let in_front = scan
+            .front
+            .as_ref()
+            .map(|f| conflist::peers(&f.json))
+            .unwrap_or_default();
         let (target, new_list, original) = match primary.kind {
             discover::Kind::List => {
-                let found = conflist::peers(&primary.json);
+                let mut found = conflist::peers(&primary.json);
+                for p in &in_front {
+                    if !found.contains(p) {
+                        found.push(p);
+                    }
+                }
                 if !found.is_empty() {
                     let back = found.iter().any(|p| self.replaced.contains(p));
                     if !self.args.replace_peers || back {
+                        remove_front(&l)?;
                         return refuse_peers(primary, found, back);
                     }
                     let rest = conflist::without_peers(&primary.json);
@@ -238,10 +265,11 @@ impl Installer {
                     replacing = found;
                     (primary.path.clone(), new, None)
                 } else if conflist::has_exactly(&primary.json, &entry) {
+                    let changed = self.ensure_front(&primary.path, &primary.json)?;
                     self.touched.insert(primary.path.clone());
                     return Ok(Some(Outcome::Chained {
                         path: primary.path,
-                        changed: false,
+                        changed,
                         inserted: false,
                     }));
                 } else {
@@ -250,6 +278,15 @@ impl Installer {
                 }
             }
             discover::Kind::Single => {
+                if !in_front.is_empty() {
+                    remove_front(&l)?;
+                    return Err(InstallError::Peer {
+                        primary: l.front.clone(),
+                        peers: in_front,
+                        returned: false,
+                        removed_ours: true,
+                    });
+                }
                 let (target, new) = single_to_list(&primary, &entry, &l)?;
                 (target, new, Some(primary.path.clone()))
             }
@@ -276,6 +313,8 @@ impl Installer {
             let name = primary.path.file_name().unwrap_or_default();
             fsutil::write_atomic(&l.orig_dir.join(name), &primary.bytes, mode)?;
         }
+        // The front file first: from its rename on, runtimes load it.
+        self.ensure_front(&target, &new_list)?;
         let unchanged = || {
             discover::read_regular(&primary.path, discover::MAX_CONF_BYTES)
                 .is_ok_and(|b| b == primary.bytes)
@@ -312,6 +351,62 @@ impl Installer {
             inserted,
         }))
     }
+}
+
+impl Installer {
+    /// Step 8: the front file holds `list`, the list written (or found) in
+    /// the primary's file `target`; removed instead when the installer
+    /// keeps none (`--front-conflist=false`) or `target` sorts before it.
+    /// `true` when this wrote or removed it.
+    ///
+    /// Errors: the write or the removal failed.
+    fn ensure_front(&mut self, target: &Path, list: &Value) -> Result<bool, InstallError> {
+        let l = &self.layout;
+        if !l.front_enabled {
+            return remove_front(l);
+        }
+        if !discover::sorts_after_front(target) {
+            if !self.front_refused {
+                tracing::warn!(
+                    "the primary configuration {} sorts before {}: runtimes load it first, so \
+                     meshnft keeps no front file (a rewrite of that file by its CNI leaves \
+                     meshnft out until the installer's next pass): docs/install.md#node-lifecycle",
+                    target.display(),
+                    discover::FRONT_FILE
+                );
+                self.front_refused = true;
+            }
+            return remove_front(l);
+        }
+        self.front_refused = false;
+        let bytes = conflist::render(list);
+        if crate::safefs::read_regular_nofollow(&l.front, discover::MAX_CONF_BYTES)
+            .is_ok_and(|b| b == bytes)
+        {
+            return Ok(false);
+        }
+        fsutil::write_atomic(&l.front, &bytes, file_mode(target))?;
+        tracing::info!(
+            "wrote {} (plugins: {}), which runtimes load before {}",
+            l.front.display(),
+            plugin_types(list),
+            target.display()
+        );
+        Ok(true)
+    }
+}
+
+/// Removes the front file, if it is there (a link or anything else of
+/// that name too: the name is meshnft's). `true` when it was there.
+///
+/// Errors: the removal failed.
+pub(super) fn remove_front(l: &Layout) -> Result<bool, InstallError> {
+    if std::fs::symlink_metadata(&l.front).is_err() {
+        return Ok(false);
+    }
+    fsutil::remove(&l.front)?;
+    tracing::info!("removed {}", l.front.display());
+    Ok(true)
 }
 
 /// After a `.conf` was made into `target`: moves the original `orig` into

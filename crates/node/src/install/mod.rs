@@ -6,6 +6,7 @@
 //! One concern per module:
 //! - [`discover`]: which file runtimes use (libcni's rules);
 //! - [`conflist`]: appending / removing the entry, `.conf` → `.conflist`;
+//!   meshnft's own front file, sorted before the primary's;
 //! - [`entry`]: the entry to insert (ConfigMap file or built-in default);
 //! - [`kubeconfig`]: the plugin's kubeconfig from the service account;
 //! - [`checks`]: STATUS checks before inserting;
@@ -94,6 +95,14 @@ pub struct Args {
     /// retries until it is gone.
     #[arg(long, env = "MESHNFT_REPLACE_PEERS")]
     pub replace_peers: bool,
+    /// Also write meshnft's own conflist, `00-meshnft.conflist` (the
+    /// primary's plugins and meshnft's entry), which sorts before the
+    /// primary's file, so that runtimes load it and a rewrite of the
+    /// primary's file by its CNI never leaves a window without meshnft
+    /// (docs/install.md#node-lifecycle). `false`: only the entry in the
+    /// primary's file, as meshnft 0.1 did (a front file found is removed).
+    #[arg(long, env = "MESHNFT_FRONT_CONFLIST", default_value_t = true, action = clap::ArgAction::Set)]
+    pub front_conflist: bool,
     /// The DaemonSet that runs this installer (the chart sets it). On
     /// SIGTERM the installer asks the API server about it: still there,
     /// an update or a restart: keep everything; gone or being deleted, an
@@ -147,6 +156,12 @@ pub struct Layout {
     pub state_dir: PathBuf,
     /// `<state_dir>/orig`: originals of converted `.conf`/`.json` files.
     pub orig_dir: PathBuf,
+    /// `<net_dir>/00-meshnft.conflist` ([`discover::FRONT_FILE`]), as seen
+    /// here.
+    pub front: PathBuf,
+    /// `--front-conflist`: the installer keeps the front file (else it
+    /// removes one it finds).
+    pub front_enabled: bool,
     /// The plugin binary, as seen here.
     pub binary: PathBuf,
     /// The kubeconfig: (host path for the entry, path as seen here); `None`
@@ -184,6 +199,8 @@ impl Layout {
             bin_dir: under(root, &args.cni_bin_dir),
             binary: under(root, &args.cni_bin_dir).join(entry::TYPE),
             orig_dir: state_dir.join("orig"),
+            front: net_dir.join(discover::FRONT_FILE),
+            front_enabled: args.front_conflist,
             state_dir,
             net_dir,
             kubeconfig,

@@ -1,6 +1,6 @@
 //! The installer's uninstall ([`Installer::uninstall`], on SIGTERM when
-//! meshnft is being uninstalled): the entry out of every file (converted
-//! files restored), then the kubeconfig, then the binary, each kept while a
+//! meshnft is being uninstalled): the front file removed, the entry out of
+//! every file (converted files restored), then the kubeconfig, then the binary, each kept while a
 //! meshnft entry still names it.
 
 use super::error::InstallError;
@@ -11,7 +11,8 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 impl Installer {
-    /// Removes the entry (restoring converted files), then the kubeconfig,
+    /// Removes the front file and the entry (restoring converted files),
+    /// then the kubeconfig,
     /// then the binary; a file still referred to by a remaining meshnft
     /// entry in any configuration file is kept (and said so).
     ///
@@ -20,6 +21,11 @@ impl Installer {
     pub fn uninstall(&mut self) -> Result<(), Vec<InstallError>> {
         let l = self.layout.clone();
         let mut errs = Vec::new();
+        // 0. The front file first: runtimes then load the primary's file,
+        // whose entry goes next.
+        if let Err(e) = super::lifecycle::remove_front(&l) {
+            errs.push(e);
+        }
         // 1a. Converted files come back first (they sort before the list
         // made from them, so they take over at once), then the list goes.
         if let Ok(rd) = std::fs::read_dir(&l.orig_dir) {

@@ -33,6 +33,10 @@ pub enum OnExit {
     Keep(String),
     /// Remove them (if this is the last installer on the node).
     Uninstall(String),
+    /// Remove them: the service account is no longer accepted or allowed
+    /// (an uninstall removed it or its RBAC first), so nothing more is
+    /// asked of the API server.
+    UninstallRevoked(String),
     /// No answer: keep them, to be safe (logged as an error).
     Unsure(String),
 }
@@ -67,7 +71,7 @@ fn classify(r: Result<DaemonSet, kube::Error>, ns: &str, name: &str) -> Result<O
             "{ds} is gone: meshnft is being uninstalled"
         ))),
         Err(kube::Error::Api(s)) if s.code == 401 || s.code == 403 => {
-            Ok(OnExit::Uninstall(format!(
+            Ok(OnExit::UninstallRevoked(format!(
                 "reading {ds} is no longer allowed ({} {}): its service account or RBAC was removed, meshnft is being uninstalled",
                 s.code, s.reason
             )))

@@ -1,0 +1,424 @@
+//! The node's readiness gate: the taint that keeps pods off a node while
+//! meshnft cannot mesh them there, and the node condition that the
+//! Node Readiness Controller (kubernetes-sigs/node-readiness-controller)
+//! can gate on instead.
+//!
+//! - [`Taint`]: `KEY[=VALUE][:EFFECT]` (`--node-taint`, default
+//!   `meshnft.io/not-ready:NoSchedule`), any key, so that a managed pool
+//!   that refuses new taint keys can use one it allows;
+//! - [`add`] / [`remove`]: one merge patch of `spec.taints` carrying the
+//!   node's `resourceVersion` (a concurrent change fails with 409 and is
+//!   retried, never overwritten);
+//! - [`set_condition`]: a strategic merge patch of `status.conditions`
+//!   (merge key `type`: kubelet's and other reporters' conditions stay);
+//! - [`at_exit`]: at SIGTERM, when the DaemonSet is kept, the taint goes
+//!   back on unless this pod is being replaced by a newer revision of its
+//!   DaemonSet (a rollout, whose next pod follows at once): a graceful node
+//!   shutdown, a reboot, an eviction or a deleted pod leave the node tainted
+//!   until the next agent is ready.
+
+use super::AgentError;
+use super::run::timed;
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Patch, PatchParams};
+use kube::{Api, Client};
+use serde_json::json;
+use std::path::Path;
+use std::time::Duration;
+
+/// A taint's effect (`spec.taints[].effect`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Effect {
+    /// `NoSchedule`: no new pod without a toleration is scheduled.
+    NoSchedule,
+    /// `PreferNoSchedule`: the scheduler avoids the node.
+    PreferNoSchedule,
+    /// `NoExecute`: also evicts running pods without a toleration; meshnft
+    /// removes such a taint but never puts it back (that would evict the
+    /// node's pods).
+    NoExecute,
+}
+
+impl Effect {
+    /// The API's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Effect::NoSchedule => "NoSchedule",
+            Effect::PreferNoSchedule => "PreferNoSchedule",
+            Effect::NoExecute => "NoExecute",
+        }
+    }
+}
+
+/// The taint the agent manages: `key`, optional `value`, `effect`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Taint {
+    /// A qualified name (`[prefix/]name`), as the API validates it.
+    pub key: String,
+    /// The value, if any (at most 63 characters).
+    pub value: Option<String>,
+    /// The effect.
+    pub effect: Effect,
+}
+
+/// The default taint, [`super::NOT_READY_TAINT`] with `NoSchedule`.
+pub const DEFAULT_TAINT: &str = "meshnft.io/not-ready:NoSchedule";
+
+fn name_ok(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        && s.as_bytes()[0].is_ascii_alphanumeric()
+        && s.as_bytes()[s.len() - 1].is_ascii_alphanumeric()
+}
+
+impl std::str::FromStr for Taint {
+    type Err = String;
+
+    /// Parses `KEY[=VALUE][:EFFECT]` (kubectl taint's form; `EFFECT`
+    /// defaults to `NoSchedule`). Errors name the part that is wrong.
+    fn from_str(s: &str) -> Result<Taint, String> {
+        let (kv, effect) = match s.rsplit_once(':') {
+            Some((kv, e)) => (kv, e),
+            None => (s, "NoSchedule"),
+        };
+        let effect = match effect {
+            "NoSchedule" => Effect::NoSchedule,
+            "PreferNoSchedule" => Effect::PreferNoSchedule,
+            "NoExecute" => Effect::NoExecute,
+            other => {
+                return Err(format!(
+                    "taint {s:?}: effect {other:?} is not NoSchedule, PreferNoSchedule or NoExecute"
+                ));
+            }
+        };
+        let (key, value) = match kv.split_once('=') {
+            Some((k, v)) => (k, Some(v)),
+            None => (kv, None),
+        };
+        let (prefix, name) = match key.split_once('/') {
+            Some((p, n)) => (Some(p), n),
+            None => (None, key),
+        };
+        let prefix_ok = prefix.is_none_or(|p| {
+            !p.is_empty()
+                && p.len() <= 253
+                && p.split('.').all(|l| {
+                    name_ok(l)
+                        && l.bytes()
+                            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                })
+        });
+        if !prefix_ok || !name_ok(name) {
+            return Err(format!(
+                "taint {s:?}: key {key:?} is not a qualified name ([DNS subdomain/]name, the name of \
+                 at most 63 characters [A-Za-z0-9-_.] beginning and ending alphanumeric)"
+            ));
+        }
+        if let Some(v) = value
+            && !v.is_empty()
+            && !name_ok(v)
+        {
+            return Err(format!(
+                "taint {s:?}: value {v:?} is not a label value (at most 63 characters [A-Za-z0-9-_.] \
+                 beginning and ending alphanumeric)"
+            ));
+        }
+        Ok(Taint {
+            key: key.to_string(),
+            value: value.filter(|v| !v.is_empty()).map(str::to_string),
+            effect,
+        })
+    }
+}
+
+impl std::fmt::Display for Taint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.value {
+            Some(v) => write!(f, "{}={}:{}", self.key, v, self.effect.as_str()),
+            None => write!(f, "{}:{}", self.key, self.effect.as_str()),
+        }
+    }
+}
+
+impl Taint {
+    /// Whether the API's taint `t` is this one (taints are unique by key
+    /// and effect).
+    fn is(&self, t: &k8s_openapi::api::core::v1::Taint) -> bool {
+        t.key == self.key && t.effect == self.effect.as_str()
+    }
+}
+
+/// The node's taints, and a merge patch that sets them to `taints`,
+/// carrying `resource_version`.
+fn taints_patch(
+    resource_version: Option<String>,
+    taints: Vec<k8s_openapi::api::core::v1::Taint>,
+) -> serde_json::Value {
+    json!({
+        "metadata": {"resourceVersion": resource_version},
+        "spec": {"taints": taints},
+    })
+}
+
+/// Puts `taint` on `node`; `Ok(false)` when it is there already.
+///
+/// Errors: the node could not be read or patched (409 on a concurrent
+/// change of its taints: retried by the caller).
+pub async fn add(client: &Client, node: &str, taint: &Taint) -> Result<bool, AgentError> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let n = timed(format!("get node {node}"), nodes.get(node)).await?;
+    let mut taints = n
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default();
+    if taints.iter().any(|t| taint.is(t)) {
+        return Ok(false);
+    }
+    taints.push(k8s_openapi::api::core::v1::Taint {
+        key: taint.key.clone(),
+        value: taint.value.clone(),
+        effect: taint.effect.as_str().to_string(),
+        time_added: None,
+    });
+    let patch = taints_patch(n.metadata.resource_version, taints);
+    timed(
+        format!("patch node {node}"),
+        nodes.patch(node, &PatchParams::default(), &Patch::Merge(&patch)),
+    )
+    .await?;
+    Ok(true)
+}
+
+/// Takes `taint` off `node`; `Ok(false)` when it has none.
+///
+/// Errors: as [`add`].
+pub async fn remove(client: &Client, node: &str, taint: &Taint) -> Result<bool, AgentError> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let n = timed(format!("get node {node}"), nodes.get(node)).await?;
+    let taints = n
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default();
+    if !taints.iter().any(|t| taint.is(t)) {
+        return Ok(false);
+    }
+    let rest: Vec<_> = taints.into_iter().filter(|t| !taint.is(t)).collect();
+    let patch = taints_patch(n.metadata.resource_version, rest);
+    timed(
+        format!("patch node {node}"),
+        nodes.patch(node, &PatchParams::default(), &Patch::Merge(&patch)),
+    )
+    .await?;
+    Ok(true)
+}
+
+/// Sets the node condition `kind` (e.g. `meshnft.io/Ready`) of `node` to
+/// `True` (with `reason` `MeshnftReady`) or `False` (`MeshnftNotReady`,
+/// `message` saying why): one strategic merge patch of `status`, whose
+/// conditions merge by `type`, so the others stay as they are.
+///
+/// Errors: the patch failed (needs `patch` on `nodes/status`).
+pub async fn set_condition(
+    client: &Client,
+    node: &str,
+    kind: &str,
+    not_ready: Option<&str>,
+) -> Result<(), AgentError> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let (status, reason, message) = match not_ready {
+        None => (
+            "True",
+            "MeshnftReady",
+            "meshnft is chained into the node's CNI configuration and its host checks pass",
+        ),
+        Some(why) => ("False", "MeshnftNotReady", why),
+    };
+    let patch = json!({"status": {"conditions": [{
+        "type": kind,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastHeartbeatTime": now,
+        "lastTransitionTime": now,
+    }]}});
+    timed(
+        format!("patch node {node} status"),
+        nodes.patch_status(node, &PatchParams::default(), &Patch::Strategic(&patch)),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Whether this pod (`ns/pod`) is being replaced by a newer revision of
+/// its DaemonSet `ns/ds`: its `pod-template-generation` label is below the
+/// DaemonSet's `metadata.generation` (the DaemonSet controller's own
+/// labels). `None` when that cannot be told.
+async fn replaced_by_rollout(client: &Client, ns: &str, ds: &str, pod: &str) -> Option<bool> {
+    let dss: Api<DaemonSet> = Api::namespaced(client.clone(), ns);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let d = timed(format!("get daemonset {ns}/{ds}"), dss.get(ds))
+        .await
+        .ok()?;
+    let p = timed(format!("get pod {ns}/{pod}"), pods.get(pod))
+        .await
+        .ok()?;
+    let mine: i64 = p
+        .metadata
+        .labels
+        .as_ref()?
+        .get("pod-template-generation")?
+        .parse()
+        .ok()?;
+    Some(mine < d.metadata.generation?)
+}
+
+/// What SIGTERM needs to re-taint the node: who this pod is.
+#[derive(Debug, Clone)]
+pub struct ExitGate<'a> {
+    /// The kubeconfig of the agent's API calls (`None`: in-cluster).
+    pub kubeconfig: Option<&'a Path>,
+    /// This node.
+    pub node: &'a str,
+    /// The taint.
+    pub taint: &'a Taint,
+    /// The pod's namespace, its DaemonSet and its own name (unknown: the
+    /// node is tainted, as for any exit that is not a rollout).
+    pub ns: &'a str,
+    /// The DaemonSet.
+    pub daemonset: &'a str,
+    /// This pod's name, if known (`MESHNFT_POD_NAME`).
+    pub pod: Option<&'a str>,
+}
+
+/// At SIGTERM, with the DaemonSet kept: puts the taint back on the node
+/// unless this pod is being replaced by a rollout (see the module docs),
+/// within `budget`. Returns what it did, for the log; never fails.
+pub fn at_exit(gate: &ExitGate<'_>, budget: Duration) -> String {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => return format!("node taint not put back (no runtime: {e})"),
+    };
+    rt.block_on(async {
+        let work = async {
+            let client = crate::install::apiclient::make_client(gate.kubeconfig)
+                .await
+                .map_err(|e| e.to_string())?;
+            if let Some(pod) = gate.pod
+                && replaced_by_rollout(&client, gate.ns, gate.daemonset, pod).await == Some(true)
+            {
+                return Ok(format!(
+                    "this pod is being replaced by a newer revision of DaemonSet {}/{}: node {} \
+                     keeps no taint {} (its next agent follows at once)",
+                    gate.ns, gate.daemonset, gate.node, gate.taint
+                ));
+            }
+            let added = add(&client, gate.node, gate.taint)
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok::<_, String>(format!(
+                "not a rollout (a node shutdown, a reboot, an eviction or a deleted pod): {} the \
+                 taint {} on node {}; the next agent removes it once ready",
+                if added { "put" } else { "kept" },
+                gate.taint,
+                gate.node
+            ))
+        };
+        match tokio::time::timeout(budget, work).await {
+            Ok(Ok(said)) => said,
+            Ok(Err(e)) => format!("node taint not put back: {e}"),
+            Err(_) => format!("node taint not put back: no answer within {budget:?}"),
+        }
+    })
+}
+
+/// At an uninstall: takes the taint off the node (no agent would ever
+/// remove it again), within `budget`. Returns what it did, for the log;
+/// never fails (the service account may already be gone: then say so).
+pub fn remove_at_uninstall(
+    kubeconfig: Option<&Path>,
+    node: &str,
+    taint: &Taint,
+    budget: Duration,
+) -> String {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => return format!("node taint {taint} not checked (no runtime: {e})"),
+    };
+    rt.block_on(async {
+        let work = async {
+            let client = crate::install::apiclient::make_client(kubeconfig)
+                .await
+                .map_err(|e| e.to_string())?;
+            remove(&client, node, taint)
+                .await
+                .map_err(|e| e.to_string())
+        };
+        match tokio::time::timeout(budget, work).await {
+            Ok(Ok(true)) => format!("removed the taint {taint} from node {node}"),
+            Ok(Ok(false)) => format!("node {node} has no taint {taint}"),
+            Ok(Err(e)) => format!(
+                "the taint {taint} could not be checked on node {node} ({e}): if it is there, \
+                 remove it by hand (kubectl taint node {node} {}-)",
+                taint.key
+            ),
+            Err(_) => format!("the taint {taint} on node {node}: no answer within {budget:?}"),
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn taints_parse_as_kubectl_writes_them() {
+        let t: Taint = DEFAULT_TAINT.parse().unwrap();
+        assert_eq!(t.key, super::super::NOT_READY_TAINT);
+        assert_eq!((t.value.as_deref(), t.effect), (None, Effect::NoSchedule));
+        assert_eq!(t.to_string(), DEFAULT_TAINT);
+        let t: Taint = "node.cilium.io/agent-not-ready=true:NoExecute"
+            .parse()
+            .unwrap();
+        assert_eq!(
+            (t.key.as_str(), t.value.as_deref(), t.effect),
+            (
+                "node.cilium.io/agent-not-ready",
+                Some("true"),
+                Effect::NoExecute
+            )
+        );
+        let t: Taint = "example.com/cni".parse().unwrap();
+        assert_eq!(t.effect, Effect::NoSchedule);
+        assert_eq!(t.to_string(), "example.com/cni:NoSchedule");
+        let t: Taint = "plain:PreferNoSchedule".parse().unwrap();
+        assert_eq!(t.effect, Effect::PreferNoSchedule);
+    }
+
+    #[test]
+    fn bad_taints_name_the_part() {
+        for (bad, part) in [
+            ("meshnft.io/not-ready:Never", "effect"),
+            ("", "key"),
+            ("/x", "key"),
+            ("Upper.Case/x", "key"),
+            ("a/-x", "key"),
+            ("x=/bad:NoSchedule", "value"),
+            (&"k".repeat(64), "key"),
+        ] {
+            let e = bad.parse::<Taint>().unwrap_err();
+            assert!(e.contains(part), "{bad:?}: {e}");
+        }
+    }
+}
