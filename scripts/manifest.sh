@@ -83,12 +83,18 @@ an unknown mesh|--set mesh=consul
 an unknown repair mode|--set agent.repairMode=inplace
 an unknown log format|--set installer.logFormat=yaml
 a log level that is neither a level nor directives|--set installer.logLevel=verbose
+an unknown taint effect|--set agent.nodeTaint.effect=Never
+a taint key that is no qualified name|--set agent.nodeTaint.key=Bad_Prefix/x
+a typo'd key in the node taint|--set agent.nodeTaint.keys=x
 BAD
   echo "manifest.sh: values.schema.json refuses $refused kinds of bad values (helm template and lint --strict)"
   # Settings beyond the defaults render what they promise: the agent's modes with their RBAC
   # and variables, the PodMonitor, the pods' extra fields.
   "$helm" template meshnft deploy/chart --namespace meshnft \
     --set agent.repairMode=label --set agent.removeNodeTaint=true \
+    --set agent.nodeTaint.key=example.com/cni=down --set agent.nodeTaint.effect=PreferNoSchedule \
+    --set agent.nodeTaint.reapply=false --set agent.nodeCondition=meshnft.io/Ready \
+    --set installer.frontConflist=false \
     --set metrics.podMonitor.enabled=true --set metrics.annotations=false \
     --set 'imagePullSecrets[0].name=registry' --set podLabels.team=net --set podAnnotations.note=x \
     --set seccompProfile=null --set revisionHistoryLimit=3 \
@@ -100,6 +106,7 @@ kinds = {d["kind"]: d for d in docs}
 rules = [r for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "meshnft-agent" for r in d["rules"]]
 assert {"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]} in rules, rules
 assert {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]} in rules, rules
+assert {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]} in rules, rules
 assert not any("delete" in r["verbs"] for r in rules), rules
 ds = kinds["DaemonSet"]
 pod = ds["spec"]["template"]
@@ -107,6 +114,9 @@ c = pod["spec"]["containers"][0]
 env = {e["name"]: e.get("value") for e in c["env"]}
 assert env["MESHNFT_REPAIR_MODE"] == "label" and env["MESHNFT_REMOVE_NODE_TAINT"] == "true", env
 assert env["MESHNFT_LOG_FORMAT"] == "json" and env["MESHNFT_LOG"] == "info,meshnft_node::agent=debug", env
+assert env["MESHNFT_NODE_TAINT"] == "example.com/cni=down:PreferNoSchedule", env
+assert env["MESHNFT_REAPPLY_NODE_TAINT"] == "false" and env["MESHNFT_NODE_CONDITION"] == "meshnft.io/Ready", env
+assert env["MESHNFT_FRONT_CONFLIST"] == "false" and "MESHNFT_POD_NAME" in env, env
 assert pod["spec"]["imagePullSecrets"] == [{"name": "registry"}]
 assert pod["metadata"]["labels"]["team"] == "net" and pod["metadata"]["annotations"] == {"note": "x"}, pod["metadata"]
 assert "seccompProfile" not in c["securityContext"] and ds["spec"]["revisionHistoryLimit"] == 3

@@ -1050,7 +1050,7 @@ impl<'a> NodeGate<'a> {
             "MESHNFT_REMOVE_NODE_TAINT-",
             "MESHNFT_NODE_TAINT-",
             "MESHNFT_NODE_CONDITION-",
-            "MESHNFT_FRONT_CONFLIST-",
+            "MESHNFT_FRONT_CONFLIST=true",
             "MESHNFT_REAPPLY_NODE_TAINT-",
         ]);
         rollout(node);
