@@ -553,6 +553,8 @@ EOF
   start "$m" containerd containerd --config "$m/c/config.toml"
   wait_for "node $k's containerd" 30 run "$m" ctr -a "$m/c/containerd.sock" version
   import_images "$m" "$(sed -n 's/^containerd=//p' "$m/parts")/images.tar"
+  local img
+  for img in "$d"/images/*.tar; do if [[ -e $img ]]; then import_images "$m" "$img"; fi; done
   kubelet_config "$m" >"$m/kubelet.yaml"
   start "$m" kubelet kubelet --config="$m/kubelet.yaml" --kubeconfig="$m/pki/kubelet.kubeconfig" \
     --hostname-override="$name" --node-ip="$ip" --v=1
@@ -641,6 +643,11 @@ evictionHard:
 syncFrequency: 10s
 nodeStatusUpdateFrequency: 2s
 EOF
+  # MESHNFT_NODE_REGISTER_TAINT=KEY:EFFECT: the node registers with that taint (kubelet's
+  # registerWithTaints, what docs/install.md#node-lifecycle tells operators to set).
+  if [[ -n ${MESHNFT_NODE_REGISTER_TAINT:-} ]]; then
+    echo "registerWithTaints: [{key: ${MESHNFT_NODE_REGISTER_TAINT%:*}, effect: ${MESHNFT_NODE_REGISTER_TAINT##*:}}]"
+  fi
 }
 
 # ---- down -----------------------------------------------------------------------------
@@ -749,13 +756,15 @@ down() {
 }
 
 # ---- image ------------------------------------------------------------------------------
+# Kept in DIR/images/ so that a node added later imports it too (as it would pull it).
 image() {
-  local d=$1 ref=$2 root=$3 entry=$4
-  oci_image "$d/image.tar" "$ref" "$root" "$entry"
-  import_images "$d" "$d/image.tar"
+  local d=$1 ref=$2 root=$3 entry=$4 tar
+  mkdir -p "$d/images"
+  tar=$d/images/$(tr '/:' '__' <<<"$ref").tar
+  oci_image "$tar" "$ref" "$root" "$entry"
+  import_images "$d" "$tar"
   local m
-  for m in $(members "$d"); do import_images "$m" "$d/image.tar"; done
-  rm -f "$d/image.tar"
+  for m in $(members "$d"); do import_images "$m" "$tar"; done
 }
 
 cmd=${1:-}

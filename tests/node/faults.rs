@@ -962,7 +962,7 @@ const GATE_CONDITION: &str = "meshnft.io/Ready";
 /// Whether `MESHNFT_NODE_WITHOUT` (comma separated) turns mechanism `m` off, to see the rows
 /// that need it go red: `front` (meshnft's front conflist: the rewrite row), `retaint` (the
 /// taint put back: the gate step and the reboot row).
-fn without(m: &str) -> bool {
+pub(crate) fn without(m: &str) -> bool {
     std::env::var("MESHNFT_NODE_WITHOUT")
         .map(|v| v.split(',').any(|k| k.trim() == m))
         .unwrap_or(false)

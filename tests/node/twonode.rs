@@ -236,6 +236,7 @@ fn two_nodes() {
     let (dir, roots) = (cluster.dir.clone(), cluster.cgroup_roots());
     let (n1, n2) = (cluster.name(), second.name());
     assert_eq!(roots.len(), 2, "two kubelets' cgroup roots: {roots:?}");
+    drop(roots);
     let nodes = [n1.clone(), n2.clone()];
     steps.run("meshnft installed on both nodes (manifest)", || {
         install_on_both(&cluster, &second, &nodes)
@@ -249,7 +250,16 @@ fn two_nodes() {
     steps.run("each agent watched its own node", || {
         agents_watch_own_node(&cluster, &nodes)
     });
+    steps.run("DaemonSet no longer targets the second node", || {
+        untargeted_node(&cluster, &second, &nodes)
+    });
+    let third = steps.run("a new node joins during churn", || {
+        node_joins_during_churn(&cluster)
+    });
+    // The third node's kubelet cgroups too.
+    let roots = cluster.cgroup_roots();
     steps.run("nodes down", || {
+        drop(third);
         drop(second);
         drop(cluster);
     });
@@ -444,4 +454,260 @@ fn agents_watch_own_node(cluster: &Node, nodes: &[String; 2]) {
     );
     let refused = refused_calls(cluster);
     assert!(refused.is_empty(), "refused API calls: {refused:#?}");
+}
+
+/// What of meshnft is on `node`: its entry in the primary conflist, its front file, the binary.
+fn meshnft_files(node: &Node) -> (bool, bool, bool) {
+    let out = node.run(
+        &[
+            "sh",
+            "-c",
+            "test -e /etc/cni/net.d/00-meshnft.conflist && echo front; \
+             test -e /opt/cni/bin/meshnft && echo binary; true",
+        ],
+        None,
+    );
+    let has = text(&out.stdout);
+    (
+        node.read_file(CONFLIST).contains("\"meshnft\""),
+        has.contains("front"),
+        has.contains("binary"),
+    )
+}
+
+/// Issue 34: the DaemonSet's `nodeSelector` changed so that it no longer targets the second
+/// node (the first node labelled, the selector asking for the label). The DaemonSet controller
+/// deletes the second node's pod, whose installer, at its SIGTERM, finds its DaemonSet there
+/// but not targeting its node (the controller's own rules: `installer::targeting`) and removes
+/// meshnft from it: entry, front file, binary. The first node's pod is replaced by the rollout
+/// the change made, and keeps meshnft. The selector back: the second node gets it again.
+fn untargeted_node(cluster: &Node, second: &Node, [n1, n2]: &[String; 2]) {
+    let t = Instant::now();
+    assert_eq!(meshnft_files(second), (true, true, true), "{n2} before");
+    cluster.kubectl_ok(&["label", "node", n1, "meshnft.test/mesh=on"]);
+    let select = |v: &str| {
+        cluster.kubectl_ok(&[
+            "-n",
+            "meshnft",
+            "patch",
+            "ds",
+            "meshnft",
+            "--type",
+            "merge",
+            "-p",
+            &format!(r#"{{"spec":{{"template":{{"spec":{{"nodeSelector":{{"meshnft.test/mesh":{v}}}}}}}}}}}"#),
+        ]);
+    };
+    select("\"on\"");
+    cluster.kubectl_ok(&[
+        "-n",
+        "meshnft",
+        "rollout",
+        "status",
+        "ds/meshnft",
+        "--timeout=180s",
+    ]);
+    let gone = support::wait_until(Duration::from_secs(60), || {
+        meshnft_files(second) == (false, false, false)
+    });
+    let log = cluster
+        .kubectl(&["-n", "meshnft", "logs", "ds/meshnft"])
+        .unwrap_or_else(|e| e);
+    assert!(
+        gone,
+        "{n2}, no longer targeted: meshnft removed (entry, front file, binary): {:?}\n{}",
+        meshnft_files(second),
+        second.read_file(CONFLIST)
+    );
+    let removed = t.elapsed().as_secs_f64();
+    assert_eq!(
+        meshnft_files(cluster),
+        (true, true, true),
+        "{n1}, still targeted (its pod replaced by the rollout): meshnft kept\n{log}"
+    );
+    // The first node meshes new pods as before.
+    cluster.apply(&on_node(
+        &seed_pod("after-untarget", "classic", true, false),
+        n1,
+    ));
+    cluster.wait_ready("seed", "after-untarget", 120);
+    assert_meshed_ready(cluster, "after-untarget");
+    select("null");
+    cluster.kubectl_ok(&[
+        "-n",
+        "meshnft",
+        "rollout",
+        "status",
+        "ds/meshnft",
+        "--timeout=180s",
+    ]);
+    assert!(
+        support::wait_until(Duration::from_secs(60), || meshnft_files(second)
+            == (true, true, true)),
+        "{n2} targeted again: meshnft back: {:?}",
+        meshnft_files(second)
+    );
+    cluster.kubectl_ok(&["label", "node", n1, "meshnft.test/mesh-"]);
+    eprintln!(
+        "the DaemonSet no longer targeting {n2}: meshnft removed there {removed:.1} s after the \
+         change ({n1} kept it), back {:.1} s later once targeted again",
+        t.elapsed().as_secs_f64() - removed
+    );
+}
+
+/// A Deployment of `replicas` meshed churn pods (`churn: <group>`) in namespace seed: the
+/// template is [`faults::churn_pod`]'s.
+fn deployment(name: &str, group: &str, replicas: usize) -> String {
+    let pod = faults::churn_pod("x", group);
+    let (meta, spec) = pod
+        .split_once("\nspec:\n")
+        .expect("a pod's metadata and spec");
+    let indent = |block: &str| {
+        block
+            .lines()
+            .map(|l| format!("    {l}\n"))
+            .collect::<String>()
+    };
+    let meta: String = meta
+        .lines()
+        .skip_while(|l| *l != "metadata:")
+        .skip(1)
+        .filter(|l| !l.starts_with("  name:") && !l.starts_with("  namespace:"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    format!(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: {name}\n  namespace: seed\nspec:\n  \
+         replicas: {replicas}\n  selector:\n    matchLabels: {{{}: {group}}}\n  template:\n    \
+         metadata:\n{}    spec:\n{}",
+        faults::LABEL,
+        indent(&meta),
+        indent(spec)
+    )
+}
+
+/// The RBAC and the variables of `agent.removeNodeTaint=true` (the default taint
+/// `meshnft.io/not-ready:NoSchedule`).
+const TAINT_RBAC: &str = r#"apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: meshnft-test-node-taint}
+rules: [{apiGroups: [""], resources: [nodes], verbs: [get, patch]}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: meshnft-test-node-taint}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: meshnft-test-node-taint}
+subjects: [{kind: ServiceAccount, name: meshnft, namespace: meshnft}]
+"#;
+
+/// Issue 34: a new node joins while a Deployment of meshed pods scales up. The node registers
+/// with the taint docs/install.md tells operators to set (kubelet's `registerWithTaints:
+/// meshnft.io/not-ready:NoSchedule`; `MESHNFT_NODE_WITHOUT=registertaint` leaves it out);
+/// meshnft's agent there removes it once its installer has chained meshnft. Every pod of the
+/// Deployment, on whichever node, runs with its table from its first packet, none repaired,
+/// and some landed on the new node (else the row did not happen).
+fn node_joins_during_churn(cluster: &Node) -> Node {
+    let t = Instant::now();
+    cluster.apply(TAINT_RBAC);
+    cluster.kubectl_ok(&[
+        "-n",
+        "meshnft",
+        "set",
+        "env",
+        "ds/meshnft",
+        "MESHNFT_REMOVE_NODE_TAINT=true",
+    ]);
+    cluster.kubectl_ok(&[
+        "-n",
+        "meshnft",
+        "rollout",
+        "status",
+        "ds/meshnft",
+        "--timeout=180s",
+    ]);
+    let group = "joiner";
+    let total = 24;
+    cluster.apply(&deployment(group, group, 6));
+    let scale = |n: usize| {
+        cluster.kubectl_ok(&[
+            "-n",
+            "seed",
+            "scale",
+            "deployment",
+            group,
+            &format!("--replicas={n}"),
+        ]);
+    };
+    let taint = if faults::without("registertaint") {
+        String::new()
+    } else {
+        "meshnft.io/not-ready:NoSchedule".to_string()
+    };
+    let joined = std::thread::scope(|sc| {
+        let adder = sc.spawn(|| {
+            let st = Command::new(script("node.sh"))
+                .arg("add-node")
+                .arg(&cluster.dir)
+                .env("MESHNFT_NODE_REGISTER_TAINT", &taint)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .status()
+                .expect("node.sh add-node");
+            assert!(st.success(), "node.sh add-node failed");
+            Instant::now()
+        });
+        for n in (12..=total).step_by(6) {
+            std::thread::sleep(Duration::from_secs(3));
+            scale(n);
+        }
+        adder.join().expect("node.sh add-node")
+    });
+    let third = cluster.added(3);
+    let n3 = third.name();
+    eprintln!(
+        "  {n3} joined {:.1} s into the scale-up (registered with {taint:?})",
+        joined.duration_since(t).as_secs_f64()
+    );
+    // More pods once it is there, so some land on it.
+    scale(total + 6);
+    faults::wait_group_ready(cluster, group, total + 6, 300);
+    let on_new = cluster
+        .get(
+            "seed",
+            "pods",
+            &format!(
+                "{{.items[?(@.metadata.labels.{}==\"{group}\")].spec.nodeName}}",
+                faults::LABEL
+            ),
+        )
+        .split_whitespace()
+        .filter(|n| *n == n3)
+        .count();
+    let v = faults::verdict(cluster, group);
+    let keys = cluster.get("default", &format!("node/{n3}"), "{.spec.taints[*].key}");
+    eprintln!(
+        "a new node joins during churn: {} pods created, {} meshed from their first packet, {} \
+         repaired, {} refused then recovered, {} unmeshed; {on_new} on {n3} (its taints now: \
+         {keys:?}); {:.1} s",
+        v.created,
+        v.meshed,
+        v.repaired,
+        v.refused,
+        v.unmeshed.len(),
+        t.elapsed().as_secs_f64()
+    );
+    assert!(
+        v.unmeshed.is_empty(),
+        "pods that ran without their table as {n3} joined:\n{}",
+        v.unmeshed.join("\n")
+    );
+    assert!(
+        on_new > 0,
+        "no pod of the Deployment landed on {n3}: the row did not happen"
+    );
+    assert!(
+        !keys.contains("meshnft.io/not-ready"),
+        "the taint is off {n3} once meshnft is chained there: {keys}"
+    );
+    cluster.kubectl_ok(&["-n", "seed", "delete", "deployment", group]);
+    third
 }

@@ -281,7 +281,24 @@ fn kept_on_exit(args: &Args) -> Option<i32> {
         return Some(0);
     };
     let budget = Duration::from_secs_f64(args.install.exit_api_seconds);
-    match install::upgrade::decide(&ns, ds, args.agent.agent_kubeconfig.as_deref(), budget) {
+    let this_node = args
+        .agent
+        .node_name
+        .as_deref()
+        .map(|name| install::upgrade::ThisNode {
+            name,
+            own_taint: args
+                .agent
+                .remove_node_taint
+                .then_some(args.agent.node_taint.key.as_str()),
+        });
+    match install::upgrade::decide(
+        &ns,
+        ds,
+        args.agent.agent_kubeconfig.as_deref(),
+        budget,
+        this_node,
+    ) {
         OnExit::Keep(why) => {
             tracing::info!("{why}: leaving the entry, the kubeconfig and the binary in place");
             let a = &args.agent;

@@ -13,6 +13,7 @@
 //! - [`lifecycle`]: one reconcile pass, and the uninstall;
 //! - [`lock`]: one installer at a time (`flock(2)` in `meshnft.d/`);
 //! - [`upgrade`]: at SIGTERM, an update (keep) or an uninstall (remove)?
+//! - [`targeting`]: does the DaemonSet still target this node?
 //! - [`records`]: the plugin's records moved out of the old default state
 //!   directory;
 //! - [`fsutil`], [`error`]: atomic writes and error messages.
@@ -31,6 +32,7 @@ pub mod kubeconfig;
 pub mod lifecycle;
 pub mod lock;
 pub mod records;
+pub mod targeting;
 pub mod uninstall;
 pub mod upgrade;
 

@@ -3,9 +3,14 @@
 //! server, about the DaemonSet that runs this installer
 //! (`--daemonset`, in the pod's namespace):
 //!
-//! - it exists and is not being deleted: an update, a restart or a
-//!   reboot; a new installer follows on this node: **keep** the plugin,
-//!   its kubeconfig and the entry (no window without meshnft);
+//! - it exists and is not being deleted, and still targets this node
+//!   ([`super::targeting`]: its `nodeSelector`, required node affinity and
+//!   tolerations): an update, a restart or a reboot; a new installer
+//!   follows on this node: **keep** the plugin, its kubeconfig and the
+//!   entry (no window without meshnft);
+//! - it exists but no longer targets this node (its `nodeSelector` or
+//!   `affinity` changed, or the node was given a taint it does not
+//!   tolerate): no installer follows here: **remove** them;
 //! - it is gone (404) or has a `deletionTimestamp`: an uninstall:
 //!   **remove** them;
 //! - the service account is no longer accepted (401) or no longer allowed
@@ -58,7 +63,7 @@ pub fn pod_namespace(namespace: Option<&str>, sa_dir: &Path) -> Option<String> {
 
 /// One answer of the API server, classified: `Ok` when it decides,
 /// `Err` (what went wrong) when it is worth asking again.
-fn classify(r: Result<DaemonSet, kube::Error>, ns: &str, name: &str) -> Result<OnExit, String> {
+fn classify(r: &Result<DaemonSet, kube::Error>, ns: &str, name: &str) -> Result<OnExit, String> {
     let ds = format!("DaemonSet {ns}/{name}");
     match r {
         Ok(d) if d.metadata.deletion_timestamp.is_some() => Ok(OnExit::Uninstall(format!(
@@ -80,11 +85,63 @@ fn classify(r: Result<DaemonSet, kube::Error>, ns: &str, name: &str) -> Result<O
     }
 }
 
+/// This node, for [`decide`]: its name, and the key of the taint meshnft
+/// itself manages there (never a reason the DaemonSet stops targeting it).
+#[derive(Debug, Clone, Copy)]
+pub struct ThisNode<'a> {
+    /// The node's name.
+    pub name: &'a str,
+    /// meshnft's own taint key, when the agent manages one.
+    pub own_taint: Option<&'a str>,
+}
+
+/// A DaemonSet that is there: does it still target `node`? `Keep` when it
+/// does (an update, a restart, a reboot) or when the node cannot be read
+/// (to be safe), `Uninstall` when it does not ([`super::targeting`]).
+async fn still_targets(
+    client: &kube::Client,
+    d: &DaemonSet,
+    ds: &str,
+    node: ThisNode<'_>,
+) -> OnExit {
+    let keep = || {
+        OnExit::Keep(format!(
+            "{ds} is still there: an update, a restart or a reboot; the next installer takes over"
+        ))
+    };
+    let Some(spec) = d.spec.template.spec.as_ref() else {
+        return keep();
+    };
+    let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(client.clone());
+    match nodes.get(node.name).await {
+        Ok(n) => match super::targeting::targets(spec, &n, node.own_taint) {
+            Ok(()) => keep(),
+            Err(why) => OnExit::Uninstall(format!(
+                "{ds} no longer targets node {} ({why}): no installer follows here, meshnft is \
+                 being removed from this node",
+                node.name
+            )),
+        },
+        Err(e) => OnExit::Keep(format!(
+            "{ds} is still there (whether it still targets node {} could not be read: {e}): \
+             keeping meshnft here",
+            node.name
+        )),
+    }
+}
+
 /// Asks the API server (with the kubeconfig `kubeconfig`, else the pod's
-/// in-cluster configuration) about DaemonSet `ns/name`, for at most
-/// `budget` in all, retrying transient failures; see the module docs.
+/// in-cluster configuration) about DaemonSet `ns/name` and, when it is
+/// there and `node` is given, whether it still targets that node, for at
+/// most `budget` in all, retrying transient failures; see the module docs.
 /// Never fails: no answer is [`OnExit::Unsure`].
-pub fn decide(ns: &str, name: &str, kubeconfig: Option<&Path>, budget: Duration) -> OnExit {
+pub fn decide(
+    ns: &str,
+    name: &str,
+    kubeconfig: Option<&Path>,
+    budget: Duration,
+    node: Option<ThisNode<'_>>,
+) -> OnExit {
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -103,11 +160,23 @@ pub fn decide(ns: &str, name: &str, kubeconfig: Option<&Path>, budget: Duration)
             Ok(Err(e)) => return keep(e),
             Err(_) => return late("no Kubernetes client"),
         };
-        let api: kube::Api<DaemonSet> = kube::Api::namespaced(client, ns);
+        let api: kube::Api<DaemonSet> = kube::Api::namespaced(client.clone(), ns);
         let mut last = format!("cannot read DaemonSet {ns}/{name}");
         loop {
             match tokio::time::timeout_at(deadline, api.get(name)).await {
-                Ok(r) => match classify(r, ns, name) {
+                Ok(r) => match classify(&r, ns, name) {
+                    Ok(OnExit::Keep(why)) => {
+                        let (Some(node), Ok(d)) = (node, &r) else {
+                            return OnExit::Keep(why);
+                        };
+                        let ds = format!("DaemonSet {ns}/{name}");
+                        return tokio::time::timeout_at(
+                            deadline,
+                            still_targets(&client, d, &ds, node),
+                        )
+                        .await
+                        .unwrap_or(OnExit::Keep(why));
+                    }
                     Ok(d) => return d,
                     Err(e) => {
                         tracing::debug!("{e}; asking again");
