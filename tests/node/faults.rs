@@ -32,7 +32,8 @@ fn wave_size() -> usize {
 }
 
 /// Whether scenario `key` runs: all of them, unless `MESHNFT_NODE_FAULTS` lists some (comma
-/// separated: down, agent, containerd, kubelet, api, full, installer, gate, rewrite, reboot),
+/// separated: down, agent, containerd, kubelet, api, full, installer, gate, rewrite, token,
+/// reboot),
 /// e.g. to work on one.
 fn wanted(key: &str) -> bool {
     std::env::var("MESHNFT_NODE_FAULTS")
@@ -944,6 +945,12 @@ pub fn fault_table(node: &Node) {
     );
     churn.case_with(
         node,
+        "token",
+        "plugin token revoked (the agent's lookups refused, so every ADD reads the API server)",
+        fault_token_revoked,
+    );
+    churn.case_with(
+        node,
         "reboot",
         "node reboot, /etc/cni/net.d and /run/meshnft wiped (tmpfs), pods waiting to be scheduled",
         fault_reboot,
@@ -1009,6 +1016,8 @@ impl<'a> NodeGate<'a> {
         node.apply(GATE_RBAC);
         let taint = format!("MESHNFT_NODE_TAINT={GATE_TAINT}:NoSchedule");
         let condition = format!("MESHNFT_NODE_CONDITION={GATE_CONDITION}");
+        // No periodic pass during the table: only events (files, the plugin's reports) may
+        // bring the installer to act, so a row that needs one shows it.
         let mut args = vec![
             "-n",
             "meshnft",
@@ -1018,6 +1027,7 @@ impl<'a> NodeGate<'a> {
             "MESHNFT_REMOVE_NODE_TAINT=true",
             &taint,
             &condition,
+            "MESHNFT_RESYNC_SECONDS=3600",
         ];
         if without("front") {
             args.push("MESHNFT_FRONT_CONFLIST=false");
@@ -1052,6 +1062,7 @@ impl<'a> NodeGate<'a> {
             "MESHNFT_NODE_CONDITION-",
             "MESHNFT_FRONT_CONFLIST=true",
             "MESHNFT_REAPPLY_NODE_TAINT-",
+            "MESHNFT_RESYNC_SECONDS-",
         ]);
         rollout(node);
         std::thread::sleep(Duration::from_secs(2));
@@ -1190,6 +1201,113 @@ fn fault_primary_rewrites(node: &Node, _group: &str, apply: &(dyn Fn() + Sync)) 
     write_node_file(node, CONFLIST, &pretty(&own));
 }
 
+/// The plugin's kubeconfig on the node.
+const PLUGIN_KUBECONFIG: &str = "/etc/cni/net.d/meshnft.d/kubeconfig";
+
+/// A token of meshnft's service account that the API server refuses (401): bound to a pod
+/// that is then deleted, as the token of a DaemonSet pod that is gone (an upgrade, a node
+/// that was off past the token's life).
+fn revoked_token(node: &Node) -> String {
+    node.apply(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: token-holder, namespace: meshnft}\nspec:\n  \
+         serviceAccountName: meshnft\n  hostNetwork: true\n  tolerations: [{operator: Exists}]\n  \
+         terminationGracePeriodSeconds: 0\n  containers:\n  - name: c\n    image: meshnft.test/busybox:1\n    \
+         imagePullPolicy: Never\n    command: [sleep, \"3600\"]\n",
+    );
+    let uid = node.get("meshnft", "pod/token-holder", "{.metadata.uid}");
+    assert!(!uid.is_empty(), "the token holder's uid");
+    let token = node
+        .kubectl_ok(&[
+            "-n",
+            "meshnft",
+            "create",
+            "token",
+            "meshnft",
+            "--bound-object-kind",
+            "Pod",
+            "--bound-object-name",
+            "token-holder",
+            "--bound-object-uid",
+            &uid,
+        ])
+        .trim()
+        .to_string();
+    node.kubectl_ok(&[
+        "-n",
+        "meshnft",
+        "delete",
+        "pod",
+        "token-holder",
+        "--grace-period=0",
+        "--force",
+        "--wait=true",
+    ]);
+    token
+}
+
+/// Waits until the API server refuses the kubeconfig `kc` (401), as the plugin would use it.
+fn wait_refused(node: &Node, kc: &str) {
+    const FILE: &str = "/etc/cni/meshnft-test-revoked.kubeconfig";
+    write_node_file(node, FILE, kc);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match node.kubectl(&["--kubeconfig", FILE, "auth", "whoami"]) {
+            Err(e) if e.contains("Unauthorized") => break,
+            other => assert!(
+                Instant::now() < deadline,
+                "the revoked token still accepted: {other:?}"
+            ),
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    node.run(&["rm", "-f", FILE], None);
+}
+
+/// Issue 34: the plugin's token revoked. The plugin's kubeconfig gets a token the API server
+/// refuses (401), and the agent's socket refuses lookups (as while the agent restarts), so every
+/// meshed pod's ADD reads the API server with it: each is refused with meshnft's error naming
+/// the 401, never started unmeshed; the plugin's report wakes the installer, whose pass writes the
+/// kubeconfig again from the service account's current token (the fault table's installer has no
+/// periodic pass: only that report can bring it), and kubelet's next try meshes the pod.
+fn fault_token_revoked(node: &Node, group: &str, apply: &(dyn Fn() + Sync)) {
+    let revoked = revoked_token(node);
+    let kc = node.read_file(PLUGIN_KUBECONFIG);
+    let live = kc
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("token: "))
+        .expect("the kubeconfig's token")
+        .to_string();
+    let stale = kc.replacen(&live, &format!("{revoked:?}"), 1);
+    assert_ne!(stale, kc);
+    wait_refused(node, &stale);
+    write_node_file(node, PLUGIN_KUBECONFIG, &stale);
+    let t = Instant::now();
+    {
+        let _dead = DeadSocket::new(node);
+        apply();
+        wait_group_ready(node, group, wave_size(), 300);
+    }
+    let now = node.read_file(PLUGIN_KUBECONFIG);
+    eprintln!(
+        "  the plugin's kubeconfig back to the live token: {}; the wave Ready {:.1} s after the \
+         token was revoked",
+        now.contains(&live),
+        t.elapsed().as_secs_f64()
+    );
+    assert!(
+        now.contains(&live) && !now.contains(&revoked),
+        "the installer wrote the kubeconfig again from the service account's token"
+    );
+    let refused = refused_sandboxes(node, group);
+    assert!(
+        refused
+            .values()
+            .flatten()
+            .any(|e| e.contains("meshnft") && e.contains("401 Unauthorized")),
+        "some ADDs were refused with meshnft's 401 error (else the token was never used): {refused:#?}"
+    );
+}
+
 /// Issue 34: the node reboots with `/etc/cni/net.d` and `/run` on tmpfs. Its shutdown: kubelet
 /// stopped, the DaemonSet's `meshnft-node` sent SIGTERM (what kubelet's graceful shutdown does;
 /// its DaemonSet is there and this is no rollout, so it puts the node taint back), containerd
@@ -1240,6 +1358,14 @@ fn fault_reboot(node: &Node, group: &str, apply: &(dyn Fn() + Sync)) {
         .count();
     eprintln!("  the wave created while the node is down: {bound} pods bound to it");
     node_sh(node, &["start-again", "containerd"]);
+    // kubelet after containerd serves (systemd's ordering on a node): started before, it exits.
+    assert!(
+        support::wait_until(Duration::from_secs(30), || node
+            .run(&["crictl", "version"], None)
+            .status
+            .success()),
+        "containerd did not serve within 30 s of its start"
+    );
     node_sh(node, &["start-again", "kubelet"]);
 }
 

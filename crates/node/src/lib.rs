@@ -156,7 +156,7 @@ pub fn run(mut args: Args) -> i32 {
     }
     let mut inst = Installer::new(args.install.clone());
     let l = inst.layout().clone();
-    let mut watches = match Watches::new(tx) {
+    let mut watches = match Watches::new(tx.clone()) {
         Ok(w) => Some(w),
         Err(e) => {
             tracing::warn!(
@@ -185,6 +185,7 @@ pub fn run(mut args: Args) -> i32 {
     );
     let mut reporter = Reporter { last: None };
     let mut agent = agent::start(&args.install, &args.agent);
+    agent.wake_installer_with(tx.clone());
     let mut locks = Locks::new(&l.state_dir);
     let signal = loop {
         let mut all_watched = true;
@@ -237,12 +238,19 @@ fn wait_for_wake(
 ) -> Option<nix::sys::signal::Signal> {
     match rx.recv_timeout(wait) {
         Ok(Wake::Signal(s)) => return Some(s),
+        Ok(Wake::Credentials) => {
+            tracing::warn!(
+                "the plugin reported its API credentials refused (401 Unauthorized): writing its \
+                 kubeconfig again from the service account's current token"
+            );
+        }
         Ok(Wake::Fs { path, removed }) => {
             forget_lost(watches, &path, removed);
             let settle = Instant::now() + Duration::from_secs(1);
             loop {
                 match rx.recv_timeout(Duration::from_millis(50)) {
                     Ok(Wake::Signal(s)) => return Some(s),
+                    Ok(Wake::Credentials) => break,
                     Ok(Wake::Fs { path, removed }) => {
                         forget_lost(watches, &path, removed);
                         if Instant::now() >= settle {

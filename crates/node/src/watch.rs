@@ -28,6 +28,10 @@ pub enum Wake {
     },
     /// SIGTERM, SIGINT or SIGHUP: clean up and exit.
     Signal(Signal),
+    /// The plugin reported that the API server refused its kubeconfig's
+    /// credentials (401): a pass now rewrites the kubeconfig from the
+    /// service account's current token.
+    Credentials,
 }
 
 /// The signals that end the installer.

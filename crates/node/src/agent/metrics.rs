@@ -82,6 +82,9 @@ pub struct Metrics {
     /// the node taint back: `not_ready` (the entry missing and not
     /// restored, or the host checks failing) or `exit`.
     pub taint_applications: Family<Label, Counter>,
+    /// `meshnft_kubeconfig_refreshes_total`: installer passes woken because
+    /// the plugin reported its API credentials refused (401).
+    pub kubeconfig_refreshes: Counter,
     /// `meshnft_rechains_total`: passes of the installer that wrote the
     /// entry back into a file without it after an earlier pass had found it
     /// chained (the primary CNI rewrote or replaced its configuration); an
@@ -131,6 +134,7 @@ impl Default for Metrics {
             last_resync: Gauge::default(),
             taint_removals: Counter::default(),
             taint_applications: Family::default(),
+            kubeconfig_refreshes: Counter::default(),
             rechains: Counter::default(),
             operations: Family::default(),
             durations: Family::new_with_constructor(duration_histogram),
@@ -220,6 +224,11 @@ impl Metrics {
             "meshnft_node_taint_removals",
             "Removals of the node taint (--node-taint) from this node",
             m.taint_removals.clone(),
+        );
+        r.register(
+            "meshnft_kubeconfig_refreshes",
+            "Installer passes woken because the plugin reported its API credentials refused (401)",
+            m.kubeconfig_refreshes.clone(),
         );
         r.register(
             "meshnft_node_taint_applications",

@@ -233,6 +233,14 @@ pub struct Shared {
     /// answers the plugin's lookups (3.8 s of CPU for 60 pods started at
     /// once on the real node).
     meshed_count: Mutex<Option<MeshedCount>>,
+    /// The installer's wake-up channel, and when the plugin's refused
+    /// credentials last woke it (at most once a second).
+    installer: Mutex<
+        Option<(
+            std::sync::mpsc::Sender<crate::watch::Wake>,
+            Option<std::time::Instant>,
+        )>,
+    >,
     /// The metrics.
     pub metrics: metrics::Metrics,
 }
@@ -263,6 +271,21 @@ impl Shared {
             None => Some("the host checks have not run yet".into()),
             Some(f) if !f.is_empty() => Some(format!("host checks fail: {}", f.join("; "))),
             Some(_) => None,
+        }
+    }
+
+    /// The plugin reported that the API server refused its kubeconfig's
+    /// credentials (401): wakes the installer for a pass, which writes the
+    /// kubeconfig again from the service account's current token (at most
+    /// once a second, however many pods fail meanwhile).
+    pub fn credentials_refused(&self) {
+        let mut g = self.installer.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((tx, last)) = g.as_mut()
+            && last.is_none_or(|t| t.elapsed() >= std::time::Duration::from_secs(1))
+        {
+            *last = Some(std::time::Instant::now());
+            let _ = tx.send(crate::watch::Wake::Credentials);
+            self.metrics.kubeconfig_refreshes.inc();
         }
     }
 
@@ -351,6 +374,16 @@ impl Handle {
                 .get_or_create(&[("type", t)])
                 .set(i64::from(peers.contains(&t)));
         }
+    }
+
+    /// Where the agent wakes the installer when the plugin's credentials
+    /// are refused ([`Shared::credentials_refused`]).
+    pub fn wake_installer_with(&self, tx: std::sync::mpsc::Sender<crate::watch::Wake>) {
+        *self
+            .shared
+            .installer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some((tx, None));
     }
 
     /// Tells the agent to stop (the process is about to uninstall and exit;

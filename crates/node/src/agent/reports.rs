@@ -133,6 +133,16 @@ pub fn result(r: &Report) -> &'static str {
     }
 }
 
+/// Whether `r` failed because the API server refused the plugin's
+/// kubeconfig (its error says `401 Unauthorized`, as the plugin's API
+/// client words it).
+pub fn credentials_refused(r: &Report) -> bool {
+    r.code != 0
+        && r.error
+            .as_deref()
+            .is_some_and(|e| e.contains("(401 Unauthorized)"))
+}
+
 /// Counts `r` in the metrics.
 pub fn count(shared: &Shared, r: &Report) {
     let m = &shared.metrics;
@@ -284,6 +294,9 @@ pub async fn serve(path: PathBuf, shared: Arc<Shared>, events: Option<ByNote>, r
             }
         };
         count(&shared, &r);
+        if credentials_refused(&r) {
+            shared.credentials_refused();
+        }
         let pod = format!(
             "{}/{}",
             r.namespace.as_deref().unwrap_or("-"),
@@ -357,6 +370,30 @@ async fn publish(shared: &Shared, recorder: &Recorder, reference: &ObjectReferen
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The plugin's own wording of a refused kubeconfig (crates/core's API client) wakes the
+    /// installer; another failure, or a success that mentions it, does not.
+    #[test]
+    fn a_refused_kubeconfig_is_told_apart() {
+        let mut r = report(7, &[]);
+        assert!(!credentials_refused(&r));
+        r.error = Some(
+            "cannot read pod default/web: the API server refused the kubeconfig's credentials \
+             (401 Unauthorized): is the token expired or rotated?"
+                .into(),
+        );
+        assert!(credentials_refused(&r));
+        r.code = 0;
+        assert!(!credentials_refused(&r));
+        let shared = Shared::default();
+        let (tx, rx) = std::sync::mpsc::channel();
+        *shared.installer.lock().unwrap() = Some((tx, None));
+        shared.credentials_refused();
+        shared.credentials_refused();
+        assert!(matches!(rx.try_recv(), Ok(crate::watch::Wake::Credentials)));
+        assert!(rx.try_recv().is_err(), "at most one wake a second");
+        assert_eq!(shared.metrics.kubeconfig_refreshes.get(), 1);
+    }
 
     fn report(code: u32, warnings: &[&str]) -> Report {
         Report {
