@@ -86,6 +86,7 @@ a log level that is neither a level nor directives|--set installer.logLevel=verb
 an unknown taint effect|--set agent.nodeTaint.effect=Never
 a taint key that is no qualified name|--set agent.nodeTaint.key=Bad_Prefix/x
 a typo'd key in the node taint|--set agent.nodeTaint.keys=x
+a node condition without a prefix, one of kubelet's own|--set agent.nodeCondition=Ready
 BAD
   echo "manifest.sh: values.schema.json refuses $refused kinds of bad values (helm template and lint --strict)"
   # Settings beyond the defaults render what they promise: the agent's modes with their RBAC

@@ -517,6 +517,120 @@ fn the_front_file_leaves_no_window_while_the_primary_rewrites_its_file() {
 /// meshnft's front file (`00-meshnft.conflist`).
 const FRONT: &str = "00-meshnft.conflist";
 
+/// What is found at the front file's name, or takes it, never stops meshnft from being chained
+/// nor loses anyone's file: a directory of that name (runtimes pass over it) is left alone and
+/// meshnft is chained in the primary's file only; a peer's installer that chained itself into the
+/// front file (the first file it found) keeps its entry there, meshnft's goes, and meshnft is
+/// back once the peer's entry is gone; a `.conf` primary whose list would take the name is
+/// refused, naming it; the primary's set-id bits are never copied.
+#[support::root_test]
+fn what_takes_the_front_files_name_is_handled() {
+    // A directory.
+    let tree = Tree::new();
+    tree.write_conf("10-kindnet.conflist", &kindnet());
+    std::fs::create_dir(tree.net().join(FRONT)).unwrap();
+    let mut inst = Installer::start(&tree, &[]);
+    inst.wait_entry(&tree, "10-kindnet.conflist");
+    assert!(
+        inst.wait_log("is a directory: meshnft keeps no front file"),
+        "{}",
+        inst.log()
+    );
+    assert_eq!(inst.term().code(), Some(0), "{}", inst.log());
+    assert!(
+        tree.net().join(FRONT).is_dir(),
+        "the directory is left alone"
+    );
+    assert_eq!(tree.entries("10-kindnet.conflist"), 0);
+    assert!(!tree.binary().exists(), "{}", inst.log());
+    drop(tree);
+
+    // A peer's installer writes into the front file.
+    let tree = Tree::new();
+    let primary = tree.write_conf("10-kindnet.conflist", &kindnet());
+    std::fs::set_permissions(&primary, std::fs::Permissions::from_mode(0o4755)).unwrap();
+    let mut inst = Installer::start(&tree, &[]);
+    inst.wait_entry(&tree, FRONT);
+    let mode = std::fs::metadata(tree.net().join(FRONT))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o7777, 0o644, "the front file's mode: {mode:o}");
+    let mut with_peer = read_json(&tree.net().join(FRONT)).unwrap();
+    with_peer["plugins"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"type": "linkerd-cni", "log_level": "info"}));
+    std::fs::write(
+        tree.net().join(FRONT),
+        serde_json::to_vec(&with_peer).unwrap(),
+    )
+    .unwrap();
+    let front_types = || {
+        read_json(&tree.net().join(FRONT))
+            .and_then(|v| v["plugins"].as_array().cloned())
+            .map(|a| {
+                a.iter()
+                    .map(|p| p["type"].as_str().unwrap_or("").to_string())
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default()
+    };
+    assert!(
+        wait_until(T, || front_types() == ["ptp", "portmap", "linkerd-cni"]
+            && tree.entries("10-kindnet.conflist") == 0),
+        "the peer keeps its entry in the front file, meshnft's goes: {:?}\n{}",
+        front_types(),
+        inst.log()
+    );
+    assert!(
+        inst.wait_log(&format!("beside linkerd-cni")),
+        "{}",
+        inst.log()
+    );
+    assert!(
+        inst.log().contains(FRONT),
+        "the refusal names the front file\n{}",
+        inst.log()
+    );
+    std::thread::sleep(Duration::from_millis(700));
+    assert_eq!(
+        front_types(),
+        ["ptp", "portmap", "linkerd-cni"],
+        "{}",
+        inst.log()
+    );
+    // The peer uninstalled (its entry out): meshnft back.
+    let mut without = read_json(&tree.net().join(FRONT)).unwrap();
+    without["plugins"].as_array_mut().unwrap().pop();
+    std::fs::write(
+        tree.net().join(FRONT),
+        serde_json::to_vec(&without).unwrap(),
+    )
+    .unwrap();
+    assert!(
+        wait_until(T, || front_types() == ["ptp", "portmap", "meshnft"]),
+        "{:?}\n{}",
+        front_types(),
+        inst.log()
+    );
+    assert_eq!(inst.term().code(), Some(0), "{}", inst.log());
+    assert_eq!(tree.files(), ["10-kindnet.conflist"]);
+    drop(tree);
+
+    // A `.conf` whose list would be the front file.
+    let tree = Tree::new();
+    let conf = tree.write_conf("00-meshnft.conf", &single_conf());
+    let mut inst = Installer::start(&tree, &[]);
+    assert!(
+        inst.wait_log("meshnft's own front file: rename it"),
+        "{}",
+        inst.log()
+    );
+    assert_eq!(inst.term().code(), Some(0), "{}", inst.log());
+    assert!(conf.exists() && !tree.net().join(FRONT).exists());
+}
+
 /// `meshnft_rechains_total` from the agent's `/metrics` on `port`.
 fn rechains(port: u16) -> Option<u64> {
     let (_, body) = http_get(port, "/metrics")?;

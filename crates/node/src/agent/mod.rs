@@ -134,7 +134,7 @@ pub struct Args {
     /// its node: `True` while ready, `False` with the reason otherwise, for
     /// the Node Readiness Controller or any other gate. Needs `patch` on
     /// `nodes/status`. Unset: none.
-    #[arg(long, env = "MESHNFT_NODE_CONDITION")]
+    #[arg(long, env = "MESHNFT_NODE_CONDITION", value_parser = nodegate::condition_type)]
     pub node_condition: Option<String>,
     /// The host path of the unix socket on which the agent answers the
     /// plugin's pod lookups (with a node name only; the installer then

@@ -151,6 +151,26 @@ impl Taint {
     }
 }
 
+/// Checks a node condition type for `--node-condition`: a qualified name
+/// with a DNS prefix (`meshnft.io/Ready`), so that it can never be one of
+/// kubelet's own (`Ready`, `MemoryPressure`, ...), which it would overwrite.
+/// Errors say what is wrong.
+pub fn condition_type(s: &str) -> Result<String, String> {
+    let qualified = s.split_once('/').is_some_and(|(prefix, name)| {
+        format!("{prefix}/{name}:NoSchedule")
+            .parse::<Taint>()
+            .is_ok()
+            && !prefix.is_empty()
+    });
+    if !qualified {
+        return Err(format!(
+            "node condition {s:?}: not a prefixed qualified name such as meshnft.io/Ready (a type \
+             without a DNS prefix could be one of kubelet's own, such as Ready)"
+        ));
+    }
+    Ok(s.to_string())
+}
+
 /// The node's taints, and a merge patch that sets them to `taints`,
 /// carrying `resource_version`.
 fn taints_patch(
@@ -404,6 +424,25 @@ mod tests {
         assert_eq!(t.to_string(), "example.com/cni:NoSchedule");
         let t: Taint = "plain:PreferNoSchedule".parse().unwrap();
         assert_eq!(t.effect, Effect::PreferNoSchedule);
+    }
+
+    #[test]
+    fn condition_types_need_a_prefix() {
+        assert_eq!(
+            condition_type("meshnft.io/Ready").unwrap(),
+            "meshnft.io/Ready"
+        );
+        for bad in [
+            "",
+            "Ready",
+            "NetworkUnavailable",
+            "/Ready",
+            "meshnft.io/",
+            "bad type!/x",
+            "a/b/c",
+        ] {
+            assert!(condition_type(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

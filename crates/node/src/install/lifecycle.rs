@@ -248,7 +248,8 @@ impl Installer {
             .unwrap_or_default();
         let (target, new_list, original) = match primary.kind {
             discover::Kind::List => {
-                let mut found = conflist::peers(&primary.json);
+                let in_primary = conflist::peers(&primary.json);
+                let mut found = in_primary.clone();
                 for p in &in_front {
                     if !found.contains(p) {
                         found.push(p);
@@ -258,7 +259,21 @@ impl Installer {
                     let back = found.iter().any(|p| self.replaced.contains(p));
                     if !self.args.replace_peers || back {
                         remove_front(&l)?;
-                        return refuse_peers(primary, found, back);
+                        return match refuse_peers(primary, found, back) {
+                            // Only in the front file: the refusal names it.
+                            Err(InstallError::Peer {
+                                peers,
+                                returned,
+                                removed_ours,
+                                ..
+                            }) if in_primary.is_empty() => Err(InstallError::Peer {
+                                primary: l.front.clone(),
+                                peers,
+                                returned,
+                                removed_ours,
+                            }),
+                            other => other,
+                        };
                     }
                     let rest = conflist::without_peers(&primary.json);
                     let new = conflist::with_entry(&rest, &entry).map_err(bad)?;
@@ -365,6 +380,19 @@ impl Installer {
         if !l.front_enabled {
             return remove_front(l);
         }
+        if std::fs::symlink_metadata(&l.front).is_ok_and(|m| m.is_dir()) {
+            // Not ours to remove, and runtimes pass over a directory: chained in the
+            // primary's file only, as with --front-conflist=false.
+            if !self.front_refused {
+                tracing::warn!(
+                    "{} is a directory: meshnft keeps no front file (remove the directory to have \
+                     one): docs/install.md#node-lifecycle",
+                    l.front.display()
+                );
+                self.front_refused = true;
+            }
+            return Ok(false);
+        }
         if !discover::sorts_after_front(target) {
             if !self.front_refused {
                 tracing::warn!(
@@ -385,7 +413,8 @@ impl Installer {
         {
             return Ok(false);
         }
-        fsutil::write_atomic(&l.front, &bytes, file_mode(target))?;
+        // The primary's permission bits, never its set-id or sticky bits.
+        fsutil::write_atomic(&l.front, &bytes, file_mode(target) & 0o666)?;
         tracing::info!(
             "wrote {} (plugins: {}), which runtimes load before {}",
             l.front.display(),
@@ -397,12 +426,39 @@ impl Installer {
 }
 
 /// Removes the front file, if it is there (a link or anything else of
-/// that name too: the name is meshnft's). `true` when it was there.
+/// that name too: the name is meshnft's; a directory is left alone).
+/// When it holds a peer's entry (a peer's installer chained itself into
+/// the first file it found), only meshnft's entry is taken out: the rest is
+/// the peer's now, and runtimes load it as the peer left it. `true` when it
+/// was changed.
 ///
-/// Errors: the removal failed.
+/// Errors: the removal or the rewrite failed.
 pub(super) fn remove_front(l: &Layout) -> Result<bool, InstallError> {
-    if std::fs::symlink_metadata(&l.front).is_err() {
-        return Ok(false);
+    match std::fs::symlink_metadata(&l.front) {
+        Err(_) => return Ok(false),
+        Ok(m) if m.is_dir() => return Ok(false),
+        Ok(m) if m.is_file() => {
+            if let Ok(front) = discover::load(&l.front)
+                && !conflist::peers(&front.json).is_empty()
+            {
+                let Some(without) = conflist::without_entry(&front.json) else {
+                    return Ok(false);
+                };
+                let unchanged = || {
+                    discover::read_regular(&l.front, discover::MAX_CONF_BYTES)
+                        .is_ok_and(|b| b == front.bytes)
+                };
+                let mode = file_mode(&l.front) & 0o666;
+                fsutil::write_atomic_if(&l.front, &conflist::render(&without), mode, unchanged)?;
+                tracing::info!(
+                    "took meshnft's entry out of {}, which holds {}'s entry: the rest is left as it is",
+                    l.front.display(),
+                    conflist::peers(&front.json).join(", ")
+                );
+                return Ok(true);
+            }
+        }
+        Ok(_) => {}
     }
     fsutil::remove(&l.front)?;
     tracing::info!("removed {}", l.front.display());
@@ -510,6 +566,12 @@ fn single_to_list(
         ));
     }
     let target = primary.path.with_extension("conflist");
+    if discover::is_front(&target) {
+        return Err(bad(format!(
+            "it would become {}, meshnft's own front file: rename it (any other name works)",
+            target.display()
+        )));
+    }
     let name = primary.path.file_name().unwrap_or_default();
     let ours = l.orig_dir.join(name).exists();
     if (target.exists() || std::fs::symlink_metadata(&target).is_ok()) && !ours {
