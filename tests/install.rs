@@ -583,11 +583,7 @@ fn what_takes_the_front_files_name_is_handled() {
         front_types(),
         inst.log()
     );
-    assert!(
-        inst.wait_log(&format!("beside linkerd-cni")),
-        "{}",
-        inst.log()
-    );
+    assert!(inst.wait_log("beside linkerd-cni"), "{}", inst.log());
     assert!(
         inst.log().contains(FRONT),
         "the refusal names the front file\n{}",
