@@ -1298,13 +1298,41 @@ fn fault_token_revoked(node: &Node, group: &str, apply: &(dyn Fn() + Sync)) {
         now.contains(&live) && !now.contains(&revoked),
         "the installer wrote the kubeconfig again from the service account's token"
     );
-    let refused = refused_sandboxes(node, group);
+    // The token was used and refused (else the row did not happen), and the installer was woken.
+    let with_401 = |e: &String| e.contains("meshnft") && e.contains("401 Unauthorized");
+    let in_log = refused_sandboxes(node, group)
+        .values()
+        .filter(|errs| errs.iter().any(with_401))
+        .count();
+    let prefix = format!("{group}-");
+    let in_events = events(node, "FailedCreatePodSandBox")
+        .iter()
+        .filter(|(pod, m)| pod.starts_with(&prefix) && with_401(m))
+        .count();
+    let metrics = text(
+        &node
+            .run(
+                &["busybox", "wget", "-q", "-O-", "http://127.0.0.1:9431/metrics"],
+                None,
+            )
+            .stdout,
+    );
+    let refreshes: f64 = metrics
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("meshnft_kubeconfig_refreshes_total ")?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0.0);
+    eprintln!(
+        "  refused with meshnft's 401 error: {in_log} pods (containerd's log), {in_events} events; \
+         installer passes woken by the plugin's reports: {refreshes}"
+    );
     assert!(
-        refused
-            .values()
-            .flatten()
-            .any(|e| e.contains("meshnft") && e.contains("401 Unauthorized")),
-        "some ADDs were refused with meshnft's 401 error (else the token was never used): {refused:#?}"
+        in_log + in_events > 0 && refreshes >= 1.0,
+        "the revoked token was used, refused, and woke the installer"
     );
 }
 
