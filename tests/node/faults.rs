@@ -260,15 +260,28 @@ fn refused_sandboxes(node: &Node, group: &str) -> BTreeMap<String, Vec<String>> 
         .iter()
         .map(|d| std::fs::read_to_string(d.join("logs/containerd.log")).unwrap_or_default())
         .collect();
+    refused_in(&log, group)
+}
+
+/// [`refused_sandboxes`] of the containerd log text `log`.
+fn refused_in(log: &str, group: &str) -> BTreeMap<String, Vec<String>> {
     let mut m: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for l in log
         .lines()
         .filter(|l| l.contains("RunPodSandbox for") && l.contains("failed, error"))
     {
-        // `&PodSandboxMetadata{Name:<pod>,Uid:...}`
+        // containerd 2.x: `RunPodSandbox for name:\"<pod>\" uid:\"...\"` (the metadata in
+        // protobuf's text form, quoted in the log's msg); 1.x:
+        // `&PodSandboxMetadata{Name:<pod>,Uid:...}`.
+        let unquoted = l.replace("\\\"", "\"");
+        let l = unquoted.as_str();
         let Some(name) = l
-            .split_once("Name:")
-            .and_then(|(_, r)| r.split(',').next())
+            .split_once("RunPodSandbox for name:\"")
+            .and_then(|(_, r)| r.split('"').next())
+            .or_else(|| {
+                l.split_once("Name:")
+                    .and_then(|(_, r)| r.split(',').next())
+            })
             .filter(|n| n.starts_with(&format!("{group}-")))
         else {
             continue;
@@ -1662,4 +1675,16 @@ impl HostRun {
             }
         }
     }
+}
+
+/// Both forms of containerd's refused-sandbox line are read (2.x's was missed until the
+/// lifecycle rows: every "refused then recovered" count read 0).
+#[test]
+fn refused_sandbox_lines_of_both_containerd_versions() {
+    let v2 = r#"time="t" level=error msg="RunPodSandbox for name:\"f1-0\" uid:\"5713\" namespace:\"seed\" failed, error" error="rpc error: plugin type=\"meshnft\" failed (add): (401 Unauthorized)""#;
+    let v1 = r#"time="t" level=error msg="RunPodSandbox for &PodSandboxMetadata{Name:f1-2,Uid:5,Namespace:seed,Attempt:0,} failed, error" error="x""#;
+    let other = r#"time="t" level=error msg="RunPodSandbox for name:\"f10-1\" failed, error" error="y""#;
+    let m = refused_in(&[v2, v1, other].join("\n"), "f1");
+    assert_eq!(m.keys().collect::<Vec<_>>(), ["f1-0", "f1-2"]);
+    assert!(m["f1-0"][0].contains("401 Unauthorized"), "{m:?}");
 }
