@@ -553,8 +553,20 @@ EOF
   start "$m" containerd containerd --config "$m/c/config.toml"
   wait_for "node $k's containerd" 30 run "$m" ctr -a "$m/c/containerd.sock" version
   import_images "$m" "$(sed -n 's/^containerd=//p' "$m/parts")/images.tar"
-  local img
-  for img in "$d"/images/*.tar; do if [[ -e $img ]]; then import_images "$m" "$img"; fi; done
+  # The images `image` built (meshnft's), as the new node would pull them: at once, or
+  # MESHNFT_NODE_IMAGE_DELAY seconds after its kubelet started (a pull on a new node), in the
+  # background.
+  local delay=${MESHNFT_NODE_IMAGE_DELAY:-0}
+  if ((delay > 0)); then
+    (
+      sleep "$delay"
+      for img in "$d"/images/*.tar; do if [[ -e $img ]]; then import_images "$m" "$img"; fi; done
+      log "node $name: its images imported ${delay} s after its kubelet started"
+    ) &
+  else
+    local img
+    for img in "$d"/images/*.tar; do if [[ -e $img ]]; then import_images "$m" "$img"; fi; done
+  fi
   kubelet_config "$m" >"$m/kubelet.yaml"
   start "$m" kubelet kubelet --config="$m/kubelet.yaml" --kubeconfig="$m/pki/kubelet.kubeconfig" \
     --hostname-override="$name" --node-ip="$ip" --v=1

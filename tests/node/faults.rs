@@ -278,10 +278,7 @@ fn refused_in(log: &str, group: &str) -> BTreeMap<String, Vec<String>> {
         let Some(name) = l
             .split_once("RunPodSandbox for name:\"")
             .and_then(|(_, r)| r.split('"').next())
-            .or_else(|| {
-                l.split_once("Name:")
-                    .and_then(|(_, r)| r.split(',').next())
-            })
+            .or_else(|| l.split_once("Name:").and_then(|(_, r)| r.split(',').next()))
             .filter(|n| n.starts_with(&format!("{group}-")))
         else {
             continue;
@@ -1166,8 +1163,10 @@ fn gate_follows_the_entry(node: &Node) {
 /// Issue 34: the primary CNI rewrites its conflist 10 times at random moments while the wave
 /// starts: its own list again (without meshnft's entry), a new plugin list (`tuning` added),
 /// and its file renamed (`09-bridge.conflist`, then back); last, its own list again. meshnft's
-/// front conflist keeps every ADD's plugins with meshnft's (`MESHNFT_NODE_WITHOUT=front`: the
-/// same rewrites leave pods to the agent's repair).
+/// front conflist keeps every ADD's plugins with meshnft's: containerd's loaded configuration,
+/// sampled throughout (`crictl info`), always ends with meshnft (`MESHNFT_NODE_WITHOUT=front`:
+/// the same rewrites leave containerd without it between each rewrite and the installer's
+/// next pass, and a pod whose ADD falls there starts unmeshed).
 fn fault_primary_rewrites(node: &Node, _group: &str, apply: &(dyn Fn() + Sync)) {
     let out = node.run(&["cp", "/usr/lib/cni/tuning", "/opt/cni/bin/tuning"], None);
     assert!(out.status.success(), "cp tuning: {}", text(&out.stderr));
@@ -1185,8 +1184,21 @@ fn fault_primary_rewrites(node: &Node, _group: &str, apply: &(dyn Fn() + Sync)) 
         seed ^= seed << 17;
         std::thread::sleep(Duration::from_millis(300 + seed % 1500));
     };
-    std::thread::scope(|sc| {
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (loads, without) = std::thread::scope(|sc| {
         let creator = sc.spawn(apply);
+        let sampler = sc.spawn(|| {
+            let (mut all, mut bad) = (0usize, Vec::new());
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                if let Some(types) = containerd_loaded(node) {
+                    all += 1;
+                    if types.last().map(String::as_str) != Some("meshnft") {
+                        bad.push(types);
+                    }
+                }
+            }
+            (all, bad)
+        });
         for i in 0..10 {
             pause();
             match i % 5 {
@@ -1210,8 +1222,52 @@ fn fault_primary_rewrites(node: &Node, _group: &str, apply: &(dyn Fn() + Sync)) 
             }
         }
         creator.join().expect("kubectl apply");
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        sampler.join().expect("the sampler")
     });
     write_node_file(node, CONFLIST, &pretty(&own));
+    eprintln!(
+        "  containerd's loaded network configuration, sampled {loads} times during the rewrites \
+         (crictl info): {} without meshnft{}",
+        without.len(),
+        without
+            .first()
+            .map(|t| format!(" (e.g. plugins {t:?})"))
+            .unwrap_or_default()
+    );
+    assert!(
+        loads > 20,
+        "containerd's configuration sampled only {loads} times"
+    );
+    assert!(
+        without.is_empty(),
+        "containerd loaded the primary's plugins without meshnft's {} of {loads} times: {without:?}",
+        without.len()
+    );
+}
+
+/// The plugin types of the pod network containerd has loaded now (its CRI status,
+/// `crictl info`: `cniconfig.Networks`, the one for `eth0`); `None` when it cannot be read.
+fn containerd_loaded(node: &Node) -> Option<Vec<String>> {
+    let out = node.run(&["crictl", "info"], None);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+    fn networks(v: &serde_json::Value) -> Option<&Vec<serde_json::Value>> {
+        match v {
+            serde_json::Value::Object(o) => o
+                .get("Networks")
+                .and_then(serde_json::Value::as_array)
+                .or_else(|| o.values().find_map(networks)),
+            _ => None,
+        }
+    }
+    let net = networks(&v)?.iter().find(|n| n["IFName"] == "eth0")?;
+    Some(
+        net["Config"]["Plugins"]
+            .as_array()?
+            .iter()
+            .map(|p| p["Network"]["type"].as_str().unwrap_or("").to_string())
+            .collect(),
+    )
 }
 
 /// The plugin's kubeconfig on the node.
@@ -1325,7 +1381,13 @@ fn fault_token_revoked(node: &Node, group: &str, apply: &(dyn Fn() + Sync)) {
     let metrics = text(
         &node
             .run(
-                &["busybox", "wget", "-q", "-O-", "http://127.0.0.1:9431/metrics"],
+                &[
+                    "busybox",
+                    "wget",
+                    "-q",
+                    "-O-",
+                    "http://127.0.0.1:9431/metrics",
+                ],
                 None,
             )
             .stdout,
@@ -1683,7 +1745,8 @@ impl HostRun {
 fn refused_sandbox_lines_of_both_containerd_versions() {
     let v2 = r#"time="t" level=error msg="RunPodSandbox for name:\"f1-0\" uid:\"5713\" namespace:\"seed\" failed, error" error="rpc error: plugin type=\"meshnft\" failed (add): (401 Unauthorized)""#;
     let v1 = r#"time="t" level=error msg="RunPodSandbox for &PodSandboxMetadata{Name:f1-2,Uid:5,Namespace:seed,Attempt:0,} failed, error" error="x""#;
-    let other = r#"time="t" level=error msg="RunPodSandbox for name:\"f10-1\" failed, error" error="y""#;
+    let other =
+        r#"time="t" level=error msg="RunPodSandbox for name:\"f10-1\" failed, error" error="y""#;
     let m = refused_in(&[v2, v1, other].join("\n"), "f1");
     assert_eq!(m.keys().collect::<Vec<_>>(), ["f1-0", "f1-2"]);
     assert!(m["f1-0"][0].contains("401 Unauthorized"), "{m:?}");

@@ -601,8 +601,10 @@ subjects: [{kind: ServiceAccount, name: meshnft, namespace: meshnft}]
 
 /// Issue 34: a new node joins while a Deployment of meshed pods scales up. The node registers
 /// with the taint docs/install.md tells operators to set (kubelet's `registerWithTaints:
-/// meshnft.io/not-ready:NoSchedule`; `MESHNFT_NODE_WITHOUT=registertaint` leaves it out);
-/// meshnft's agent there removes it once its installer has chained meshnft. Every pod of the
+/// meshnft.io/not-ready:NoSchedule`; `MESHNFT_NODE_WITHOUT=registertaint` leaves it out), and
+/// meshnft's image reaches it 10 s after its kubelet started, as a pull would (the pods' own
+/// image is there already): meshnft's agent there removes the taint once its installer has
+/// chained meshnft. Every pod of the
 /// Deployment, on whichever node, runs with its table from its first packet, none repaired,
 /// and some landed on the new node (else the row did not happen).
 fn node_joins_during_churn(cluster: &Node) -> Node {
@@ -648,6 +650,9 @@ fn node_joins_during_churn(cluster: &Node) -> Node {
                 .arg("add-node")
                 .arg(&cluster.dir)
                 .env("MESHNFT_NODE_REGISTER_TAINT", &taint)
+                // meshnft's image arrives as a pull would on a new node (the busybox of the
+                // Deployment's pods is there already), so its pods would start before meshnft.
+                .env("MESHNFT_NODE_IMAGE_DELAY", "10")
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .status()
