@@ -672,9 +672,21 @@ fn node_joins_during_churn(cluster: &Node) -> Node {
         "  {n3} joined {:.1} s into the scale-up (registered with {taint:?})",
         joined.duration_since(t).as_secs_f64()
     );
-    // More pods once it is there, so some land on it.
-    scale(total + 6);
-    faults::wait_group_ready(cluster, group, total + 6, 300);
+    // More pods once it takes pods (its taint off: meshnft chained there; at once without the
+    // taint), so that some land on it; the scheduler favours the empty node.
+    let untainted = support::wait_until(Duration::from_secs(180), || {
+        !cluster
+            .get("default", &format!("node/{n3}"), "{.spec.taints[*].key}")
+            .contains("meshnft.io/not-ready")
+    });
+    assert!(untainted, "the taint still on {n3} after 180 s");
+    eprintln!(
+        "  {n3} takes pods {:.1} s into the scale-up",
+        t.elapsed().as_secs_f64()
+    );
+    let total = total + 12;
+    scale(total);
+    faults::wait_group_ready(cluster, group, total, 300);
     let on_new = cluster
         .get(
             "seed",
