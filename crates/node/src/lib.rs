@@ -185,7 +185,10 @@ pub fn run(mut args: Args) -> i32 {
     );
     let mut reporter = Reporter { last: None };
     let mut agent = agent::start(&args.install, &args.agent);
-    agent.wake_installer_with(tx.clone());
+    let wake = tx.clone();
+    agent.wake_installer_with(Box::new(move || {
+        let _ = wake.send(Wake::Credentials);
+    }));
     let mut locks = Locks::new(&l.state_dir);
     let signal = loop {
         let mut all_watched = true;

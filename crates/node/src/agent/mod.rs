@@ -212,6 +212,10 @@ impl AgentError {
 /// entry's mesh, and how many of the watched pods it meshes.
 pub type MeshedCount = Box<dyn Fn() -> (crate::config::mesh::Mesh, usize) + Send + Sync>;
 
+/// Wakes the installer's loop for a pass (the node process gives it: the
+/// agent knows nothing of that loop).
+pub type WakeInstaller = Box<dyn Fn() + Send + Sync>;
+
 /// State shared by the installer loop, the agent and the HTTP endpoint.
 #[derive(Default)]
 pub struct Shared {
@@ -233,14 +237,9 @@ pub struct Shared {
     /// answers the plugin's lookups (3.8 s of CPU for 60 pods started at
     /// once on the real node).
     meshed_count: Mutex<Option<MeshedCount>>,
-    /// The installer's wake-up channel, and when the plugin's refused
-    /// credentials last woke it (at most once a second).
-    installer: Mutex<
-        Option<(
-            std::sync::mpsc::Sender<crate::watch::Wake>,
-            Option<std::time::Instant>,
-        )>,
-    >,
+    /// How to wake the installer for a pass, and when the plugin's refused
+    /// credentials last did (at most once a second).
+    installer: Mutex<Option<(WakeInstaller, Option<std::time::Instant>)>>,
     /// The metrics.
     pub metrics: metrics::Metrics,
 }
@@ -284,7 +283,7 @@ impl Shared {
             && last.is_none_or(|t| t.elapsed() >= std::time::Duration::from_secs(1))
         {
             *last = Some(std::time::Instant::now());
-            let _ = tx.send(crate::watch::Wake::Credentials);
+            tx();
             self.metrics.kubeconfig_refreshes.inc();
         }
     }
@@ -376,14 +375,14 @@ impl Handle {
         }
     }
 
-    /// Where the agent wakes the installer when the plugin's credentials
-    /// are refused ([`Shared::credentials_refused`]).
-    pub fn wake_installer_with(&self, tx: std::sync::mpsc::Sender<crate::watch::Wake>) {
+    /// How the agent wakes the installer for a pass when the plugin's
+    /// credentials are refused ([`Shared::credentials_refused`]).
+    pub fn wake_installer_with(&self, wake: WakeInstaller) {
         *self
             .shared
             .installer
             .lock()
-            .unwrap_or_else(|e| e.into_inner()) = Some((tx, None));
+            .unwrap_or_else(|e| e.into_inner()) = Some((wake, None));
     }
 
     /// Tells the agent to stop (the process is about to uninstall and exit;
