@@ -304,13 +304,15 @@ fn rbac_is_get_on_pods_namespaces_and_the_kubernetes_service_and_the_agents_watc
     // The plugin: get. The node agent (default mode inPlace, no taint
     // option): list/watch pods and namespaces (its answers to the plugin's
     // pod lookups), create events (patch: a repeated event becomes a
-    // series). No delete, no node access. The installer: get on its own
-    // DaemonSet only (at SIGTERM: an update or an uninstall?).
+    // series). No delete, no write to nodes. The installer: get on its own
+    // DaemonSet (at SIGTERM: an update or an uninstall?) and on nodes (does
+    // the DaemonSet still target this one?).
     assert_eq!(
         seen,
         [
             "cluster /namespaces [] get",
             "cluster /namespaces [] list,watch",
+            "cluster /nodes [] get",
             "cluster /pods [] get",
             "cluster /pods [] list,watch",
             "cluster events.k8s.io/events [] create,patch",
