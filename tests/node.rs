@@ -454,6 +454,12 @@ fn manifest_with_image(image: &str) -> String {
 fn install_manifest(node: &Node, tag: &str) -> String {
     let image = meshnft_image(node, tag);
     node.apply(&manifest_with_image(&image));
+    rollout_status(node);
+    image
+}
+
+/// Waits (180 s at most) until the DaemonSet `meshnft/meshnft` has rolled out.
+fn rollout_status(node: &Node) {
     node.kubectl_ok(&[
         "-n",
         "meshnft",
@@ -462,7 +468,24 @@ fn install_manifest(node: &Node, tag: &str) -> String {
         "ds/meshnft",
         "--timeout=180s",
     ]);
-    image
+}
+
+/// The node agent's `/metrics` (OpenMetrics text), read in the node's network namespace.
+fn agent_metrics(node: &Node) -> String {
+    text(
+        &node
+            .run(
+                &[
+                    "busybox",
+                    "wget",
+                    "-q",
+                    "-O-",
+                    "http://127.0.0.1:9431/metrics",
+                ],
+                None,
+            )
+            .stdout,
+    )
 }
 
 /// The primary conflist as the node's containerd reads it.

@@ -1007,7 +1007,9 @@ fn gate_condition(node: &Node) -> String {
 /// fault table; [`NodeGate::off`] takes it off again by a rollout, which must leave no taint.
 struct NodeGate<'a>(&'a Node);
 
-const GATE_RBAC: &str = r#"apiVersion: rbac.authorization.k8s.io/v1
+/// What the chart adds for `agent.removeNodeTaint` and `agent.nodeCondition`: `get`, `patch` on
+/// nodes and `patch` on `nodes/status` for meshnft's service account.
+pub(crate) const GATE_RBAC: &str = r#"apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole
 metadata: {name: meshnft-test-node-gate}
 rules:
@@ -1091,14 +1093,7 @@ impl<'a> NodeGate<'a> {
 }
 
 fn rollout(node: &Node) {
-    node.kubectl_ok(&[
-        "-n",
-        "meshnft",
-        "rollout",
-        "status",
-        "ds/meshnft",
-        "--timeout=180s",
-    ]);
+    rollout_status(node);
     wait_agent_ready(node, 180);
 }
 
@@ -1378,20 +1373,7 @@ fn fault_token_revoked(node: &Node, group: &str, apply: &(dyn Fn() + Sync)) {
         .iter()
         .filter(|(pod, m)| pod.starts_with(&prefix) && with_401(m))
         .count();
-    let metrics = text(
-        &node
-            .run(
-                &[
-                    "busybox",
-                    "wget",
-                    "-q",
-                    "-O-",
-                    "http://127.0.0.1:9431/metrics",
-                ],
-                None,
-            )
-            .stdout,
-    );
+    let metrics = agent_metrics(node);
     let refreshes: f64 = metrics
         .lines()
         .find_map(|l| {

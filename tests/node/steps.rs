@@ -83,20 +83,7 @@ pub(crate) fn refusal_event_and_metrics(node: &Node) {
             && desc.contains("config.linkerd.io/skip-outbound-ports"),
         "kubectl describe pod shows meshnft's Event:\n{desc}"
     );
-    let metrics = text(
-        &node
-            .run(
-                &[
-                    "busybox",
-                    "wget",
-                    "-q",
-                    "-O-",
-                    "http://127.0.0.1:9431/metrics",
-                ],
-                None,
-            )
-            .stdout,
-    );
+    let metrics = agent_metrics(node);
     let value = |name: &str| -> f64 {
         metrics
             .lines()

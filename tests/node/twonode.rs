@@ -500,14 +500,7 @@ fn untargeted_node(cluster: &Node, second: &Node, [n1, n2]: &[String; 2]) {
         ]);
     };
     select("\"on\"");
-    cluster.kubectl_ok(&[
-        "-n",
-        "meshnft",
-        "rollout",
-        "status",
-        "ds/meshnft",
-        "--timeout=180s",
-    ]);
+    rollout_status(cluster);
     let gone = support::wait_until(Duration::from_secs(60), || {
         meshnft_files(second) == (false, false, false)
     });
@@ -535,14 +528,7 @@ fn untargeted_node(cluster: &Node, second: &Node, [n1, n2]: &[String; 2]) {
     cluster.wait_ready("seed", "after-untarget", 120);
     assert_meshed_ready(cluster, "after-untarget");
     select("null");
-    cluster.kubectl_ok(&[
-        "-n",
-        "meshnft",
-        "rollout",
-        "status",
-        "ds/meshnft",
-        "--timeout=180s",
-    ]);
+    rollout_status(cluster);
     assert!(
         support::wait_until(Duration::from_secs(60), || meshnft_files(second)
             == (true, true, true)),
@@ -587,20 +573,6 @@ fn deployment(name: &str, group: &str, replicas: usize) -> String {
     )
 }
 
-/// The RBAC and the variables of `agent.removeNodeTaint=true` (the default taint
-/// `meshnft.io/not-ready:NoSchedule`).
-const TAINT_RBAC: &str = r#"apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: meshnft-test-node-taint}
-rules: [{apiGroups: [""], resources: [nodes], verbs: [get, patch]}]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: meshnft-test-node-taint}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: meshnft-test-node-taint}
-subjects: [{kind: ServiceAccount, name: meshnft, namespace: meshnft}]
-"#;
-
 /// Issue 34: a new node joins while a Deployment of meshed pods scales up. The node registers
 /// with the taint docs/install.md tells operators to set (kubelet's `registerWithTaints:
 /// meshnft.io/not-ready:NoSchedule`; `MESHNFT_NODE_WITHOUT=registertaint` leaves it out), and
@@ -611,7 +583,9 @@ subjects: [{kind: ServiceAccount, name: meshnft, namespace: meshnft}]
 /// and some landed on the new node (else the row did not happen).
 fn node_joins_during_churn(cluster: &Node) -> Node {
     let t = Instant::now();
-    cluster.apply(TAINT_RBAC);
+    // The RBAC of `agent.removeNodeTaint=true`, the default taint
+    // `meshnft.io/not-ready:NoSchedule`.
+    cluster.apply(faults::GATE_RBAC);
     cluster.kubectl_ok(&[
         "-n",
         "meshnft",
@@ -620,14 +594,7 @@ fn node_joins_during_churn(cluster: &Node) -> Node {
         "ds/meshnft",
         "MESHNFT_REMOVE_NODE_TAINT=true",
     ]);
-    cluster.kubectl_ok(&[
-        "-n",
-        "meshnft",
-        "rollout",
-        "status",
-        "ds/meshnft",
-        "--timeout=180s",
-    ]);
+    rollout_status(cluster);
     let group = "joiner";
     let total = 24;
     cluster.apply(&deployment(group, group, 6));

@@ -171,23 +171,16 @@ pub fn condition_type(s: &str) -> Result<String, String> {
     Ok(s.to_string())
 }
 
-/// The node's taints, and a merge patch that sets them to `taints`,
-/// carrying `resource_version`.
-fn taints_patch(
-    resource_version: Option<String>,
-    taints: Vec<k8s_openapi::api::core::v1::Taint>,
-) -> serde_json::Value {
-    json!({
-        "metadata": {"resourceVersion": resource_version},
-        "spec": {"taints": taints},
-    })
-}
-
-/// Puts `taint` on `node`; `Ok(false)` when it is there already.
-///
-/// Errors: the node could not be read or patched (409 on a concurrent
-/// change of its taints: retried by the caller).
-pub async fn add(client: &Client, node: &str, taint: &Taint) -> Result<bool, AgentError> {
+/// Reads `node`'s taints, lets `change` edit them (it returns whether it
+/// did), and writes them back when it did: one merge patch of
+/// `spec.taints` carrying the node's `resourceVersion`, so a concurrent
+/// change fails (409) and is retried by the caller, never overwritten.
+/// `Ok(false)` when nothing was to change.
+async fn edit_taints(
+    client: &Client,
+    node: &str,
+    change: impl FnOnce(&mut Vec<k8s_openapi::api::core::v1::Taint>) -> bool,
+) -> Result<bool, AgentError> {
     let nodes: Api<Node> = Api::all(client.clone());
     let n = timed(format!("get node {node}"), nodes.get(node)).await?;
     let mut taints = n
@@ -195,16 +188,13 @@ pub async fn add(client: &Client, node: &str, taint: &Taint) -> Result<bool, Age
         .as_ref()
         .and_then(|s| s.taints.clone())
         .unwrap_or_default();
-    if taints.iter().any(|t| taint.is(t)) {
+    if !change(&mut taints) {
         return Ok(false);
     }
-    taints.push(k8s_openapi::api::core::v1::Taint {
-        key: taint.key.clone(),
-        value: taint.value.clone(),
-        effect: taint.effect.as_str().to_string(),
-        time_added: None,
+    let patch = json!({
+        "metadata": {"resourceVersion": n.metadata.resource_version},
+        "spec": {"taints": taints},
     });
-    let patch = taints_patch(n.metadata.resource_version, taints);
     timed(
         format!("patch node {node}"),
         nodes.patch(node, &PatchParams::default(), &Patch::Merge(&patch)),
@@ -213,28 +203,36 @@ pub async fn add(client: &Client, node: &str, taint: &Taint) -> Result<bool, Age
     Ok(true)
 }
 
+/// Puts `taint` on `node`; `Ok(false)` when it is there already.
+///
+/// Errors: the node could not be read or patched (409 on a concurrent
+/// change of its taints: retried by the caller).
+pub async fn add(client: &Client, node: &str, taint: &Taint) -> Result<bool, AgentError> {
+    edit_taints(client, node, |taints| {
+        if taints.iter().any(|t| taint.is(t)) {
+            return false;
+        }
+        taints.push(k8s_openapi::api::core::v1::Taint {
+            key: taint.key.clone(),
+            value: taint.value.clone(),
+            effect: taint.effect.as_str().to_string(),
+            time_added: None,
+        });
+        true
+    })
+    .await
+}
+
 /// Takes `taint` off `node`; `Ok(false)` when it has none.
 ///
 /// Errors: as [`add`].
 pub async fn remove(client: &Client, node: &str, taint: &Taint) -> Result<bool, AgentError> {
-    let nodes: Api<Node> = Api::all(client.clone());
-    let n = timed(format!("get node {node}"), nodes.get(node)).await?;
-    let taints = n
-        .spec
-        .as_ref()
-        .and_then(|s| s.taints.clone())
-        .unwrap_or_default();
-    if !taints.iter().any(|t| taint.is(t)) {
-        return Ok(false);
-    }
-    let rest: Vec<_> = taints.into_iter().filter(|t| !taint.is(t)).collect();
-    let patch = taints_patch(n.metadata.resource_version, rest);
-    timed(
-        format!("patch node {node}"),
-        nodes.patch(node, &PatchParams::default(), &Patch::Merge(&patch)),
-    )
-    .await?;
-    Ok(true)
+    edit_taints(client, node, |taints| {
+        let before = taints.len();
+        taints.retain(|t| !taint.is(t));
+        taints.len() != before
+    })
+    .await
 }
 
 /// Sets the node condition `kind` (e.g. `meshnft.io/Ready`) of `node` to
@@ -320,44 +318,29 @@ pub struct ExitGate<'a> {
 /// unless this pod is being replaced by a rollout (see the module docs),
 /// within `budget`. Returns what it did, for the log; never fails.
 pub fn at_exit(gate: &ExitGate<'_>, budget: Duration) -> String {
-    let rt = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => return format!("node taint not put back (no runtime: {e})"),
-    };
-    rt.block_on(async {
-        let work = async {
-            let client = crate::install::apiclient::make_client(gate.kubeconfig)
-                .await
-                .map_err(|e| e.to_string())?;
-            if let Some(pod) = gate.pod
-                && replaced_by_rollout(&client, gate.ns, gate.daemonset, pod).await == Some(true)
-            {
-                return Ok(format!(
-                    "this pod is being replaced by a newer revision of DaemonSet {}/{}: node {} \
-                     keeps no taint {} (its next agent follows at once)",
-                    gate.ns, gate.daemonset, gate.node, gate.taint
-                ));
-            }
-            let added = add(&client, gate.node, gate.taint)
-                .await
-                .map_err(|e| e.to_string())?;
-            Ok::<_, String>(format!(
-                "not a rollout (a node shutdown, a reboot, an eviction or a deleted pod): {} the \
-                 taint {} on node {}; the next agent removes it once ready",
-                if added { "put" } else { "kept" },
-                gate.taint,
-                gate.node
-            ))
-        };
-        match tokio::time::timeout(budget, work).await {
-            Ok(Ok(said)) => said,
-            Ok(Err(e)) => format!("node taint not put back: {e}"),
-            Err(_) => format!("node taint not put back: no answer within {budget:?}"),
+    let work = |client: Client| async move {
+        if let Some(pod) = gate.pod
+            && replaced_by_rollout(&client, gate.ns, gate.daemonset, pod).await == Some(true)
+        {
+            return Ok(format!(
+                "this pod is being replaced by a newer revision of DaemonSet {}/{}: node {} \
+                 keeps no taint {} (its next agent follows at once)",
+                gate.ns, gate.daemonset, gate.node, gate.taint
+            ));
         }
-    })
+        let added = add(&client, gate.node, gate.taint)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(format!(
+            "not a rollout (a node shutdown, a reboot, an eviction or a deleted pod): {} the \
+             taint {} on node {}; the next agent removes it once ready",
+            if added { "put" } else { "kept" },
+            gate.taint,
+            gate.node
+        ))
+    };
+    crate::install::apiclient::with_client(gate.kubeconfig, budget, work)
+        .unwrap_or_else(|e| format!("node taint not put back: {e}"))
 }
 
 /// At an uninstall: takes the taint off the node (no agent would ever
@@ -369,33 +352,20 @@ pub fn remove_at_uninstall(
     taint: &Taint,
     budget: Duration,
 ) -> String {
-    let rt = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => return format!("node taint {taint} not checked (no runtime: {e})"),
+    let work = |client: Client| async move {
+        remove(&client, node, taint)
+            .await
+            .map_err(|e| e.to_string())
     };
-    rt.block_on(async {
-        let work = async {
-            let client = crate::install::apiclient::make_client(kubeconfig)
-                .await
-                .map_err(|e| e.to_string())?;
-            remove(&client, node, taint)
-                .await
-                .map_err(|e| e.to_string())
-        };
-        match tokio::time::timeout(budget, work).await {
-            Ok(Ok(true)) => format!("removed the taint {taint} from node {node}"),
-            Ok(Ok(false)) => format!("node {node} has no taint {taint}"),
-            Ok(Err(e)) => format!(
-                "the taint {taint} could not be checked on node {node} ({e}): if it is there, \
-                 remove it by hand (kubectl taint node {node} {}-)",
-                taint.key
-            ),
-            Err(_) => format!("the taint {taint} on node {node}: no answer within {budget:?}"),
-        }
-    })
+    match crate::install::apiclient::with_client(kubeconfig, budget, work) {
+        Ok(true) => format!("removed the taint {taint} from node {node}"),
+        Ok(false) => format!("node {node} has no taint {taint}"),
+        Err(e) => format!(
+            "the taint {taint} could not be checked on node {node} ({e}): if it is there, \
+             remove it by hand (kubectl taint node {node} {}-)",
+            taint.key
+        ),
+    }
 }
 
 #[cfg(test)]

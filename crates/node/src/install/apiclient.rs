@@ -28,3 +28,31 @@ pub(crate) async fn make_client(kubeconfig: Option<&std::path::Path>) -> Result<
     config.default_retry = false;
     Client::try_from(config).map_err(|e| format!("cannot build the Kubernetes client: {e}"))
 }
+
+/// Runs `work` with a client for `kubeconfig` (`None`: in-cluster) on a
+/// current-thread runtime of its own, within `budget`: at exit, when the
+/// agent's runtime is gone (the node taint put back or taken off).
+/// Errors: no runtime, no client, `work`'s error, or no answer within
+/// `budget`, as text for the log.
+pub(crate) fn with_client<T, F>(
+    kubeconfig: Option<&std::path::Path>,
+    budget: std::time::Duration,
+    work: impl FnOnce(Client) -> F,
+) -> Result<T, String>
+where
+    F: std::future::Future<Output = Result<T, String>>,
+{
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("no runtime: {e}"))?;
+    rt.block_on(async {
+        let run = async {
+            let client = make_client(kubeconfig).await?;
+            work(client).await
+        };
+        tokio::time::timeout(budget, run)
+            .await
+            .unwrap_or_else(|_| Err(format!("no answer within {budget:?}")))
+    })
+}

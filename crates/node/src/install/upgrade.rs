@@ -95,27 +95,25 @@ pub struct ThisNode<'a> {
     pub own_taint: Option<&'a str>,
 }
 
-/// A DaemonSet that is there: does it still target `node`? `Keep` when it
-/// does (an update, a restart, a reboot) or when the node cannot be read
-/// (to be safe), `Uninstall` when it does not ([`super::targeting`]).
+/// DaemonSet `d` (`ds`, for the log) is there (`kept` says so): does it
+/// still target `node`?
+/// [`OnExit::Keep`] with `kept` when it does (an update, a restart, a
+/// reboot) or, saying why, when the node cannot be read (to be safe);
+/// `Uninstall` when it does not ([`super::targeting`]).
 async fn still_targets(
     client: &kube::Client,
     d: &DaemonSet,
     ds: &str,
     node: ThisNode<'_>,
+    kept: String,
 ) -> OnExit {
-    let keep = || {
-        OnExit::Keep(format!(
-            "{ds} is still there: an update, a restart or a reboot; the next installer takes over"
-        ))
-    };
     let Some(spec) = d.spec.template.spec.as_ref() else {
-        return keep();
+        return OnExit::Keep(kept);
     };
     let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(client.clone());
     match nodes.get(node.name).await {
         Ok(n) => match super::targeting::targets(spec, &n, node.own_taint) {
-            Ok(()) => keep(),
+            Ok(()) => OnExit::Keep(kept),
             Err(why) => OnExit::Uninstall(format!(
                 "{ds} no longer targets node {} ({why}): no installer follows here, meshnft is \
                  being removed from this node",
@@ -170,12 +168,10 @@ pub fn decide(
                             return OnExit::Keep(why);
                         };
                         let ds = format!("DaemonSet {ns}/{name}");
-                        return tokio::time::timeout_at(
-                            deadline,
-                            still_targets(&client, d, &ds, node),
-                        )
-                        .await
-                        .unwrap_or(OnExit::Keep(why));
+                        let checked = still_targets(&client, d, &ds, node, why.clone());
+                        return tokio::time::timeout_at(deadline, checked)
+                            .await
+                            .unwrap_or(OnExit::Keep(why));
                     }
                     Ok(d) => return d,
                     Err(e) => {
