@@ -131,6 +131,27 @@ if [[ $kind_mode == 1 ]]; then
     kt=$EPOCHREALTIME
     tests/kind/seed.sh 2>&1 | tee -a "$log" || kind_status=${PIPESTATUS[0]}
     kind_seed=$(took "$kt")
+    # The seed with Linkerd itself (vagrant/linkerd.sh), when Linkerd's parts are built
+    # (scripts/linkerd.sh: cached) or MESHNFT_LINKERD=1 (which builds them); MESHNFT_LINKERD=0
+    # skips it. Its images are imported into docker and loaded into the cluster first.
+    kind_linkerd=-
+    if [[ ${MESHNFT_LINKERD:-auto} == 0 ]]; then
+      echo "==> kind: the seed with Linkerd skipped (MESHNFT_LINKERD=0)"
+    elif [[ ${MESHNFT_LINKERD:-auto} != 1 ]] && ! scripts/linkerd.sh --cached-only >/dev/null 2>&1; then
+      echo "==> kind: the seed with Linkerd skipped, Linkerd's parts are not built on this machine (MESHNFT_LINKERD=1 builds them: docs/linkerd.md)"
+    else
+      kt=$EPOCHREALTIME
+      [[ ${MESHNFT_LINKERD:-auto} == 1 ]] && scripts/linkerd.sh >/dev/null
+      if l5d=$(scripts/kind-linkerd.sh images "${MESHNFT_KIND_CLUSTER:-meshnft}"); then
+        LINKERD=$(sed -n 's/^linkerd=//p' <<<"$l5d") LINKERD_CNI_IMAGE=$(sed -n 's/^cni_image=//p' <<<"$l5d") \
+          KUBECONFIG=${MESHNFT_CACHE_DIR:-/var/cache/meshnft}/kind/state/${MESHNFT_KIND_CLUSTER:-meshnft}.kubeconfig \
+          PATH="$(dirname "$(sed -n 's/^kubectl=//p' "${MESHNFT_CACHE_DIR:-/var/cache/meshnft}/kind/state/parts" | tail -n1)"):$PATH" \
+          vagrant/linkerd.sh 2>&1 | tee -a "$log" || kind_status=1
+      else
+        kind_status=1
+      fi
+      kind_linkerd=$(took "$kt")
+    fi
   else
     kind_status=1
     kind_up="$(took "$kt") (failed)"
@@ -138,7 +159,7 @@ if [[ $kind_mode == 1 ]]; then
   fi
   kt=$EPOCHREALTIME
   scripts/kind.sh down || kind_status=1
-  echo "==> kind: up $kind_up s, seed scenarios $kind_seed s, down $(took "$kt") s"
+  echo "==> kind: up $kind_up s, seed scenarios $kind_seed s, the seed with Linkerd ${kind_linkerd:--} s, down $(took "$kt") s"
 fi
 
 # Vagrant from local parts (docs/kind.md): vagrant/'s VM with the libvirt provider and a box built
@@ -192,6 +213,7 @@ fi
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($i ~ /^passed/) p += $(i-1); if ($i ~ /^failed/) f += $(i-1) } }
      /^kind seed: [0-9]+ passed, [0-9]+ failed/ { p += $3; f += $5 }
      /^e2e: [0-9]+ passed, [0-9]+ failed/ { p += $2; f += $4 }
+     /^linkerd seed: [0-9]+ passed, [0-9]+ failed/ { p += $3; f += $5 }
      END { printf "%d passed, %d failed\n", p, f }' "$log"
 if ((leaks)); then exit 1; fi
 if ((status == 0)); then status=$kstatus; fi

@@ -12,12 +12,15 @@
 #   etcd-<v>/bin/etcd        from tests/node/gomod/etcd (same reason: etcd's
 #                            server module replaces its sibling modules).
 #   helm-<v>/bin/helm        helm.sh/helm/v4 with go install.
+#   coredns-<v>/bin/coredns  from tests/kind/gomod/coredns (kind's wrapper module), part
+#                            `coredns`: only the node with cluster DNS needs it
+#                            (MESHNFT_NODE_DNS=1 scripts/node.sh up: the real Linkerd).
 #   crictl-<v>/bin/crictl    from tests/node/gomod/cri-tools (sigs.k8s.io/cri-tools):
 #                            the node suite's view of pod sandboxes through CRI.
 #   containerd-<v>/...       scripts/containerd.sh (containerd 2.x + local images).
 #
 # Usage: scripts/node-build.sh [part...]   (parts: kubernetes etcd helm crictl containerd,
-# default all of these; and kubeadm). Prints `NAME=DIR` lines on stdout, one per part, and the
+# default all of these; and kubeadm, coredns). Prints `NAME=DIR` lines on stdout, one per part, and the
 # time it took on stderr. MESHNFT_CACHE_DIR overrides <cache> (default
 # /var/cache/meshnft). MESHNFT_GO_P sets go build -p (default: Go's own); MESHNFT_NICE
 # the builds' niceness (default 15: they yield to anything else on the machine).
@@ -29,6 +32,7 @@ KUBERNETES_VERSION=v1.35.4
 ETCD_VERSION=v3.6.16
 HELM_VERSION=v4.3.2
 CRICTL_VERSION=v1.37.0
+COREDNS_VERSION=v1.13.1
 
 cache=${MESHNFT_CACHE_DIR:-/var/cache/meshnft}
 if ! mkdir -p "$cache" 2>/dev/null || [[ ! -w $cache ]]; then
@@ -110,6 +114,10 @@ for part in "${parts[@]}"; do
   crictl)
     build crictl "$CRICTL_VERSION" tests/node/gomod/cri-tools \
       "-s -w -X sigs.k8s.io/cri-tools/pkg/version.Version=$CRICTL_VERSION" sigs.k8s.io/cri-tools/cmd/crictl
+    ;;
+  coredns)
+    build coredns "$COREDNS_VERSION" tests/kind/gomod/coredns \
+      "-s -w -X github.com/coredns/coredns/coremain.GitCommit=$COREDNS_VERSION" github.com/coredns/coredns
     ;;
   containerd)
     if [[ ${MESHNFT_NODE_CACHED_ONLY:-} == 1 ]]; then

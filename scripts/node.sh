@@ -59,6 +59,15 @@
 #                                 imports it into the node's containerd (and into
 #                                 those of the nodes added to DIR)
 #
+# Cluster DNS (MESHNFT_NODE_DNS=1 at `up`; what the real Linkerd needs: its proxies find
+# the control plane by name): CoreDNS (scripts/node-build.sh coredns) as one more daemon of
+# the node, its kubernetes plugin reading the API with the admin's kubeconfig, answering on
+# $CLUSTER_DNS_IP (on the node's lo, like the `kubernetes` ClusterIP) for cluster.local;
+# every kubelet gets it as clusterDNS. There is still no kube-proxy: a ClusterIP service
+# answers by name but carries no traffic; headless services (Linkerd's control plane's)
+# resolve to pod IPs, and the API server reaches admission webhooks at their endpoints
+# (--enable-aggregator-routing).
+#
 # The primary CNI configuration is the first plugin of conflists/bridge-meshnft.conflist
 # (bridge + host-local); meshnft is chained by its own installer (deploy/).
 set -euo pipefail
@@ -68,6 +77,7 @@ NODE_IP=198.19.0.1
 OUTSIDE_IP=198.19.0.2
 SERVICE_CIDR=198.19.128.0/24
 KUBERNETES_SVC_IP=198.19.128.1
+CLUSTER_DNS_IP=198.19.128.10
 SYSCTLS=(kernel.panic kernel.panic_on_oops vm.overcommit_memory vm.panic_on_oom kernel.keys.root_maxkeys kernel.keys.root_maxbytes)
 PRIVATE_PATHS=(/etc/cni /opt/cni /var/lib/cni /var/lib/kubelet /var/log/pods /var/log/containers /run/meshnft /run/meshnft-agent)
 # Mounted as a tmpfs each in the node (on their private directory): gone with the node's mount
@@ -89,8 +99,10 @@ in_node() {
 env_file() { # the environment every node command gets
   local d=$1
   local path="" part
-  for part in kubernetes containerd etcd helm crictl; do
-    path+="$(sed -n "s/^$part=//p" "$d/parts")/bin:"
+  local dir
+  for part in kubernetes containerd etcd helm crictl coredns; do
+    dir=$(sed -n "s/^$part=//p" "$d/parts")
+    [[ -z $dir ]] || path+="$dir/bin:"
   done
   printf 'PATH=%s/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n' "$path"
   # helm's cache and config stay in the node's directory.
@@ -346,7 +358,12 @@ up() {
   trap "up_failed '$d'" EXIT
 
   log "building or finding the node's parts (scripts/node-build.sh) ..."
-  "$here/scripts/node-build.sh" >"$d/parts"
+  local -a parts=()
+  if [[ ${MESHNFT_NODE_DNS:-0} == 1 ]]; then
+    parts=(kubernetes etcd helm crictl containerd coredns)
+    echo "$CLUSTER_DNS_IP" >"$d/dns"
+  fi
+  "$here/scripts/node-build.sh" "${parts[@]}" >"$d/parts"
   env_file "$d" >"$d/env"
   local cbin k8s
   cbin=$(sed -n 's/^containerd=//p' "$d/parts")/bin
@@ -374,6 +391,7 @@ up() {
     ip link add eth0 type veth peer name eth0 netns /proc/$outside/ns/net
     ip addr add $NODE_IP/24 dev eth0
     ip addr add $KUBERNETES_SVC_IP/32 dev lo
+    if [ -f '$d/dns' ]; then ip addr add $CLUSTER_DNS_IP/32 dev lo; fi
     ip link set eth0 up
     ip route add default via $OUTSIDE_IP
     # Linkerd's validator address (meshnft redirects it inside the pod): never routed on.
@@ -431,12 +449,27 @@ EOF
     --service-account-issuer=https://kubernetes.default.svc.cluster.local \
     --service-account-key-file="$p/sa.pub" --service-account-signing-key-file="$p/sa.key" \
     --audit-policy-file="$d/audit-policy.yaml" --audit-log-path="$d/logs/audit.log" \
-    --profiling=false --v=1
+    --enable-aggregator-routing=true --profiling=false --v=1
   # containerd, meanwhile.
   mkdir -p "$d/c/root" "$d/c/state" "$d/c/s" "$d/c/runc"
   containerd_config "$d" >"$d/c/config.toml"
   start "$d" containerd containerd --config "$d/c/config.toml"
   wait_for "kube-apiserver" 120 run "$d" kubectl get --raw /readyz
+  if [[ -f $d/dns ]]; then
+    cat >"$d/Corefile" <<EOF
+.:53 {
+    bind $CLUSTER_DNS_IP
+    errors
+    kubernetes cluster.local in-addr.arpa ip6.arpa {
+        kubeconfig $p/admin.kubeconfig
+        pods insecure
+        fallthrough in-addr.arpa ip6.arpa
+    }
+    cache 5
+}
+EOF
+    start "$d" coredns coredns -conf "$d/Corefile" -quiet
+  fi
   wait_for "containerd" 30 run "$d" ctr -a "$d/c/containerd.sock" version
   local imgs
   imgs=$(sed -n 's/^containerd=//p' "$d/parts")/images.tar
@@ -494,6 +527,7 @@ add_node() {
   echo "$d" >"$m/member"
   echo "$name" >"$m/name"
   cp "$d/parts" "$m/parts"
+  if [[ -f $d/dns ]]; then cp "$d/dns" "$m/dns"; fi
   # Its kubelet's identity, signed by the cluster's CA; the admin's for `run`; both talking to
   # the API server at the first node's address.
   local p=$d/pki
@@ -657,6 +691,9 @@ nodeStatusUpdateFrequency: 2s
 EOF
   # MESHNFT_NODE_REGISTER_TAINT=KEY:EFFECT: the node registers with that taint (kubelet's
   # registerWithTaints, what docs/install.md#node-lifecycle tells operators to set).
+  if [[ -f $d/dns ]]; then
+    printf 'clusterDNS: [%s]\nclusterDomain: cluster.local\n' "$(cat "$d/dns")"
+  fi
   if [[ -n ${MESHNFT_NODE_REGISTER_TAINT:-} ]]; then
     echo "registerWithTaints: [{key: ${MESHNFT_NODE_REGISTER_TAINT%:*}, effect: ${MESHNFT_NODE_REGISTER_TAINT##*:}}]"
   fi
@@ -708,7 +745,7 @@ down() {
   # The added nodes before the first one (their kubelets talk to its API server).
   for n in $(members "$d"); do DOWN_WHOLE=1 down "$n"; done
   # The daemons in reverse order, gently, then everything of the node by force.
-  for n in kubelet kube-scheduler kube-controller-manager kube-apiserver containerd etcd outside-web; do
+  for n in kubelet kube-scheduler kube-controller-manager coredns kube-apiserver containerd etcd outside-web; do
     [[ -f $d/pids/$n ]] && pids+=("$(cat "$d/pids/$n")")
   done
   if ((${#pids[@]})); then kill -TERM "${pids[@]}" 2>/dev/null || true; fi

@@ -20,6 +20,8 @@
 
 #[path = "node/faults.rs"]
 mod faults;
+#[path = "node/linkerd.rs"]
+mod linkerd;
 use meshnft_testkit as support;
 #[path = "node/steps.rs"]
 mod steps;
@@ -108,11 +110,21 @@ impl Node {
         Node::up_with(1)
     }
 
+    /// One node with cluster DNS (`MESHNFT_NODE_DNS=1 node.sh up`: CoreDNS on 198.19.128.10).
+    fn up_dns() -> Node {
+        Node::up_env(1, &[("MESHNFT_NODE_DNS", "1")])
+    }
+
     /// The first node, then `nodes - 1` more (`node.sh up --nodes N`).
     fn up_with(nodes: usize) -> Node {
+        Node::up_env(nodes, &[])
+    }
+
+    /// [`Node::up_with`] with `env` set for `node.sh up`.
+    fn up_env(nodes: usize, env: &[(&str, &str)]) -> Node {
         let t0 = Instant::now();
         let mut cmd = Command::new(script("node.sh"));
-        cmd.arg("up");
+        cmd.arg("up").envs(env.iter().copied());
         if nodes > 1 {
             cmd.arg("--nodes").arg(nodes.to_string());
         }

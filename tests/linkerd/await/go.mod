@@ -1,0 +1,3 @@
+module meshnft.test/linkerd-await
+
+go 1.26
