@@ -11,14 +11,20 @@
 #   3. the artefacts, <cache>/vagrant/artefacts: `scripts/kind.sh images` (the kind node
 #      image, meshnft's image from deploy/Dockerfile, the test image meshnft.test/busybox:1),
 #      each saved by `docker save` (again only when its image changed), and the kind CLI,
-#      kubectl and helm of the kind and real-node suites (scripts/node-build.sh);
+#      kubectl and helm of the kind and real-node suites (scripts/node-build.sh); when
+#      Linkerd's parts are built (scripts/linkerd.sh), its CLI and images too
+#      (scripts/kind-linkerd.sh). They go into the VM as a disk, not a synced folder (GBs:
+#      under TCG, rsync over ssh ran at 3 MB/s): an ext4 image made from the directory by
+#      `mke2fs -d` (no mount on the host), a raw volume of the run's storage pool that the
+#      Vagrantfile attaches and mounts read-only at /meshnft-artefacts;
 #   4. `vagrant up --provider libvirt --no-provision` (vagrant/Vagrantfile: the repository and
 #      the artefacts synced by rsync, libvirt's management network meshnft-vagrant on
 #      198.18.236.0/24, its own storage pool), then `vagrant provision`: provision.sh with
 #      MESHNFT_ARTEFACTS, i.e. docker load, `kind create cluster` from vagrant/kind-config.yaml
 #      (a control-plane node and a worker), meshnft from deploy/meshnft.yaml;
 #   5. inside the VM: tests/kind/seed.sh (the seed scenarios of the kind suite) and
-#      vagrant/e2e.sh (the users' script);
+#      vagrant/e2e.sh (the users' script), then, with Linkerd's parts, `E2E_LINKERD=1
+#      vagrant/e2e.sh` (the seed with Linkerd itself: vagrant/linkerd.sh);
 #   6. `vagrant destroy -f`, then the network, the pool and its volumes removed, and the
 #      daemons this script started stopped: also on a failure or an interrupt.
 #
@@ -202,8 +208,34 @@ for what in image meshnft test; do
     echo "$id" >"$artefacts/images/$what.id"
   fi
 done
+with_linkerd=0
+rm -f "$artefacts/linkerd-images"
+if l5d=$(scripts/kind-linkerd.sh images 2>/dev/null); then
+  with_linkerd=1
+  install -m 0755 "$(sed -n 's/^linkerd=//p' <<<"$l5d")" "$artefacts/bin/linkerd"
+  sed -n 's/^image=//p' <<<"$l5d" >"$artefacts/linkerd-images"
+  id=$(xargs docker image inspect -f '{{.Id}}' <"$artefacts/linkerd-images" | sha256sum | cut -c1-16)
+  if [[ $(cat "$artefacts/images/linkerd.id" 2>/dev/null) != "$id" ]]; then
+    log "docker save Linkerd's images"
+    # shellcheck disable=SC2046 # one image name a line
+    docker save -o "$artefacts/images/linkerd.tar.tmp" $(cat "$artefacts/linkerd-images")
+    mv -f "$artefacts/images/linkerd.tar.tmp" "$artefacts/images/linkerd.tar"
+    echo "$id" >"$artefacts/images/linkerd.id"
+  fi
+else
+  log "Linkerd's parts are not built (scripts/linkerd.sh): the VM runs vagrant/e2e.sh without E2E_LINKERD"
+  rm -f "$artefacts/bin/linkerd" "$artefacts/images/linkerd.tar" "$artefacts/images/linkerd.id"
+fi
 if ((dockerd_ours)); then scripts/kind.sh down >/dev/null 2>&1; dockerd_ours=0; fi
-log "artefacts: $(du -sh "$artefacts" | cut -f1) in $artefacts"
+# The disk: the directory as an ext4 image with a quarter more room, in the run's pool.
+disk=meshnft-artefacts.img
+size=$(du -sm "$artefacts" | cut -f1)
+size=$((size + size / 4 + 64))
+rm -f "$pool_dir/$disk"
+mke2fs -q -t ext4 -L meshnft-art -d "$artefacts" "$pool_dir/$disk" "${size}M"
+virsh -q pool-refresh "$POOL" >/dev/null
+export MESHNFT_ARTEFACTS_DISK=$disk
+log "artefacts: $(du -sh "$artefacts" | cut -f1) in $artefacts, as the disk $pool_dir/$disk (${size} MiB)"
 t_artefacts=$(elapsed "$t0")
 
 # ---- 4. vagrant up, provision -----------------------------------------------------------
@@ -222,6 +254,12 @@ vagrant ssh -c 'sudo KIND=/usr/local/bin/kind KUBECTL=/usr/local/bin/kubectl KIN
   tee "$out" || status=1
 vagrant ssh -c 'sudo /vagrant/vagrant/e2e.sh' 2>&1 | tee -a "$out" || status=1
 t_e2e=$(elapsed "$t0")
+t_linkerd=-
+if ((with_linkerd)); then
+  t0=$EPOCHREALTIME
+  vagrant ssh -c 'sudo E2E_LINKERD=1 /vagrant/vagrant/e2e.sh' 2>&1 | tee -a "$out" || status=1
+  t_linkerd=$(elapsed "$t0")
+fi
 
 # ---- 6. vagrant destroy (and the rest, in cleanup) --------------------------------------
 t0=$EPOCHREALTIME
@@ -229,8 +267,9 @@ vagrant destroy -f >&2
 rm -rf "$VAGRANT_DOTFILE_PATH"
 t_destroy=$(elapsed "$t0")
 
-echo "vagrant e2e: tools $t_tools s, box $t_box s, artefacts $t_artefacts s, vagrant up $t_up s, provision $t_provision s, e2e $t_e2e s, destroy $t_destroy s; all $(elapsed "$start") s"
+echo "vagrant e2e: tools $t_tools s, box $t_box s, artefacts $t_artefacts s, vagrant up $t_up s, provision $t_provision s, e2e $t_e2e s, e2e with Linkerd $t_linkerd s, destroy $t_destroy s; all $(elapsed "$start") s"
 awk '/^kind seed: [0-9]+ passed, [0-9]+ failed/ { p += $3; f += $5 }
      /^e2e: [0-9]+ passed, [0-9]+ failed/ { p += $2; f += $4 }
+     /^linkerd seed: [0-9]+ passed, [0-9]+ failed/ { p += $3; f += $5 }
      END { printf "vagrant e2e: %d passed, %d failed\n", p, f; exit !(p > 0 && f == 0) }' "$out" || status=1
 exit "$status"

@@ -16,6 +16,11 @@
 #       bin/kubectl, bin/helm, images/*.tar (`docker save` of the kind node image, of
 #       meshnft:<version> and of meshnft.test/busybox:1) and node-image (the node
 #       image's name). Docker is the box's (Debian's docker.io, scripts/vagrant-box.sh).
+#       With Linkerd's parts (scripts/vagrant-e2e.sh adds them when they are built): bin/linkerd,
+#       images/linkerd.tar (its proxy, controller and linkerd2-cni images) and linkerd-images
+#       (their names, loaded into the cluster too) for `E2E_LINKERD=1 vagrant/e2e.sh`.
+#       scripts/vagrant-e2e.sh brings DIR in as a disk (ext4, label meshnft-art) that the
+#       Vagrantfile mounts read-only at /meshnft-artefacts before this script runs.
 set -euo pipefail
 
 KIND_VERSION=${KIND_VERSION:-v0.29.0}
@@ -117,6 +122,11 @@ if ! kind get clusters | grep -qx "$CLUSTER"; then
     kind create cluster --name "$CLUSTER" --image "$NODE_IMAGE" --config "$REPO/vagrant/kind-config.yaml" --wait 10m
 fi
 kind load docker-image --name "$CLUSTER" "meshnft:$VERSION" "$TEST_IMAGE"
+if [[ -n $ARTEFACTS && -s $ARTEFACTS/linkerd-images ]]; then
+    # shellcheck disable=SC2046 # one image name a line
+    kind load docker-image --name "$CLUSTER" $(cat "$ARTEFACTS/linkerd-images")
+    install -m 0755 "$ARTEFACTS/bin/linkerd" /usr/local/bin/linkerd
+fi
 
 # nft on the nodes is for vagrant/e2e.sh, which lists pods' tables with it (a debugging tool and
 # the test's oracle): meshnft itself speaks nf_tables netlink and never runs nft. The node
