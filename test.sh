@@ -144,6 +144,8 @@ if [[ $kind_mode == 1 ]]; then
       [[ ${MESHNFT_LINKERD:-auto} == 1 ]] && scripts/linkerd.sh >/dev/null
       if l5d=$(scripts/kind-linkerd.sh images "${MESHNFT_KIND_CLUSTER:-meshnft}"); then
         LINKERD=$(sed -n 's/^linkerd=//p' <<<"$l5d") LINKERD_CNI_IMAGE=$(sed -n 's/^cni_image=//p' <<<"$l5d") \
+          KIND=$(sed -n 's/^kind=//p' "${MESHNFT_CACHE_DIR:-/var/cache/meshnft}/kind/state/parts" | tail -n1) \
+          CLUSTER=${MESHNFT_KIND_CLUSTER:-meshnft} \
           KUBECONFIG=${MESHNFT_CACHE_DIR:-/var/cache/meshnft}/kind/state/${MESHNFT_KIND_CLUSTER:-meshnft}.kubeconfig \
           PATH="$(dirname "$(sed -n 's/^kubectl=//p' "${MESHNFT_CACHE_DIR:-/var/cache/meshnft}/kind/state/parts" | tail -n1)"):$PATH" \
           vagrant/linkerd.sh 2>&1 | tee -a "$log" || kind_status=1

@@ -29,7 +29,8 @@
 #                       the images then pulled from cr.l5d.io.
 #   LINKERD_CNI_IMAGE   linkerd2-cni's image NAME:TAG (default: the chart's, pulled); local parts
 #                       load one (scripts/linkerd.sh's cni-plugin image).
-#   CLUSTER             the kind cluster (default meshnft); KUBECONFIG as kubectl takes it.
+#   CLUSTER             the kind cluster (default meshnft); KUBECONFIG as kubectl takes it;
+#   KIND                the kind CLI (default: kind on PATH).
 #   CLUSTER_NETWORKS    Linkerd's clusterNetworks; default: Linkerd's own (the private ranges)
 #                       with the cluster's pod CIDRs (the nodes' podCIDRs) and service CIDRs (its
 #                       ServiceCIDR objects) added: without them a pod network outside the private
@@ -166,6 +167,13 @@ refused() {
   grep -q "Connection refused" <<<"$log" || { echo "$1's init container: $log" >&2; return 1; }
   echo "    $1's init container: $(grep -m1 "Connection refused" <<<"$log")"
 }
+linkerd_cni_chained() {
+  local n
+  for n in $("${KIND:-kind}" get nodes --name "$CLUSTER"); do
+    docker exec "$n" sh -c 'cat /etc/cni/net.d/*.conflist' | grep -q '"type": *"linkerd-cni"' ||
+      { echo "$n: no linkerd-cni entry yet" >&2; return 1; }
+  done
+}
 not_running() { [[ $(kubectl -n "$NS" get pod "$1" -o jsonpath='{.status.phase}') != Running ]]; }
 metrics() { linkerd diagnostics proxy-metrics -n "$NS" "pod/$1"; }
 # mtls CLIENT: the app's request to the web server answered; the client's proxy has outbound
@@ -295,6 +303,9 @@ kubectl delete -f "$REPO/deploy/meshnft.yaml" --wait=true --timeout=180s >/dev/n
 linkerd install-cni ${LINKERD_CNI_IMAGE:+--cni-image "${LINKERD_CNI_IMAGE%:*}" --cni-image-version "${LINKERD_CNI_IMAGE##*:}"} |
   kubectl apply -f - >/dev/null
 check "linkerd2-cni's DaemonSet ready" kubectl -n linkerd-cni rollout status ds/linkerd-cni --timeout=300s
+# Its pod is ready before its installer has chained linkerd-cni in: a pod created meanwhile would
+# start without any mesh plugin.
+check "linkerd-cni chained into every node's conflist" retry 120 linkerd_cni_chained
 seed l5d-cni-classic classic | kubectl apply -f - >/dev/null
 seed l5d-cni-native native | kubectl apply -f - >/dev/null
 check "l5d-cni-classic: the init container refused (the reported bug)" retry 180 refused l5d-cni-classic
