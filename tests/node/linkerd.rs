@@ -570,6 +570,26 @@ fn real_linkerd() {
     steps.run("seed native sidecar (meshnft)", || {
         seed_with_meshnft(&node, &parts, "seed-native", true)
     });
+    steps.run("meshnft: no pod repaired, no API call refused", || {
+        let repaired = node.kubectl_ok(&[
+            "get",
+            "events",
+            "--all-namespaces",
+            "--field-selector",
+            "reason=MeshnftRepaired",
+            "-o",
+            "name",
+        ]);
+        assert!(
+            repaired.trim().is_empty(),
+            "every pod had its table from its ADD; the agent repaired: {repaired}"
+        );
+        let refused = refused_calls(&node);
+        assert!(
+            refused.is_empty(),
+            "meshnft's ServiceAccount was refused: {refused:#?}"
+        );
+    });
     steps.run("meshnft uninstalled, linkerd-cni chained", || {
         node.kubectl_ok(&[
             "delete",
