@@ -950,6 +950,20 @@ fn pod_legacy_nat(node: &Node, ns: &str, name: &str) -> String {
     text(&out.stdout)
 }
 
+/// The logs of the `fetch` init container of pod `ns/pod`: its current instance's (while it
+/// waits in back-off) and the previous one's (kubelet removes older logs as it restarts it).
+fn fetch_logs(node: &Node, ns: &str, pod: &str) -> String {
+    ["", "--previous"]
+        .iter()
+        .map(|p| {
+            let mut a = vec!["-n", ns, "logs", pod, "-c", "fetch"];
+            a.extend(p.split_whitespace());
+            node.kubectl(&a).unwrap_or_else(|e| e)
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// The seed bug with linkerd-cni: the init container's fetch is refused (redirected to
 /// 4140 before the proxy runs), it exits non-zero again and again, and the pod never runs.
 fn assert_seed_bug(node: &Node, pod: &str) {
@@ -976,15 +990,7 @@ fn assert_seed_bug(node: &Node, pod: &str) {
         "seed",
         &format!("pod/{pod}"),
         || {
-            log = ["", "--previous"]
-                .iter()
-                .map(|p| {
-                    let mut a = vec!["-n", "seed", "logs", pod, "-c", "fetch"];
-                    a.extend(p.split_whitespace());
-                    node.kubectl(&a).unwrap_or_else(|e| e)
-                })
-                .collect::<Vec<_>>()
-                .join("\n");
+            log = fetch_logs(node, "seed", pod);
             log.contains("Connection refused")
         },
     );

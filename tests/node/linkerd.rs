@@ -362,15 +362,7 @@ fn seed_bug_with_linkerd_cni(node: &Node, name: &str) {
         NS,
         &format!("pod/{name}"),
         || {
-            log = ["", "--previous"]
-                .iter()
-                .map(|p| {
-                    let mut a = vec!["-n", NS, "logs", name, "-c", "fetch"];
-                    a.extend(p.split_whitespace());
-                    node.kubectl(&a).unwrap_or_else(|e| e)
-                })
-                .collect::<Vec<_>>()
-                .join("\n");
+            log = fetch_logs(node, NS, name);
             log.contains("Connection refused")
         },
     );
