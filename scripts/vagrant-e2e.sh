@@ -30,9 +30,10 @@
 #
 # Prints each stage's time and `vagrant e2e: N passed, M failed` (the two runs' checks).
 # Usage (as root): scripts/vagrant-e2e.sh [boot]
-#   boot: only 1, 2, `vagrant up --no-provision` (the repository synced, not the artefacts), the
-#   guest's kernel, docker and synced repository checked over `vagrant ssh`, and 6 (the box and
-#   the provider, without the cluster).
+#   boot: only 1, 2, `vagrant up --no-provision` (the repository synced; instead of the artefacts a
+#   small disk made the same way, holding one file), the guest's kernel, docker, synced repository
+#   and that disk (mounted read-only by its label, its file read) checked over `vagrant ssh`, and 6
+#   (the box, the provider and the artefacts' disk, without the cluster).
 # MESHNFT_CPUS (default 2) and MESHNFT_MEMORY (MiB, default 6144) size the VM;
 # MESHNFT_LIBVIRT_DRIVER=kvm (the default where the CPU has vmx or svm) or qemu (TCG);
 # MESHNFT_CACHE_DIR and MESHNFT_NICE as for scripts/kind.sh.
@@ -176,12 +177,19 @@ export MESHNFT_BOX=$name
 t_box=$(elapsed "$t0")
 
 if [[ ${1:-} == boot ]]; then
-  # Only the repository is synced (the artefacts are GBs: under TCG, rsync over ssh ran at 3 MB/s).
+  # Only the repository is synced (the artefacts are GBs: under TCG, rsync over ssh ran at 3 MB/s);
+  # a disk made as the artefacts' is holds one file.
   unset MESHNFT_ARTEFACTS
+  mkdir -p "$state/boot-disk"
+  echo "meshnft artefacts disk" >"$state/boot-disk/marker"
+  rm -f "$pool_dir/meshnft-artefacts.img"
+  mke2fs -q -t ext4 -L meshnft-art -d "$state/boot-disk" "$pool_dir/meshnft-artefacts.img" 16M
+  virsh -q pool-refresh "$POOL" >/dev/null
+  export MESHNFT_ARTEFACTS_DISK=meshnft-artefacts.img
   t0=$EPOCHREALTIME
   vagrant up --provider libvirt --no-provision >&2
   t_up=$(elapsed "$t0")
-  vagrant ssh -c 'uname -r; systemctl is-system-running || true; sudo docker info --format "docker {{.ServerVersion}}, cgroup v{{.CgroupVersion}}"; test -f /vagrant/Cargo.toml && echo "repository synced"' >&2
+  vagrant ssh -c 'uname -r; systemctl is-system-running || true; sudo docker info --format "docker {{.ServerVersion}}, cgroup v{{.CgroupVersion}}"; test -f /vagrant/Cargo.toml && echo "repository synced"; sudo mkdir -p /meshnft-artefacts && sudo mount -o ro LABEL=meshnft-art /meshnft-artefacts && cat /meshnft-artefacts/marker' >&2
   t0=$EPOCHREALTIME
   vagrant destroy -f >&2
   rm -rf "$VAGRANT_DOTFILE_PATH"
