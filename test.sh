@@ -142,12 +142,13 @@ if [[ $kind_mode == 1 ]]; then
     else
       kt=$EPOCHREALTIME
       [[ ${MESHNFT_LINKERD:-auto} == 1 ]] && scripts/linkerd.sh >/dev/null
-      if l5d=$(scripts/kind-linkerd.sh images "${MESHNFT_KIND_CLUSTER:-meshnft}"); then
+      cluster=${MESHNFT_KIND_CLUSTER:-meshnft}
+      kind_state=${MESHNFT_CACHE_DIR:-/var/cache/meshnft}/kind/state
+      if l5d=$(scripts/kind-linkerd.sh images "$cluster"); then
         LINKERD=$(sed -n 's/^linkerd=//p' <<<"$l5d") LINKERD_CNI_IMAGE=$(sed -n 's/^cni_image=//p' <<<"$l5d") \
-          KIND=$(sed -n 's/^kind=//p' "${MESHNFT_CACHE_DIR:-/var/cache/meshnft}/kind/state/parts" | tail -n1) \
-          CLUSTER=${MESHNFT_KIND_CLUSTER:-meshnft} \
-          KUBECONFIG=${MESHNFT_CACHE_DIR:-/var/cache/meshnft}/kind/state/${MESHNFT_KIND_CLUSTER:-meshnft}.kubeconfig \
-          PATH="$(dirname "$(sed -n 's/^kubectl=//p' "${MESHNFT_CACHE_DIR:-/var/cache/meshnft}/kind/state/parts" | tail -n1)"):$PATH" \
+          KIND=$(sed -n 's/^kind=//p' "$kind_state/parts" | tail -n1) CLUSTER=$cluster \
+          KUBECONFIG=$kind_state/$cluster.kubeconfig \
+          PATH="$(dirname "$(sed -n 's/^kubectl=//p' "$kind_state/parts" | tail -n1)"):$PATH" \
           vagrant/linkerd.sh 2>&1 | tee -a "$log" || kind_status=1
       else
         kind_status=1

@@ -98,8 +98,7 @@ in_node() {
 
 env_file() { # the environment every node command gets
   local d=$1
-  local path="" part
-  local dir
+  local path="" part dir
   for part in kubernetes containerd etcd helm crictl coredns; do
     dir=$(sed -n "s/^$part=//p" "$d/parts")
     [[ -z $dir ]] || path+="$dir/bin:"
@@ -358,12 +357,11 @@ up() {
   trap "up_failed '$d'" EXIT
 
   log "building or finding the node's parts (scripts/node-build.sh) ..."
-  local -a parts=()
+  "$here/scripts/node-build.sh" >"$d/parts"
   if [[ ${MESHNFT_NODE_DNS:-0} == 1 ]]; then
-    parts=(kubernetes etcd helm crictl containerd coredns)
+    "$here/scripts/node-build.sh" coredns >>"$d/parts"
     echo "$CLUSTER_DNS_IP" >"$d/dns"
   fi
-  "$here/scripts/node-build.sh" "${parts[@]}" >"$d/parts"
   env_file "$d" >"$d/env"
   local cbin k8s
   cbin=$(sed -n 's/^containerd=//p' "$d/parts")/bin
@@ -689,11 +687,11 @@ evictionHard:
 syncFrequency: 10s
 nodeStatusUpdateFrequency: 2s
 EOF
-  # MESHNFT_NODE_REGISTER_TAINT=KEY:EFFECT: the node registers with that taint (kubelet's
-  # registerWithTaints, what docs/install.md#node-lifecycle tells operators to set).
   if [[ -f $d/dns ]]; then
     printf 'clusterDNS: [%s]\nclusterDomain: cluster.local\n' "$(cat "$d/dns")"
   fi
+  # MESHNFT_NODE_REGISTER_TAINT=KEY:EFFECT: the node registers with that taint (kubelet's
+  # registerWithTaints, what docs/install.md#node-lifecycle tells operators to set).
   if [[ -n ${MESHNFT_NODE_REGISTER_TAINT:-} ]]; then
     echo "registerWithTaints: [{key: ${MESHNFT_NODE_REGISTER_TAINT%:*}, effect: ${MESHNFT_NODE_REGISTER_TAINT##*:}}]"
   fi

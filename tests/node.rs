@@ -206,20 +206,26 @@ impl Node {
         child.wait_with_output().expect("wait node.sh run")
     }
 
-    /// kubectl as cluster admin; Err(stderr) when it fails.
-    fn kubectl(&self, args: &[&str]) -> Result<String, String> {
-        let mut argv = vec!["kubectl"];
+    /// `program args` in the node's namespaces: Ok(stdout), or Err(the command, its stderr and
+    /// stdout) when it fails.
+    fn output(&self, program: &str, args: &[&str]) -> Result<String, String> {
+        let mut argv = vec![program];
         argv.extend_from_slice(args);
         let out = self.run(&argv, None);
         if out.status.success() {
             Ok(text(&out.stdout))
         } else {
             Err(format!(
-                "kubectl {args:?}: {}{}",
+                "{program} {args:?}: {}{}",
                 text(&out.stderr),
                 text(&out.stdout)
             ))
         }
+    }
+
+    /// kubectl as cluster admin; Err(stderr) when it fails.
+    fn kubectl(&self, args: &[&str]) -> Result<String, String> {
+        self.output("kubectl", args)
     }
 
     fn kubectl_ok(&self, args: &[&str]) -> String {
@@ -1201,8 +1207,13 @@ fn wait_conflist(node: &Node, want: &str, what: &str) {
 /// The app container of seed pod `pod` fetches `url` (busybox wget, 10 s): what it got, or
 /// kubectl's error (wget's message on it).
 fn app_fetch(node: &Node, pod: &str, url: &str) -> String {
+    app_fetch_in(node, "seed", pod, url)
+}
+
+/// [`app_fetch`] of pod `pod` in namespace `ns`.
+fn app_fetch_in(node: &Node, ns: &str, pod: &str, url: &str) -> String {
     node.kubectl(&[
-        "-n", "seed", "exec", pod, "-c", "app", "--", "timeout", "10", "wget", "-q", "-O-", url,
+        "-n", ns, "exec", pod, "-c", "app", "--", "timeout", "10", "wget", "-q", "-O-", url,
     ])
     .unwrap_or_else(|e| e)
 }

@@ -91,6 +91,9 @@ if [[ -z ${LINKERD:-} ]]; then
   fi
 fi
 linkerd() { "$LINKERD" "$@"; }
+# `linkerd install-cni`'s image flags: LINKERD_CNI_IMAGE, or none (the chart's image).
+cni_args=()
+[[ -z ${LINKERD_CNI_IMAGE:-} ]] || cni_args=(--cni-image "${LINKERD_CNI_IMAGE%:*}" --cni-image-version "${LINKERD_CNI_IMAGE##*:}")
 
 # ---- helpers ---------------------------------------------------------------------------------
 work=$(mktemp -d)
@@ -98,7 +101,7 @@ cleanup() {
   local status=$?
   if [[ ${E2E_KEEP:-0} != 1 ]]; then
     kubectl delete namespace "$NS" --ignore-not-found --wait=true --timeout=120s >/dev/null 2>&1 || true
-    linkerd install-cni ${LINKERD_CNI_IMAGE:+--cni-image "${LINKERD_CNI_IMAGE%:*}" --cni-image-version "${LINKERD_CNI_IMAGE##*:}"} 2>/dev/null |
+    linkerd install-cni "${cni_args[@]}" 2>/dev/null |
       kubectl delete --ignore-not-found --wait=true -f - >/dev/null 2>&1 || true
     linkerd uninstall 2>/dev/null | kubectl delete --ignore-not-found --wait=true -f - >/dev/null 2>&1 || true
     docker rm -f "$outside_name" >/dev/null 2>&1 || true
@@ -232,19 +235,8 @@ docker rm -f "$outside_name" >/dev/null 2>&1 || true
 docker run -d --name "$outside_name" --network kind --entrypoint /bin/sh "$BUSYBOX" -c \
   "mkdir -p /tmp/www && echo '$OUTSIDE_BODY' >/tmp/www/index.html && exec busybox httpd -f -p 80 -h /tmp/www" >/dev/null
 OUTSIDE=$(docker inspect -f '{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}' "$outside_name"):80
-# A trust anchor and an issuer certificate, as Linkerd's docs make them with `step` (root-ca,
-# intermediate-ca profiles: ECDSA P-256).
-(
-  cd "$work"
-  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 3650 \
-    -subj /CN=root.linkerd.cluster.local -keyout ca.key -out ca.crt \
-    -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign 2>/dev/null
-  openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
-    -subj /CN=identity.linkerd.cluster.local -keyout issuer.key -out issuer.csr 2>/dev/null
-  printf 'basicConstraints=critical,CA:TRUE,pathlen:0\nkeyUsage=critical,keyCertSign,cRLSign\n' >issuer.ext
-  openssl x509 -req -in issuer.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 365 \
-    -extfile issuer.ext -out issuer.crt 2>/dev/null
-)
+# A trust anchor and an issuer certificate, as Linkerd's docs make them.
+"$REPO/vagrant/linkerd-identity.sh" "$work"
 
 say "1. Linkerd installed with --linkerd-cni-enabled, meshnft as its CNI plugin"
 kubectl apply -f "$REPO/deploy/meshnft.yaml" >/dev/null
@@ -300,7 +292,7 @@ done
 
 say "3. the real linkerd-cni in meshnft's place"
 kubectl delete -f "$REPO/deploy/meshnft.yaml" --wait=true --timeout=180s >/dev/null
-linkerd install-cni ${LINKERD_CNI_IMAGE:+--cni-image "${LINKERD_CNI_IMAGE%:*}" --cni-image-version "${LINKERD_CNI_IMAGE##*:}"} |
+linkerd install-cni "${cni_args[@]}" |
   kubectl apply -f - >/dev/null
 check "linkerd2-cni's DaemonSet ready" kubectl -n linkerd-cni rollout status ds/linkerd-cni --timeout=300s
 # Its pod is ready before its installer has chained linkerd-cni in: a pod created meanwhile would

@@ -67,19 +67,7 @@ fn linkerd_parts() -> Option<PathBuf> {
 
 /// The `linkerd` CLI of `parts` with `args`, in the node's namespaces (its kubeconfig).
 fn linkerd(node: &Node, parts: &Path, args: &[&str]) -> Result<String, String> {
-    let cli = parts.join("bin/linkerd");
-    let mut argv = vec![cli.to_str().unwrap_or_default()];
-    argv.extend_from_slice(args);
-    let out = node.run(&argv, None);
-    if out.status.success() {
-        Ok(text(&out.stdout))
-    } else {
-        Err(format!(
-            "linkerd {args:?}: {}{}",
-            text(&out.stderr),
-            text(&out.stdout)
-        ))
-    }
+    node.output(&parts.join("bin/linkerd").to_string_lossy(), args)
 }
 
 /// `linkerd ARGS | kubectl apply -f -` (what Linkerd's docs say to run).
@@ -109,36 +97,15 @@ fn import_images(node: &Node, parts: &Path) {
     }
 }
 
-/// A trust anchor (`root.linkerd.cluster.local`, a self-signed ECDSA P-256 CA) and an issuer
-/// certificate (`identity.linkerd.cluster.local`, a CA with path length 0, signed by the trust
-/// anchor) with its key, made with openssl as Linkerd's docs make them with `step certificate
-/// create --profile root-ca` and `--profile intermediate-ca`. Returns their directory (in the
-/// node's directory: gone with the node).
+/// A trust anchor and an issuer certificate with its key, made by `vagrant/linkerd-identity.sh`
+/// (openssl, as Linkerd's docs make them with `step`). Returns their directory (in the node's
+/// directory: gone with the node).
 fn certificates(node: &Node) -> PathBuf {
     let dir = node.dir.join("linkerd-identity");
-    std::fs::create_dir_all(&dir).expect("mkdir identity");
-    let ca_ext = "basicConstraints=critical,CA:TRUE\nkeyUsage=critical,keyCertSign,cRLSign\n";
-    std::fs::write(dir.join("root.ext"), ca_ext).expect("write root.ext");
-    std::fs::write(
-        dir.join("issuer.ext"),
-        "basicConstraints=critical,CA:TRUE,pathlen:0\nkeyUsage=critical,keyCertSign,cRLSign\n",
-    )
-    .expect("write issuer.ext");
-    let script = r#"set -e
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 3650 \
-  -subj /CN=root.linkerd.cluster.local -keyout ca.key -out ca.crt \
-  -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign 2>/dev/null
-openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
-  -subj /CN=identity.linkerd.cluster.local -keyout issuer.key -out issuer.csr 2>/dev/null
-openssl x509 -req -in issuer.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 365 \
-  -extfile issuer.ext -out issuer.crt 2>/dev/null
-openssl verify -CAfile ca.crt issuer.crt
-"#;
-    let out = Command::new("sh")
-        .args(["-c", script])
-        .current_dir(&dir)
+    let out = Command::new(Path::new(ROOT).join("vagrant/linkerd-identity.sh"))
+        .arg(&dir)
         .output()
-        .expect("run openssl");
+        .expect("run vagrant/linkerd-identity.sh");
     assert!(
         out.status.success(),
         "the identity certificates: {}{}",
@@ -282,7 +249,7 @@ fn lines_with<'a>(metrics: &'a str, labels: &[&str]) -> Vec<&'a str> {
 /// has an outbound connection with TLS to the server's identity, the web server's proxy an
 /// inbound one from the client's identity.
 fn assert_mtls(node: &Node, parts: &Path, client: &str) {
-    let body = app_fetch_in(node, client, WEB_URL);
+    let body = app_fetch_in(node, NS, client, WEB_URL);
     assert!(
         body.contains(WEB_BODY),
         "{client}: the app reached the meshed web server: {body}"
@@ -311,14 +278,6 @@ fn assert_mtls(node: &Node, parts: &Path, client: &str) {
         outbound[0].trim(),
         inbound[0].trim()
     );
-}
-
-/// `wget` of `url` by the app container of `pod` in [`NS`].
-fn app_fetch_in(node: &Node, pod: &str, url: &str) -> String {
-    node.kubectl(&[
-        "-n", NS, "exec", pod, "-c", "app", "--", "timeout", "10", "wget", "-q", "-O-", url,
-    ])
-    .unwrap_or_else(|e| e)
 }
 
 /// The seed with meshnft, in `layout`: injected as asked, Ready; the validator passed; the
