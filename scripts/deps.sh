@@ -23,11 +23,12 @@
 #   gcc, libc6-dev                cc -O2 -static of bench.sh's floor program (benches/compare/floor.c)
 #   openssl                       the real node's PKI (scripts/node.sh)
 #   python3-yaml                  scripts/manifest.sh --check reads the chart's rendered entries
+#   libseccomp-dev                runc built for user-namespaced pods (scripts/node-build.sh runc: cgo)
 set -euo pipefail
 
 need=()
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
-for p in nftables iproute2 util-linux iptables time strace gcc libc6-dev containernetworking-plugins golang-go golang-github-appc-cni-dev shellcheck ruby musl-tools runc busybox-static protobuf-compiler qemu-system-x86 cpio xz-utils kmod openssl python3-yaml; do
+for p in nftables iproute2 util-linux iptables time strace gcc libc6-dev containernetworking-plugins golang-go golang-github-appc-cni-dev shellcheck ruby musl-tools runc busybox-static protobuf-compiler qemu-system-x86 cpio xz-utils kmod openssl python3-yaml libseccomp-dev; do
   have_pkg "$p" || need+=("$p")
 done
 if ((${#need[@]})); then

@@ -238,6 +238,40 @@ json.dump({"procs": procs, "busy": busy, "pods": pods}, open(out, "w"))
 EOF
 }
 
+# tcp_counters OUT: each bench pod's TCP retransmission counters, read once all are Ready from
+# /proc/PID/net/{snmp,netstat} of one process per pod (the BestEffort pods' cgroups): the files
+# show the counters of that process's network namespace, the pod's own, new with its sandbox.
+# One line per pod: POD-CGROUP TCPSynRetrans RetransSegs.
+tcp_counters() {
+  python3 - "$pods_cgroup" >"$1" <<'EOF2'
+import os, sys
+def counters(pid):
+    out = {}
+    for f in ("snmp", "netstat"):
+        lines = open(f"/proc/{pid}/net/{f}").read().splitlines()
+        for head, vals in zip(lines[::2], lines[1::2]):
+            k, v = head.split(), vals.split()
+            out.update({k[0] + k[i]: v[i] for i in range(1, len(k))})
+    return out
+root = sys.argv[1]
+for pod in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+    if not pod.startswith("pod"):
+        continue
+    pid = None
+    for dirpath, _, _ in os.walk(os.path.join(root, pod)):
+        procs = open(os.path.join(dirpath, "cgroup.procs")).read().split()
+        if procs:
+            pid = procs[0]
+            break
+    try:
+        c = counters(pid) if pid else None
+    except OSError:
+        c = None
+    if c:
+        print(pod, c.get("TcpExt:TCPSynRetrans", "0"), c.get("Tcp:RetransSegs", "0"))
+EOF2
+}
+
 # round KIND R: N pods at once, prints the seconds until all are Ready; keeps the round's
 # timestamps, CPU snapshots, pods and (meshnft) the agent's metrics in $data/KIND-R.
 round() {
@@ -251,6 +285,7 @@ round() {
   t1=$EPOCHREALTIME
   cpu_snapshot "$out/cpu1.json"
   echo "$t0 $t1" >"$out/times"
+  tcp_counters "$out/tcp.txt"
   node kubectl -n bench get pods -l "round=$kind-$r" -o json >"$out/pods.json"
   if [[ $kind == meshnft ]]; then
     node busybox wget -q -O- http://127.0.0.1:9431/metrics >"$out/metrics.txt" 2>/dev/null || true
@@ -371,6 +406,7 @@ pats = [
     ("cr_ret", re.compile(r"CreateContainer within sandbox " + q + r"([0-9a-f]+)" + q + r" for " + name + r".*returns container id " + q + r"([0-9a-f]+)")),
     ("cr_req", re.compile(r"CreateContainer within sandbox " + q + r"([0-9a-f]+)" + q + r" for container " + name)),
     ("st_ret", re.compile(r"StartContainer for " + q + r"([0-9a-f]+)" + q + r" returns successfully")),
+    ("ex", re.compile(r"received container exit event container_id:" + q + r"([0-9a-f]+)")),
 ]
 try:
     lines = open(clog, errors="replace")
@@ -398,6 +434,9 @@ for line in lines:
         elif what == "st_ret" and g[0] in container:
             pod, cname = container[g[0]]
             ev[pod].setdefault("st_" + cname, t)
+        elif what == "ex" and g[0] in container:
+            pod, cname = container[g[0]]
+            ev[pod].setdefault("ex_" + cname, t)
         break
 
 steps = [
@@ -406,6 +445,9 @@ steps = [
     ("-> proxy started", "sb_ret", "st_linkerd-proxy"),
     ("-> fetch created (startup probe passed)", "st_linkerd-proxy", "cr_fetch"),
     ("-> app created (fetch done)", "cr_fetch", "cr_app"),
+    ("  of which: fetch created -> started", "cr_fetch", "st_fetch"),
+    ("  of which: fetch started -> exited (its wget)", "st_fetch", "ex_fetch"),
+    ("  of which: fetch exited -> app created (kubelet)", "ex_fetch", "cr_app"),
     ("-> app started", "cr_app", "st_app"),
     ("-> Ready (whole seconds)", "st_app", "ready"),
     ("apply -> Ready (whole seconds)", None, "ready"),
@@ -424,10 +466,20 @@ def groups(comm):
             return g
     return "other node processes"
 
-per, cpu, metrics = {}, {}, {}
+per, cpu, metrics, tcp = {}, {}, {}, {}
 for kind in kinds:
     per[kind], cpu[kind], metrics[kind] = {s[0]: [] for s in steps}, {}, []
+    tcp[kind] = [0, 0, 0, 0]  # pods, SYN retransmissions, pods with one, segments retransmitted
     for rd in sorted(glob.glob(os.path.join(data, kind + "-*"))):
+        try:
+            for line in open(os.path.join(rd, "tcp.txt")):
+                _, syn, segs = line.split()
+                tcp[kind][0] += 1
+                tcp[kind][1] += int(syn)
+                tcp[kind][2] += int(syn) > 0
+                tcp[kind][3] += int(segs)
+        except (OSError, ValueError):
+            pass
         try:
             t0, t1 = map(float, open(os.path.join(rd, "times")).read().split())
             a, b = (json.load(open(os.path.join(rd, f))) for f in ("cpu0.json", "cpu1.json"))
@@ -482,6 +534,12 @@ for label, _, _ in steps:
         v = per[k][label]
         cells.append(f"{pct(v, 0.5):.2f} / {pct(v, 0.9):.2f}" if v else "-")
     print(f"| {label} | " + " | ".join(cells) + " |")
+print()
+print("TCP in the pods' own network namespaces once Ready (all rounds; /proc/PID/net/netstat, snmp):")
+for k in kinds:
+    n, syn, podsyn, segs = tcp[k]
+    if n:
+        print(f"  {k}: {n} pods, {syn} SYN retransmissions (in {podsyn} pods), {segs} segments retransmitted")
 print()
 print("### Breakdown: CPU seconds from the apply to all Ready (mean over rounds)")
 print()

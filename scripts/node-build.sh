@@ -15,12 +15,15 @@
 #   coredns-<v>/bin/coredns  from tests/kind/gomod/coredns (kind's wrapper module), part
 #                            `coredns`: only the node with cluster DNS needs it
 #                            (MESHNFT_NODE_DNS=1 scripts/node.sh up: the real Linkerd).
+#   runc-<v>/bin/runc        from tests/node/gomod/runc, with cgo and libseccomp (runc's seccomp
+#                            tag), part `runc`: only user-namespaced pods need it (idmapped
+#                            mounts: runc >= 1.2; MESHNFT_NODE_RUNC=<it> scripts/node.sh up).
 #   crictl-<v>/bin/crictl    from tests/node/gomod/cri-tools (sigs.k8s.io/cri-tools):
 #                            the node suite's view of pod sandboxes through CRI.
 #   containerd-<v>/...       scripts/containerd.sh (containerd 2.x + local images).
 #
 # Usage: scripts/node-build.sh [part...]   (parts: kubernetes etcd helm crictl containerd,
-# default all of these; and kubeadm, coredns). Prints `NAME=DIR` lines on stdout, one per part, and the
+# default all of these; and kubeadm, coredns, runc). Prints `NAME=DIR` lines on stdout, one per part, and the
 # time it took on stderr. MESHNFT_CACHE_DIR overrides <cache> (default
 # /var/cache/meshnft). MESHNFT_GO_P sets go build -p (default: Go's own); MESHNFT_NICE
 # the builds' niceness (default 15: they yield to anything else on the machine).
@@ -33,6 +36,7 @@ ETCD_VERSION=v3.6.16
 HELM_VERSION=v4.3.2
 CRICTL_VERSION=v1.37.0
 COREDNS_VERSION=v1.13.1
+RUNC_VERSION=v1.5.3
 
 cache=${MESHNFT_CACHE_DIR:-/var/cache/meshnft}
 if ! mkdir -p "$cache" 2>/dev/null || [[ ! -w $cache ]]; then
@@ -118,6 +122,15 @@ for part in "${parts[@]}"; do
   coredns)
     build coredns "$COREDNS_VERSION" tests/kind/gomod/coredns \
       "-s -w -X github.com/coredns/coredns/coremain.GitCommit=$COREDNS_VERSION" github.com/coredns/coredns
+    ;;
+  runc)
+    # cgo for runc's nsenter (C, run before the Go runtime starts) and libseccomp.
+    (
+      export CGO_ENABLED=1
+      goflags+=(-tags=seccomp)
+      build runc "$RUNC_VERSION" tests/node/gomod/runc "-s -w -X main.version=${RUNC_VERSION#v}" \
+        github.com/opencontainers/runc
+    )
     ;;
   containerd)
     if [[ ${MESHNFT_NODE_CACHED_ONLY:-} == 1 ]]; then

@@ -13,8 +13,8 @@
 #   * one mount namespace (slave of the host's): /etc/cni, /opt/cni,
 #     /var/lib/cni, /var/lib/kubelet, /var/log/pods, /run/meshnft (the
 #     plugin's records) and /run/meshnft-agent (the node agent's socket) are
-#     private directories (a bind mount, or an overlay of the nearest existing
-#     parent when the path does not exist on the host), so deploy/meshnft.yaml's
+#     private directories (a bind mount of a directory of DIR; when the path does not
+#     exist on the host, on a mount point made in an overlay of its nearest existing parent), so deploy/meshnft.yaml's
 #     hostPaths work unchanged and the host's own CNI directories are never
 #     touched; the two under /run are then each a small tmpfs of the node's
 #     (as /run is on a real node; RUN_TMPFS: a size tests/node.rs can fill);
@@ -245,11 +245,9 @@ pki() {
 # Makes PRIVATE_PATHS private inside the node's mount namespace (run in it).
 private_mounts() {
   local d=$1 p a
-  local -a overlays=() binds=()
+  local -a overlays=()
   for p in "${PRIVATE_PATHS[@]}"; do
-    if [[ -d $p ]]; then
-      binds+=("$p")
-    else
+    if [[ ! -d $p ]]; then
       a=$(dirname "$p")
       while [[ ! -d $a ]]; do a=$(dirname "$a"); done
       [[ " ${overlays[*]} " == *" $a "* ]] || overlays+=("$a")
@@ -260,7 +258,10 @@ private_mounts() {
     mount -t overlay overlay -o "lowerdir=$a,upperdir=$d/ovl$a/upper,workdir=$d/ovl$a/work" "$a"
   done
   for p in "${PRIVATE_PATHS[@]}"; do mkdir -p "$p"; done
-  for p in "${binds[@]}"; do
+  # Every private path is then a bind mount of a directory of DIR (the overlay only made its mount
+  # point): on DIR's file system, not on overlayfs, which cannot be idmapped, as a user-namespaced
+  # pod's volumes under /var/lib/kubelet are.
+  for p in "${PRIVATE_PATHS[@]}"; do
     mkdir -p "$d/bind$p"
     mount --bind "$d/bind$p" "$p"
   done
@@ -348,6 +349,10 @@ up() {
   local t0=$EPOCHREALTIME
   [[ $EUID -eq 0 ]] || die "needs root"
   if [[ -z $d ]]; then d=$(mktemp -d /tmp/meshnft-node-XXXXXX); else mkdir -p "$d"; fi
+  # A user-namespaced pod's root (a UID of the pod's range on the host) must be able to reach its
+  # rootfs under DIR/c/state: mktemp's 0700 would stop runc at the rootfs (EACCES), so DIR is 0711
+  # (traversal only, as containerd's own state directories are).
+  chmod 0711 "$d"
   d=$(cd "$d" && pwd)
   local id=${d##*/}
   id=${id#meshnft-node-}
@@ -649,6 +654,11 @@ disabled_plugins = ['io.containerd.nri.v1.nri', 'io.containerd.internal.v1.opt',
             SystemdCgroup = false
             Root = "$c/runc"
 EOF
+  # MESHNFT_NODE_RUNC=PATH: that runc instead of the one on PATH (Debian's 1.1 has no idmapped
+  # mounts: user-namespaced pods need runc >= 1.2, scripts/node-build.sh runc).
+  if [[ -n ${MESHNFT_NODE_RUNC:-} ]]; then
+    printf '            BinaryName = "%s"\n' "$MESHNFT_NODE_RUNC"
+  fi
 }
 
 kubelet_config() {

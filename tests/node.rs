@@ -28,6 +28,8 @@ mod steps;
 use steps::*;
 #[path = "node/twonode.rs"]
 mod twonode;
+#[path = "node/userns.rs"]
+mod userns;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

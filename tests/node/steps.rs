@@ -739,7 +739,7 @@ pub(crate) fn helm_bad_values(node: &Node) {
 
 /// An unmeshed seed pod serving HTTP on port 8080, dual stack ([::]:8080; the stand-in's
 /// answer names the port and no original destination).
-fn dual_stack_server(name: &str) -> String {
+pub(crate) fn dual_stack_server(name: &str) -> String {
     format!(
         r#"apiVersion: v1
 kind: Pod
@@ -759,7 +759,7 @@ spec:
 
 /// The IPv4 and IPv6 addresses of seed pod `pod`: from its `status.podIPs`, else (should the
 /// API not list the IPv6 one) read in its netns.
-fn pod_ips(node: &Node, pod: &str) -> (String, String) {
+pub(crate) fn pod_ips(node: &Node, pod: &str) -> (String, String) {
     let ips = node.get("seed", &format!("pod/{pod}"), "{.status.podIPs[*].ip}");
     let v4 = ips.split_whitespace().find(|ip| !ip.contains(':'));
     let v6 = ips.split_whitespace().find(|ip| ip.contains(':'));

@@ -12,6 +12,7 @@ use crate::ops::explain::{self, Direction, Flow, Proto, SocketCgroup};
 use crate::ops::inspect::{self, AllReport, JSON_VERSION};
 use crate::ops::pin::{self, PinVerdict};
 use crate::ops::podns::{self, PodNetns, Selector};
+use crate::ops::userns;
 use crate::pod::netns::Netns;
 use crate::table::readback::{self, TableView};
 use serde::Serialize;
@@ -127,6 +128,12 @@ struct FlowDoc<'a> {
     dport: u16,
     uid: u32,
     gid: u32,
+    /// The UID as given, when it was the host's view of a user-namespaced pod's `uid`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    host_uid: Option<u32>,
+    /// The GID likewise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    host_gid: Option<u32>,
     cgroup: Option<&'a Path>,
     loopback: bool,
 }
@@ -156,6 +163,30 @@ pub fn explain(a: &ExplainArgs) -> OpResult<String> {
         }
         None => (None, None),
     };
+    // A user-namespaced pod's table compares ids as its user namespace sees them: an id given
+    // as the host sees it (`ps` on the node) is taken into the namespace, and said so.
+    let owner = userns::owner(&pod.ns.file);
+    let inside = |map: fn(&userns::UserNs) -> &[userns::IdRange], id: u32| {
+        owner
+            .as_ref()
+            .and_then(|u| userns::UserNs::to_inside(map(u), id))
+    };
+    let uid_in = inside(|u| &u.uid_map, a.uid);
+    let gid_in = inside(|u| &u.gid_map, a.gid);
+    let (uid, gid) = (uid_in.unwrap_or(a.uid), gid_in.unwrap_or(a.gid));
+    let mut mapped = Vec::new();
+    if let Some(u) = uid_in {
+        mapped.push(format!(
+            "uid {} on the host is {u} in the pod's user namespace",
+            a.uid
+        ));
+    }
+    if let Some(g) = gid_in {
+        mapped.push(format!(
+            "gid {} on the host is {g} in the pod's user namespace",
+            a.gid
+        ));
+    }
     let flow = Flow {
         direction: match a.direction {
             DirectionArg::In => Direction::In,
@@ -169,8 +200,8 @@ pub fn explain(a: &ExplainArgs) -> OpResult<String> {
         src: a.src.map(|s| s.to_canonical()),
         dst: a.dst.to_canonical(),
         dport: a.dport,
-        uid: a.uid,
-        gid: a.gid,
+        uid,
+        gid,
         cgroup,
         loopback: a.lo || a.dst.to_canonical().is_loopback(),
     };
@@ -199,6 +230,8 @@ pub fn explain(a: &ExplainArgs) -> OpResult<String> {
                 dport: flow.dport,
                 uid: flow.uid,
                 gid: flow.gid,
+                host_uid: uid_in.map(|_| a.uid),
+                host_gid: gid_in.map(|_| a.gid),
                 cgroup: cg_path.as_deref(),
                 loopback: flow.loopback,
             },
@@ -210,6 +243,7 @@ pub fn explain(a: &ExplainArgs) -> OpResult<String> {
         phase,
         &flow,
         cg_path.as_deref(),
+        &mapped,
         &d,
     ))
 }
@@ -219,6 +253,7 @@ fn render_explain(
     phase: inspect::PhaseState,
     f: &Flow,
     cgroup: Option<&Path>,
+    mapped: &[String],
     d: &explain::Decision,
 ) -> String {
     let mut o = String::new();
@@ -244,6 +279,9 @@ fn render_explain(
         let _ = writeln!(o, "{k:<11} {v}");
     };
     kv(&mut o, "flow", &flow);
+    for m in mapped {
+        kv(&mut o, "user ns", m);
+    }
     kv(
         &mut o,
         "netns",

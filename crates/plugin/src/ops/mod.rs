@@ -25,3 +25,4 @@ pub mod explain;
 pub mod inspect;
 pub mod pin;
 pub mod podns;
+pub mod userns;

@@ -183,6 +183,10 @@ pub struct Report {
     pub counters: Vec<CounterRow>,
     /// Anything unexpected in the table (hand-made rules, unknown elements).
     pub warnings: Vec<String>,
+    /// The user namespace that owns the network namespace, when it is not the initial one (a
+    /// `hostUsers: false` pod): the table's UIDs and GIDs are as it sees them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user_namespace: Option<crate::ops::userns::UserNs>,
 }
 
 fn texts(t: &TableView, sets: &[&str]) -> Vec<String> {
@@ -342,6 +346,7 @@ pub fn report(pod: &PodNetns, t: &TableView, mount: Option<&Cgroup2Mount>) -> Re
             })
             .collect(),
         warnings,
+        user_namespace: crate::ops::userns::owner(&pod.ns.file),
     }
 }
 

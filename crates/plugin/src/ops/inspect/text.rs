@@ -3,6 +3,7 @@
 
 use super::{AllReport, Config, PhaseState, Report};
 use crate::ops::cgroupid::CgroupRef;
+use crate::ops::userns;
 use std::fmt::Write as _;
 
 /// One `key value` line, the keys aligned.
@@ -73,6 +74,25 @@ pub fn render(r: &Report) -> String {
             None => "none (the table has no cgroup rules)".into(),
         },
     );
+    if let Some(u) = &r.user_namespace {
+        let maps = if u.uid_map.is_empty() {
+            "maps unknown (no process of it found)".to_string()
+        } else {
+            format!(
+                "uid_map {}, gid_map {}",
+                userns::map_text(&u.uid_map),
+                userns::map_text(&u.gid_map)
+            )
+        };
+        kv(
+            &mut o,
+            "user namespace",
+            &format!(
+                "the pod's own, {maps} (inode {}): the table's UIDs and GIDs are as the pod sees them",
+                u.ino
+            ),
+        );
+    }
     config_text(&mut o, c);
     lists_text(&mut o, r);
     o
