@@ -1293,6 +1293,7 @@ fn real_node() {
     steps.run("helm init phase off", || helm_init_phase_off(&node));
     steps.run("istio", || mesh_on_node(&node, "istio"));
     steps.run("kuma", || mesh_on_node(&node, "kuma"));
+    steps.run("cilium exclusive warns", || cilium_exclusive_warns(&node));
     steps.run("rbac and audit", || rbac_and_audit(&node));
     steps.run("node down", || drop(node));
     steps.run("nothing left", || {

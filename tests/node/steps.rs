@@ -892,6 +892,58 @@ pub(crate) fn helm_init_phase_off(node: &Node) {
     assert_init_refused(node, "cfg-off");
 }
 
+/// An exclusive Cilium (`cni.exclusive=true`) on the node, as its agent leaves it: another
+/// configuration renamed to `*.cilium_bak`. The installer's next pass says so on the node: a
+/// Warning Event `MeshnftChainingAtRisk` naming the file and the fix, and the agent's gauge
+/// `meshnft_chaining_warnings` 1; both go with the file (the gauge to 0).
+pub(crate) fn cilium_exclusive_warns(node: &Node) {
+    let bak = "/etc/cni/net.d/05-cilium.conflist.cilium_bak";
+    write_node_file(node, bak, "{}");
+    let gauge = |v: &str| {
+        agent_metrics(node)
+            .lines()
+            .any(|l| l == format!("meshnft_chaining_warnings {v}"))
+    };
+    let events = || {
+        node.kubectl(&[
+            "get",
+            "events",
+            "-A",
+            "--field-selector",
+            "reason=MeshnftChainingAtRisk",
+            "-o",
+            "jsonpath={range .items[*]}{.type} {.involvedObject.kind}/{.involvedObject.name} {.message}{\"\\n\"}{end}",
+        ])
+        .unwrap_or_default()
+    };
+    node.wait(
+        60,
+        "the Event MeshnftChainingAtRisk on the node",
+        "default",
+        &format!("node/{}", node.name()),
+        || events().contains("05-cilium.conflist.cilium_bak"),
+    );
+    let ev = events();
+    assert!(
+        ev.contains(&format!("Warning Node/{}", node.name())) && ev.contains("cni.exclusive=false"),
+        "a Warning Event on the node naming the fix: {ev}"
+    );
+    assert!(
+        gauge("1"),
+        "meshnft_chaining_warnings 1:\n{}",
+        agent_metrics(node)
+    );
+    node.run(&["rm", "-f", bak], None);
+    node.wait(
+        60,
+        "meshnft_chaining_warnings 0",
+        "default",
+        &format!("node/{}", node.name()),
+        || gauge("0"),
+    );
+    eprintln!("an exclusive Cilium: {}", ev.trim());
+}
+
 /// RBAC: nothing meshnft asked for was refused (the audit log); the agent watched pods and
 /// namespaces as meshnft's ServiceAccount.
 pub(crate) fn rbac_and_audit(node: &Node) {

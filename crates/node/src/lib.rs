@@ -209,6 +209,7 @@ pub fn run(mut args: Args) -> i32 {
                 _ => &[],
             },
         );
+        agent.set_chaining_warnings(inst.chaining_warnings());
         agent.record_pass(match &r {
             Ok(Outcome::Chained { inserted, .. }) => Some(*inserted),
             _ => None,

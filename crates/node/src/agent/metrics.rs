@@ -117,6 +117,10 @@ pub struct Metrics {
     /// while that plugin's entry in the node's primary configuration keeps
     /// the installer from chaining meshnft, else 0.
     pub peer_plugin: Family<Label, Gauge>,
+    /// `meshnft_chaining_warnings`: how many configurations that break chaining whatever
+    /// meshnft does the installer's last pass found (an exclusive Cilium); each is also a
+    /// Warning Event on the node, `MeshnftChainingAtRisk`.
+    pub chaining_warnings: Gauge,
 }
 
 impl Default for Metrics {
@@ -143,6 +147,7 @@ impl Default for Metrics {
             lookups: Family::default(),
             lookup_wait: duration_histogram(),
             peer_plugin: Family::default(),
+            chaining_warnings: Gauge::default(),
         }
     }
 }
@@ -219,6 +224,11 @@ impl Metrics {
             "meshnft_peer_plugin",
             "1 while another mesh's CNI plugin, by type, keeps meshnft out of the node's primary CNI configuration",
             m.peer_plugin.clone(),
+        );
+        r.register(
+            "meshnft_chaining_warnings",
+            "Configurations of the node that break chaining whatever meshnft does (an exclusive Cilium), found by the installer's last pass",
+            m.chaining_warnings.clone(),
         );
         r.register(
             "meshnft_node_taint_removals",

@@ -52,6 +52,9 @@ pub const UNINITIALIZED_LABEL: &str = "meshnft.io/uninitialized";
 pub const REASON_REPAIRED: &str = "MeshnftRepaired";
 /// Event reason of a deletion or a label (the pod came up without meshnft).
 pub const REASON_NOT_CONFIGURED: &str = "MeshnftNotConfigured";
+/// Reason of the Warning Event on the node when the installer finds a configuration that
+/// breaks chaining whatever meshnft does (an exclusive Cilium).
+pub const REASON_CHAINING: &str = "MeshnftChainingAtRisk";
 
 /// What the agent does about a meshed pod running without its table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -240,11 +243,23 @@ pub struct Shared {
     /// How to wake the installer for a pass, and when the plugin's refused
     /// credentials last did (at most once a second).
     installer: Mutex<Option<(WakeInstaller, Option<std::time::Instant>)>>,
+    /// What the installer's last pass found that breaks chaining whatever meshnft does
+    /// (`Installer::chaining_warnings`): the readiness loop puts each new one on the node as
+    /// a Warning Event ([`REASON_CHAINING`]).
+    chaining_warnings: Mutex<Vec<String>>,
     /// The metrics.
     pub metrics: metrics::Metrics,
 }
 
 impl Shared {
+    /// The installer's last chaining warnings (see [`Agent::set_chaining_warnings`]).
+    pub fn chaining_warnings(&self) -> Vec<String> {
+        self.chaining_warnings
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
     /// Whether the installer's last pass found another mesh's CNI plugin
     /// chained (and so refused to chain meshnft).
     pub fn peer_chained(&self) -> bool {
@@ -373,6 +388,20 @@ impl Handle {
                 .get_or_create(&[("type", t)])
                 .set(i64::from(peers.contains(&t)));
         }
+    }
+
+    /// The installer's chaining warnings after a pass (`Installer::chaining_warnings`): the
+    /// gauge `meshnft_chaining_warnings`, and a Warning Event on the node for each new one.
+    pub fn set_chaining_warnings(&self, warnings: &[String]) {
+        self.shared
+            .metrics
+            .chaining_warnings
+            .set(i64::try_from(warnings.len()).unwrap_or(i64::MAX));
+        *self
+            .shared
+            .chaining_warnings
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = warnings.to_vec();
     }
 
     /// How the agent wakes the installer for a pass when the plugin's

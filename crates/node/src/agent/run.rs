@@ -7,7 +7,9 @@ use super::{AgentError, Args, Shared};
 use crate::config::Settings;
 use crate::config::mesh::Mesh;
 use crate::install::{self, Layout};
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::Duration;
@@ -185,6 +187,7 @@ async fn readiness_loop(ctx: Arc<Ctx>) {
         }
         if let Some(node) = &ctx.agent.node_name {
             gate.follow(&ctx, node, reason.as_deref()).await;
+            gate.warn_node(&ctx, node).await;
         }
         tokio::time::sleep(ctx.retry.min(Duration::from_secs(1))).await;
     }
@@ -205,6 +208,9 @@ struct Gate {
     not_ready_since: Option<tokio::time::Instant>,
     /// The condition last written: `Some(None)` ready, `Some(Some(why))`.
     condition: Option<Option<String>>,
+    /// The installer's chaining warnings already on the node as Events; one that goes and
+    /// comes back is published again.
+    warned: Vec<String>,
 }
 
 impl Gate {
@@ -221,6 +227,58 @@ impl Gate {
                     .ok();
         }
         self.client.clone()
+    }
+
+    /// Each new chaining warning of the installer's ([`Shared::chaining_warnings`]) as a
+    /// Warning Event on node `node` (`MeshnftChainingAtRisk`, in `kubectl describe node` and
+    /// `kubectl get events`); retried at the next turn when the API refuses it.
+    async fn warn_node(&mut self, ctx: &Ctx, node: &str) {
+        let now = ctx.shared.chaining_warnings();
+        self.warned.retain(|w| now.contains(w));
+        let new: Vec<String> = now
+            .into_iter()
+            .filter(|w| !self.warned.contains(w))
+            .collect();
+        if new.is_empty() {
+            return;
+        }
+        let Some(c) = self.client(ctx).await else {
+            return;
+        };
+        let recorder = Recorder::new(
+            c,
+            Reporter {
+                controller: "meshnft-agent".into(),
+                instance: Some(format!("meshnft-agent-{node}")),
+            },
+        );
+        let regarding = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Node".into()),
+            name: Some(node.to_string()),
+            ..ObjectReference::default()
+        };
+        for w in new {
+            let ev = Event {
+                type_: EventType::Warning,
+                reason: super::REASON_CHAINING.into(),
+                note: Some(w.chars().take(1000).collect()),
+                action: "Install".into(),
+                secondary: None,
+            };
+            match timed(
+                format!("event {} on node {node}", super::REASON_CHAINING),
+                recorder.publish(&ev, &regarding),
+            )
+            .await
+            {
+                Ok(()) => self.warned.push(w),
+                Err(e) => {
+                    ctx.shared.metrics.error("event");
+                    tracing::warn!("agent: {e}; retrying");
+                }
+            }
+        }
     }
 
     async fn follow(&mut self, ctx: &Ctx, node: &str, reason: Option<&str>) {

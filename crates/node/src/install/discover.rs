@@ -29,6 +29,25 @@ pub const EXTENSIONS: [&str; 3] = ["conf", "conflist", "json"];
 /// passes over it.
 pub const FRONT_FILE: &str = "00-meshnft.conflist";
 
+/// The suffix Cilium's agent gives the CNI configurations it does not own when its
+/// `cni.exclusive` is on (its Helm default): it renames them, so that runtimes load only its own.
+pub const CILIUM_BACKUP_SUFFIX: &str = ".cilium_bak";
+
+/// Names of the files of `dir` that an exclusive primary CNI renamed out of the runtimes' way
+/// (`*.cilium_bak`, [`CILIUM_BACKUP_SUFFIX`]), sorted; empty when `dir` cannot be read. Only
+/// names are read, never the files.
+pub fn exclusive_backups(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| n.ends_with(CILIUM_BACKUP_SUFFIX) && n.len() > CILIUM_BACKUP_SUFFIX.len())
+        .collect();
+    v.sort();
+    v
+}
+
 /// True when `path` is meshnft's [`FRONT_FILE`].
 pub fn is_front(path: &Path) -> bool {
     path.file_name().is_some_and(|n| n == FRONT_FILE)

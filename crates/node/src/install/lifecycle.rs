@@ -41,6 +41,15 @@ use serde_json::Value;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
+/// `path` (under `host_root`, as this process sees it) as the node sees it: the node's admin
+/// reads the warning on the node, where `/host` means nothing.
+fn on_host(host_root: &Path, path: &Path) -> PathBuf {
+    match path.strip_prefix(host_root) {
+        Ok(rel) if host_root != Path::new("/") => Path::new("/").join(rel),
+        _ => path.to_path_buf(),
+    }
+}
+
 /// What a successful pass found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
@@ -78,6 +87,9 @@ pub struct Installer {
     /// The last pass kept no front file because the primary's file sorts
     /// before it (said once, not every pass).
     front_refused: bool,
+    /// What the last pass found on the node that breaks chaining whatever meshnft does
+    /// ([`Installer::chaining_warnings`]).
+    warnings: Vec<String>,
 }
 
 impl Installer {
@@ -92,6 +104,44 @@ impl Installer {
             kubeconfig_text: None,
             replaced: BTreeSet::new(),
             front_refused: false,
+            warnings: Vec::new(),
+        }
+    }
+
+    /// What the last pass found in the configuration directory that breaks chaining whatever
+    /// meshnft does, one sentence each with its fix; empty when nothing. Today: an exclusive
+    /// Cilium (`cni.exclusive=true`, its default), found by the files it renamed to
+    /// `*.cilium_bak`: it renames meshnft's front file, and any list meshnft writes, the same
+    /// way, and writes its own list again without meshnft's entry when its agent restarts.
+    pub fn chaining_warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    /// Looks for [`Installer::chaining_warnings`]; logs a warning when they change.
+    fn look_for_warnings(&mut self) {
+        let backups = discover::exclusive_backups(&self.layout.net_dir);
+        let warnings: Vec<String> = if backups.is_empty() {
+            Vec::new()
+        } else {
+            let shown: Vec<&str> = backups.iter().take(5).map(String::as_str).collect();
+            vec![format!(
+                "Cilium renames the CNI configurations it does not own ({}{} in {}): its cni.exclusive is on, \
+                 so it renames meshnft's front file and drops meshnft's entry from its own list when it \
+                 restarts; set cni.exclusive=false in Cilium's Helm values (docs/install.md#cilium)",
+                shown.join(", "),
+                if backups.len() > shown.len() {
+                    ", ..."
+                } else {
+                    ""
+                },
+                on_host(&self.layout.host_root, &self.layout.net_dir).display()
+            )]
+        };
+        if warnings != self.warnings {
+            for w in &warnings {
+                tracing::warn!("{w}");
+            }
+            self.warnings = warnings;
         }
     }
 
@@ -191,6 +241,7 @@ impl Installer {
     /// Errors: the first problem met; nothing after it was attempted, and
     /// the network configuration is only ever changed by the last step.
     pub fn reconcile(&mut self) -> Result<Outcome, InstallError> {
+        self.look_for_warnings();
         for _ in 0..5 {
             if let Some(outcome) = self.reconcile_once()? {
                 return Ok(outcome);
@@ -651,5 +702,49 @@ mod tests {
         );
         assert!(!net.join("10-bridge.conflist").exists());
         assert!(!net.join("meshnft.d").exists());
+    }
+
+    /// An exclusive Cilium shows by the files it renamed: a pass warns, naming them and the
+    /// fix, and the warning goes with the files. Other names (a `.bak` of someone else's, the
+    /// bare suffix) are not Cilium's.
+    #[test]
+    fn an_exclusive_cilium_is_a_chaining_warning() {
+        let tmp = TempDir(std::env::temp_dir().join(format!("meshnft-cw-{}", std::process::id())));
+        let root = tmp.0.clone();
+        let _ = std::fs::remove_dir_all(&root);
+        let net = root.join("etc/cni/net.d");
+        std::fs::create_dir_all(&net).unwrap();
+        std::fs::create_dir_all(root.join("opt/cni/bin")).unwrap();
+        std::fs::write(net.join("10-bridge.conflist.bak"), "{}").unwrap();
+        std::fs::write(net.join(".cilium_bak"), "{}").unwrap();
+        let cmd = Cmd::try_parse_from([
+            "t".as_ref(),
+            "--host-root".as_ref(),
+            root.as_os_str(),
+            "--no-kubeconfig".as_ref(),
+        ])
+        .unwrap();
+        let mut inst = Installer::new(cmd.args);
+        let _ = inst.reconcile();
+        assert!(
+            inst.chaining_warnings().is_empty(),
+            "{:?}",
+            inst.chaining_warnings()
+        );
+        std::fs::write(net.join("00-meshnft.conflist.cilium_bak"), "{}").unwrap();
+        std::fs::write(net.join("10-bridge.conflist.cilium_bak"), "{}").unwrap();
+        let _ = inst.reconcile();
+        let w = inst.chaining_warnings();
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(
+            w[0].contains("00-meshnft.conflist.cilium_bak, 10-bridge.conflist.cilium_bak")
+                && w[0].contains("cni.exclusive=false")
+                && w[0].contains("in /etc/cni/net.d)"),
+            "{w:?}"
+        );
+        std::fs::remove_file(net.join("00-meshnft.conflist.cilium_bak")).unwrap();
+        std::fs::remove_file(net.join("10-bridge.conflist.cilium_bak")).unwrap();
+        let _ = inst.reconcile();
+        assert!(inst.chaining_warnings().is_empty());
     }
 }
