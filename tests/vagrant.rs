@@ -146,6 +146,8 @@ struct KindCluster {
     name: Option<String>,
     nodes: Vec<KindNode>,
     networking: Option<KindNetworking>,
+    /// kind's `kubeadmConfigPatches`: YAML documents merged into kubeadm's configuration.
+    kubeadm_config_patches: Option<Vec<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -186,6 +188,19 @@ fn kind_config_matches_kinds_schema_and_keeps_kindnet() {
     );
     // meshnft chains into kindnet's conflist: the default CNI must stay.
     assert_ne!(c.networking.and_then(|n| n.disable_default_cni), Some(true));
+    // Each patch is a kubeadm document of a kind kubeadm reads (kind matches patches by kind).
+    for p in c.kubeadm_config_patches.iter().flatten() {
+        let doc: serde_yaml::Value =
+            serde_yaml::from_str(p).unwrap_or_else(|e| panic!("kubeadmConfigPatches: {e}: {p}"));
+        let kind = doc.get("kind").and_then(serde_yaml::Value::as_str);
+        assert!(
+            matches!(
+                kind,
+                Some("ClusterConfiguration" | "InitConfiguration" | "JoinConfiguration")
+            ),
+            "kubeadmConfigPatches: a kubeadm document: {p}"
+        );
+    }
     assert!(
         serde_yaml::from_str::<KindCluster>("kind: Cluster\napiVersion: x\nnodes: []\nnodez: 1\n")
             .is_err()
