@@ -1177,7 +1177,9 @@ fn fault_primary_rewrites(node: &Node, _group: &str, apply: &(dyn Fn() + Sync)) 
         seed ^= seed << 13;
         seed ^= seed >> 7;
         seed ^= seed << 17;
-        std::thread::sleep(Duration::from_millis(300 + seed % 1500));
+        // At least 0.8 s: the rewrites span 10 s or more, so that the sampler (one `crictl
+        // info` every ~0.4 s idle, slower under load) sees each window several times.
+        std::thread::sleep(Duration::from_millis(800 + seed % 1500));
     };
     let stop = std::sync::atomic::AtomicBool::new(false);
     let (loads, without) = std::thread::scope(|sc| {
@@ -1230,9 +1232,12 @@ fn fault_primary_rewrites(node: &Node, _group: &str, apply: &(dyn Fn() + Sync)) 
             .map(|t| format!(" (e.g. plugins {t:?})"))
             .unwrap_or_default()
     );
+    // At least one sample per rewrite (10): a sampler that did not run could not fail the
+    // assertion below. The count itself follows the pauses' lengths and the machine's load
+    // (8 to 44 seen for the same code), so it is not held to more.
     assert!(
-        loads > 20,
-        "containerd's configuration sampled only {loads} times"
+        loads >= 10,
+        "containerd's configuration sampled only {loads} times for 10 rewrites"
     );
     assert!(
         without.is_empty(),
