@@ -52,6 +52,13 @@ pub const UNINITIALIZED_LABEL: &str = "meshnft.io/uninitialized";
 pub const REASON_REPAIRED: &str = "MeshnftRepaired";
 /// Event reason of a deletion or a label (the pod came up without meshnft).
 pub const REASON_NOT_CONFIGURED: &str = "MeshnftNotConfigured";
+/// Who the agent of node `node` reports its Events as (pods' and the node's).
+pub(crate) fn reporter(node: &str) -> kube::runtime::events::Reporter {
+    kube::runtime::events::Reporter {
+        controller: "meshnft-agent".into(),
+        instance: Some(format!("meshnft-agent-{node}")),
+    }
+}
 /// Reason of the Warning Event on the node when the installer finds a configuration that
 /// breaks chaining whatever meshnft does (an exclusive Cilium).
 pub const REASON_CHAINING: &str = "MeshnftChainingAtRisk";

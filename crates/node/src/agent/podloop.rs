@@ -34,10 +34,7 @@ pub(super) async fn pod_loop(ctx: Arc<Ctx>) {
         .default_backoff();
     let changed = Arc::new(tokio::sync::Notify::new());
     let mut changes = feed(stream, changed.clone());
-    let reporter = Reporter {
-        controller: "meshnft-agent".into(),
-        instance: Some(format!("meshnft-agent-{node}")),
-    };
+    let reporter = super::reporter(&node);
     let namespaces = serve_plugin(&ctx, &client, &reader, &changed, &reporter);
     let (pods, install) = (reader.clone(), ctx.install.clone());
     ctx.shared.count_meshed_with(Box::new(move || {

@@ -9,7 +9,7 @@ use crate::config::mesh::Mesh;
 use crate::install::{self, Layout};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{Event, EventType, Recorder};
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::Duration;
@@ -245,13 +245,7 @@ impl Gate {
         let Some(c) = self.client(ctx).await else {
             return;
         };
-        let recorder = Recorder::new(
-            c,
-            Reporter {
-                controller: "meshnft-agent".into(),
-                instance: Some(format!("meshnft-agent-{node}")),
-            },
-        );
+        let recorder = Recorder::new(c, super::reporter(node));
         let regarding = ObjectReference {
             api_version: Some("v1".into()),
             kind: Some("Node".into()),

@@ -667,6 +667,18 @@ mod tests {
         }
     }
 
+    /// An installer for the host tree at `root`, without a kubeconfig.
+    fn installer_at(root: &Path) -> Installer {
+        let cmd = Cmd::try_parse_from([
+            "t".as_ref(),
+            "--host-root".as_ref(),
+            root.as_os_str(),
+            "--no-kubeconfig".as_ref(),
+        ])
+        .unwrap();
+        Installer::new(cmd.args)
+    }
+
     /// A kill between writing the list and moving the original leaves the
     /// original in place beside its (older) copy: the uninstall keeps the
     /// original, the newer of the two, and drops the copy.
@@ -687,14 +699,7 @@ mod tests {
             r#"{"cniVersion":"0.3.1","name":"bridge","plugins":[{"type":"bridge"},{"type":"meshnft"}]}"#,
         )
         .unwrap();
-        let cmd = Cmd::try_parse_from([
-            "t".as_ref(),
-            "--host-root".as_ref(),
-            root.as_os_str(),
-            "--no-kubeconfig".as_ref(),
-        ])
-        .unwrap();
-        let mut inst = Installer::new(cmd.args);
+        let mut inst = installer_at(&root);
         inst.uninstall().unwrap();
         assert_eq!(
             std::fs::read_to_string(net.join("10-bridge.conf")).unwrap(),
@@ -717,14 +722,7 @@ mod tests {
         std::fs::create_dir_all(root.join("opt/cni/bin")).unwrap();
         std::fs::write(net.join("10-bridge.conflist.bak"), "{}").unwrap();
         std::fs::write(net.join(".cilium_bak"), "{}").unwrap();
-        let cmd = Cmd::try_parse_from([
-            "t".as_ref(),
-            "--host-root".as_ref(),
-            root.as_os_str(),
-            "--no-kubeconfig".as_ref(),
-        ])
-        .unwrap();
-        let mut inst = Installer::new(cmd.args);
+        let mut inst = installer_at(&root);
         let _ = inst.reconcile();
         assert!(
             inst.chaining_warnings().is_empty(),
