@@ -259,7 +259,7 @@ pub struct Shared {
 }
 
 impl Shared {
-    /// The installer's last chaining warnings (see [`Agent::set_chaining_warnings`]).
+    /// The installer's last chaining warnings (see [`Handle::set_chaining_warnings`]).
     pub fn chaining_warnings(&self) -> Vec<String> {
         self.chaining_warnings
             .lock()
