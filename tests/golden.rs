@@ -48,6 +48,10 @@ fn cases() -> Vec<(&'static str, String)> {
         ("kuma-defaults-level3.nft", render("kuma-defaults", Some(3))),
         ("kuma-full-level5.nft", render("kuma-full", Some(5))),
         (
+            "kuma-uid-exclusions-level3.nft",
+            render("kuma-uid-exclusions", Some(3)),
+        ),
+        (
             "linkerd-defaults-level3.fresh.nft",
             table("linkerd-defaults", Some(3)).render_fresh(),
         ),

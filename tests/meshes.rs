@@ -438,6 +438,91 @@ fn kuma_pod_classic_layout() {
     p.check_and_del();
 }
 
+/// Kuma's ConfigMap mode (the YAML kuma-cp renders into the pod) with
+/// per-UID exclusions: the YAML alone decides (the per-key annotation
+/// saying otherwise is not read), outbound TCP from an excluded UID to its
+/// ports goes out directly, every other (UID, port) is redirected, and
+/// `explain` says which rule decided.
+#[support::root_test]
+fn kuma_configmap_mode_and_uid_exclusions() {
+    let name = "kuma-uids";
+    let yaml = "kumaDPUser: \"5678\"\nipFamilyMode: dualstack\ncniMode: true\nredirect:\n  inbound:\n    enabled: true\n    port: 15006\n    excludePorts:\n    - 9901\n    - 8081\n  outbound:\n    enabled: true\n    port: 15001\n    excludePorts:\n    - 9901\n    excludePortsForUIDs:\n    - tcp:9100-9200:1500-1600\n    - 80:1700\n    - udp:80:1800\n  dns:\n    enabled: false\n    port: 15053\n";
+    let spec = apiserver::pod(
+        "default",
+        name,
+        &[("init", None), ("kuma-validation", None)],
+        &["kuma-sidecar", "app"],
+        &[
+            KUMA_INJECTED,
+            ("traffic.kuma.io/transparent-proxy-config", yaml),
+            // Not read: the YAML decides (as kuma-cni).
+            ("traffic.kuma.io/exclude-outbound-ports", "9100"),
+        ],
+        &[],
+    );
+    let n = MeshNode::start("kuma", &[spec]);
+    let p = MeshPod::new(&n, name);
+    let pod4 = p.add();
+    let _l = p.sidecar(&[8080, 8081]);
+    p.direct("kuma-sidecar", KUMA_UID, KUMA_UID, SRV4_A, 80);
+    assert!(p.phase_closed(), "{}", list_table(&p.pod).unwrap());
+    // UIDs 1500-1600 to 9100-9200: directly; to 80, and other UIDs to
+    // 9100 (the ignored annotation's port): redirected.
+    p.direct("app", 1500, 1500, SRV4_A, 9100);
+    p.direct("app", 1600, 1600, SRV4_B, 9100);
+    p.redirected("proxy-out", "app", 1500, 1500, SRV4_A, 80);
+    p.redirected("proxy-out", "app", 1601, 1601, SRV4_A, 9100);
+    p.redirected("proxy-out", "app", APP_UID, APP_UID, SRV4_A, 9100);
+    // UID 1700 to 80 (any protocol: TCP included); UDP only (1800): no
+    // TCP exclusion.
+    p.direct("app", 1700, 1700, SRV4_A, 80);
+    p.redirected("proxy-out", "app", 1700, 1700, SRV4_A, 20001);
+    p.redirected("proxy-out", "app", 1800, 1800, SRV4_A, 80);
+    // Inbound as the YAML says: 8081 excluded.
+    p.inbound_redirected(pod4, 8080);
+    expect_reply(p.inbound(pod4, 8081), "app", None);
+    let cg = p.cg.container("app");
+    let explain = |uid: &str, port: &str| {
+        op(
+            &p,
+            &[
+                "explain",
+                "--direction",
+                "out",
+                "--dst",
+                "198.18.0.1",
+                "--dport",
+                port,
+                "--uid",
+                uid,
+                "--gid",
+                uid,
+                "--cgroup",
+                cg.to_str().unwrap(),
+            ],
+        )
+    };
+    let d = explain("1550", "9100");
+    assert_eq!(d["outcome"]["kind"], json!("direct"), "{d:#}");
+    assert!(
+        d.to_string()
+            .contains("outbound from an excluded UID to its ports ignored"),
+        "{d:#}"
+    );
+    let d = explain("1550", "80");
+    assert_eq!(
+        d["outcome"],
+        json!({"kind": "redirect", "port": 15001}),
+        "{d:#}"
+    );
+    let i = op(&p, &["inspect"]);
+    assert!(
+        i.to_string().contains("1500-1600 . 9100-9200"),
+        "inspect shows the exclusions: {i:#}"
+    );
+    p.check_and_del();
+}
+
 /// Pods the peers would not redirect get no table; values meshnft cannot
 /// honour fail ADD (code 7) naming the annotation, and write nothing.
 #[support::root_test]
@@ -507,9 +592,10 @@ fn unmeshed_pods_and_refused_annotations() {
             &["kuma-sidecar", "app"],
             &[
                 KUMA_INJECTED,
+                // Kuma refuses a wildcard for UIDs; so does meshnft.
                 (
                     "traffic.kuma.io/exclude-outbound-ports-for-uids",
-                    "tcp:22:1000",
+                    "tcp:22:*",
                 ),
             ],
             &[],
@@ -521,9 +607,7 @@ fn unmeshed_pods_and_refused_annotations() {
     assert!(!has_table(&p.pod));
     p.check_and_del();
     let p = MeshPod::new(&n, "uids");
-    let e = p
-        .cni("add")
-        .expect_err("per-UID exclusions must be refused");
+    let e = p.cni("add").expect_err("a wildcard UID must be refused");
     assert!(
         e.contains("traffic.kuma.io/exclude-outbound-ports-for-uids"),
         "{e}"

@@ -15,12 +15,11 @@
 //! * **kuma-cni**, built from the snapshot of kumahq/kuma; meshnft with
 //!   `"mesh": "kuma"`. That kuma-cni reads only the transparent-proxy
 //!   configuration Kuma's injector renders into the pod
-//!   (`traffic.kuma.io/transparent-proxy-config`, YAML), which meshnft
-//!   refuses; meshnft reads Kuma 2.x's per-key annotations. So the peer's
-//!   pod carries both (as kuma-cp at that commit leaves it: the user's
-//!   per-key annotations, and the YAML that says the same), meshnft's only
-//!   the per-key ones; [`kuma_injected_pod_is_refused_by_meshnft`] asserts
-//!   what meshnft does with the peer's pod.
+//!   (`traffic.kuma.io/transparent-proxy-config`, YAML: Kuma's ConfigMap
+//!   mode), and so does meshnft when the pod has it. Both pods carry what
+//!   kuma-cp at that commit leaves: the user's per-key annotations, and the
+//!   YAML they were folded into. [`kuma_config_meshnft_cannot_honour_is_refused`]
+//!   asserts what meshnft does with a YAML it has no datapath for.
 //!
 //! Every connection is classified by the listener that answered and the
 //! original destination it reports: directly to the server outside the
@@ -598,9 +597,9 @@ struct Scenario {
     shape: Shape,
     /// The pod's annotations besides the injector's marker.
     annotations: &'static [(&'static str, &'static str)],
-    /// Annotations only the peer's pod gets (Kuma's rendered
-    /// transparent-proxy configuration, which meshnft refuses).
-    peer_only: Vec<(&'static str, String)>,
+    /// Kuma's rendered transparent-proxy configuration: annotations
+    /// kuma-cp adds to both pods.
+    rendered: Vec<(&'static str, String)>,
     /// `env` of the proxy container.
     proxy_env: &'static [(&'static str, &'static str)],
     /// Linkerd: keys merged into the `linkerd` block of the shared entry
@@ -821,9 +820,7 @@ impl PeerPod {
     fn add(peer: Peer, sc: &Scenario) -> PeerPod {
         let name = format!("{}-{}", sc.name, peer.slug());
         let mut ann: Vec<(&str, &str)> = sc.annotations.to_vec();
-        if peer != Peer::Meshnft {
-            ann.extend(sc.peer_only.iter().map(|(k, v)| (*k, v.as_str())));
-        }
+        ann.extend(sc.rendered.iter().map(|(k, v)| (*k, v.as_str())));
         let spec = mesh_pod(sc.mesh, &name, sc.shape, &ann, sc.proxy_env);
         let kuma = (peer == Peer::KumaCni).then(KumaNode::new);
         let node = Node::new();
@@ -1105,8 +1102,8 @@ fn compare(runs: &[(&Scenario, Vec<Outcome>)]) {
         if !ann.is_empty() {
             t += &format!("\n  annotations: {}", ann.join(", "));
         }
-        for (k, v) in &sc.peer_only {
-            t += &format!("\n  the peer's pod also: {k}: {v:?}");
+        for (k, v) in &sc.rendered {
+            t += &format!("\n  rendered by kuma-cp: {k}: {v:?}");
         }
         if !sc.entry.is_empty() {
             t += &format!("\n  linkerd block: {}", sc.entry);
@@ -1584,7 +1581,7 @@ const KUMA_PROXY: Source = Source::Container("kuma-sidecar", KUMA_PROXY_UID, KUM
 /// 15006, Envoy's admin port 9901 excluded both ways, the probe proxy port
 /// 9001 excluded inbound, dual stack) and `extra` YAML lines under
 /// `redirect:` or at the top (already indented). kuma-cni at that commit
-/// reads only this; meshnft refuses it and reads the per-key annotations.
+/// reads only this; so does meshnft when a pod has it.
 fn kuma_config(ip_family: &str, inbound: &str, outbound: &str) -> String {
     format!(
         "kumaDPUser: \"5678\"\nipFamilyMode: {ip_family}\ncniMode: true\nredirect:\n  inbound:\n    enabled: true\n    port: 15006\n{inbound}  outbound:\n    enabled: true\n    port: 15001\n{outbound}  dns:\n    enabled: false\n    port: 15053\n"
@@ -1614,7 +1611,7 @@ fn kuma_classic_seed_side_by_side() {
         title: "Kuma, classic layout, the seed (kuma-sidecar a regular container, the init container runs before it):",
         name: "kuma-classic",
         mesh: Mesh::Kuma,
-        peer_only: vec![(KUMA_CONFIG, kuma_default_config())],
+        rendered: vec![(KUMA_CONFIG, kuma_default_config())],
         timeline: timeline![
             "init (uid 1000) -> server:80", INIT, srv(SRV4_A, 80) => peer: Refused, meshnft: Direct;
             proxy starts;
@@ -1652,7 +1649,7 @@ fn kuma_native_sidecar_side_by_side() {
         name: "kuma-native",
         mesh: Mesh::Kuma,
         shape: Shape::Native,
-        peer_only: vec![(KUMA_CONFIG, kuma_default_config())],
+        rendered: vec![(KUMA_CONFIG, kuma_default_config())],
         timeline: timeline![
             proxy starts;
             "kuma-sidecar (uid 5678) -> server:80", KUMA_PROXY, srv(SRV4_A, 80) => Direct;
@@ -1665,11 +1662,14 @@ fn kuma_native_sidecar_side_by_side() {
 }
 
 /// Kuma's traffic annotations: `traffic.kuma.io/exclude-{outbound,inbound}-
-/// ports`, `exclude-{outbound,inbound}-ips`, `kuma.io/transparent-proxying-
-/// ip-family-mode`, `kuma.io/gateway`; and `kuma.io/sidecar-uid`, which
-/// kuma-cp at the snapshot's commit ignores (it renders the runtime's UID
-/// and logs a warning) while meshnft, reading Kuma 2.x's per-key
-/// annotations, honours it. The peer's pod carries what kuma-cp renders.
+/// ports`, `exclude-{outbound,inbound}-ips`, `exclude-outbound-ports-for-
+/// uids`, `kuma.io/transparent-proxying-ip-family-mode`, `kuma.io/gateway`;
+/// and `kuma.io/sidecar-uid`, which kuma-cp at the snapshot's commit
+/// ignores (it renders the runtime's UID and logs a warning): both plugins
+/// read the rendered YAML, so for both the proxy is UID 5678 and a sidecar
+/// running as 5700 is not it. kuma-cni redirects it; meshnft lets it out
+/// directly until UID 5678's first packet (the init phase), then redirects
+/// it too.
 #[support::root_test]
 fn kuma_annotations_side_by_side() {
     let exclusions = Scenario {
@@ -1685,7 +1685,7 @@ fn kuma_annotations_side_by_side() {
             ),
             ("traffic.kuma.io/exclude-inbound-ips", "198.19.1.1"),
         ],
-        peer_only: vec![(
+        rendered: vec![(
             KUMA_CONFIG,
             kuma_config(
                 "dualstack",
@@ -1720,7 +1720,7 @@ fn kuma_annotations_side_by_side() {
             ("kuma.io/transparent-proxying-ip-family-mode", "ipv4"),
             ("kuma.io/gateway", "enabled"),
         ],
-        peer_only: vec![(
+        rendered: vec![(
             KUMA_CONFIG,
             kuma_config(
                 "ipv4",
@@ -1743,32 +1743,69 @@ fn kuma_annotations_side_by_side() {
         ..Default::default()
     };
     let uid = Scenario {
-        title: "Kuma: sidecar-uid (kuma-cp at the snapshot ignores it):",
+        title: "Kuma: sidecar-uid (kuma-cp at the snapshot ignores it; so do both plugins, reading its YAML):",
         name: "kuma-uid",
         mesh: Mesh::Kuma,
         annotations: &[("kuma.io/sidecar-uid", "5700")],
-        peer_only: vec![(KUMA_CONFIG, kuma_default_config())],
+        rendered: vec![(KUMA_CONFIG, kuma_default_config())],
         timeline: timeline![
             proxy starts;
             "kuma-sidecar (uid 5700) -> server:80",
                 run_as("kuma-sidecar", 5700, 5700), srv(SRV4_A, 80)
                 => peer: ProxyOut, meshnft: Direct;
             "uid 5678 -> server:80", app_as(KUMA_PROXY_UID, KUMA_PROXY_UID), srv(SRV4_A, 80)
-                => peer: Direct, meshnft: ProxyOut;
+                => Direct;
+            "kuma-sidecar (uid 5700) -> server:80, after uid 5678's packet",
+                run_as("kuma-sidecar", 5700, 5700), srv(SRV4_A, 80) => ProxyOut;
             "app -> server:80", APP, srv(SRV4_A, 80) => ProxyOut;
         ],
         ..Default::default()
     };
-    side_by_side(&[exclusions, ipv4, uid]);
+    let uids = Scenario {
+        title: "Kuma: exclude-outbound-ports-for-uids:",
+        name: "kuma-uids",
+        mesh: Mesh::Kuma,
+        annotations: &[(
+            "traffic.kuma.io/exclude-outbound-ports-for-uids",
+            "tcp:9100:1500-1600;80:1700;udp:80:1800",
+        )],
+        rendered: vec![(
+            KUMA_CONFIG,
+            kuma_config(
+                "dualstack",
+                "    excludePorts: [9901, 9001]\n",
+                "    excludePorts: [9901]\n    excludePortsForUIDs: [\"tcp:9100:1500-1600\", \"80:1700\", \"udp:80:1800\"]\n",
+            ),
+        )],
+        timeline: timeline![
+            proxy starts;
+            "kuma-sidecar (uid 5678) -> server:80", KUMA_PROXY, srv(SRV4_A, 80) => Direct;
+            "uid 1500 -> server:9100 (excluded uid and port)", app_as(1500, 1500), srv(SRV4_A, 9100)
+                => Direct;
+            "uid 1600 -> [2001:db8:2::1]:9100 (excluded)", app_as(1600, 1600), srv(SRV6_A, 9100)
+                => Direct;
+            "uid 1500 -> server:80 (not its port)", app_as(1500, 1500), srv(SRV4_A, 80)
+                => ProxyOut;
+            "uid 1601 -> server:9100 (not an excluded uid)", app_as(1601, 1601), srv(SRV4_A, 9100)
+                => ProxyOut;
+            "app -> server:9100", APP, srv(SRV4_A, 9100) => ProxyOut;
+            "uid 1700 -> server:80 (any protocol)", app_as(1700, 1700), srv(SRV4_A, 80) => Direct;
+            "uid 1700 -> server:9100", app_as(1700, 1700), srv(SRV4_A, 9100) => ProxyOut;
+            "uid 1800 -> server:80 (udp only)", app_as(1800, 1800), srv(SRV4_A, 80) => ProxyOut;
+            "node -> pod:8080", NODE, pod4(8080) => ProxyIn;
+        ],
+        ..Default::default()
+    };
+    side_by_side(&[exclusions, ipv4, uid, uids]);
 }
 
-/// The pod as kuma-cp at the snapshot's commit leaves it (with the
-/// rendered `traffic.kuma.io/transparent-proxy-config`): kuma-cni meshes
-/// it; meshnft refuses it (code 7 naming the annotation), so such a pod
-/// does not start with meshnft instead of starting with different rules.
+/// A rendered configuration asking for what meshnft has no datapath for
+/// (`dropInvalidPackets: true`, which kuma-cni writes as a mangle rule):
+/// meshnft refuses the pod (code 7 naming the annotation and the key), so
+/// it does not start instead of starting with other rules.
 #[support::root_test]
-fn kuma_injected_pod_is_refused_by_meshnft() {
-    let config = kuma_default_config();
+fn kuma_config_meshnft_cannot_honour_is_refused() {
+    let config = format!("dropInvalidPackets: true\n{}", kuma_default_config());
     let spec = mesh_pod(
         Mesh::Kuma,
         "kuma-refused",
@@ -1792,15 +1829,12 @@ fn kuma_injected_pod_is_refused_by_meshnft() {
     let args = k8s_args(&cg, "kuma-refused");
     let err = node
         .cni("add", &cl, pod.path(), "kuma-refused", &args_ref(&args))
-        .expect_err("meshnft must refuse the ConfigMap-mode annotation");
+        .expect_err("meshnft must refuse dropInvalidPackets");
     let e = support::cni_error(&err).unwrap_or_else(|| panic!("no CNI error in {err}"));
     assert_eq!(e["code"], 7, "{e}");
+    let text = format!("{} {}", e["msg"], e["details"]);
     assert!(
-        e["msg"].as_str().unwrap_or_default().contains(KUMA_CONFIG)
-            || e["details"]
-                .as_str()
-                .unwrap_or_default()
-                .contains(KUMA_CONFIG),
+        text.contains(KUMA_CONFIG) && text.contains("dropInvalidPackets"),
         "{e}"
     );
     let _ = node.cni("del", &cl, pod.path(), "kuma-refused", &args_ref(&args));

@@ -12,8 +12,8 @@
 //! serves each mesh's pod as its injector leaves it (Istio: `istio-proxy`
 //! and `sidecar.istio.io/status`; Linkerd: `linkerd-proxy`; Kuma:
 //! `kuma-sidecar`, `kuma.io/sidecar-injected`, and for kuma-cni the
-//! rendered `traffic.kuma.io/transparent-proxy-config`, which meshnft
-//! refuses, so meshnft reads a twin pod without it; without these marks
+//! rendered `traffic.kuma.io/transparent-proxy-config`; meshnft reads a
+//! twin pod without it (Kuma 2.x's per-key form); without these marks
 //! each plugin leaves the pod alone). Every
 //! round makes one fresh pod netns per contender and gives it an interface
 //! and addresses with the reference `ptp` plugin (untimed: istio-cni

@@ -15,6 +15,11 @@
 //! first with meshnft (installed from deploy/meshnft.yaml before Linkerd, so that the control
 //! plane's own pods are meshed by it), then with the real linkerd-cni in its place.
 //!
+//! Then the Vault-agent case: a second mutating webhook (tests/node/webhook, registered after
+//! Linkerd's injector as Vault's agent injector is) puts an init container in front of the
+//! native layout's proxy; with meshnft it goes out directly and the pod starts, with linkerd-cni
+//! it is refused.
+//!
 //! `MESHNFT_LINKERD=1` builds Linkerd's parts when they are not (cold: see docs/linkerd.md);
 //! unset, the test runs only when they are built, and prints a SKIP line otherwise;
 //! `MESHNFT_LINKERD=0` skips it.
@@ -423,6 +428,155 @@ fn linkerd_check(node: &Node, parts: &Path) -> String {
     failed.join("\n")
 }
 
+/// The init container the second webhook puts first: where Vault's agent injector puts
+/// `vault-agent-init` (it fetches a page of the outside web server, as the agent fetches its
+/// secrets before anything else runs).
+const FIRST_INIT: &str = "vault-agent-init";
+
+/// The second webhook (tests/node/webhook, built with `go build` into the node's directory)
+/// serving in the node's namespaces on 127.0.0.1:9443, and its MutatingWebhookConfiguration:
+/// pods labelled `meshnft.test/prepend-init: "true"` get [`FIRST_INIT`] first. Its name sorts
+/// after Linkerd's `linkerd-proxy-injector-webhook-config`, so the API server calls it after
+/// Linkerd's injector (webhooks run in the order of their configurations' names), as it does
+/// Vault's `vault-agent-injector-cfg`. Returns the webhook's process (killed at node down too:
+/// it is in the node's network namespace).
+fn second_webhook(node: &Node) -> std::process::Child {
+    let bin = node.dir.join("webhook");
+    let out = Command::new("go")
+        .args(["build", "-o"])
+        .arg(&bin)
+        .arg(Path::new(ROOT).join("tests/node/webhook/main.go"))
+        .env("CGO_ENABLED", "0")
+        .output()
+        .expect("run go build");
+    assert!(
+        out.status.success(),
+        "go build tests/node/webhook: {}",
+        text(&out.stderr)
+    );
+    let ca = node.dir.join("webhook-ca-bundle");
+    let container = format!(
+        r#"{{"name":"{FIRST_INIT}","image":"{BUSYBOX}","imagePullPolicy":"Never","command":["sh","-c","timeout 10 wget -q -O- http://{OUTSIDE}/"]}}"#
+    );
+    let child = Command::new(script("node.sh"))
+        .arg("run")
+        .arg(&node.dir)
+        .arg(&bin)
+        .args(["-addr", "127.0.0.1:9443", "-ca"])
+        .arg(&ca)
+        .args(["-container", &container])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(node.dir.join("logs/webhook.log")).expect("webhook log"))
+        .spawn()
+        .expect("start the webhook");
+    let t0 = Instant::now();
+    while !ca.exists() {
+        assert!(
+            t0.elapsed().as_secs() < 30,
+            "the webhook wrote no certificate"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let bundle = std::fs::read_to_string(&ca).expect("read the webhook's caBundle");
+    node.apply(&format!(
+        r#"apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingWebhookConfiguration
+metadata:
+  name: vault-like-agent-injector-cfg
+webhooks:
+  - name: prepend-init.meshnft.test
+    clientConfig:
+      url: https://127.0.0.1:9443/mutate
+      caBundle: {bundle}
+    rules:
+      - operations: [CREATE]
+        apiGroups: [""]
+        apiVersions: [v1]
+        resources: [pods]
+    objectSelector:
+      matchLabels: {{meshnft.test/prepend-init: "true"}}
+    admissionReviewVersions: [v1]
+    sideEffects: None
+    failurePolicy: Fail
+    timeoutSeconds: 10
+"#
+    ));
+    child
+}
+
+/// The seed's pod, native layout, labelled for the second webhook.
+fn seed_behind_second_webhook(name: &str) -> String {
+    seed(name, true).replacen(
+        "  annotations:\n",
+        "  labels:\n    meshnft.test/prepend-init: \"true\"\n  annotations:\n",
+        1,
+    )
+}
+
+/// Both webhooks ran, in the order Vault's case has them: [`FIRST_INIT`] first, then Linkerd's
+/// validator and proxy (native layout), then the pod's own `fetch`.
+fn assert_first_init_before_proxy(node: &Node, name: &str) {
+    let inits = assert_injected(node, name, true);
+    let at = |c: &str| inits.iter().position(|i| i == c);
+    assert_eq!(at(FIRST_INIT), Some(0), "{name}: {inits:?}");
+    assert!(
+        at("linkerd-proxy") > at(FIRST_INIT) && at("fetch") > at("linkerd-proxy"),
+        "{name}: {FIRST_INIT} before the proxy, the pod's own init container after it: {inits:?}"
+    );
+}
+
+/// With meshnft: [`FIRST_INIT`] runs before the proxy and goes out directly (its fetch is
+/// answered); the pod starts; the init containers after the proxy and the app are redirected
+/// (the init phase closed by the real proxy), with mTLS.
+fn second_webhook_with_meshnft(node: &Node, parts: &Path, name: &str) {
+    node.apply(&seed_behind_second_webhook(name));
+    assert_first_init_before_proxy(node, name);
+    node.wait_ready(NS, name, 240);
+    let fetched = node.logs(NS, name, FIRST_INIT);
+    assert!(
+        fetched.contains(OUTSIDE_BODY),
+        "{name}: {FIRST_INIT}'s fetch before the proxy: {fetched}"
+    );
+    let table = node
+        .pod_table(NS, name)
+        .unwrap_or_else(|e| panic!("{name}: no meshnft table: {e}"));
+    assert!(
+        set_has_elements(&table, "init_containers"),
+        "{name}: {FIRST_INIT} went out directly, recorded in init_containers:\n{table}"
+    );
+    assert!(
+        set_has_elements(&table, "proxy_started"),
+        "{name}: the real proxy's first packet closed the init phase:\n{table}"
+    );
+    assert_mtls(node, parts, name);
+}
+
+/// With linkerd-cni: [`FIRST_INIT`] is redirected to the proxy's port before the proxy runs and
+/// is refused, again and again; the proxy never starts, nor does the pod.
+fn second_webhook_with_linkerd_cni(node: &Node, name: &str) {
+    node.apply(&seed_behind_second_webhook(name));
+    assert_first_init_before_proxy(node, name);
+    let mut log = String::new();
+    node.wait(
+        150,
+        &format!("{name}'s {FIRST_INIT} refused"),
+        NS,
+        &format!("pod/{name}"),
+        || {
+            log = node
+                .kubectl(&["-n", NS, "logs", name, "-c", FIRST_INIT])
+                .unwrap_or_else(|e| e);
+            log.contains("Connection refused")
+        },
+    );
+    eprintln!("{name}: {FIRST_INIT} under linkerd-cni: {}", log.trim());
+    assert_ne!(
+        node.get(NS, &format!("pod/{name}"), "{.status.phase}"),
+        "Running"
+    );
+}
+
 #[support::root_test]
 fn real_linkerd() {
     let Some(host) = Host::before("real_linkerd") else {
@@ -521,6 +675,12 @@ fn real_linkerd() {
     steps.run("seed native sidecar (meshnft)", || {
         seed_with_meshnft(&node, &parts, "seed-native", true)
     });
+    let mut webhook = steps.run("a second webhook (Vault's agent injector's place)", || {
+        second_webhook(&node)
+    });
+    steps.run("an init container before the proxy (meshnft)", || {
+        second_webhook_with_meshnft(&node, &parts, "vault-like")
+    });
     steps.run("meshnft: no pod repaired, no API call refused", || {
         let repaired = node.kubectl_ok(&[
             "get",
@@ -557,6 +717,12 @@ fn real_linkerd() {
     steps.run("seed native sidecar (linkerd-cni)", || {
         seed_native_with_linkerd_cni(&node, &parts, "l5d-cni-native")
     });
+    steps.run(
+        "an init container before the proxy (linkerd-cni): refused",
+        || second_webhook_with_linkerd_cni(&node, "l5d-cni-vault-like"),
+    );
+    let _ = webhook.kill();
+    let _ = webhook.wait();
     steps.run("linkerd-cni unchained", || unchain_linkerd_cni(&node));
     steps.run("node down", || drop(node));
     steps.run("nothing left", || {

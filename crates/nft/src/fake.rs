@@ -291,6 +291,7 @@ mod tests {
     fn cg(id: u64) -> RawElem {
         RawElem {
             key: id.to_ne_bytes().to_vec(),
+            key_end: None,
             end: false,
             verdict: None,
         }

@@ -62,6 +62,23 @@ pub fn outbound(s: &Settings, levels: Option<Levels>, r: &mut Rules) {
     if let Some(l) = phase {
         phase::proxy_started(s, l, &ids[0], r);
     }
+    if super::sets::uid_port_elems(s).is_some() {
+        // Kuma inserts these at the top of nat OUTPUT, before its own
+        // chain: they win over everything but the end of the init phase.
+        r.push(
+            "output",
+            vec![
+                Stmt::InSet {
+                    key: Key::SkuidTcpDport,
+                    set: super::sets::SKIP_OUTBOUND_UID_PORTS,
+                    negate: false,
+                },
+                Stmt::Counter,
+                ret(),
+            ],
+            "outbound from an excluded UID to its ports ignored",
+        );
+    }
     match &s.mesh.loopback_inbound {
         None => {
             own_traffic(&ids, r);

@@ -87,6 +87,8 @@ pub enum ElemView {
     },
     /// `ipvX_addr . inet_service` element.
     AddrPort(IpAddr, u16),
+    /// `uid . inet_service` interval element: UIDs and ports, inclusive.
+    UidPorts(model::UidRange, PortRange),
     /// `cgroupsv2` element.
     Cgroup(CgroupKey),
     /// `cgroupsv2 : verdict` map element.
@@ -102,6 +104,7 @@ impl std::fmt::Display for ElemView {
             ElemView::Addrs { text, .. } => write!(f, "{text}"),
             ElemView::AddrPort(a @ IpAddr::V6(_), p) => write!(f, "[{a}]:{p}"),
             ElemView::AddrPort(a, p) => write!(f, "{a}:{p}"),
+            ElemView::UidPorts(u, p) => write!(f, "{u} . {p}"),
             ElemView::Cgroup(k) => write!(f, "{k}"),
             ElemView::Verdict(k, v) => write!(f, "{k} : {v}"),
             ElemView::Other(s) => write!(f, "{s}"),
@@ -262,12 +265,33 @@ fn set_elems(s: &SetInfo) -> Vec<ElemView> {
                 })
                 .collect()
         }
+        t if t == model::KeyType::UidPort.type_id() => s
+            .elems
+            .iter()
+            .map(
+                |e| match (uid_port(&e.key), e.key_end.as_deref().and_then(uid_port)) {
+                    (Some((ulo, plo)), Some((uhi, phi))) => ElemView::UidPorts(
+                        model::UidRange { lo: ulo, hi: uhi },
+                        PortRange { lo: plo, hi: phi },
+                    ),
+                    _ => ElemView::Other(hex(&e.key)),
+                },
+            )
+            .collect(),
         _ => s
             .elems
             .iter()
             .map(|e| ElemView::Other(hex(&e.key)))
             .collect(),
     }
+}
+
+/// A `uid . inet_service` key: big-endian UID, big-endian port, 2 bytes of
+/// padding.
+fn uid_port(k: &[u8]) -> Option<(u32, u16)> {
+    let u = <[u8; 4]>::try_from(k.get(..4)?).ok()?;
+    let p = <[u8; 2]>::try_from(k.get(4..6)?).ok()?;
+    Some((u32::from_be_bytes(u), u16::from_be_bytes(p)))
 }
 
 /// What the operator commands need from a rule's expressions: counter,
@@ -442,6 +466,14 @@ impl TableView {
         self.elems(name)
             .iter()
             .any(|e| matches!(e, ElemView::AddrPort(a, p) if *a == addr && *p == port))
+    }
+
+    /// Is `uid . port` in `uid . inet_service` interval set `name`?
+    pub fn has_uid_port(&self, name: &str, uid: u32, port: u16) -> bool {
+        self.elems(name).iter().any(|e| {
+            matches!(e, ElemView::UidPorts(u, p)
+                if u.lo <= uid && uid <= u.hi && p.lo <= port && port <= p.hi)
+        })
     }
 
     /// Elements of cgroupsv2 set `name`.

@@ -57,6 +57,26 @@ fn net_sets(names: [&'static str; 2], nets: &Subnets, comments: [&'static str; 2
     ]
 }
 
+/// The `uid . inet_service` set of Kuma's per-UID exclusions, only in the
+/// tables of pods that have some (an interval set of a concatenation needs
+/// Linux >= 5.7; every other table keeps its shape).
+pub const SKIP_OUTBOUND_UID_PORTS: &str = "skip_outbound_uid_ports";
+
+/// The elements of [`SKIP_OUTBOUND_UID_PORTS`] for `s`; `None` when the
+/// pod has no per-UID exclusion.
+pub fn uid_port_elems(s: &Settings) -> Option<Vec<Elem>> {
+    let k = s.mesh.kuma.as_ref()?;
+    if k.exclude_outbound_uid_ports.is_empty() {
+        return None;
+    }
+    Some(
+        k.exclude_outbound_uid_ports
+            .iter()
+            .map(|(u, p)| Elem::UidPorts(*u, *p))
+            .collect(),
+    )
+}
+
 /// Every set of the table for `s`, in the table's order.
 pub fn sets(s: &Settings) -> Vec<Set> {
     let c: SetComments = s.mesh.mesh.module().set_comments();
@@ -105,6 +125,17 @@ pub fn sets(s: &Settings) -> Vec<Set> {
         &s.skip_outbound_nets,
         c.skip_outbound_nets,
     ));
+    if let Some(elems) = uid_port_elems(s) {
+        sets.push(Set {
+            name: SKIP_OUTBOUND_UID_PORTS,
+            key: KeyType::UidPort,
+            verdict_map: false,
+            interval: true,
+            dynamic: false,
+            comment: "kuma redirect.outbound.excludePortsForUIDs (traffic.kuma.io/exclude-outbound-ports-for-uids)",
+            elements: Some(elems),
+        });
+    }
     sets.extend(init_redirect_sets(s));
     if let Some([ports_comment, nets4, nets6]) = c.redirect_outbound {
         let include = s.mesh.redirect_outbound_nets.clone().unwrap_or_default();

@@ -6,6 +6,7 @@
 //! registers (`NFT_REG_1`..`NFT_REG_4`, also addressable as 4-byte
 //! `NFT_REG32_00`..`NFT_REG32_15`); register 0 holds the verdict.
 
+mod byteorder;
 mod cmp;
 mod counter;
 mod dynset;
@@ -16,6 +17,7 @@ mod payload;
 mod redir;
 mod socket;
 
+pub use byteorder::{Byteorder, ByteorderOp};
 pub use cmp::{Cmp, CmpOp};
 pub use counter::Counter;
 pub use dynset::Dynset;
@@ -44,6 +46,8 @@ pub enum Expr {
     Meta(Meta),
     /// `cmp`: compare a register with a constant.
     Cmp(Cmp),
+    /// `byteorder`: convert a register's values between host and network order.
+    Byteorder(Byteorder),
     /// `payload`: load packet bytes into a register.
     Payload(Payload),
     /// `lookup`: match a register against a set (or map it to a verdict).
@@ -68,6 +72,7 @@ impl Expr {
         match self {
             Expr::Meta(_) => "meta",
             Expr::Cmp(_) => "cmp",
+            Expr::Byteorder(_) => "byteorder",
             Expr::Payload(_) => "payload",
             Expr::Lookup(_) => "lookup",
             Expr::Dynset(_) => "dynset",
@@ -91,6 +96,7 @@ impl Expr {
         match self {
             Expr::Meta(e) => e.encode(m),
             Expr::Cmp(e) => e.encode(m),
+            Expr::Byteorder(e) => e.encode(m),
             Expr::Payload(e) => e.encode(m),
             Expr::Lookup(e) => e.encode(m, set_id(&e.set)),
             Expr::Dynset(e) => e.encode(m, set_id(&e.set)),
@@ -116,6 +122,7 @@ impl Expr {
         let e = match name.as_str() {
             "meta" => Meta::decode(&data).map(Expr::Meta),
             "cmp" => Cmp::decode(&data).map(Expr::Cmp),
+            "byteorder" => Byteorder::decode(&data).map(Expr::Byteorder),
             "payload" => Payload::decode(&data).map(Expr::Payload),
             "lookup" => Lookup::decode(&data).map(Expr::Lookup),
             "dynset" => Dynset::decode(&data).map(Expr::Dynset),
@@ -136,6 +143,19 @@ impl std::fmt::Display for Expr {
         match self {
             Expr::Meta(m) => write!(f, "[ meta load {:?} => reg {} ]", m.key, m.dreg),
             Expr::Cmp(c) => write!(f, "[ cmp {:?} reg {} 0x{} ]", c.op, c.sreg, hex(&c.data)),
+            Expr::Byteorder(b) => write!(
+                f,
+                "[ byteorder reg {} = {}(reg {}, {}, {}) ]",
+                b.dreg,
+                if b.op == ByteorderOp::Hton {
+                    "hton"
+                } else {
+                    "ntoh"
+                },
+                b.sreg,
+                b.size,
+                b.len
+            ),
             Expr::Payload(p) => write!(
                 f,
                 "[ payload load {}b @ {:?} header + {} => reg {} ]",

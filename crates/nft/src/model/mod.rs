@@ -57,6 +57,10 @@ pub enum KeyType {
     Ipv4Port,
     /// `ipv6_addr . inet_service`: 16 + 4.
     Ipv6Port,
+    /// `uid . inet_service` (24, 13), always an interval set (`flags
+    /// interval`, the kernel's `pipapo` backend): a big-endian UID (4) and a
+    /// port padded to a register word (4).
+    UidPort,
 }
 
 impl KeyType {
@@ -69,6 +73,7 @@ impl KeyType {
             KeyType::Ipv6 => "ipv6_addr",
             KeyType::Ipv4Port => "ipv4_addr . inet_service",
             KeyType::Ipv6Port => "ipv6_addr . inet_service",
+            KeyType::UidPort => "uid . inet_service",
         }
     }
 
@@ -81,6 +86,7 @@ impl KeyType {
             KeyType::Ipv6 => 8,
             KeyType::Ipv4Port => (7 << 6) | 13,
             KeyType::Ipv6Port => (8 << 6) | 13,
+            KeyType::UidPort => (24 << 6) | 13,
         }
     }
 
@@ -93,6 +99,41 @@ impl KeyType {
             KeyType::Ipv6 => 16,
             KeyType::Ipv4Port => 8,
             KeyType::Ipv6Port => 20,
+            KeyType::UidPort => 8,
+        }
+    }
+
+    /// The byte length of each field of a concatenation
+    /// (`NFTA_SET_DESC_CONCAT`, as nft sends it: unpadded); empty for a
+    /// single field.
+    pub fn concat_fields(self) -> &'static [u32] {
+        match self {
+            KeyType::Ipv4Port => &[4, 2],
+            KeyType::Ipv6Port => &[16, 2],
+            KeyType::UidPort => &[4, 2],
+            _ => &[],
+        }
+    }
+}
+
+/// An inclusive UID range `lo..=hi`.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+pub struct UidRange {
+    /// First UID.
+    pub lo: u32,
+    /// Last UID (equal to `lo` for one UID).
+    pub hi: u32,
+}
+
+impl fmt::Display for UidRange {
+    /// nft element syntax: `1000` or `1000-2000`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.lo == self.hi {
+            write!(f, "{}", self.lo)
+        } else {
+            write!(f, "{}-{}", self.lo, self.hi)
         }
     }
 }
@@ -110,6 +151,9 @@ pub enum Elem {
     Addr4Port(Ipv4Addr, u16),
     /// `ipv6_addr . inet_service`.
     Addr6Port(Ipv6Addr, u16),
+    /// `uid . inet_service` ranges: `1000-2000 . 22` (a UID range and a port
+    /// range, both inclusive).
+    UidPorts(UidRange, PortRange),
     /// A cgroup v2 id (`cgroupsv2`).
     Cgroup(u64),
     /// A cgroup v2 id mapped to a verdict (`cgroupsv2 : verdict`).
@@ -127,6 +171,7 @@ impl fmt::Display for Elem {
             Elem::Net6(n) => write!(f, "{n}"),
             Elem::Addr4Port(a, p) => write!(f, "{a} . {p}"),
             Elem::Addr6Port(a, p) => write!(f, "{a} . {p}"),
+            Elem::UidPorts(u, p) => write!(f, "{u} . {p}"),
             Elem::Cgroup(id) => write!(f, "{id}"),
             Elem::CgroupVerdict(id, v) => write!(f, "{id} : {v}"),
         }

@@ -3,8 +3,8 @@
 //! the kernel's expressions, as nft 1.0.6 generates them.
 
 use crate::expr::{
-    Cmp, CmpOp, Counter, Dynset, Expr, Immediate, ImmediateData, Lookup, Meta, MetaKey, Payload,
-    PayloadBase, REG_1, REG_2, REG_VERDICT, REG32_01, Redir, Socket,
+    Byteorder, ByteorderOp, Cmp, CmpOp, Counter, Dynset, Expr, Immediate, ImmediateData, Lookup,
+    Meta, MetaKey, Payload, PayloadBase, REG_1, REG_2, REG_VERDICT, REG32_01, Redir, Socket,
 };
 use crate::verdict::Verdict;
 use std::fmt;
@@ -27,6 +27,9 @@ pub enum Key {
     IpDaddrTcpDport,
     /// `ip6 daddr . tcp dport`.
     Ip6DaddrTcpDport,
+    /// `meta skuid . tcp dport`: the socket owner's UID, big-endian, and the
+    /// destination port (for `uid . inet_service` interval sets).
+    SkuidTcpDport,
     /// `socket cgroupv2 level N`.
     Cgroup(u8),
 }
@@ -50,6 +53,7 @@ impl fmt::Display for Key {
             Key::Ip6Daddr => write!(f, "ip6 daddr"),
             Key::IpDaddrTcpDport => write!(f, "ip daddr . tcp dport"),
             Key::Ip6DaddrTcpDport => write!(f, "ip6 daddr . tcp dport"),
+            Key::SkuidTcpDport => write!(f, "meta skuid . tcp dport"),
             Key::Cgroup(l) => write!(f, "socket cgroupv2 level {l}"),
         }
     }
@@ -116,6 +120,18 @@ impl Key {
                 tcp(out);
                 out.push(payload(REG_1, Network, 24, 16));
                 out.push(payload(REG_2, Transport, 2, 2));
+            }
+            Key::SkuidTcpDport => {
+                tcp(out);
+                out.push(meta(MetaKey::Skuid));
+                out.push(Expr::Byteorder(Byteorder {
+                    sreg: REG_1,
+                    dreg: REG_1,
+                    op: ByteorderOp::Hton,
+                    len: 4,
+                    size: 4,
+                }));
+                out.push(payload(REG32_01, Transport, 2, 2));
             }
             Key::Cgroup(level) => out.push(Expr::Socket(Socket {
                 dreg: REG_1,

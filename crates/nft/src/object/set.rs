@@ -25,6 +25,11 @@ pub const NFTA_SET_KEY_LEN: u16 = 5;
 pub const NFTA_SET_DATA_TYPE: u16 = 6;
 /// `NFTA_SET_DATA_LEN` (`NLA_BE32`).
 pub const NFTA_SET_DATA_LEN: u16 = 7;
+/// `NFTA_SET_DESC` (`NLA_NESTED`: `NFTA_SET_DESC_CONCAT` 2, a list of
+/// `NFTA_SET_FIELD_LEN` 1, `NLA_BE32` bytes, one per field).
+pub const NFTA_SET_DESC: u16 = 9;
+const NFTA_SET_DESC_CONCAT: u16 = 2;
+const NFTA_SET_FIELD_LEN: u16 = 1;
 /// `NFTA_SET_ID` (`NLA_BE32`).
 pub const NFTA_SET_ID: u16 = 10;
 /// `NFTA_SET_USERDATA` (`NLA_BINARY`).
@@ -36,6 +41,8 @@ pub const NFT_SET_INTERVAL: u32 = 0x4;
 pub const NFT_SET_MAP: u32 = 0x8;
 /// `NFT_SET_EVAL`: filled from the packet path (`dynset`).
 pub const NFT_SET_EVAL: u32 = 0x20;
+/// `NFT_SET_CONCAT`: an interval set of a concatenation (Linux >= 5.7).
+pub const NFT_SET_CONCAT: u32 = 0x80;
 /// `NFT_DATA_VERDICT`: the data type of a verdict map.
 pub const NFT_DATA_VERDICT: u32 = 0xffff_ff00;
 
@@ -71,14 +78,17 @@ fn udata(s: &Set) -> Vec<u8> {
     let order = match s.key {
         KeyType::Cgroup => BYTEORDER_HOST,
         KeyType::Port | KeyType::Ipv4 | KeyType::Ipv6 => BYTEORDER_BIG,
-        KeyType::Ipv4Port | KeyType::Ipv6Port => BYTEORDER_INVALID,
+        KeyType::Ipv4Port | KeyType::Ipv6Port | KeyType::UidPort => BYTEORDER_INVALID,
     };
     tlv(&mut u, 0, &order.to_le_bytes());
     if s.verdict_map {
         tlv(&mut u, 1, &BYTEORDER_INVALID.to_le_bytes());
         tlv(&mut u, 6, &0u32.to_le_bytes());
     }
-    if matches!(s.key, KeyType::Ipv4Port | KeyType::Ipv6Port) {
+    if matches!(
+        s.key,
+        KeyType::Ipv4Port | KeyType::Ipv6Port | KeyType::UidPort
+    ) {
         // What nft 1.0.6 writes for a `type A . inet_service` concatenation.
         tlv(&mut u, 3, &[0, 4, 13, 0, 0, 0, 1, 0]);
     }
@@ -100,6 +110,12 @@ pub fn new_msg(table: &str, s: &Set, id: u32) -> MsgBuilder {
     if s.dynamic {
         flags |= NFT_SET_EVAL;
     }
+    // An interval set of a concatenation names its fields (the kernel then
+    // picks `pipapo`), as nft does.
+    let concat = s.interval && !s.key.concat_fields().is_empty();
+    if concat {
+        flags |= NFT_SET_CONCAT;
+    }
     m.be32(NFTA_SET_FLAGS, flags)
         .be32(NFTA_SET_KEY_TYPE, s.key.type_id())
         .be32(NFTA_SET_KEY_LEN, s.key.key_len());
@@ -108,6 +124,15 @@ pub fn new_msg(table: &str, s: &Set, id: u32) -> MsgBuilder {
             .be32(NFTA_SET_DATA_LEN, 0);
     }
     m.be32(NFTA_SET_ID, id);
+    if concat {
+        m.begin(NFTA_SET_DESC).begin(NFTA_SET_DESC_CONCAT);
+        for len in s.key.concat_fields() {
+            m.begin(crate::netlink::attr::NFTA_LIST_ELEM)
+                .be32(NFTA_SET_FIELD_LEN, *len)
+                .end();
+        }
+        m.end().end();
+    }
     m.bytes(NFTA_SET_USERDATA, &udata(s));
     m
 }

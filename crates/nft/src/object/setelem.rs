@@ -10,6 +10,9 @@
 //! Intervals are written as nft writes them: a start element, and an end
 //! element flagged `NFT_SET_ELEM_INTERVAL_END` at `last + 1` (and a
 //! leading end element at 0); [`intervals`] reads them back as ranges.
+//! Intervals of a concatenation (the kernel's `pipapo` set) are one element
+//! each instead: its first key and its last (`NFTA_SET_ELEM_KEY_END`,
+//! Linux >= 5.6), field by field.
 
 use crate::model::Elem;
 use crate::netlink::{
@@ -32,6 +35,9 @@ pub const NFTA_SET_ELEM_KEY: u16 = 1;
 pub const NFTA_SET_ELEM_DATA: u16 = 2;
 /// `NFTA_SET_ELEM_FLAGS` (`NLA_BE32`).
 pub const NFTA_SET_ELEM_FLAGS: u16 = 3;
+/// `NFTA_SET_ELEM_KEY_END` (`NLA_NESTED`: `NFTA_DATA_VALUE`): the last key
+/// of a concatenation's interval.
+pub const NFTA_SET_ELEM_KEY_END: u16 = 10;
 /// `NFT_SET_ELEM_INTERVAL_END`: the element ends an interval.
 pub const NFT_SET_ELEM_INTERVAL_END: u32 = 0x1;
 
@@ -39,10 +45,12 @@ pub const NFT_SET_ELEM_INTERVAL_END: u32 = 0x1;
 pub const ELEMS_PER_MSG: usize = 1000;
 
 /// One element as the kernel stores it: key, interval-end flag, verdict.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RawElem {
     /// Key bytes.
     pub key: Vec<u8>,
+    /// `NFTA_SET_ELEM_KEY_END`: the last key of a concatenation's interval.
+    pub key_end: Option<Vec<u8>>,
     /// `NFT_SET_ELEM_INTERVAL_END`.
     pub end: bool,
     /// Verdict (maps).
@@ -53,7 +61,7 @@ fn key(k: Vec<u8>, end: bool) -> RawElem {
     RawElem {
         key: k,
         end,
-        verdict: None,
+        ..RawElem::default()
     }
 }
 
@@ -115,11 +123,24 @@ pub fn raw_elems(elems: &[Elem]) -> Vec<RawElem> {
                 k.extend_from_slice(&[0, 0]);
                 out.push(key(k, false));
             }
+            Elem::UidPorts(u, p) => {
+                let field = |uid: u32, port: u16| {
+                    let mut k = uid.to_be_bytes().to_vec();
+                    k.extend_from_slice(&port.to_be_bytes());
+                    k.extend_from_slice(&[0, 0]);
+                    k
+                };
+                out.push(RawElem {
+                    key: field(u.lo, p.lo),
+                    key_end: Some(field(u.hi, p.hi)),
+                    ..RawElem::default()
+                });
+            }
             Elem::Cgroup(id) => out.push(key(id.to_ne_bytes().to_vec(), false)),
             Elem::CgroupVerdict(id, v) => out.push(RawElem {
                 key: id.to_ne_bytes().to_vec(),
-                end: false,
                 verdict: Some(v.clone()),
+                ..RawElem::default()
             }),
         }
     }
@@ -223,6 +244,11 @@ fn msgs(
                 m.begin(NFTA_SET_ELEM_KEY)
                     .bytes(NFTA_DATA_VALUE, &e.key)
                     .end();
+                if let Some(k) = &e.key_end {
+                    m.begin(NFTA_SET_ELEM_KEY_END)
+                        .bytes(NFTA_DATA_VALUE, k)
+                        .end();
+                }
                 if let Some(v) = &e.verdict {
                     m.begin(NFTA_SET_ELEM_DATA);
                     v.encode(&mut m);
@@ -253,10 +279,13 @@ fn decode_list(list: Attr<'_>) -> Vec<RawElem> {
     let mut out = Vec::new();
     for e in list.nested().iter().filter(|x| x.ty == NFTA_LIST_ELEM) {
         let ea = e.nested();
-        let key = find(&ea, NFTA_SET_ELEM_KEY)
-            .and_then(|k| find(&k.nested(), NFTA_DATA_VALUE))
-            .map(|v| v.value.to_vec())
-            .unwrap_or_default();
+        let value = |ty| {
+            find(&ea, ty)
+                .and_then(|k| find(&k.nested(), NFTA_DATA_VALUE))
+                .map(|v| v.value.to_vec())
+        };
+        let key = value(NFTA_SET_ELEM_KEY).unwrap_or_default();
+        let key_end = value(NFTA_SET_ELEM_KEY_END);
         let end = find(&ea, NFTA_SET_ELEM_FLAGS)
             .and_then(|f| f.be32())
             .unwrap_or(0)
@@ -265,7 +294,12 @@ fn decode_list(list: Attr<'_>) -> Vec<RawElem> {
         let verdict = find(&ea, NFTA_SET_ELEM_DATA)
             .and_then(|d| find(&d.nested(), NFTA_DATA_VERDICT))
             .and_then(|v| Verdict::decode(&v.nested()));
-        out.push(RawElem { key, end, verdict });
+        out.push(RawElem {
+            key,
+            key_end,
+            end,
+            verdict,
+        });
     }
     out
 }
@@ -304,12 +338,17 @@ mod tests {
             RawElem {
                 key: vec![0, 0],
                 end: true,
-                verdict: None,
+                ..RawElem::default()
             },
             RawElem {
                 key: 7u64.to_ne_bytes().to_vec(),
-                end: false,
                 verdict: Some(Verdict::Accept),
+                ..RawElem::default()
+            },
+            RawElem {
+                key: vec![0, 0, 3, 0xe8, 0, 22, 0, 0],
+                key_end: Some(vec![0, 0, 7, 0xd0, 0, 22, 0, 0]),
+                ..RawElem::default()
             },
         ];
         let b = new_msgs("t", "s", Some(3), &elems).remove(0).finish(1);

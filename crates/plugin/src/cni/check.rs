@@ -163,9 +163,13 @@ pub fn normalize(l: &Listing) -> Vec<String> {
             .iter()
             .map(|e| {
                 format!(
-                    "set {}: element {}{}{}",
+                    "set {}: element {}{}{}{}",
                     s.name,
                     hex(&e.key),
+                    e.key_end
+                        .as_ref()
+                        .map(|k| format!("-{}", hex(k)))
+                        .unwrap_or_default(),
                     if e.end { " (interval end)" } else { "" },
                     e.verdict
                         .as_ref()
@@ -238,6 +242,7 @@ mod tests {
                     udata: vec![],
                     elems: vec![RawElem {
                         key: 1234u64.to_ne_bytes().to_vec(),
+                        key_end: None,
                         end: false,
                         verdict: None,
                     }],
@@ -251,6 +256,7 @@ mod tests {
                     udata: vec![],
                     elems: vec![RawElem {
                         key: vec![0x10, 0x5e],
+                        key_end: None,
                         end: false,
                         verdict: None,
                     }],
@@ -322,10 +328,17 @@ mod tests {
         let mut b3 = a.clone();
         b3.sets[1].elems.push(RawElem {
             key: vec![0, 22],
+            key_end: None,
             end: false,
             verdict: None,
         });
         assert_eq!(compare(&a, &b3).len(), 1);
+        // The same first key, another last key (a concatenation's interval).
+        let mut b5 = b3.clone();
+        b5.sets[1].elems.last_mut().unwrap().key_end = Some(vec![0, 23]);
+        let mut b6 = b5.clone();
+        b6.sets[1].elems.last_mut().unwrap().key_end = Some(vec![0, 24]);
+        assert_eq!(compare(&b5, &b6).len(), 2);
         // Elements of a dynamic set are state.
         let mut b4 = a.clone();
         b4.sets[0].elems.clear();

@@ -145,6 +145,7 @@ pub fn apply<C: NftClient + ?Sized>(
         let mut tx = Transaction::new();
         let elem = |v: Option<Verdict>| RawElem {
             key: loc.id.to_ne_bytes().to_vec(),
+            key_end: None,
             end: false,
             verdict: v,
         };

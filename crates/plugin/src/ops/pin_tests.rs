@@ -58,6 +58,7 @@ fn pins(f: &Fake) -> Vec<RawElem> {
 fn pinned(v: Verdict) -> RawElem {
     RawElem {
         key: CONTAINER.to_ne_bytes().to_vec(),
+        key_end: None,
         end: false,
         verdict: Some(v),
     }

@@ -72,7 +72,8 @@ pub const KUMA_ANN_EXCLUDE_OUTBOUND_PORTS: &str = "traffic.kuma.io/exclude-outbo
 pub const KUMA_ANN_EXCLUDE_INBOUND_IPS: &str = "traffic.kuma.io/exclude-inbound-ips";
 /// Outbound destinations left alone.
 pub const KUMA_ANN_EXCLUDE_OUTBOUND_IPS: &str = "traffic.kuma.io/exclude-outbound-ips";
-/// Per-UID outbound port exclusions: refused (no such rule in meshnft).
+/// Per-UID outbound exclusions, `;`-separated `[protocol:][ports:]uids`
+/// entries ([`super::kuma_tproxy::uid_exclusions`]).
 pub const KUMA_ANN_EXCLUDE_OUTBOUND_PORTS_FOR_UIDS: &str =
     "traffic.kuma.io/exclude-outbound-ports-for-uids";
 /// kuma-dp's application probe proxy port, excluded inbound (`0`: none).
@@ -88,7 +89,9 @@ pub const KUMA_ANN_DROP_INVALID: &str = "traffic.kuma.io/drop-invalid-packets";
 /// per packet; its rules carry counters).
 pub const KUMA_ANN_IPTABLES_LOGS: &str = "traffic.kuma.io/iptables-logs";
 /// The whole transparent-proxy configuration as YAML (Kuma's ConfigMap
-/// mode): refused, meshnft reads the per-key annotations.
+/// mode, the only one kuma-cni reads since Kuma 2.9's injector renders it):
+/// when set, it alone decides the pod's values
+/// ([`KumaPod::from_tp_config`]).
 pub const KUMA_ANN_TP_CONFIG: &str = "traffic.kuma.io/transparent-proxy-config";
 
 /// The `kuma` block, in the shape of Kuma's transparent-proxy configuration
@@ -134,6 +137,11 @@ pub struct KumaFlow {
     /// Addresses or CIDRs left alone: inbound sources, outbound destinations.
     #[serde(rename = "excludePortsForIPs")]
     pub exclude_ports_for_ips: Option<Value>,
+    /// Outbound only: `[protocol:][ports:]uids` entries, an array of strings
+    /// (or one `;`-separated string, the annotation's form); inbound refused
+    /// (Kuma writes it as a rule that skips every inbound connection).
+    #[serde(rename = "excludePortsForUIDs")]
+    pub exclude_ports_for_uids: Option<Value>,
 }
 
 /// `kuma.redirect.dns`.
@@ -170,6 +178,12 @@ pub struct KumaPod {
     pub gateway: bool,
     /// Builtin DNS: applications' TCP to port 53 is left alone.
     pub builtin_dns: bool,
+    /// `traffic.kuma.io/exclude-outbound-ports-for-uids` (or the YAML's
+    /// `redirect.outbound.excludePortsForUIDs`): outbound TCP from these
+    /// UIDs to these ports is not redirected (TCP entries only, see
+    /// [`super::kuma_tproxy::uid_exclusions`]).
+    #[serde(default)]
+    pub exclude_outbound_uid_ports: Vec<super::kuma_tproxy::UidPorts>,
 }
 
 impl KumaPod {
@@ -232,6 +246,30 @@ impl KumaPod {
                 KUMA_PROBE_PROXY_PORT,
             )?),
         };
+        if let Some(v) = &inb.exclude_ports_for_uids
+            && !uid_entries("kuma.redirect.inbound.excludePortsForUIDs", v)?.is_empty()
+        {
+            return Err(Error::config(
+                "kuma.redirect.inbound.excludePortsForUIDs",
+                &tok(v),
+                "Kuma writes it as a rule that skips every inbound connection; not supported by meshnft",
+            ));
+        }
+        let uid_field = "kuma.redirect.outbound.excludePortsForUIDs";
+        let uid_ports = match &outb.exclude_ports_for_uids {
+            None => Vec::new(),
+            Some(v) => {
+                let entries = uid_entries(uid_field, v)?;
+                super::kuma_tproxy::uid_exclusions(uid_field, entries.iter().map(String::as_str))
+                    .map_err(|e| {
+                        Error::new(
+                            e.code,
+                            e.msg
+                                .replacen("invalid pod annotation", "invalid network config", 1),
+                        )
+                    })?
+            }
+        };
         let ipv6 = match &c.ip_family_mode {
             None => true,
             Some(Value::String(m)) => ip_family_mode("kuma.ipFamilyMode", m)?,
@@ -275,7 +313,29 @@ impl KumaPod {
             probe_proxy_port: probe,
             gateway: false,
             builtin_dns: r.dns.and_then(|d| d.enabled).unwrap_or(false),
+            exclude_outbound_uid_ports: uid_ports,
         })
+    }
+}
+
+/// The block's `excludePortsForUIDs`: an array of strings, or one string
+/// of `;`-separated entries.
+fn uid_entries(field: &str, v: &Value) -> Result<Vec<String>> {
+    match v {
+        Value::String(s) if s.trim().is_empty() => Ok(Vec::new()),
+        Value::String(s) => Ok(s.split(';').map(str::to_string).collect()),
+        Value::Array(items) => items
+            .iter()
+            .map(|i| match i {
+                Value::String(s) => Ok(s.clone()),
+                other => Err(Error::config(field, &tok(other), "expected a string")),
+            })
+            .collect(),
+        other => Err(Error::config(
+            field,
+            &tok(other),
+            "expected an array of strings",
+        )),
     }
 }
 
@@ -291,6 +351,13 @@ fn kuma_enabled(key: &str, v: &str) -> Result<bool> {
             "expected \"enabled\", \"disabled\", \"true\" or \"false\"",
         )),
     }
+}
+
+/// Builtin DNS asked for: what meshnft does not do.
+fn dns_warning() {
+    tracing::warn!(
+        "Kuma's builtin DNS is enabled: meshnft redirects TCP only and does not capture DNS (UDP 53 to kuma-dp's DNS port); the pod's DNS queries go to its resolver directly"
+    );
 }
 
 /// Kuma's module.
@@ -361,6 +428,17 @@ impl MeshModule for Kuma {
             pod,
             namespace: false,
         };
+        if let Some((key, v)) = ann.get(KUMA_ANN_TP_CONFIG)
+            && !v.trim().is_empty()
+        {
+            let k = KumaPod::from_tp_config(key, v)?;
+            if k.builtin_dns {
+                dns_warning();
+            }
+            let mut out = s.clone();
+            k.derive(&mut out);
+            return Ok(out);
+        }
         refused(&ann)?;
         ann.set(KUMA_ANN_SIDECAR_UID, &mut k.uid, parse_uid)?;
         ann.set(
@@ -414,12 +492,15 @@ impl MeshModule for Kuma {
             &mut k.exclude_outbound_ips,
             nets,
         )?;
+        ann.set(
+            KUMA_ANN_EXCLUDE_OUTBOUND_PORTS_FOR_UIDS,
+            &mut k.exclude_outbound_uid_ports,
+            |key, v| super::kuma_tproxy::uid_exclusions(key, v.split(';')),
+        )?;
         ann.set(KUMA_ANN_GATEWAY, &mut k.gateway, kuma_enabled)?;
         ann.set(KUMA_ANN_BUILTIN_DNS, &mut k.builtin_dns, kuma_enabled)?;
         if k.builtin_dns {
-            tracing::warn!(
-                "{KUMA_ANN_BUILTIN_DNS} is enabled: meshnft redirects TCP only and does not capture DNS (UDP 53 to kuma-dp's DNS port); the pod's DNS queries go to its resolver directly"
-            );
+            dns_warning();
         }
         let mut out = s.clone();
         k.derive(&mut out);
@@ -462,29 +543,9 @@ impl MeshModule for Kuma {
     }
 }
 
-/// The annotations asking for what meshnft has no datapath for (the
-/// ConfigMap mode, per-UID exclusions, dropping invalid packets), and the
-/// iptables logs flag (validated, not written).
+/// The annotation asking for what meshnft has no datapath for (dropping
+/// invalid packets), and the iptables logs flag (validated, not written).
 fn refused(ann: &Annotations) -> Result<()> {
-    if let Some((key, v)) = ann.get(KUMA_ANN_TP_CONFIG)
-        && !v.trim().is_empty()
-    {
-        let first = v.lines().next().unwrap_or_default();
-        return Err(annotation_error(
-            key,
-            first,
-            "Kuma's transparent-proxy ConfigMap mode is not supported by meshnft, which reads kuma-cni's per-key annotations: install Kuma with transparentProxy.configMap.enabled=false",
-        ));
-    }
-    if let Some((key, v)) = ann.get(KUMA_ANN_EXCLUDE_OUTBOUND_PORTS_FOR_UIDS)
-        && !v.trim().is_empty()
-    {
-        return Err(annotation_error(
-            key,
-            v,
-            "per-UID port exclusions are not supported by meshnft",
-        ));
-    }
     if let Some((key, v)) = ann.get(KUMA_ANN_DROP_INVALID)
         && kuma_enabled(key, v)?
     {

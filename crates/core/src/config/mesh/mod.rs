@@ -29,6 +29,7 @@
 
 pub mod istio;
 pub mod kuma;
+pub mod kuma_tproxy;
 pub mod linkerd;
 
 use crate::config::values::tok;

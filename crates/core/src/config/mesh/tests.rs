@@ -609,12 +609,59 @@ fn kuma_bad_values_name_the_annotation() {
         (KUMA_ANN_PROBE_PROXY_PORT, "9001,9002"),
         (KUMA_ANN_EXCLUDE_INBOUND_IPS, "300.1.1.1"),
         (KUMA_ANN_EXCLUDE_OUTBOUND_IPS, "*"),
-        (KUMA_ANN_EXCLUDE_OUTBOUND_PORTS_FOR_UIDS, "tcp:22:1000"),
+        (KUMA_ANN_EXCLUDE_OUTBOUND_PORTS_FOR_UIDS, "tcp:22:*"),
+        (KUMA_ANN_EXCLUDE_OUTBOUND_PORTS_FOR_UIDS, "tcp:22:1000,1001"),
+        (KUMA_ANN_EXCLUDE_OUTBOUND_PORTS_FOR_UIDS, "sctp:22:1000"),
+        (KUMA_ANN_EXCLUDE_OUTBOUND_PORTS_FOR_UIDS, "tcp:22:1000:x"),
+        (KUMA_ANN_EXCLUDE_OUTBOUND_PORTS_FOR_UIDS, "22:"),
+        (KUMA_ANN_EXCLUDE_OUTBOUND_PORTS_FOR_UIDS, "1000;"),
+        (KUMA_ANN_EXCLUDE_OUTBOUND_PORTS_FOR_UIDS, "22:70000"),
+        (KUMA_ANN_EXCLUDE_OUTBOUND_PORTS_FOR_UIDS, "22:2000-1000"),
+        (KUMA_ANN_EXCLUDE_OUTBOUND_PORTS_FOR_UIDS, "0:1000"),
+        (KUMA_ANN_EXCLUDE_OUTBOUND_PORTS_FOR_UIDS, "80-x:1000"),
         (KUMA_ANN_GATEWAY, "provided"),
         (KUMA_ANN_BUILTIN_DNS, "on"),
         (KUMA_ANN_DROP_INVALID, "true"),
         (KUMA_ANN_IPTABLES_LOGS, "verbose"),
-        (KUMA_ANN_TP_CONFIG, "kumaDPUser: \"5678\"\nredirect: {}"),
+        (KUMA_ANN_TP_CONFIG, "{{{"),
+        (KUMA_ANN_TP_CONFIG, "- a list"),
+        (KUMA_ANN_TP_CONFIG, "kumaDPUser: kuma-dp"),
+        (KUMA_ANN_TP_CONFIG, "kumaDPUser: \"0\""),
+        (KUMA_ANN_TP_CONFIG, "dropInvalidPackets: true"),
+        (KUMA_ANN_TP_CONFIG, "dryRun: true"),
+        (KUMA_ANN_TP_CONFIG, "ipFamilyMode: ipv6"),
+        (KUMA_ANN_TP_CONFIG, "redirect: {outbound: {enabled: false}}"),
+        (KUMA_ANN_TP_CONFIG, "redirect: {outbound: {enabled: 'no'}}"),
+        (
+            KUMA_ANN_TP_CONFIG,
+            "redirect: {inbound: {includePorts: [80]}}",
+        ),
+        (
+            KUMA_ANN_TP_CONFIG,
+            "redirect: {inbound: {excludePortsForUIDs: ['1000']}}",
+        ),
+        (
+            KUMA_ANN_TP_CONFIG,
+            "redirect: {outbound: {excludePortsForUIDs: ['tcp:22:*']}}",
+        ),
+        (
+            KUMA_ANN_TP_CONFIG,
+            "redirect: {outbound: {excludePortsForUIDs: '1000'}}",
+        ),
+        (
+            KUMA_ANN_TP_CONFIG,
+            "redirect: {vnet: {networks: ['docker0:172.17.0.0/16']}}",
+        ),
+        (KUMA_ANN_TP_CONFIG, "redirect: {inbound: {port: 70000}}"),
+        (KUMA_ANN_TP_CONFIG, "redirect: {inbound: {port: 15001}}"),
+        (
+            KUMA_ANN_TP_CONFIG,
+            "redirect: {outbound: {excludePorts: [x]}}",
+        ),
+        (
+            KUMA_ANN_TP_CONFIG,
+            "redirect: {inbound: {excludePortsForIPs: ['300.1.1.1']}}",
+        ),
     ] {
         let e = pod(&[(k, v)]).apply(&s).unwrap_err();
         assert_eq!(e.code, Code::InvalidConfig, "{k}={v}: {e}");
@@ -623,6 +670,122 @@ fn kuma_bad_values_name_the_annotation() {
             "{k}={v}: {e}"
         );
     }
+}
+
+/// `[protocol:][ports:]uids`, as Kuma's `parseExcludePortsForUIDs` reads
+/// it; UDP-only entries give nothing (meshnft redirects TCP only).
+#[test]
+fn kuma_uid_exclusions() {
+    use crate::config::mesh::kuma_tproxy::uid_exclusions;
+    use meshnft_nft::model::UidRange;
+    let u = |lo, hi| UidRange { lo, hi };
+    let got = uid_exclusions(
+        "k",
+        [
+            "1003",
+            "80:1002",
+            "tcp:22:1000-2000",
+            "udp:53:1001",
+            "TCP,udp:8080-8090,443:5",
+            "*:*:7",
+            ":7",
+        ],
+    )
+    .unwrap();
+    assert_eq!(
+        got,
+        vec![
+            (u(5, 5), r(443, 443)),
+            (u(5, 5), r(8080, 8090)),
+            (u(7, 7), r(1, 65535)),
+            (u(1000, 2000), r(22, 22)),
+            (u(1002, 1002), r(80, 80)),
+            (u(1003, 1003), r(1, 65535)),
+        ]
+    );
+    // The annotation: `;`-separated entries.
+    let s = base("kuma");
+    let out = pod(&[(
+        KUMA_ANN_EXCLUDE_OUTBOUND_PORTS_FOR_UIDS,
+        "tcp:22:1000-2000;80:1002;udp:53:1001",
+    )])
+    .apply(&s)
+    .unwrap();
+    let k = out.mesh.kuma.unwrap();
+    assert_eq!(
+        k.exclude_outbound_uid_ports,
+        vec![(u(1000, 2000), r(22, 22)), (u(1002, 1002), r(80, 80))]
+    );
+    // Only UDP: nothing to write.
+    let out = pod(&[(KUMA_ANN_EXCLUDE_OUTBOUND_PORTS_FOR_UIDS, "udp:53:1001")])
+        .apply(&s)
+        .unwrap();
+    assert!(out.mesh.kuma.unwrap().exclude_outbound_uid_ports.is_empty());
+}
+
+/// What kuma-cp's injector renders into `traffic.kuma.io/transparent-
+/// proxy-config` (CNI mode, as tests/peers.rs gives kuma-cni): it alone
+/// decides the pod's values, over Kuma's defaults, and the per-key
+/// annotations and the `kuma` block are not read.
+#[test]
+fn kuma_configmap_mode() {
+    let yaml = "kumaDPUser: \"5679\"\nipFamilyMode: ipv4\ncniMode: true\nredirect:\n  inbound:\n    enabled: true\n    port: 15016\n    excludePorts:\n    - 9901\n    - 9001\n    excludePortsForIPs:\n    - 198.18.6.0/24,2001:db8:6::/48\n  outbound:\n    enabled: true\n    port: 15011\n    excludePorts: \"3306, 5432-5433\"\n    excludePortsForUIDs:\n    - tcp:22:1000-2000\n    - \"1003\"\n    excludePortsForIPs:\n    - 198.18.7.7\n  dns:\n    enabled: true\n    port: 15053\niptablesExecutables: {}\nwait: 5\nretry:\n  maxRetries: 4\n";
+    let s = base("kuma");
+    let out = pod(&[
+        (KUMA_ANN_TP_CONFIG, yaml),
+        // Not read in ConfigMap mode (kuma-cni ignores them too).
+        (KUMA_ANN_SIDECAR_UID, "7000"),
+        (KUMA_ANN_DROP_INVALID, "true"),
+    ])
+    .apply(&s)
+    .unwrap();
+    assert_eq!(out.proxy_uid, 5679);
+    assert_eq!((out.inbound_port, out.outbound_port), (15016, 15011));
+    assert!(!out.ipv6);
+    assert_eq!(out.skip_inbound_ports, vec![r(9001, 9001), r(9901, 9901)]);
+    // Builtin DNS: TCP to 53 left alone, as with the annotation.
+    assert_eq!(
+        out.skip_outbound_ports,
+        vec![r(53, 53), r(3306, 3306), r(5432, 5433)]
+    );
+    assert_eq!(out.skip_inbound_nets.v4[0].to_string(), "198.18.6.0/24");
+    assert_eq!(out.skip_inbound_nets.v6[0].to_string(), "2001:db8:6::/48");
+    assert_eq!(out.skip_outbound_nets.v4[0].to_string(), "198.18.7.7/32");
+    let k = out.mesh.kuma.unwrap();
+    assert_eq!(k.exclude_outbound_uid_ports.len(), 2);
+    // Kuma's defaults under a near-empty document: 5678, 15006/15001,
+    // nothing excluded (kuma-cp puts 9901 in the YAML itself), dual stack.
+    let out = pod(&[(KUMA_ANN_TP_CONFIG, "cniMode: true\n")])
+        .apply(&s)
+        .unwrap();
+    assert_eq!(out.proxy_uid, 5678);
+    assert_eq!((out.inbound_port, out.outbound_port), (15006, 15001));
+    assert!(out.ipv6);
+    assert!(out.skip_inbound_ports.is_empty() && out.skip_outbound_ports.is_empty());
+    // Hostile documents fail fast with a short message: aliases expanded
+    // without end (Kuma's loader has the same YAML library limits), and
+    // more than 32 KiB.
+    let mut bomb = String::from("a: &a [x, x, x, x, x, x, x, x, x, x]\n");
+    for i in 0..9 {
+        let prev = if i == 0 {
+            "a".to_string()
+        } else {
+            format!("b{}", i - 1)
+        };
+        bomb += &format!(
+            "b{i}: &b{i} [{}]\n",
+            vec![format!("*{prev}"); 10].join(", ")
+        );
+    }
+    for y in [bomb, "[".repeat(40_000)] {
+        let e = pod(&[(KUMA_ANN_TP_CONFIG, &y)]).apply(&s).unwrap_err();
+        assert!(e.msg.len() < 300, "{}", e.msg);
+    }
+    // A gateway: inbound disabled.
+    let out = pod(&[(KUMA_ANN_TP_CONFIG, "redirect: {inbound: {enabled: false}}")])
+        .apply(&s)
+        .unwrap();
+    assert_eq!(out.skip_inbound_ports, vec![ALL_PORTS]);
 }
 
 #[test]

@@ -29,6 +29,8 @@ pub enum Kind {
     Loopback,
     /// `tcp dport @skip_outbound_ports return`.
     SkipOutboundPort,
+    /// Kuma: `meta skuid . tcp dport @skip_outbound_uid_ports return`.
+    SkipOutboundUidPort,
     /// `ip daddr @skip_outbound_nets4 return`.
     SkipOutboundDst4,
     /// `ip6 daddr @skip_outbound_nets6 return`.
@@ -79,6 +81,9 @@ pub fn classify(chain: &str, comment: &str) -> Option<Kind> {
         ("prerouting", "inbound TCP to the proxy") => Some(InboundJump),
         ("output", "loopback") => Some(Loopback),
         ("output", "outbound port ignored") => Some(SkipOutboundPort),
+        ("output", "outbound from an excluded UID to its ports ignored") => {
+            Some(SkipOutboundUidPort)
+        }
         ("output", "outbound IPv4 destination ignored") => Some(SkipOutboundDst4),
         ("output", "outbound IPv6 destination ignored") => Some(SkipOutboundDst6),
         ("output", "outbound TCP to the proxy") => Some(ToProxy),

@@ -106,6 +106,9 @@ impl Walk<'_> {
             SkipOutboundPort => {
                 (self.is_tcp() && t.has_port("skip_outbound_ports", f.dport)).then_some(Act::Return)
             }
+            SkipOutboundUidPort => (self.is_tcp()
+                && t.has_uid_port("skip_outbound_uid_ports", f.uid, f.dport))
+            .then_some(Act::Return),
             SkipOutboundDst4 => {
                 (v4 && t.has_addr("skip_outbound_nets4", f.dst)).then_some(Act::Return)
             }

@@ -99,6 +99,10 @@ pub struct Config {
     pub skip_outbound_ports: Vec<String>,
     /// `linkerd.outbound-subnets-to-ignore`, IPv4 then IPv6.
     pub skip_outbound_nets: Vec<String>,
+    /// Kuma's per-UID exclusions, `UIDS . PORTS` (`1000-2000 . 22`); absent
+    /// from the JSON for the tables without the set.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub skip_outbound_uid_ports: Vec<String>,
     /// `initPhase.redirectDestinations`.
     pub init_redirect_destinations: Vec<String>,
 }
@@ -249,6 +253,7 @@ pub fn config(t: &TableView) -> Config {
         skip_inbound_nets: texts(t, &["skip_inbound_nets4", "skip_inbound_nets6"]),
         skip_outbound_ports: texts(t, &["skip_outbound_ports"]),
         skip_outbound_nets: texts(t, &["skip_outbound_nets4", "skip_outbound_nets6"]),
+        skip_outbound_uid_ports: texts(t, &["skip_outbound_uid_ports"]),
         init_redirect_destinations: texts(
             t,
             &[

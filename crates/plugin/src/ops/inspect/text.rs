@@ -146,13 +146,21 @@ fn config_text(o: &mut String, c: &Config) {
             "  outbound dsts ignored",
             list_or(&c.skip_outbound_nets, "-"),
         ),
-        (
-            "  init-phase redirects",
-            list_or(&c.init_redirect_destinations, "-"),
-        ),
     ] {
         kv(o, k, &v);
     }
+    if !c.skip_outbound_uid_ports.is_empty() {
+        kv(
+            o,
+            "  per-uid outbound ignored",
+            &c.skip_outbound_uid_ports.join(", "),
+        );
+    }
+    kv(
+        o,
+        "  init-phase redirects",
+        &list_or(&c.init_redirect_destinations, "-"),
+    );
 }
 
 /// The init containers, pins, counters and warnings of [`render`].

@@ -1,0 +1,411 @@
+//! Kuma's transparent-proxy configuration as kuma-cni reads it: the
+//! per-UID exclusions (`[protocol:][ports:]uids`) and the whole
+//! configuration Kuma's injector renders into a pod in ConfigMap mode
+//! (`traffic.kuma.io/transparent-proxy-config`, YAML).
+//!
+//! Sources (facts only, `github.com/kumahq/kuma` at the snapshot of
+//! docs/peers.md): `pkg/transparentproxy/config/config.go` (`Config`,
+//! `TrafficFlow`, `DefaultConfig`), `config/utils.go`
+//! (`parseExcludePortsForUIDs`), `pkg/transparentproxy/kubernetes/
+//! kubernetes_config.go` (`ConfigForKubernetes`: the per-key annotations
+//! folded into the YAML; `ConfigFromAnnotations`: the YAML over
+//! `DefaultConfig`, unknown keys ignored), `app/cni/pkg/cni/main_linux.go`
+//! (kuma-cni requires the YAML), `iptables/builder/builder_table_nat.go`
+//! (the rules).
+
+use super::annotation_error;
+use super::kuma::{KUMA_INBOUND_PORT, KUMA_OUTBOUND_PORT, KUMA_PROXY_UID, KumaPod};
+use crate::config::values::{ip_family_mode, list_text, nets, port_list, tok};
+use crate::error::Result;
+use crate::ports::{self, PortRange};
+use crate::subnets::Subnets;
+use meshnft_nft::model::UidRange;
+use serde::Deserialize;
+use serde_json::Value;
+
+/// One per-UID exclusion meshnft writes: outbound TCP from a UID in the
+/// range to a port in the range is not redirected (an element of the
+/// `uid . inet_service` set `skip_outbound_uid_ports`).
+pub type UidPorts = (UidRange, PortRange);
+
+/// Parses Kuma's per-UID exclusions, each `[protocol:][ports:]uids`
+/// (`parseExcludePortsForUIDs`):
+/// * `protocol`: `tcp`, `udp`, a comma list of them, or `*`/empty (both);
+/// * `ports`: a comma list of ports and `A-B` ranges, or `*`/empty (all);
+/// * `uids`: one UID or one `A-B` range, 0-65535 (Kuma validates UIDs as
+///   16-bit); `*` and lists are refused, as Kuma refuses them.
+///
+/// Entries without `tcp` give nothing: meshnft redirects TCP only, so
+/// there is no UDP redirect to skip. Stricter than Kuma where Kuma writes
+/// a rule that does something else than the entry says: an entry with no
+/// UIDs (Kuma then skips every UID's traffic), port 0, and reversed or
+/// three-part ranges (which iptables refuses at ADD) are errors. Errors
+/// name `key` (the annotation, or the YAML path) and the entry.
+pub fn uid_exclusions<'a>(
+    key: &str,
+    entries: impl IntoIterator<Item = &'a str>,
+) -> Result<Vec<UidPorts>> {
+    let mut out = Vec::new();
+    for entry in entries {
+        let bad = |why: &str| annotation_error(key, entry, why);
+        let parts: Vec<&str> = entry.split(':').collect();
+        let (protos, port_text, uid_text) = match parts[..] {
+            [u] => ("*", "*", u),
+            [p, u] => ("*", p, u),
+            [pr, p, u] => (pr, p, u),
+            _ => return Err(bad("expected [protocol:][ports:]uids")),
+        };
+        let uids = uid_range(uid_text).map_err(|why| bad(&why))?;
+        let ports = match port_text {
+            "*" | "" => vec![PortRange { lo: 1, hi: 65535 }],
+            t => ports::parse_list(key, t).map_err(super::relabel)?,
+        };
+        let mut tcp = false;
+        if !matches!(protos, "" | "*") {
+            for p in protos.split(',').filter(|p| !p.trim().is_empty()) {
+                match p.trim().to_ascii_lowercase().as_str() {
+                    "tcp" => tcp = true,
+                    "udp" => {}
+                    _ => return Err(bad(&format!("unsupported protocol {p:?} (tcp or udp)"))),
+                }
+            }
+        } else {
+            tcp = true;
+        }
+        if tcp {
+            out.extend(ports::merge(ports).into_iter().map(|p| (uids, p)));
+        }
+    }
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
+/// One UID or an `A-B` range of 16-bit UIDs.
+fn uid_range(t: &str) -> std::result::Result<UidRange, String> {
+    if t == "*" {
+        return Err("the wildcard * is not allowed for UIDs".into());
+    }
+    if t.is_empty() {
+        return Err(
+            "no UIDs (Kuma would skip redirection for every UID): give [protocol:][ports:]uids"
+                .into(),
+        );
+    }
+    if t.contains(',') {
+        return Err("UIDs must be one value or one range, not a list".into());
+    }
+    let one = |s: &str| -> std::result::Result<u32, String> {
+        if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(format!("UID {s:?} is not a number"));
+        }
+        s.parse::<u16>()
+            .map(u32::from)
+            .map_err(|_| format!("UID {s} is out of range (0-65535, as Kuma validates)"))
+    };
+    let r = match t.split_once('-') {
+        None => {
+            let u = one(t)?;
+            UidRange { lo: u, hi: u }
+        }
+        Some((a, b)) => UidRange {
+            lo: one(a)?,
+            hi: one(b)?,
+        },
+    };
+    if r.lo > r.hi {
+        return Err("reversed UID range (start > end)".into());
+    }
+    Ok(r)
+}
+
+/// The largest `traffic.kuma.io/transparent-proxy-config` meshnft parses, in
+/// bytes: what kuma-cp renders is about 1 KiB; the bound keeps a hostile
+/// document's parse short.
+pub const MAX_TP_CONFIG: usize = 32 * 1024;
+
+/// The parts of Kuma's `Config` (YAML, JSON field names) that decide the
+/// table; every other key (iptables executables, retries, comments,
+/// `cniMode`, `verbose`, `wait`...) is about running iptables and is
+/// ignored, as unknown keys are by Kuma's loader.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct TpConfig {
+    #[serde(rename = "kumaDPUser")]
+    kuma_dp_user: Option<Value>,
+    ip_family_mode: Option<Value>,
+    redirect: Option<TpRedirect>,
+    drop_invalid_packets: Option<Value>,
+    dry_run: Option<Value>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct TpRedirect {
+    inbound: Option<TpFlow>,
+    outbound: Option<TpFlow>,
+    dns: Option<TpDns>,
+    vnet: Option<TpVnet>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct TpFlow {
+    enabled: Option<Value>,
+    port: Option<Value>,
+    include_ports: Option<Value>,
+    exclude_ports: Option<Value>,
+    #[serde(rename = "excludePortsForUIDs")]
+    exclude_ports_for_uids: Option<Value>,
+    #[serde(rename = "excludePortsForIPs")]
+    exclude_ports_for_ips: Option<Value>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct TpDns {
+    enabled: Option<Value>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct TpVnet {
+    networks: Option<Value>,
+}
+
+/// A YAML boolean (`true`/`false`); absent is `default`.
+fn flag(key: &str, path: &str, v: &Option<Value>, default: bool) -> Result<bool> {
+    match v {
+        None | Some(Value::Null) => Ok(default),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(other) => Err(annotation_error(
+            &format!("{key}: {path}"),
+            &tok(other),
+            "expected true or false",
+        )),
+    }
+}
+
+/// A list of strings (`excludePortsForUIDs`, `excludePortsForIPs`,
+/// `vnet.networks`); absent or null is empty.
+fn strings(key: &str, path: &str, v: &Option<Value>) -> Result<Vec<String>> {
+    match v {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|i| match i {
+                Value::String(s) => Ok(s.clone()),
+                other => Err(annotation_error(
+                    &format!("{key}: {path}"),
+                    &tok(other),
+                    "expected a list of strings",
+                )),
+            })
+            .collect(),
+        Some(other) => Err(annotation_error(
+            &format!("{key}: {path}"),
+            &tok(other),
+            "expected a list of strings",
+        )),
+    }
+}
+
+impl KumaPod {
+    /// The pod's values in Kuma's ConfigMap mode: the YAML `text` of
+    /// annotation `key` over Kuma's own defaults (`DefaultConfig`: kuma-dp
+    /// 5678, ports 15006 and 15001, nothing excluded, dual stack), as
+    /// kuma-cni reads it. The injector has already folded the pod's per-key
+    /// annotations and the application probe port into it; the `kuma` block
+    /// and the per-key annotations are not read.
+    ///
+    /// Refused, naming the annotation and the YAML path: what meshnft has
+    /// no datapath for (`redirect.outbound.enabled: false`,
+    /// `includePorts`, inbound `excludePortsForUIDs`, `vnet.networks`,
+    /// `dropInvalidPackets`), `dryRun` (kuma-cni would write nothing and
+    /// leave the pod unmeshed), and a `kumaDPUser` that is a user name.
+    pub fn from_tp_config(key: &str, text: &str) -> Result<KumaPod> {
+        let first: String = text
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .chars()
+            .take(60)
+            .collect();
+        let first = first.as_str();
+        if text.len() > MAX_TP_CONFIG {
+            return Err(annotation_error(
+                key,
+                first,
+                &format!(
+                    "{} bytes: larger than the {MAX_TP_CONFIG} bytes meshnft reads (kuma-cp renders about 1 KiB)",
+                    text.len()
+                ),
+            ));
+        }
+        let doc: Value = serde_yaml::from_str(text)
+            .map_err(|e| annotation_error(key, first, &format!("not a YAML document: {e}")))?;
+        let c: TpConfig = match doc {
+            Value::Null => TpConfig::default(),
+            Value::Object(_) => serde_json::from_value(doc).map_err(|e| {
+                annotation_error(
+                    key,
+                    first,
+                    &format!("not Kuma's transparent-proxy configuration: {e}"),
+                )
+            })?,
+            other => {
+                return Err(annotation_error(
+                    key,
+                    &tok(&other),
+                    "expected a mapping (Kuma's transparent-proxy configuration)",
+                ));
+            }
+        };
+        let field = |path: &str| format!("{key}: {path}");
+        let refuse = |path: &str, v: &str, why: &str| Err(annotation_error(&field(path), v, why));
+        if flag(key, "dropInvalidPackets", &c.drop_invalid_packets, false)? {
+            return refuse(
+                "dropInvalidPackets",
+                "true",
+                "dropping invalid packets is not supported by meshnft",
+            );
+        }
+        if flag(key, "dryRun", &c.dry_run, false)? {
+            return refuse(
+                "dryRun",
+                "true",
+                "kuma-cni would write no rules and leave the pod unmeshed; meshnft refuses rather than start it unmeshed",
+            );
+        }
+        let uid = match &c.kuma_dp_user {
+            None | Some(Value::Null) => KUMA_PROXY_UID,
+            Some(Value::String(s)) if s.is_empty() => KUMA_PROXY_UID,
+            Some(v) => {
+                let t = tok(v);
+                super::parse_uid(key, &t).map_err(|_| {
+                    annotation_error(
+                        &field("kumaDPUser"),
+                        &t,
+                        "expected a numeric UID other than 0 (meshnft does not look up user names)",
+                    )
+                })?
+            }
+        };
+        let ipv6 = match &c.ip_family_mode {
+            None | Some(Value::Null) => true,
+            Some(Value::String(m)) => {
+                ip_family_mode(&field("ipFamilyMode"), m).map_err(super::relabel)?
+            }
+            Some(other) => {
+                return Err(annotation_error(
+                    &field("ipFamilyMode"),
+                    &tok(other),
+                    "expected \"dualstack\" or \"ipv4\"",
+                ));
+            }
+        };
+        let r = c.redirect.unwrap_or_default();
+        let inb = r.inbound.unwrap_or_default();
+        let outb = r.outbound.unwrap_or_default();
+        if !flag(key, "redirect.outbound.enabled", &outb.enabled, true)? {
+            return refuse(
+                "redirect.outbound.enabled",
+                "false",
+                "a pod without outbound redirection is not supported by meshnft",
+            );
+        }
+        for (path, f) in [("redirect.inbound", &inb), ("redirect.outbound", &outb)] {
+            let inc = list_text(
+                &field(&format!("{path}.includePorts")),
+                &f.include_ports,
+                "",
+            )
+            .map_err(super::relabel)?;
+            if !inc.trim().is_empty() {
+                return refuse(
+                    &format!("{path}.includePorts"),
+                    &inc,
+                    "redirecting only some ports is not supported by meshnft for Kuma",
+                );
+            }
+        }
+        let inbound_uids = strings(
+            key,
+            "redirect.inbound.excludePortsForUIDs",
+            &inb.exclude_ports_for_uids,
+        )?;
+        if let Some(first) = inbound_uids.first() {
+            return refuse(
+                "redirect.inbound.excludePortsForUIDs",
+                first,
+                "Kuma writes this as a rule that skips every inbound connection; not supported by meshnft",
+            );
+        }
+        let vnet = strings(
+            key,
+            "redirect.vnet.networks",
+            &r.vnet.unwrap_or_default().networks,
+        )?;
+        if let Some(first) = vnet.first() {
+            return refuse(
+                "redirect.vnet.networks",
+                first,
+                "virtual networks (traffic of bridges in the pod) are not supported by meshnft",
+            );
+        }
+        let gateway = !flag(key, "redirect.inbound.enabled", &inb.enabled, true)?;
+        let port = |path: &str, v: &Option<Value>, default: u16| -> Result<u16> {
+            crate::config::values::single_port(&field(path), v, default).map_err(super::relabel)
+        };
+        let inbound_port = port("redirect.inbound.port", &inb.port, KUMA_INBOUND_PORT)?;
+        let outbound_port = port("redirect.outbound.port", &outb.port, KUMA_OUTBOUND_PORT)?;
+        if inbound_port == outbound_port && !gateway {
+            return refuse(
+                "redirect.outbound.port",
+                &outbound_port.to_string(),
+                "the inbound and outbound ports must differ",
+            );
+        }
+        let port_set = |path: &str, v: &Option<Value>| -> Result<Vec<PortRange>> {
+            let text = list_text(&field(path), v, "").map_err(super::relabel)?;
+            port_list(&field(path), &text).map_err(super::relabel)
+        };
+        let net_set = |path: &str, v: &Option<Value>| -> Result<Subnets> {
+            let list = strings(key, path, v)?;
+            nets(&field(path), &list.join(",")).map_err(super::relabel)
+        };
+        let uid_list = strings(
+            key,
+            "redirect.outbound.excludePortsForUIDs",
+            &outb.exclude_ports_for_uids,
+        )?;
+        Ok(KumaPod {
+            uid,
+            inbound_port,
+            outbound_port,
+            ipv6,
+            exclude_inbound_ports: port_set("redirect.inbound.excludePorts", &inb.exclude_ports)?,
+            exclude_outbound_ports: port_set(
+                "redirect.outbound.excludePorts",
+                &outb.exclude_ports,
+            )?,
+            exclude_inbound_ips: net_set(
+                "redirect.inbound.excludePortsForIPs",
+                &inb.exclude_ports_for_ips,
+            )?,
+            exclude_outbound_ips: net_set(
+                "redirect.outbound.excludePortsForIPs",
+                &outb.exclude_ports_for_ips,
+            )?,
+            exclude_outbound_uid_ports: uid_exclusions(
+                &field("redirect.outbound.excludePortsForUIDs"),
+                uid_list.iter().map(String::as_str),
+            )?,
+            probe_proxy_port: None,
+            gateway,
+            builtin_dns: flag(
+                key,
+                "redirect.dns.enabled",
+                &r.dns.unwrap_or_default().enabled,
+                false,
+            )?,
+        })
+    }
+}
