@@ -911,6 +911,80 @@ fn init_phase_off(r: &mut Report) {
     );
 }
 
+/// Kuma's per-UID exclusions (`traffic.kuma.io/exclude-outbound-ports-for-
+/// uids`, from the runtime's pod annotations): the `uid . inet_service`
+/// interval set (`NFT_SET_CONCAT`, `NFTA_SET_ELEM_KEY_END`, a big-endian UID
+/// after `byteorder`) taken by the kernel and matched as written. Without the
+/// init phase (so 5.10 runs it too), on the seed's proxy ports.
+fn kuma_uid_exclusions(r: &mut Report) {
+    let tree = PodTree::new(&support::cgroup2_mount());
+    let p = Pod::new();
+    let podns = p.pod.path().to_path_buf();
+    let c = json!({
+        "cniVersion": "1.0.0",
+        "name": "meshnet",
+        "type": "meshnft",
+        "log_level": "info",
+        "stateDir": "/run/meshnft",
+        "mesh": "kuma",
+        "kuma": {"redirect": {"inbound": {"port": 4143}, "outbound": {"port": 4140}}},
+        "initPhase": {"enabled": false},
+        "runtimeConfig": {"io.kubernetes.cri.pod-annotations": {
+            "kuma.io/sidecar-injected": "true",
+            "traffic.kuma.io/exclude-outbound-ports-for-uids": "tcp:80:1500-1502;udp:80:1600"
+        }},
+        "prevResult": p.prev_result()
+    });
+    let add = cni("ADD", &p, Some(&tree.uid), &c, Nesting::None, None);
+    r.check("kuma uids: ADD", add.ok());
+    let app = tree.container("app");
+    for (uid, addr, orig) in [
+        (1500, IpAddr::from(SRV4_A), None),
+        (1502, IpAddr::from(SRV6_A), None),
+        (1503, IpAddr::from(SRV4_A), Some("198.19.0.1:80")),
+        (1500, IpAddr::from(SRV6_A), None),
+        (1600, IpAddr::from(SRV6_A), Some("[2001:db8:2::1]:80")),
+    ] {
+        let (name, r_) = match orig {
+            None => (
+                format!("kuma uids: uid {uid} to {addr}:80 goes out directly"),
+                reply_from(
+                    probe(&podns, Some(&app), uid, addr, 80),
+                    "server",
+                    Some("-"),
+                ),
+            ),
+            Some(o) => (
+                format!("kuma uids: uid {uid} to {addr}:80 redirected"),
+                reply_from(
+                    probe(&podns, Some(&app), uid, addr, 80),
+                    "proxy-out",
+                    Some(o),
+                ),
+            ),
+        };
+        r.check(&name, r_);
+    }
+    r.check(
+        "kuma uids: CHECK",
+        cni("CHECK", &p, Some(&tree.uid), &c, Nesting::None, None).ok(),
+    );
+    r.check(
+        "kuma uids: DEL",
+        cni("DEL", &p, Some(&tree.uid), &c, Nesting::None, None).ok(),
+    );
+    r.check(
+        "kuma uids: DEL leaves no table",
+        has_meshnft_table(&podns).and_then(|t| {
+            if t {
+                Err("still there".into())
+            } else {
+                Ok("gone".into())
+            }
+        }),
+    );
+}
+
 /// STATUS (cniVersion 1.1.0) and `meshnft status`.
 fn status(r: &mut Report, cgroupv2: bool) {
     let p = Pod::new();
@@ -978,6 +1052,7 @@ fn main() {
     r.section("STATUS", |r| status(r, cgroupv2));
     r.section("seed", |r| seed(r, cgroupv2, Nesting::None));
     r.section("initPhase off", init_phase_off);
+    r.section("kuma uid exclusions", kuma_uid_exclusions);
     r.section("kind", |r| seed(r, cgroupv2, Nesting::KindNode));
     emit(json!({
         "event": "summary",

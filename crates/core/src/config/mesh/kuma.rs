@@ -260,14 +260,11 @@ impl KumaPod {
             None => Vec::new(),
             Some(v) => {
                 let entries = uid_entries(uid_field, v)?;
-                super::kuma_tproxy::uid_exclusions(uid_field, entries.iter().map(String::as_str))
-                    .map_err(|e| {
-                        Error::new(
-                            e.code,
-                            e.msg
-                                .replacen("invalid pod annotation", "invalid network config", 1),
-                        )
-                    })?
+                super::kuma_tproxy::uid_exclusions(
+                    uid_field,
+                    entries.iter().map(String::as_str),
+                    true,
+                )?
             }
         };
         let ipv6 = match &c.ip_family_mode {
@@ -495,7 +492,7 @@ impl MeshModule for Kuma {
         ann.set(
             KUMA_ANN_EXCLUDE_OUTBOUND_PORTS_FOR_UIDS,
             &mut k.exclude_outbound_uid_ports,
-            |key, v| super::kuma_tproxy::uid_exclusions(key, v.split(';')),
+            |key, v| super::kuma_tproxy::uid_exclusions(key, v.split(';'), false),
         )?;
         ann.set(KUMA_ANN_GATEWAY, &mut k.gateway, kuma_enabled)?;
         ann.set(KUMA_ANN_BUILTIN_DNS, &mut k.builtin_dns, kuma_enabled)?;

@@ -40,14 +40,22 @@ pub type UidPorts = (UidRange, PortRange);
 /// a rule that does something else than the entry says: an entry with no
 /// UIDs (Kuma then skips every UID's traffic), port 0, and reversed or
 /// three-part ranges (which iptables refuses at ADD) are errors. Errors
-/// name `key` (the annotation, or the YAML path) and the entry.
+/// (code 7) name `key` (the annotation, the YAML path, or with `block` the
+/// `kuma` block's key: then they are the network config's) and the entry.
 pub fn uid_exclusions<'a>(
     key: &str,
     entries: impl IntoIterator<Item = &'a str>,
+    block: bool,
 ) -> Result<Vec<UidPorts>> {
     let mut out = Vec::new();
     for entry in entries {
-        let bad = |why: &str| annotation_error(key, entry, why);
+        let bad = |why: &str| {
+            if block {
+                crate::error::Error::config(key, entry, why)
+            } else {
+                annotation_error(key, entry, why)
+            }
+        };
         let parts: Vec<&str> = entry.split(':').collect();
         let (protos, port_text, uid_text) = match parts[..] {
             [u] => ("*", "*", u),
@@ -58,7 +66,9 @@ pub fn uid_exclusions<'a>(
         let uids = uid_range(uid_text).map_err(|why| bad(&why))?;
         let ports = match port_text {
             "*" | "" => vec![PortRange { lo: 1, hi: 65535 }],
-            t => ports::parse_list(key, t).map_err(super::relabel)?,
+            t => {
+                ports::parse_list(key, t).map_err(|e| if block { e } else { super::relabel(e) })?
+            }
         };
         let mut tcp = false;
         if !matches!(protos, "" | "*") {
@@ -397,6 +407,7 @@ impl KumaPod {
             exclude_outbound_uid_ports: uid_exclusions(
                 &field("redirect.outbound.excludePortsForUIDs"),
                 uid_list.iter().map(String::as_str),
+                false,
             )?,
             probe_proxy_port: None,
             gateway,

@@ -690,8 +690,46 @@ fn kuma_uid_exclusions() {
             "*:*:7",
             ":7",
         ],
+        false,
     )
     .unwrap();
+    // The `kuma` block: an array, or the annotation's `;` string; the
+    // annotation replaces it; inbound refused.
+    let blk = |v: Value| settings_of(entry(json!({"mesh": "kuma", "kuma": {"redirect": v}})));
+    let s1 = blk(json!({"outbound": {"excludePortsForUIDs": ["tcp:22:1000-2000"]}})).unwrap();
+    let s2 = blk(json!({"outbound": {"excludePortsForUIDs": "tcp:22:1000-2000"}})).unwrap();
+    assert_eq!(s1, s2);
+    assert_eq!(
+        s1.mesh.kuma.as_ref().unwrap().exclude_outbound_uid_ports,
+        vec![(u(1000, 2000), r(22, 22))]
+    );
+    let out = pod(&[(KUMA_ANN_EXCLUDE_OUTBOUND_PORTS_FOR_UIDS, "80:7")])
+        .apply(&s1)
+        .unwrap();
+    assert_eq!(
+        out.mesh.kuma.unwrap().exclude_outbound_uid_ports,
+        vec![(u(7, 7), r(80, 80))]
+    );
+    for bad in [
+        json!({"inbound": {"excludePortsForUIDs": ["1000"]}}),
+        json!({"outbound": {"excludePortsForUIDs": [1000]}}),
+        json!({"outbound": {"excludePortsForUIDs": ["tcp:22:*"]}}),
+    ] {
+        let e = blk(bad.clone()).unwrap_err();
+        assert!(
+            e.msg.starts_with("invalid network config: kuma.redirect.")
+                && e.msg.contains("excludePortsForUIDs"),
+            "{bad}: {e}"
+        );
+    }
+    // In the `kuma` block, errors are the network config's.
+    let e =
+        uid_exclusions("kuma.redirect.outbound.excludePortsForUIDs", ["22:*"], true).unwrap_err();
+    assert!(
+        e.msg
+            .starts_with("invalid network config: kuma.redirect.outbound.excludePortsForUIDs: "),
+        "{e}"
+    );
     assert_eq!(
         got,
         vec![
