@@ -446,7 +446,7 @@ fn kuma_pod_classic_layout() {
 #[support::root_test]
 fn kuma_configmap_mode_and_uid_exclusions() {
     let name = "kuma-uids";
-    let yaml = "kumaDPUser: \"5678\"\nipFamilyMode: dualstack\ncniMode: true\nredirect:\n  inbound:\n    enabled: true\n    port: 15006\n    excludePorts:\n    - 9901\n    - 8081\n  outbound:\n    enabled: true\n    port: 15001\n    excludePorts:\n    - 9901\n    excludePortsForUIDs:\n    - tcp:9100-9200:1500-1600\n    - 80:1700\n    - udp:80:1800\n  dns:\n    enabled: false\n    port: 15053\n";
+    let yaml = "kumaDPUser: \"5678\"\nipFamilyMode: dualstack\ncniMode: true\nredirect:\n  inbound:\n    enabled: true\n    port: 15006\n    excludePorts:\n    - 9901\n    - 8081\n  outbound:\n    enabled: true\n    port: 15001\n    excludePorts:\n    - 9901\n    excludePortsForUIDs:\n    - tcp:9100-9200:1500-1600\n    - 9100:1550-1650\n    - 80:1700\n    - udp:80:1800\n  dns:\n    enabled: false\n    port: 15053\n";
     let spec = apiserver::pod(
         "default",
         name,
@@ -471,7 +471,9 @@ fn kuma_configmap_mode_and_uid_exclusions() {
     p.direct("app", 1500, 1500, SRV4_A, 9100);
     p.direct("app", 1600, 1600, SRV4_B, 9100);
     p.redirected("proxy-out", "app", 1500, 1500, SRV4_A, 80);
-    p.redirected("proxy-out", "app", 1601, 1601, SRV4_A, 9100);
+    p.redirected("proxy-out", "app", 1651, 1651, SRV4_A, 9100);
+    // Overlapping entries (1550-1650 . 9100 inside the first): both apply.
+    p.direct("app", 1650, 1650, SRV4_A, 9100);
     p.redirected("proxy-out", "app", APP_UID, APP_UID, SRV4_A, 9100);
     // UID 1700 to 80 (any protocol: TCP included); UDP only (1800): no
     // TCP exclusion.

@@ -86,9 +86,74 @@ pub fn uid_exclusions<'a>(
             out.extend(ports::merge(ports).into_iter().map(|p| (uids, p)));
         }
     }
+    if out.len() > MAX_UID_EXCLUSIONS {
+        return Err(if block {
+            crate::error::Error::config(key, &format!("{} pairs", out.len()), "too many")
+        } else {
+            annotation_error(
+                key,
+                &format!("{} (UIDs, ports) pairs", out.len()),
+                &format!("more than the {MAX_UID_EXCLUSIONS} meshnft writes"),
+            )
+        });
+    }
+    Ok(disjoint(&out))
+}
+
+/// The most (UID range, port range) pairs [`uid_exclusions`] takes, once
+/// each entry's port list is expanded: Kuma's users write a handful; the
+/// bound keeps [`disjoint`]'s quadratic work and the set small.
+pub const MAX_UID_EXCLUSIONS: usize = 1024;
+
+/// The same union of (UID range, port range) boxes as disjoint boxes, in
+/// order: an interval set of a concatenation refuses overlapping elements
+/// (`EEXIST`), and users' entries may overlap (`80:1000-2000;80:1500-2500`).
+/// The UID axis is cut where a box starts or ends; each piece gets the
+/// merged port ranges of the boxes covering it; neighbouring pieces with the
+/// same ports, then with the same port range, are joined again (boxes that
+/// did not overlap come out as they went in).
+fn disjoint(boxes: &[UidPorts]) -> Vec<UidPorts> {
+    let mut cuts: Vec<u64> = boxes
+        .iter()
+        .flat_map(|(u, _)| [u64::from(u.lo), u64::from(u.hi) + 1])
+        .collect();
+    cuts.sort_unstable();
+    cuts.dedup();
+    let mut rows: Vec<(UidRange, Vec<PortRange>)> = Vec::new();
+    for w in cuts.windows(2) {
+        let (lo, hi) = (w[0], w[1] - 1);
+        let covering: Vec<PortRange> = boxes
+            .iter()
+            .filter(|(u, _)| u64::from(u.lo) <= lo && hi <= u64::from(u.hi))
+            .map(|(_, p)| *p)
+            .collect();
+        if covering.is_empty() {
+            continue;
+        }
+        // UIDs here are at most 65535 (parsed as 16-bit): the casts keep them.
+        let (lo, hi) = (lo as u32, hi as u32);
+        let ports = ports::merge(covering);
+        match rows.last_mut() {
+            Some((u, p)) if u.hi + 1 == lo && *p == ports => u.hi = hi,
+            _ => rows.push((UidRange { lo, hi }, ports)),
+        }
+    }
+    // Then pieces with the same port range and adjacent UIDs are joined: the
+    // union of two adjacent boxes that overlap nothing overlaps nothing.
+    let mut pairs: Vec<UidPorts> = rows
+        .into_iter()
+        .flat_map(|(u, ps)| ps.into_iter().map(move |p| (u, p)))
+        .collect();
+    pairs.sort_by_key(|(u, p)| (*p, *u));
+    let mut out: Vec<UidPorts> = Vec::with_capacity(pairs.len());
+    for (u, p) in pairs {
+        match out.last_mut() {
+            Some((lu, lp)) if *lp == p && u64::from(lu.hi) + 1 == u64::from(u.lo) => lu.hi = u.hi,
+            _ => out.push((u, p)),
+        }
+    }
     out.sort();
-    out.dedup();
-    Ok(out)
+    out
 }
 
 /// One UID or an `A-B` range of 16-bit UIDs.

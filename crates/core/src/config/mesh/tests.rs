@@ -736,11 +736,52 @@ fn kuma_uid_exclusions() {
             (u(5, 5), r(443, 443)),
             (u(5, 5), r(8080, 8090)),
             (u(7, 7), r(1, 65535)),
-            (u(1000, 2000), r(22, 22)),
+            (u(1000, 1002), r(22, 22)),
             (u(1002, 1002), r(80, 80)),
             (u(1003, 1003), r(1, 65535)),
+            (u(1004, 2000), r(22, 22)),
         ]
     );
+    // Overlapping entries become disjoint elements (the kernel refuses
+    // overlapping ones in an interval set of a concatenation), covering the
+    // same (UID, port) pairs.
+    let entries = [
+        "80:1000-2000",
+        "80:1500-2500",
+        "1-100:1000",
+        "50-150:1000",
+        "81:2001",
+    ];
+    let got = uid_exclusions("k", entries, false).unwrap();
+    assert_eq!(
+        got,
+        vec![
+            (u(1000, 1000), r(1, 150)),
+            (u(1001, 2000), r(80, 80)),
+            (u(2001, 2001), r(80, 81)),
+            (u(2002, 2500), r(80, 80)),
+        ]
+    );
+    let inside = |set: &[(UidRange, PortRange)], uid: u32, port: u16| {
+        set.iter()
+            .filter(|(u, p)| u.lo <= uid && uid <= u.hi && p.lo <= port && port <= p.hi)
+            .count()
+    };
+    let each: Vec<_> = entries
+        .iter()
+        .flat_map(|e| uid_exclusions("k", [*e], false).unwrap())
+        .collect();
+    for uid in [999, 1000, 1001, 1499, 1500, 2000, 2001, 2002, 2500, 2501] {
+        for port in [1, 49, 50, 79, 80, 81, 82, 100, 150, 151] {
+            let n = inside(&got, uid, port);
+            assert!(n <= 1, "{uid} . {port} in {n} elements");
+            assert_eq!(n == 1, inside(&each, uid, port) > 0, "{uid} . {port}");
+        }
+    }
+    // Too many pairs: refused, naming the count.
+    let many: Vec<String> = (0..1025).map(|i| format!("{}:{}", 1 + i, i)).collect();
+    let e = uid_exclusions("k", many.iter().map(String::as_str), false).unwrap_err();
+    assert!(e.msg.contains("1025"), "{e}");
     // The annotation: `;`-separated entries.
     let s = base("kuma");
     let out = pod(&[(
@@ -790,7 +831,8 @@ fn kuma_configmap_mode() {
     assert_eq!(out.skip_inbound_nets.v6[0].to_string(), "2001:db8:6::/48");
     assert_eq!(out.skip_outbound_nets.v4[0].to_string(), "198.18.7.7/32");
     let k = out.mesh.kuma.unwrap();
-    assert_eq!(k.exclude_outbound_uid_ports.len(), 2);
+    // 1003 (every port) inside 1000-2000 . 22: three disjoint elements.
+    assert_eq!(k.exclude_outbound_uid_ports.len(), 3);
     // Kuma's defaults under a near-empty document: 5678, 15006/15001,
     // nothing excluded (kuma-cp puts 9901 in the YAML itself), dual stack.
     let out = pod(&[(KUMA_ANN_TP_CONFIG, "cniMode: true\n")])
