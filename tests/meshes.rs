@@ -617,3 +617,50 @@ fn unmeshed_pods_and_refused_annotations() {
     assert!(!has_table(&p.pod));
     let _ = p.cni("del");
 }
+
+/// A re-ADD of a Kuma pod that drops its per-UID exclusions (the pod's
+/// annotations changed between the two ADDs, here the runtime's
+/// `io.kubernetes.cri.pod-annotations`) empties `skip_outbound_uid_ports`
+/// like every other set, and CHECK then passes: every Kuma table declares
+/// the set, with or without exclusions.
+#[support::root_test]
+fn kuma_re_add_without_uid_exclusions_flushes_them() {
+    let pod = Netns::new("mtpod");
+    let state = tmpdir("readd-uids");
+    let conf = |uids: Option<&str>| {
+        let mut ann = json!({"kuma.io/sidecar-injected": "true"});
+        if let Some(u) = uids {
+            ann["traffic.kuma.io/exclude-outbound-ports-for-uids"] = json!(u);
+        }
+        json!({
+            "cniVersion": "1.0.0", "name": "n", "type": "meshnft", "mesh": "kuma",
+            "stateDir": *state, "initPhase": {"enabled": false},
+            "runtimeConfig": {"io.kubernetes.cri.pod-annotations": ann},
+            "prevResult": {"cniVersion": "1.0.0",
+                "interfaces": [{"name": "eth0", "sandbox": pod.path()}],
+                "ips": [{"address": "198.18.5.2/24", "interface": 0}]}
+        })
+    };
+    let env = cni_env("readd-uids", pod.path(), "");
+    let with = conf(Some("tcp:22:1000-2000"));
+    let without = conf(None);
+    let add = invoke("ADD", &env, &with);
+    assert_eq!(add.code, 0, "{add:?}");
+    assert_eq!(
+        set_elements(&pod, "skip_outbound_uid_ports").len(),
+        1,
+        "{}",
+        list_table(&pod).unwrap_or_default()
+    );
+    let add = invoke("ADD", &env, &without);
+    assert_eq!(add.code, 0, "{add:?}");
+    assert!(
+        set_elements(&pod, "skip_outbound_uid_ports").is_empty(),
+        "{}",
+        list_table(&pod).unwrap_or_default()
+    );
+    let check = invoke("CHECK", &env, &without);
+    check.quiet_ok();
+    invoke("DEL", &env, &without).quiet_ok();
+    assert!(!has_table(&pod));
+}

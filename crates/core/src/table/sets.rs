@@ -57,18 +57,17 @@ fn net_sets(names: [&'static str; 2], nets: &Subnets, comments: [&'static str; 2
     ]
 }
 
-/// The `uid . inet_service` set of Kuma's per-UID exclusions, only in the
-/// tables of pods that have some (an interval set of a concatenation needs
-/// Linux >= 5.7; every other table keeps its shape).
+/// The `uid . inet_service` set of Kuma's per-UID exclusions, in every Kuma
+/// table (empty without exclusions), so that a re-ADD that drops a pod's
+/// exclusions flushes it like any other set: a table's sets and chains
+/// depend on its mesh only. An interval set of a concatenation needs
+/// Linux >= 5.7.
 pub const SKIP_OUTBOUND_UID_PORTS: &str = "skip_outbound_uid_ports";
 
-/// The elements of [`SKIP_OUTBOUND_UID_PORTS`] for `s`; `None` when the
-/// pod has no per-UID exclusion.
+/// The elements of [`SKIP_OUTBOUND_UID_PORTS`] for `s` (possibly none);
+/// `None` for the meshes without the set (Linkerd, Istio).
 pub fn uid_port_elems(s: &Settings) -> Option<Vec<Elem>> {
     let k = s.mesh.kuma.as_ref()?;
-    if k.exclude_outbound_uid_ports.is_empty() {
-        return None;
-    }
     Some(
         k.exclude_outbound_uid_ports
             .iter()

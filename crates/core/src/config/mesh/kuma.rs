@@ -425,8 +425,10 @@ impl MeshModule for Kuma {
             pod,
             namespace: false,
         };
+        // Any value, blank too, is the ConfigMap mode (kuma-cni: non-empty;
+        // a blank document is Kuma's defaults).
         if let Some((key, v)) = ann.get(KUMA_ANN_TP_CONFIG)
-            && !v.trim().is_empty()
+            && !v.is_empty()
         {
             let k = KumaPod::from_tp_config(key, v)?;
             if k.builtin_dns {

@@ -56,6 +56,11 @@ pub fn uid_exclusions<'a>(
                 annotation_error(key, entry, why)
             }
         };
+        if entry.chars().any(char::is_whitespace) {
+            return Err(bad(
+                "spaces are not allowed in an entry (Kuma refuses them)",
+            ));
+        }
         let parts: Vec<&str> = entry.split(':').collect();
         let (protos, port_text, uid_text) = match parts[..] {
             [u] => ("*", "*", u),
@@ -70,9 +75,16 @@ pub fn uid_exclusions<'a>(
                 ports::parse_list(key, t).map_err(|e| if block { e } else { super::relabel(e) })?
             }
         };
+        if ports.is_empty() {
+            return Err(bad("no ports (give ports, or * or nothing for every port)"));
+        }
         let mut tcp = false;
         if !matches!(protos, "" | "*") {
-            for p in protos.split(',').filter(|p| !p.trim().is_empty()) {
+            let list: Vec<&str> = protos.split(',').filter(|p| !p.is_empty()).collect();
+            if list.is_empty() {
+                return Err(bad("no protocol (give tcp, udp, or * or nothing for both)"));
+            }
+            for p in list {
                 match p.trim().to_ascii_lowercase().as_str() {
                     "tcp" => tcp = true,
                     "udp" => {}
@@ -85,25 +97,26 @@ pub fn uid_exclusions<'a>(
         if tcp {
             out.extend(ports::merge(ports).into_iter().map(|p| (uids, p)));
         }
-    }
-    if out.len() > MAX_UID_EXCLUSIONS {
-        return Err(if block {
-            crate::error::Error::config(key, &format!("{} pairs", out.len()), "too many")
-        } else {
-            annotation_error(
-                key,
-                &format!("{} (UIDs, ports) pairs", out.len()),
-                &format!("more than the {MAX_UID_EXCLUSIONS} meshnft writes"),
-            )
-        });
+        if out.len() > MAX_UID_EXCLUSIONS {
+            let (n, why) = (
+                format!("{} (UIDs, ports) pairs and more", out.len()),
+                format!("more than the {MAX_UID_EXCLUSIONS} pairs meshnft reads"),
+            );
+            return Err(if block {
+                crate::error::Error::config(key, &n, why)
+            } else {
+                annotation_error(key, &n, &why)
+            });
+        }
     }
     Ok(disjoint(&out))
 }
 
-/// The most (UID range, port range) pairs [`uid_exclusions`] takes, once
-/// each entry's port list is expanded: Kuma's users write a handful; the
-/// bound keeps [`disjoint`]'s quadratic work and the set small.
-pub const MAX_UID_EXCLUSIONS: usize = 1024;
+/// The most (UID range, port range) pairs [`uid_exclusions`] reads, each
+/// entry's port list expanded, before overlaps are made disjoint (which can
+/// at most double them): Kuma's users write a handful; the bound keeps
+/// [`disjoint`]'s quadratic work short and the set small.
+pub const MAX_UID_EXCLUSIONS: usize = 256;
 
 /// The same union of (UID range, port range) boxes as disjoint boxes, in
 /// order: an interval set of a concatenation refuses overlapping elements
@@ -197,24 +210,31 @@ fn uid_range(t: &str) -> std::result::Result<UidRange, String> {
 /// The largest `traffic.kuma.io/transparent-proxy-config` meshnft parses, in
 /// bytes: what kuma-cp renders is about 1 KiB; the bound keeps a hostile
 /// document's parse short.
-pub const MAX_TP_CONFIG: usize = 32 * 1024;
+pub const MAX_TP_CONFIG: usize = 16 * 1024;
 
 /// The parts of Kuma's `Config` (YAML, JSON field names) that decide the
-/// table; every other key (iptables executables, retries, comments,
-/// `cniMode`, `verbose`, `wait`...) is about running iptables and is
-/// ignored, as unknown keys are by Kuma's loader.
+/// table, read from [`json_of`]'s lowercased keys (Kuma's loader turns the
+/// YAML into JSON for Go's decoder, which matches field names without
+/// regard to case: `DryRun` is `dryRun`); every other key (iptables
+/// executables, retries, comments, `cniMode`, `verbose`, `wait`...) is
+/// about running iptables and is ignored, as unknown keys are by Kuma's
+/// loader.
 #[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "lowercase")]
 struct TpConfig {
-    #[serde(rename = "kumaDPUser")]
+    #[serde(rename = "kumadpuser")]
     kuma_dp_user: Option<Value>,
+    #[serde(rename = "ipfamilymode")]
     ip_family_mode: Option<Value>,
     redirect: Option<TpRedirect>,
+    #[serde(rename = "dropinvalidpackets")]
     drop_invalid_packets: Option<Value>,
+    #[serde(rename = "dryrun")]
     dry_run: Option<Value>,
 }
 
 #[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
 struct TpRedirect {
     inbound: Option<TpFlow>,
     outbound: Option<TpFlow>,
@@ -223,15 +243,17 @@ struct TpRedirect {
 }
 
 #[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "lowercase")]
 struct TpFlow {
     enabled: Option<Value>,
     port: Option<Value>,
+    #[serde(rename = "includeports")]
     include_ports: Option<Value>,
+    #[serde(rename = "excludeports")]
     exclude_ports: Option<Value>,
-    #[serde(rename = "excludePortsForUIDs")]
+    #[serde(rename = "excludeportsforuids")]
     exclude_ports_for_uids: Option<Value>,
-    #[serde(rename = "excludePortsForIPs")]
+    #[serde(rename = "excludeportsforips")]
     exclude_ports_for_ips: Option<Value>,
 }
 
@@ -243,6 +265,63 @@ struct TpDns {
 #[derive(Debug, Default, Deserialize)]
 struct TpVnet {
     networks: Option<Value>,
+}
+
+/// `v` as JSON, as Kuma's loader sees it: mapping keys lowercased (Go's
+/// JSON decoder matches field names without regard to case; a later key
+/// wins, as there), scalar keys as strings. Refused, with the path: YAML
+/// tags (`!!binary`...), and non-finite numbers (`.nan`, `.inf`: JSON has
+/// none, and Kuma's loader fails on them).
+fn json_of(v: &serde_yaml::Value, path: &str) -> std::result::Result<Value, (String, String)> {
+    use serde_yaml::Value as Y;
+    Ok(match v {
+        Y::Null => Value::Null,
+        Y::Bool(b) => Value::Bool(*b),
+        Y::Number(n) => {
+            if let Some(i) = n.as_i64() {
+                Value::from(i)
+            } else if let Some(u) = n.as_u64() {
+                Value::from(u)
+            } else {
+                match n.as_f64().and_then(serde_json::Number::from_f64) {
+                    Some(f) => Value::Number(f),
+                    None => return Err((path.into(), format!("{n} is not a finite number"))),
+                }
+            }
+        }
+        Y::String(s) => Value::String(s.clone()),
+        Y::Sequence(items) => Value::Array(
+            items
+                .iter()
+                .enumerate()
+                .map(|(i, x)| json_of(x, &format!("{path}[{i}]")))
+                .collect::<std::result::Result<_, _>>()?,
+        ),
+        Y::Mapping(m) => {
+            let mut out = serde_json::Map::new();
+            for (k, x) in m {
+                let name = match k {
+                    Y::String(s) => s.clone(),
+                    Y::Bool(b) => b.to_string(),
+                    Y::Number(n) => n.to_string(),
+                    _ => return Err((path.into(), "a mapping key that is not a scalar".into())),
+                };
+                let sub = if path.is_empty() {
+                    name.clone()
+                } else {
+                    format!("{path}.{name}")
+                };
+                out.insert(name.to_ascii_lowercase(), json_of(x, &sub)?);
+            }
+            Value::Object(out)
+        }
+        Y::Tagged(t) => {
+            return Err((
+                path.into(),
+                format!("YAML tags ({}) are not supported", t.tag),
+            ));
+        }
+    })
 }
 
 /// A YAML boolean (`true`/`false`); absent is `default`.
@@ -314,24 +393,52 @@ impl KumaPod {
                 ),
             ));
         }
-        let doc: Value = serde_yaml::from_str(text)
-            .map_err(|e| annotation_error(key, first, &format!("not a YAML document: {e}")))?;
-        let c: TpConfig = match doc {
-            Value::Null => TpConfig::default(),
-            Value::Object(_) => serde_json::from_value(doc).map_err(|e| {
-                annotation_error(
-                    key,
-                    first,
-                    &format!("not Kuma's transparent-proxy configuration: {e}"),
-                )
-            })?,
-            other => {
+        let yaml: serde_yaml::Value = serde_yaml::from_str(text).map_err(|e| {
+            let at = e
+                .location()
+                .map(|l| format!("line {} column {}", l.line(), l.column()))
+                .unwrap_or_else(|| first.to_string());
+            annotation_error(key, &at, &format!("not a YAML document: {e}"))
+        })?;
+        let doc = json_of(&yaml, "").map_err(|(path, why)| {
+            annotation_error(
+                &format!("{key}: {}", if path.is_empty() { "(top)" } else { &path }),
+                "",
+                &why,
+            )
+        })?;
+        for path in [
+            "",
+            "redirect",
+            "redirect.inbound",
+            "redirect.outbound",
+            "redirect.dns",
+            "redirect.vnet",
+        ] {
+            let v = path
+                .split('.')
+                .filter(|p| !p.is_empty())
+                .try_fold(&doc, |v, k| v.get(k.to_ascii_lowercase()));
+            if let Some(v) = v
+                && !matches!(v, Value::Object(_) | Value::Null)
+            {
+                let at = if path.is_empty() { "(top)" } else { path };
                 return Err(annotation_error(
-                    key,
-                    &tok(&other),
+                    &format!("{key}: {at}"),
+                    &tok(v),
                     "expected a mapping (Kuma's transparent-proxy configuration)",
                 ));
             }
+        }
+        let c: TpConfig = match doc {
+            Value::Null => TpConfig::default(),
+            doc => serde_json::from_value(doc).map_err(|e| {
+                annotation_error(
+                    key,
+                    "",
+                    &format!("not Kuma's transparent-proxy configuration: {e}"),
+                )
+            })?,
         };
         let field = |path: &str| format!("{key}: {path}");
         let refuse = |path: &str, v: &str, why: &str| Err(annotation_error(&field(path), v, why));

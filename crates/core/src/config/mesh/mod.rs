@@ -361,12 +361,32 @@ impl<'a> Annotations<'a> {
     }
 }
 
-/// The error of a pod annotation `key` whose value `token` is refused.
+/// The most characters of a refused value an error quotes: annotations
+/// run to 256 KiB, and an error is one line of the runtime's log.
+pub const MAX_QUOTED: usize = 120;
+
+/// The error of a pod annotation `key` whose value `token` is refused;
+/// `token` is quoted up to [`MAX_QUOTED`] characters (then `...` and its
+/// length), `key` and `reason` (which may carry a parser's excerpt) up to
+/// four times that.
 pub(crate) fn annotation_error(key: &str, token: &str, reason: &str) -> Error {
     Error::new(
         Code::InvalidConfig,
-        format!("invalid pod annotation: {key}: {token:?}: {reason}"),
+        format!(
+            "invalid pod annotation: {}: {:?}: {}",
+            clip(key, 4 * MAX_QUOTED),
+            clip(token, MAX_QUOTED),
+            clip(reason, 4 * MAX_QUOTED)
+        ),
     )
+}
+
+/// `s` up to `n` characters, then `... (N bytes)`.
+fn clip(s: &str, n: usize) -> String {
+    match s.char_indices().nth(n) {
+        None => s.to_string(),
+        Some((at, _)) => format!("{}... ({} bytes)", &s[..at], s.len()),
+    }
 }
 
 /// Errors of the shared list parsers name the annotation as their field;

@@ -619,6 +619,11 @@ fn kuma_bad_values_name_the_annotation() {
         (KUMA_ANN_EXCLUDE_OUTBOUND_PORTS_FOR_UIDS, "22:2000-1000"),
         (KUMA_ANN_EXCLUDE_OUTBOUND_PORTS_FOR_UIDS, "0:1000"),
         (KUMA_ANN_EXCLUDE_OUTBOUND_PORTS_FOR_UIDS, "80-x:1000"),
+        (KUMA_ANN_EXCLUDE_OUTBOUND_PORTS_FOR_UIDS, "tcp: :1000"),
+        (KUMA_ANN_EXCLUDE_OUTBOUND_PORTS_FOR_UIDS, "tcp:,:1000"),
+        (KUMA_ANN_EXCLUDE_OUTBOUND_PORTS_FOR_UIDS, ",:1000"),
+        (KUMA_ANN_EXCLUDE_OUTBOUND_PORTS_FOR_UIDS, ",:80:1000"),
+        (KUMA_ANN_EXCLUDE_OUTBOUND_PORTS_FOR_UIDS, "80, 81:1000"),
         (KUMA_ANN_GATEWAY, "provided"),
         (KUMA_ANN_BUILTIN_DNS, "on"),
         (KUMA_ANN_DROP_INVALID, "true"),
@@ -653,6 +658,18 @@ fn kuma_bad_values_name_the_annotation() {
             "redirect: {vnet: {networks: ['docker0:172.17.0.0/16']}}",
         ),
         (KUMA_ANN_TP_CONFIG, "redirect: {inbound: {port: 70000}}"),
+        (KUMA_ANN_TP_CONFIG, "kumaDPUser: .nan"),
+        (KUMA_ANN_TP_CONFIG, "redirect: {outbound: {port: .inf}}"),
+        (KUMA_ANN_TP_CONFIG, "dryRun: -.inf"),
+        (KUMA_ANN_TP_CONFIG, "redirect: []"),
+        (
+            KUMA_ANN_TP_CONFIG,
+            "redirect: [~, [~, 15002, ~, ~, ['80:1000'], ~], ~, ~]",
+        ),
+        (KUMA_ANN_TP_CONFIG, "redirect: {outbound: [1, 2]}"),
+        (KUMA_ANN_TP_CONFIG, "[a: b]"),
+        (KUMA_ANN_TP_CONFIG, "redirect: !!binary aGVsbG8="),
+        (KUMA_ANN_TP_CONFIG, "DryRun: true"),
         (KUMA_ANN_TP_CONFIG, "redirect: {inbound: {port: 15001}}"),
         (
             KUMA_ANN_TP_CONFIG,
@@ -779,9 +796,10 @@ fn kuma_uid_exclusions() {
         }
     }
     // Too many pairs: refused, naming the count.
-    let many: Vec<String> = (0..1025).map(|i| format!("{}:{}", 1 + i, i)).collect();
+    let many: Vec<String> = (0..257).map(|i| format!("{}:{}", 1 + i, i)).collect();
     let e = uid_exclusions("k", many.iter().map(String::as_str), false).unwrap_err();
-    assert!(e.msg.contains("1025"), "{e}");
+    assert!(e.msg.contains("257") && e.msg.contains("256"), "{e}");
+    assert!(uid_exclusions("k", many[..256].iter().map(String::as_str), false).is_ok());
     // The annotation: `;`-separated entries.
     let s = base("kuma");
     let out = pod(&[(
@@ -860,6 +878,43 @@ fn kuma_configmap_mode() {
     for y in [bomb, "[".repeat(40_000)] {
         let e = pod(&[(KUMA_ANN_TP_CONFIG, &y)]).apply(&s).unwrap_err();
         assert!(e.msg.len() < 300, "{}", e.msg);
+    }
+    // Keys as Go's JSON decoder matches them: without regard to case.
+    let out = pod(&[(
+        KUMA_ANN_TP_CONFIG,
+        "Redirect: {OUTBOUND: {excludePortsForUids: ['80:1000'], Port: 15011}}",
+    )])
+    .apply(&s)
+    .unwrap();
+    assert_eq!(out.outbound_port, 15011);
+    assert_eq!(out.mesh.kuma.unwrap().exclude_outbound_uid_ports.len(), 1);
+    // A blank document is Kuma's defaults, not the per-key annotations.
+    let out = pod(&[(KUMA_ANN_TP_CONFIG, " \n"), (KUMA_ANN_SIDECAR_UID, "7000")])
+        .apply(&s)
+        .unwrap();
+    assert_eq!(out.proxy_uid, 5678);
+    // Errors quote at most a few hundred characters of a huge value.
+    for (k, v) in [
+        (
+            KUMA_ANN_EXCLUDE_OUTBOUND_PORTS_FOR_UIDS,
+            "\"".repeat(250_000),
+        ),
+        (
+            KUMA_ANN_TP_CONFIG,
+            format!("[{}]", vec!["a: b"; 3000].join(", ")),
+        ),
+        (
+            KUMA_ANN_TP_CONFIG,
+            format!("kumaDPUser: [{}]", vec!["12345"; 2500].join(", ")),
+        ),
+    ] {
+        let e = pod(&[(k, &v)]).apply(&s).unwrap_err();
+        assert!(
+            e.msg.len() < 1200,
+            "{} bytes: {}",
+            e.msg.len(),
+            &e.msg[..200]
+        );
     }
     // A gateway: inbound disabled.
     let out = pod(&[(KUMA_ANN_TP_CONFIG, "redirect: {inbound: {enabled: false}}")])
