@@ -24,6 +24,9 @@
 #   openssl                       the real node's PKI (scripts/node.sh)
 #   python3-yaml                  scripts/manifest.sh --check reads the chart's rendered entries
 #   libseccomp-dev                runc built for user-namespaced pods (scripts/node-build.sh runc: cgo)
+# `scripts/deps.sh cross` also installs what building for the other architecture needs
+# (scripts/image-build-stage.sh --arch): the cross gcc (gcc-aarch64-linux-gnu on x86_64,
+# gcc-x86-64-linux-gnu on aarch64) and qemu-user-static to run what it built.
 set -euo pipefail
 
 need=()
@@ -31,6 +34,14 @@ have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok
 for p in nftables iproute2 util-linux iptables time strace gcc libc6-dev containernetworking-plugins golang-go golang-github-appc-cni-dev shellcheck ruby musl-tools runc busybox-static protobuf-compiler qemu-system-x86 cpio xz-utils kmod openssl python3-yaml libseccomp-dev; do
   have_pkg "$p" || need+=("$p")
 done
+if [[ ${1:-} == cross ]]; then
+  case $(uname -m) in
+    x86_64) cross=(gcc-aarch64-linux-gnu qemu-user-static) ;;
+    aarch64) cross=(gcc-x86-64-linux-gnu qemu-user-static) ;;
+    *) cross=() ;;
+  esac
+  for p in "${cross[@]}"; do have_pkg "$p" || need+=("$p"); done
+fi
 if ((${#need[@]})); then
   if [[ $EUID -ne 0 ]]; then
     echo "missing packages: ${need[*]} (run as root, e.g. with sudo)" >&2
