@@ -115,7 +115,7 @@ pub fn uid_exclusions<'a>(
 /// The most (UID range, port range) pairs [`uid_exclusions`] reads, each
 /// entry's port list expanded, before overlaps are made disjoint (which can
 /// at most double them): Kuma's users write a handful; the bound keeps
-/// [`disjoint`]'s quadratic work short and the set small.
+/// that quadratic work short and the set small.
 pub const MAX_UID_EXCLUSIONS: usize = 256;
 
 /// The same union of (UID range, port range) boxes as disjoint boxes, in
