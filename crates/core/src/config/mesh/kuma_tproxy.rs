@@ -47,15 +47,16 @@ pub fn uid_exclusions<'a>(
     entries: impl IntoIterator<Item = &'a str>,
     block: bool,
 ) -> Result<Vec<UidPorts>> {
+    let err = |token: &str, why: &str| {
+        if block {
+            crate::error::Error::config(key, token, why)
+        } else {
+            annotation_error(key, token, why)
+        }
+    };
     let mut out = Vec::new();
     for entry in entries {
-        let bad = |why: &str| {
-            if block {
-                crate::error::Error::config(key, entry, why)
-            } else {
-                annotation_error(key, entry, why)
-            }
-        };
+        let bad = |why: &str| err(entry, why);
         if entry.chars().any(char::is_whitespace) {
             return Err(bad(
                 "spaces are not allowed in an entry (Kuma refuses them)",
@@ -98,15 +99,10 @@ pub fn uid_exclusions<'a>(
             out.extend(ports::merge(ports).into_iter().map(|p| (uids, p)));
         }
         if out.len() > MAX_UID_EXCLUSIONS {
-            let (n, why) = (
-                format!("{} (UIDs, ports) pairs and more", out.len()),
-                format!("more than the {MAX_UID_EXCLUSIONS} pairs meshnft reads"),
-            );
-            return Err(if block {
-                crate::error::Error::config(key, &n, why)
-            } else {
-                annotation_error(key, &n, &why)
-            });
+            return Err(err(
+                &format!("{} (UIDs, ports) pairs and more", out.len()),
+                &format!("more than the {MAX_UID_EXCLUSIONS} pairs meshnft reads"),
+            ));
         }
     }
     Ok(disjoint(&out))
