@@ -361,12 +361,12 @@ impl<'a> Annotations<'a> {
     }
 }
 
-/// The most characters of a refused value an error quotes: annotations
+/// The most bytes of a refused value an error quotes: annotations
 /// run to 256 KiB, and an error is one line of the runtime's log.
 pub const MAX_QUOTED: usize = 120;
 
 /// The error of a pod annotation `key` whose value `token` is refused;
-/// `token` is quoted up to [`MAX_QUOTED`] characters (then `...` and its
+/// `token` is quoted up to [`MAX_QUOTED`] bytes (then `...` and its
 /// length), `key` and `reason` (which may carry a parser's excerpt) up to
 /// four times that.
 pub(crate) fn annotation_error(key: &str, token: &str, reason: &str) -> Error {
@@ -381,12 +381,15 @@ pub(crate) fn annotation_error(key: &str, token: &str, reason: &str) -> Error {
     )
 }
 
-/// `s` up to `n` characters, then `... (N bytes)`.
+/// `s` cut to `n` bytes on a character boundary ([`crate::logging::truncate`]),
+/// then `... (N bytes)`.
 fn clip(s: &str, n: usize) -> String {
-    match s.char_indices().nth(n) {
-        None => s.to_string(),
-        Some((at, _)) => format!("{}... ({} bytes)", &s[..at], s.len()),
+    let mut t = s.to_string();
+    crate::logging::truncate(&mut t, n);
+    if t.len() < s.len() {
+        t = format!("{t}... ({} bytes)", s.len());
     }
+    t
 }
 
 /// Errors of the shared list parsers name the annotation as their field;
