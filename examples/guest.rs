@@ -75,9 +75,13 @@ impl Report {
     }
 
     /// Runs `f`; a panic inside (a harness helper failing) is one failed check.
+    /// Its time goes out as a `section` line (seconds, in the guest's clock).
     fn section(&mut self, name: &str, f: impl FnOnce(&mut Report)) {
         let mut inner = Report::default();
+        let t0 = std::time::Instant::now();
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut inner)));
+        emit(json!({"event": "section", "section": name,
+            "seconds": (t0.elapsed().as_secs_f64() * 10.0).round() / 10.0}));
         self.passed += inner.passed;
         self.failed += inner.failed;
         if let Err(e) = r {
@@ -985,6 +989,215 @@ fn kuma_uid_exclusions(r: &mut Report) {
     );
 }
 
+/// FNV-1a (64 bits) of `lines`, each ended by a newline: the listing's
+/// digest that scripts/kernels.sh compares between architectures.
+fn fnv1a(lines: &[String]) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in lines.iter().flat_map(|l| l.bytes().chain([b'\n'])) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{h:016x}")
+}
+
+/// Every conflist entry of crates/testkit/testdata/entries.json (the golden
+/// files' configurations: each mesh, IPv4 and IPv6, with and without the
+/// init phase, per-UID exclusions), each at pod level 3 (kernels with
+/// `socket cgroupv2`) and without a pod cgroup: meshnft's batch committed in
+/// a fresh netns, read back over netlink (every object and expression
+/// decoded), then a re-ADD batch on top, which must list the same. Each
+/// table's normalized listing (what CHECK compares) goes out as a `listing`
+/// line with its digest, for scripts/kernels.sh to compare with the same
+/// kernel series on the other architecture.
+fn entries(r: &mut Report, cgroupv2: bool) {
+    use meshnft::nft::{Nft, encode};
+    use meshnft::table::ruleset::{self, Levels};
+    let levels: &[Option<u8>] = if cgroupv2 { &[Some(3), None] } else { &[None] };
+    for name in support::entry_names() {
+        for &pod in levels {
+            let label = match pod {
+                Some(p) => format!("{name} level {p}"),
+                None => format!("{name} no pod cgroup"),
+            };
+            let run = || -> Result<(String, usize), String> {
+                let conf = meshnft::config::decode(support::entry(name).to_string().as_bytes())
+                    .map_err(|e| format!("config: {e}"))?;
+                let settings = conf.settings().map_err(|e| format!("settings: {e}"))?;
+                let levels = pod.map(|pod| Levels {
+                    pod,
+                    container: pod + 1,
+                });
+                let table = ruleset::build(&settings, levels, "meshnft guest");
+                let ns = Netns::new("mtent");
+                let file = std::fs::File::open(ns.path()).map_err(|e| e.to_string())?;
+                let mut nft = Nft::open(&file).map_err(|e| format!("netlink: {e}"))?;
+                nft.commit(encode::fresh(&table))
+                    .map_err(|e| format!("ADD batch: {e}"))?;
+                let first = nft
+                    .read(table.name)
+                    .map_err(|e| format!("read back: {e}"))?
+                    .ok_or("no table after the ADD batch")?;
+                nft.commit(encode::replace(&table))
+                    .map_err(|e| format!("re-ADD batch: {e}"))?;
+                let again = nft
+                    .read(table.name)
+                    .map_err(|e| format!("read back: {e}"))?
+                    .ok_or("no table after the re-ADD batch")?;
+                let (a, b) = (
+                    meshnft::cni::check::normalize(&first),
+                    meshnft::cni::check::normalize(&again),
+                );
+                if a != b {
+                    return Err("the re-ADD batch lists otherwise than the ADD batch".into());
+                }
+                Ok((fnv1a(&a), a.len()))
+            };
+            match run() {
+                Ok((digest, n)) => {
+                    r.check(
+                        &format!("entries: {label}: committed, read back, re-ADD the same"),
+                        Ok(format!("{n} listing lines")),
+                    );
+                    emit(json!({"event": "listing", "entry": label, "digest": digest}));
+                }
+                Err(e) => r.check(&format!("entries: {label}"), Err(e)),
+            }
+        }
+    }
+}
+
+/// SIGKILL at any instant (tests/kill.rs in this kernel, the table read back
+/// over netlink instead of nft): a transaction over 64 KiB (9 600 skipped
+/// ports) killed at random instants, as a first ADD and as a re-ADD over
+/// another table. After each, the netns holds no table (first ADD only) or
+/// one the kernel lists exactly as a whole table of one of the two
+/// configurations (CHECK's comparison, made against both; never a part).
+fn sigkill(r: &mut Report) {
+    use meshnft::nft::Nft;
+    let ns = |n: u32| -> Value {
+        let list: Vec<String> = (1..=9_600).map(|p| (p * 2 + n).to_string()).collect();
+        json!({
+            "cniVersion": "1.0.0", "name": "meshnet", "type": "meshnft",
+            "log_level": "error", "stateDir": "/run/meshnft",
+            "linkerd": {"proxy-uid": PROXY_UID, "outbound-ports-to-ignore": [list.join(",")]},
+            "initPhase": {"enabled": false}
+        })
+    };
+    let (a, b) = (ns(0), ns(1));
+    let table_of = |c: &Value| -> Result<meshnft::table::ruleset::Table, String> {
+        let conf = meshnft::config::decode(c.to_string().as_bytes()).map_err(|e| e.to_string())?;
+        let settings = conf.settings().map_err(|e| e.to_string())?;
+        Ok(meshnft::table::ruleset::build(&settings, None, ""))
+    };
+    // Each configuration's table as the kernel lists it (committed in a
+    // scratch netns), in CHECK's comparable lines.
+    let listed = |c: &Value| -> Result<Vec<String>, String> {
+        let l = meshnft::cni::check::expected_listing(&table_of(c)?).map_err(|e| e.to_string())?;
+        Ok(meshnft::cni::check::normalize(&l))
+    };
+    let (la, lb) = match (listed(&a), listed(&b)) {
+        (Ok(la), Ok(lb)) if la != lb => (la, lb),
+        (ra, rb) => {
+            r.check(
+                "sigkill: the two tables",
+                Err(format!(
+                    "line counts, equal tables fail too: {:?} {:?}",
+                    ra.map(|l| l.len()),
+                    rb.map(|l| l.len())
+                )),
+            );
+            return;
+        }
+    };
+    let with_prev = |c: &Value, pod: &Netns| {
+        let mut c = c.clone();
+        c["prevResult"] = json!({
+            "cniVersion": "1.0.0",
+            "interfaces": [{"name": "eth0", "sandbox": pod.path()}],
+            "ips": [{"address": "198.18.0.2/24", "interface": 0}]
+        });
+        c
+    };
+    let spawn = |verb: &str, pod: &Netns, c: &Value| {
+        let mut child = Command::new(MESHNFT)
+            .env_clear()
+            .env("PATH", "/bin:/sbin:/usr/bin:/usr/sbin")
+            .env("CNI_COMMAND", verb)
+            .env("CNI_CONTAINERID", pod.name())
+            .env("CNI_NETNS", pod.path())
+            .env("CNI_IFNAME", "eth0")
+            .env("CNI_PATH", "/bin")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn meshnft");
+        if let Some(mut stdin) = child.stdin.take() {
+            // The plugin may be dead already: a broken pipe is expected then.
+            let _ = stdin.write_all(with_prev(c, pod).to_string().as_bytes());
+        }
+        child
+    };
+    // How long a whole ADD takes here: the kills spread over 0..1.2x that.
+    let pod = Netns::new("mtkil");
+    let t0 = std::time::Instant::now();
+    let whole = spawn("ADD", &pod, &a).wait().map(|s| s.success());
+    let took = t0.elapsed();
+    r.check(
+        "sigkill: a whole ADD of 9 600 skipped ports",
+        match whole {
+            Ok(true) => Ok(format!("{} ms", took.as_millis())),
+            other => Err(format!("{other:?}")),
+        },
+    );
+    drop(pod);
+    let mut rnd = [0u8; 4 * 24];
+    let _ = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut rnd));
+    let (mut none, mut whole_a, mut whole_b, mut bad) = (0, 0, 0, Vec::new());
+    for (i, w) in rnd.chunks(4).enumerate() {
+        let frac = f64::from(u32::from_le_bytes([w[0], w[1], w[2], w[3]])) / f64::from(u32::MAX);
+        let delay = took.mul_f64(1.2 * frac);
+        let pod = Netns::new("mtkil");
+        let re_add = i % 2 == 1;
+        if re_add && !spawn("ADD", &pod, &b).wait().is_ok_and(|s| s.success()) {
+            bad.push(format!("round {i}: the first ADD failed"));
+            continue;
+        }
+        let mut child = spawn("ADD", &pod, &a);
+        std::thread::sleep(delay);
+        let _ = child.kill();
+        let _ = child.wait();
+        let now = std::fs::File::open(pod.path())
+            .map_err(|e| e.to_string())
+            .and_then(|f| Nft::open(&f).map_err(|e| e.to_string()))
+            .and_then(|mut nft| nft.read("meshnft").map_err(|e| e.to_string()))
+            .map(|l| l.map(|l| meshnft::cni::check::normalize(&l)));
+        let what = if re_add { "re-ADD" } else { "ADD" };
+        match now {
+            Ok(None) if !re_add => none += 1,
+            Ok(Some(l)) if l == la => whole_a += 1,
+            Ok(Some(l)) if re_add && l == lb => whole_b += 1,
+            Ok(None) => bad.push(format!("round {i} ({what}): no table")),
+            Ok(Some(l)) => bad.push(format!(
+                "round {i} ({what}, killed after {} ms): a table like neither configuration ({} lines)",
+                delay.as_millis(),
+                l.len()
+            )),
+            Err(e) => bad.push(format!("round {i} ({what}): {e}")),
+        }
+    }
+    r.check(
+        "sigkill: 24 killed ADDs and re-ADDs leave no table or a whole one",
+        if bad.is_empty() {
+            Ok(format!(
+                "no table {none}, the new table whole {whole_a}, the old table whole {whole_b}"
+            ))
+        } else {
+            Err(bad.join("; "))
+        },
+    );
+}
+
 /// STATUS (cniVersion 1.1.0) and `meshnft status`.
 fn status(r: &mut Report, cgroupv2: bool) {
     let p = Pod::new();
@@ -1054,6 +1267,8 @@ fn main() {
     r.section("initPhase off", init_phase_off);
     r.section("kuma uid exclusions", kuma_uid_exclusions);
     r.section("kind", |r| seed(r, cgroupv2, Nesting::KindNode));
+    r.section("entries", |r| entries(r, cgroupv2));
+    r.section("sigkill", sigkill);
     emit(json!({
         "event": "summary",
         "kernel": kernel,
