@@ -835,6 +835,121 @@ fn read_only_bin_dir_is_reported_and_retried() {
     assert_eq!(inst.term().code(), Some(0), "{}", inst.log());
 }
 
+/// The first 64 bytes of meshnft cross-built for aarch64-unknown-linux-musl (static, ET_EXEC).
+const AARCH64_ELF: [u8; 64] = [
+    0x7f, 0x45, 0x4c, 0x46, 0x02, 0x01, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+    0x02, 0x00, 0xb7, 0x00, 0x01, 0x00, 0x00, 0x00, 0x2c, 0xe2, 0x2c, 0x00, 0x00, 0x00, 0x00, 0x00,
+    0x40, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x50, 0x5e, 0x26, 0x00, 0x00, 0x00, 0x00, 0x00,
+    0x00, 0x00, 0x00, 0x00, 0x40, 0x00, 0x38, 0x00, 0x0a, 0x00, 0x40, 0x00, 0x15, 0x00, 0x14, 0x00,
+];
+
+/// The first 64 bytes of Debian's x86_64 `/bin/true` (ET_DYN).
+const X86_64_ELF: [u8; 64] = [
+    0x7f, 0x45, 0x4c, 0x46, 0x02, 0x01, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+    0x03, 0x00, 0x3e, 0x00, 0x01, 0x00, 0x00, 0x00, 0xd0, 0x23, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+    0x40, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x90, 0x83, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+    0x00, 0x00, 0x00, 0x00, 0x40, 0x00, 0x38, 0x00, 0x0d, 0x00, 0x40, 0x00, 0x1f, 0x00, 0x1e, 0x00,
+];
+
+/// A binary of the other architecture than this machine's (x86_64 or aarch64): its header and
+/// a body, its architecture's name, and this machine's.
+fn foreign_binary() -> (Vec<u8>, &'static str, &'static str) {
+    let (header, found) = match std::env::consts::ARCH {
+        "aarch64" => (X86_64_ELF, "x86_64"),
+        _ => (AARCH64_ELF, "aarch64"),
+    };
+    let mut bytes = header.to_vec();
+    bytes.resize(4096, 0);
+    (bytes, found, std::env::consts::ARCH)
+}
+
+/// Issue 40: another architecture's binary at `<bin>/meshnft` (a wrong manual copy, a mixed
+/// cluster's mistake) is replaced by this node's plugin, with a warning naming both
+/// architectures; so is a file that is no ELF binary at all.
+#[support::root_test]
+fn another_architectures_binary_on_the_node_is_replaced_with_a_warning() {
+    let (foreign, found, node) = foreign_binary();
+    for (planted, expect) in [
+        (
+            foreign,
+            format!(
+                "replaced the plugin binary /opt/cni/bin/meshnft: it was built for {found}, but this node \
+             runs {node} (copied there by hand, or from another platform's image); installed the \
+             {node} plugin"
+            ),
+        ),
+        (
+            b"#!/bin/sh\n".to_vec(),
+            format!(
+                "replaced /opt/cni/bin/meshnft, which was no plugin binary: not an ELF file: 10 bytes, \
+             shorter than an ELF header; installed the {node} plugin"
+            ),
+        ),
+    ] {
+        let tree = Tree::new();
+        tree.write_conf("10-kindnet.conflist", &kindnet());
+        std::fs::write(tree.binary(), &planted).unwrap();
+        std::fs::set_permissions(tree.binary(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let mut inst = Installer::start(&tree, &[]);
+        inst.wait_entry(&tree, "10-kindnet.conflist");
+        assert_eq!(
+            std::fs::read(tree.binary()).unwrap(),
+            std::fs::read(MESHNFT).unwrap()
+        );
+        let log = inst.log();
+        let line = log
+            .lines()
+            .find(|l| l.contains(&expect))
+            .unwrap_or_else(|| panic!("{expect:?} not in\n{log}"));
+        assert!(line.contains("WARN"), "{line}");
+        assert_eq!(inst.term().code(), Some(0), "{}", inst.log());
+    }
+}
+
+/// Issue 40: a source binary (`--source-binary`, the image's `meshnft`) built for another
+/// architecture than the node's (a wrong image variant) is refused with an error naming both and
+/// the path, and retried; nothing is copied: the node's plugin stays, and nothing is chained.
+#[support::root_test]
+fn a_source_binary_of_another_architecture_is_refused() {
+    let (foreign, found, node) = foreign_binary();
+    let tree = Tree::new();
+    let primary = tree.write_conf("10-kindnet.conflist", &kindnet());
+    let before = std::fs::read(&primary).unwrap();
+    let source = tree.dir.join("meshnft");
+    std::fs::write(&source, &foreign).unwrap();
+    let on_node = b"the plugin already on the node".to_vec();
+    std::fs::write(tree.binary(), &on_node).unwrap();
+    let mut inst = Installer::start(&tree, &["--source-binary", source.to_str().unwrap()]);
+    assert!(
+        inst.wait_log("refusing to install the plugin binary"),
+        "{}",
+        inst.log()
+    );
+    let log = inst.log();
+    let expect = format!(
+        "refusing to install the plugin binary {}: it is built for {found}, but this node runs {node} \
+         (meshnft-node is built for {node})",
+        source.display()
+    );
+    let line = log
+        .lines()
+        .find(|l| l.contains(&expect))
+        .unwrap_or_else(|| panic!("{expect:?} not in\n{log}"));
+    assert!(
+        line.contains("WARN")
+            && line.contains("nothing was copied")
+            && line.ends_with("; retrying"),
+        "{line}"
+    );
+    std::thread::sleep(Duration::from_millis(700)); // several retries: still alive, still refused
+    assert!(inst.running(), "must retry, not exit:\n{}", inst.log());
+    assert_eq!(std::fs::read(tree.binary()).unwrap(), on_node);
+    assert_eq!(std::fs::read(&primary).unwrap(), before);
+    // Only the locks' directory: the pass stopped at the binary, before the kubeconfig.
+    assert_eq!(tree.files(), ["10-kindnet.conflist", "meshnft.d"]);
+    assert!(!tree.kubeconfig().exists());
+}
+
 #[support::root_test]
 fn sigterm_cleans_up_entry_then_kubeconfig_then_binary() {
     use notify::{EventKind, RecursiveMode, Watcher};

@@ -2,6 +2,7 @@
 //! installer process itself (it logs, waits and retries), except a bad
 //! command line.
 
+use super::elfarch::Arch;
 use std::path::{Path, PathBuf};
 
 /// The file-system step that failed (for messages).
@@ -135,6 +136,44 @@ pub enum InstallError {
         /// taken out.
         removed_ours: bool,
     },
+    /// The plugin binary to copy (`--source-binary`, the image's `meshnft`) is not built
+    /// for this node's architecture: the image variant is another platform's, or
+    /// `meshnft-node` itself runs emulated (qemu-user's binfmt handler). Nothing was copied:
+    /// the plugin already on the node was left as it is; retried.
+    #[error("{}", source_arch_message(.path, .found, *.node, *.build))]
+    SourceArch {
+        /// The source binary, as the installer sees it.
+        path: PathBuf,
+        /// What it is: `built for <arch>`, or why it is no ELF binary.
+        found: String,
+        /// The node's architecture ([`super::elfarch::Native::node`]).
+        node: Arch,
+        /// What `meshnft-node` was built for, when known.
+        build: Option<Arch>,
+    },
+}
+
+fn source_arch_message(path: &Path, found: &str, node: Arch, build: Option<Arch>) -> String {
+    let platform = node
+        .platform()
+        .map(|p| format!(" for {p}"))
+        .unwrap_or_default();
+    let installer = match build {
+        Some(b) if b != node => format!(
+            "; meshnft-node itself is built for {b} and runs emulated (qemu-user binfmt): the node \
+             pulled another platform's image"
+        ),
+        Some(b) => {
+            format!(" (meshnft-node is built for {b}); the image holds another platform's plugin")
+        }
+        None => String::new(),
+    };
+    format!(
+        "refusing to install the plugin binary {}: it is {found}, but this node runs {node}{installer}; \
+         run the image{platform} (a multi-platform image gives every node its own); nothing was copied, \
+         the plugin on the node was left as it is",
+        path.display()
+    )
 }
 
 /// What to do about a peer's entry, for the refusal's message: how that

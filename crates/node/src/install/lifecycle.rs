@@ -7,7 +7,12 @@
 //! first problem (which is logged; the pass is retried after
 //! `--retry-seconds`, never by exiting):
 //! 1. the host directories exist and are directories;
-//! 2. the binary is in the bin dir, byte for byte (atomic copy otherwise);
+//! 2. the binary is in the bin dir, byte for byte (atomic copy otherwise),
+//!    and only if it is built for this node's architecture
+//!    ([`super::elfarch`]): a source binary of another one is refused
+//!    ([`InstallError::SourceArch`], the node's plugin left as it is); a
+//!    node's binary of another architecture, or no ELF binary at all, is
+//!    replaced with a warning;
 //! 3. the kubeconfig matches the current token and CA (atomic rewrite);
 //! 4. the entry is loaded (ConfigMap file or default), and records left in
 //!    the old default state directory move to the entry's
@@ -35,6 +40,7 @@
 //!    it stays while the primary's file is gone (step 5), so a primary
 //!    that deletes and writes its file again leaves no window either.
 
+use super::elfarch::{self, Arch, ElfError};
 use super::error::InstallError;
 use super::{Args, Layout, checks, conflist, discover, entry, fsutil, kubeconfig, records};
 use serde_json::Value;
@@ -90,6 +96,9 @@ pub struct Installer {
     /// What the last pass found on the node that breaks chaining whatever meshnft does
     /// ([`Installer::chaining_warnings`]).
     warnings: Vec<String>,
+    /// The node's architecture and `meshnft-node`'s, asked once: the plugin copied must be
+    /// built for the node's.
+    native: elfarch::Native,
 }
 
 impl Installer {
@@ -105,6 +114,7 @@ impl Installer {
             replaced: BTreeSet::new(),
             front_refused: false,
             warnings: Vec::new(),
+            native: elfarch::Native::detect(),
         }
     }
 
@@ -156,21 +166,79 @@ impl Installer {
         Some((m.len(), m.modified().ok()?, m.ino()))
     }
 
-    /// Step 2: the binary. Errors: the copy failed (read-only bin dir...).
+    /// Step 2: the binary. The source must be built for the node's architecture; the node's
+    /// binary, when it is another architecture's or no ELF binary, is replaced with a warning.
+    ///
+    /// Errors: the source is built for another architecture, or is no ELF binary
+    /// ([`InstallError::SourceArch`]; nothing copied), it cannot be read, or the copy failed
+    /// (read-only bin dir...).
     fn ensure_binary(&mut self) -> Result<(), InstallError> {
-        let dst = &self.layout.binary;
-        let fp = Self::fingerprint(dst);
+        let dst = self.layout.binary.clone();
+        let fp = Self::fingerprint(&dst);
         if fp.is_some() && fp == self.binary_seen {
             return Ok(());
         }
-        if fsutil::same_content(&self.layout.source_binary, dst) {
+        let installing = self.source_arch()?;
+        if fsutil::same_content(&self.layout.source_binary, &dst) {
             self.binary_seen = fp;
             return Ok(());
         }
-        fsutil::copy_atomic(&self.layout.source_binary, dst)?;
+        let replaced = elfarch::read(&dst);
+        fsutil::copy_atomic(&self.layout.source_binary, &dst)?;
+        let shown = on_host(&self.layout.host_root, &dst);
+        match (replaced, installing) {
+            (Ok(found), Some(node)) if found != node => tracing::warn!(
+                "replaced the plugin binary {}: it was built for {found}, but this node runs {node} \
+                 (copied there by hand, or from another platform's image); installed the {node} plugin",
+                shown.display()
+            ),
+            (Err(e), _) if !matches!(e, ElfError::File(crate::safefs::FileError::Io(_))) => {
+                tracing::warn!(
+                    "replaced {}, which was no plugin binary: {e}; installed the{} plugin",
+                    shown.display(),
+                    installing.map(|a| format!(" {a}")).unwrap_or_default()
+                )
+            }
+            _ => {}
+        }
         tracing::info!("installed the plugin binary {}", dst.display());
-        self.binary_seen = Self::fingerprint(dst);
+        self.binary_seen = Self::fingerprint(&dst);
         Ok(())
+    }
+
+    /// The architecture of the source binary, which must be the node's; `None` when the
+    /// node's is not known (nothing to compare with: it is copied as it is).
+    ///
+    /// Errors: [`InstallError::SourceArch`] when it is another architecture's or no ELF
+    /// binary; [`InstallError::Io`] when it cannot be opened or read.
+    fn source_arch(&self) -> Result<Option<Arch>, InstallError> {
+        let src = &self.layout.source_binary;
+        let Some(node) = self.native.node() else {
+            tracing::debug!(
+                "this node's architecture is not known: {} is copied unchecked",
+                src.display()
+            );
+            return Ok(None);
+        };
+        let refuse = |found: String| InstallError::SourceArch {
+            path: src.clone(),
+            found,
+            node,
+            build: self.native.build,
+        };
+        match elfarch::read(src) {
+            Ok(arch) if arch == node => Ok(Some(arch)),
+            Ok(arch) => Err(refuse(format!("built for {arch}"))),
+            Err(ElfError::File(f)) => Err(InstallError::io(
+                super::error::Op::Read,
+                src,
+                match f {
+                    crate::safefs::FileError::Io(e) => e,
+                    other => std::io::Error::other(other.to_string()),
+                },
+            )),
+            Err(e) => Err(refuse(e.to_string())),
+        }
     }
 
     /// Step 3: the kubeconfig. Errors: service account material missing,
@@ -677,6 +745,63 @@ mod tests {
         ])
         .unwrap();
         Installer::new(cmd.args)
+    }
+
+    /// The source binary must be built for the node's architecture: `meshnft-node` emulated
+    /// on an aarch64 node (its build, and uname(2) under qemu-user, say x86_64; the kernel's
+    /// `kernel.arch` says aarch64) refuses the x86_64 plugin of its image and leaves the node's
+    /// plugin as it is; an aarch64 one is installed over an x86_64 one.
+    #[test]
+    fn the_source_must_be_built_for_the_node() {
+        let tmp = TempDir(std::env::temp_dir().join(format!("meshnft-ar-{}", std::process::id())));
+        let root = tmp.0.clone();
+        let _ = std::fs::remove_dir_all(&root);
+        let bin = root.join("opt/cni/bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        std::fs::create_dir_all(root.join("etc/cni/net.d")).unwrap();
+        let x86_64 = root.join("x86_64");
+        std::fs::write(
+            &x86_64,
+            [&b"\x7fELF\x02\x01\x01"[..], &[0; 9], &[3, 0, 62, 0]].concat(),
+        )
+        .unwrap();
+        let aarch64 = root.join("aarch64");
+        std::fs::write(
+            &aarch64,
+            [&b"\x7fELF\x02\x01\x01"[..], &[0; 9], &[2, 0, 183, 0]].concat(),
+        )
+        .unwrap();
+        let on_node = b"the node's plugin";
+        std::fs::write(bin.join("meshnft"), on_node).unwrap();
+        let mut inst = installer_at(&root);
+        inst.layout.source_binary = x86_64.clone();
+        inst.native = elfarch::Native {
+            build: Some(Arch::X86_64),
+            uname: Some(Arch::X86_64),
+            kernel: Some(Arch::Aarch64),
+        };
+        let e = inst.ensure_binary().unwrap_err();
+        assert!(matches!(e, InstallError::SourceArch { .. }), "{e:?}");
+        let msg = e.to_string();
+        for part in [
+            x86_64.to_str().unwrap(),
+            "it is built for x86_64, but this node runs aarch64",
+            "runs emulated",
+            "linux/arm64",
+            "nothing was copied",
+        ] {
+            assert!(msg.contains(part), "{part:?} not in {msg}");
+        }
+        assert_eq!(std::fs::read(bin.join("meshnft")).unwrap(), on_node);
+        inst.layout.source_binary = aarch64.clone();
+        inst.ensure_binary().unwrap();
+        assert!(fsutil::same_content(&aarch64, &bin.join("meshnft")));
+        // Not an ELF file at all: refused too.
+        std::fs::write(root.join("script"), "#!/bin/sh\n").unwrap();
+        inst.layout.source_binary = root.join("script");
+        inst.binary_seen = None; // the node's binary is unchanged: look again
+        let msg = inst.ensure_binary().unwrap_err().to_string();
+        assert!(msg.contains("it is not an ELF file"), "{msg}");
     }
 
     /// A kill between writing the list and moving the original leaves the

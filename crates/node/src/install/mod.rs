@@ -16,6 +16,8 @@
 //! - [`targeting`]: does the DaemonSet still target this node?
 //! - [`records`]: the plugin's records moved out of the old default state
 //!   directory;
+//! - [`elfarch`]: which architecture a binary is built for (its ELF header),
+//!   and which one this node runs;
 //! - [`fsutil`], [`error`]: atomic writes and error messages.
 //!
 //! Paths given on the command line are *host* paths (as they go into the
@@ -25,6 +27,7 @@ pub mod apiclient;
 pub mod checks;
 pub mod conflist;
 pub mod discover;
+pub mod elfarch;
 pub mod entry;
 pub mod error;
 pub mod fsutil;
