@@ -54,10 +54,12 @@
 #                                 restarts one daemon (kubelet, containerd, ...) as it was
 #   scripts/node.sh stop DIR NAME, scripts/node.sh start-again DIR NAME
 #                                 the same in two steps (a node's shutdown, then its boot)
-#   scripts/node.sh image DIR NAME:TAG ROOTFS ENTRYPOINT-JSON
+#   scripts/node.sh image DIR NAME:TAG ROOTFS ENTRYPOINT-JSON [ROOTFS...]
 #                                 builds a single-layer OCI image of ROOTFS and
 #                                 imports it into the node's containerd (and into
-#                                 those of the nodes added to DIR)
+#                                 those of the nodes added to DIR), all platforms;
+#                                 ROOTFS is a directory or ARCH=DIR (amd64, arm64),
+#                                 several of them a multi-platform image
 #
 # Cluster DNS (MESHNFT_NODE_DNS=1 at `up`; what the real Linkerd needs: its proxies find
 # the control plane by name): CoreDNS (scripts/node-build.sh coredns) as one more daemon of
@@ -276,7 +278,6 @@ private_mounts() {
 }
 
 # ---- images ------------------------------------------------------------------------------
-# oci_image OUT.tar NAME:TAG ROOTFS ENTRYPOINT-JSON: a one-layer OCI archive.
 node_dirs() { # node DIR's private CNI/kubelet directories, with the reference plugins it uses
   in_node "$1" bash -c "$(declare -p PRIVATE_PATHS RUN_TMPFS RUN_TMPFS_OPTS OUTSIDE_IP); $(declare -f private_mounts); private_mounts '$1'"
   in_node "$1" sh -ec "cp /usr/lib/cni/bridge /usr/lib/cni/host-local /usr/lib/cni/loopback /opt/cni/bin/"
@@ -293,31 +294,13 @@ cgroup_root() { # kubelet's cgroupRoot meshnft-node-ID in every hierarchy (cpuse
   done < <(cgroup_mounts)
 }
 
+# oci_image OUT.tar NAME:TAG ROOTFS ENTRYPOINT-JSON [ROOTFS...]: an OCI archive of one-layer
+# images (scripts/oci-image.sh): ROOTFS a directory (this machine's architecture) or ARCH=DIR,
+# several of them a multi-platform image (an image index, one manifest per architecture).
 oci_image() {
-  local out=$1 ref=$2 root=$3 entry=$4 work
-  work=$(mktemp -d "$(dirname "$out")/oci.XXXXXX")
-  local blobs=$work/oci/blobs/sha256
-  mkdir -p "$blobs"
-  tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C "$root" -cf "$work/layer.tar" .
-  blob() {
-    local h
-    h=$(sha256sum "$1" | cut -d' ' -f1)
-    cp "$1" "$blobs/$h"
-    echo "sha256:$h $(stat -c %s "$1")"
-  }
-  local ld ls cd cs md ms
-  read -r ld ls < <(blob "$work/layer.tar")
-  printf '{"architecture":"%s","os":"linux","config":{"Env":["PATH=/usr/local/bin:/bin"],"Entrypoint":%s,"WorkingDir":"/"},"rootfs":{"type":"layers","diff_ids":["%s"]}}\n' \
-    "$(dpkg --print-architecture)" "$entry" "$ld" >"$work/config.json"
-  read -r cd cs < <(blob "$work/config.json")
-  printf '{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"%s","size":%s},"layers":[{"mediaType":"application/vnd.oci.image.layer.v1.tar","digest":"%s","size":%s}]}\n' \
-    "$cd" "$cs" "$ld" "$ls" >"$work/manifest.json"
-  read -r md ms < <(blob "$work/manifest.json")
-  printf '{"imageLayoutVersion":"1.0.0"}\n' >"$work/oci/oci-layout"
-  printf '{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"%s","size":%s,"annotations":{"io.containerd.image.name":"%s","org.opencontainers.image.ref.name":"%s"}}]}\n' \
-    "$md" "$ms" "$ref" "${ref##*:}" >"$work/oci/index.json"
-  tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C "$work/oci" -cf "$out" .
-  rm -rf "$work"
+  local out=$1 ref=$2 root=$3 entry=$4
+  shift 4
+  "$here/scripts/oci-image.sh" --entrypoint "$entry" "$out" "$ref" "$root" "$@"
 }
 
 import_images() {
@@ -816,9 +799,10 @@ down() {
 # Kept in DIR/images/ so that a node added later imports it too (as it would pull it).
 image() {
   local d=$1 ref=$2 root=$3 entry=$4 tar
+  shift 4
   mkdir -p "$d/images"
   tar=$d/images/$(tr '/:' '__' <<<"$ref").tar
-  oci_image "$tar" "$ref" "$root" "$entry"
+  oci_image "$tar" "$ref" "$root" "$entry" "$@"
   import_images "$d" "$tar"
   local m
   for m in $(members "$d"); do import_images "$m" "$tar"; done
@@ -835,5 +819,5 @@ image) image "$@" ;;
 restart) restart "$@" ;;
 stop) stop_daemon "$@" ;;
 start-again) start_again "$@" ;;
-*) die "usage: node.sh up [--nodes N] [DIR] | add-node DIR | down DIR | run DIR CMD... | restart|stop|start-again DIR DAEMON | image DIR NAME:TAG ROOTFS ENTRYPOINT-JSON" ;;
+*) die "usage: node.sh up [--nodes N] [DIR] | add-node DIR | down DIR | run DIR CMD... | restart|stop|start-again DIR DAEMON | image DIR NAME:TAG ROOTFS ENTRYPOINT-JSON [ROOTFS...]" ;;
 esac

@@ -413,48 +413,107 @@ fn sysctls() -> Vec<(String, String)> {
         .collect()
 }
 
-/// A static binary of the image (`meshnft` or `meshnft-node`) from deploy/Dockerfile's
-/// build stage (scripts/image-build-stage.sh, which test.sh runs first); built here when
-/// missing.
-fn static_bin(name: &str) -> PathBuf {
-    let arch = std::env::consts::ARCH;
+/// The platforms of meshnft's image: OCI's architecture name and the Rust target's.
+const IMAGE_PLATFORMS: [(&str, &str); 2] = [("amd64", "x86_64"), ("arm64", "aarch64")];
+
+/// `target/<arch>-unknown-linux-musl/release/<name>`, deploy/Dockerfile's static binary for
+/// `arch` (x86_64, aarch64), built by `scripts/image-build-stage.sh --arch` when missing (the
+/// other architecture cross-built).
+fn static_bin(arch: &str, name: &str) -> PathBuf {
     let bin = Path::new(ROOT).join(format!("target/{arch}-unknown-linux-musl/release/{name}"));
     if !bin.exists() {
         let st = Command::new(script("image-build-stage.sh"))
+            .args(["--arch", arch])
             .status()
             .expect("run scripts/image-build-stage.sh");
-        assert!(st.success(), "scripts/image-build-stage.sh failed");
+        assert!(
+            st.success(),
+            "scripts/image-build-stage.sh --arch {arch} failed"
+        );
     }
     assert!(bin.exists(), "{} missing", bin.display());
     bin
 }
 
-/// Builds the meshnft image `meshnft.test/meshnft:<tag>` (the static binaries at
-/// /usr/local/bin/meshnft and /usr/local/bin/meshnft-node, as deploy/Dockerfile lays
-/// them out, plus /etc/meshnft-image naming the tag so that two tags differ) and
-/// imports it into the node's containerd.
+/// Builds the meshnft image `meshnft.test/meshnft:<tag>` and imports it into the node's
+/// containerd: a multi-platform image, as users get it (scripts/image-index.sh), an image
+/// index with one manifest for linux/amd64 and one for linux/arm64, each holding its
+/// architecture's static binaries at /usr/local/bin/meshnft and /usr/local/bin/meshnft-node, as
+/// deploy/Dockerfile lays them out, plus /etc/meshnft-image naming the tag so that two tags
+/// differ. containerd runs the node's own platform; the test checks that both are there.
 fn meshnft_image(node: &Node, tag: &str) -> String {
-    let root = node.dir.join(format!("image-{tag}"));
-    std::fs::create_dir_all(root.join("usr/local/bin")).expect("mkdir image root");
-    std::fs::create_dir_all(root.join("etc")).expect("mkdir image etc");
-    std::fs::copy(static_bin("meshnft"), root.join("usr/local/bin/meshnft")).expect("copy binary");
-    std::fs::copy(
-        static_bin("meshnft-node"),
-        root.join("usr/local/bin/meshnft-node"),
-    )
-    .expect("copy binary");
-    std::fs::write(root.join("etc/meshnft-image"), tag).expect("write tag");
+    let mut roots = Vec::new();
+    for (platform, arch) in IMAGE_PLATFORMS {
+        let root = node.dir.join(format!("image-{tag}-{platform}"));
+        std::fs::create_dir_all(root.join("usr/local/bin")).expect("mkdir image root");
+        std::fs::create_dir_all(root.join("etc")).expect("mkdir image etc");
+        for name in ["meshnft", "meshnft-node"] {
+            std::fs::copy(
+                static_bin(arch, name),
+                root.join("usr/local/bin").join(name),
+            )
+            .expect("copy binary");
+        }
+        std::fs::write(root.join("etc/meshnft-image"), tag).expect("write tag");
+        roots.push(format!("{platform}={}", root.display()));
+    }
     let reference = format!("meshnft.test/meshnft:{tag}");
     let st = Command::new(script("node.sh"))
         .arg("image")
         .arg(&node.dir)
         .arg(&reference)
-        .arg(&root)
+        .arg(&roots[0])
         .arg(r#"["/usr/local/bin/meshnft-node"]"#)
+        .args(&roots[1..])
         .status()
         .expect("node.sh image");
     assert!(st.success(), "node.sh image {reference} failed");
+    assert_image_platforms(node, &reference);
     reference
+}
+
+/// The image `reference` in the node's containerd is the image index of both platforms, with
+/// every blob of each (`ctr images export --platform` reads them all).
+fn assert_image_platforms(node: &Node, reference: &str) {
+    let sock = node.dir.join("c/containerd.sock");
+    let sock = sock.to_str().expect("socket path");
+    let ctr = |args: &[&str]| {
+        let mut argv = vec!["ctr", "-a", sock, "-n", "k8s.io"];
+        argv.extend_from_slice(args);
+        node.output(argv[0], &argv[1..])
+            .unwrap_or_else(|e| panic!("{e}"))
+    };
+    let filter = format!("name=={reference}");
+    let ls = ctr(&["images", "ls", &filter]);
+    let line = ls
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(reference))
+        .unwrap_or_else(|| panic!("{reference} not in containerd: {ls}"));
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(
+        fields.get(1).copied(),
+        Some("application/vnd.oci.image.index.v1+json"),
+        "{reference} is not an image index: {line}"
+    );
+    let want: Vec<String> = IMAGE_PLATFORMS
+        .iter()
+        .map(|(p, _)| format!("linux/{p}"))
+        .collect();
+    assert!(
+        fields.contains(&want.join(",").as_str()),
+        "{reference}'s platforms are not {want:?}: {line}"
+    );
+    for platform in &want {
+        ctr(&[
+            "images",
+            "export",
+            "--platform",
+            platform,
+            "/dev/null",
+            reference,
+        ]);
+    }
+    eprintln!("image {reference}: {}", want.join(", "));
 }
 
 /// deploy/meshnft.yaml with the image reference replaced, nothing else.
