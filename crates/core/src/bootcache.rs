@@ -25,7 +25,12 @@ pub fn read<T: DeserializeOwned>(
     fresh: impl FnOnce(&T) -> bool,
 ) -> Option<T> {
     let body = crate::state::read_file(state_dir, name)?;
-    serde_json::from_slice::<T>(&body).ok().filter(fresh)
+    decode(&body).filter(fresh)
+}
+
+/// A cache file's bytes: the value, or `None` when they do not parse.
+pub fn decode<T: DeserializeOwned>(body: &[u8]) -> Option<T> {
+    serde_json::from_slice::<T>(body).ok()
 }
 
 /// Caches `value` in file `name` of `state_dir`; a failure is only logged

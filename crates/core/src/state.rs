@@ -305,7 +305,13 @@ pub fn read(dir: &Path, container_id: &str, ifname: &str) -> Option<Record> {
             return None;
         }
     };
-    let r: Record = serde_json::from_slice(&body).ok()?;
+    decode(&body, container_id, ifname)
+}
+
+/// A record file's bytes as [`read`] takes them: `None` unless they are
+/// one JSON record naming (`container_id`, `ifname`).
+pub fn decode(body: &[u8], container_id: &str, ifname: &str) -> Option<Record> {
+    let r: Record = serde_json::from_slice(body).ok()?;
     (r.container_id == container_id && r.ifname == ifname).then_some(r)
 }
 

@@ -354,10 +354,12 @@ pub enum DumpError {
 }
 
 /// One received message: (type, seq, payload after the 16-byte header).
-type Message<'a> = (u16, u32, &'a [u8]);
+pub type Message<'a> = (u16, u32, &'a [u8]);
 
-/// Splits a datagram into messages.
-fn split(dgram: &[u8]) -> Result<Vec<Message<'_>>, SockError> {
+/// Splits a datagram into messages (kernel bytes: a header whose length
+/// runs past the datagram or is shorter than a header is
+/// [`SockError::Malformed`]).
+pub fn split(dgram: &[u8]) -> Result<Vec<Message<'_>>, SockError> {
     let mut out = Vec::new();
     let mut at = 0;
     while at + 16 <= dgram.len() {
@@ -376,7 +378,7 @@ fn split(dgram: &[u8]) -> Result<Vec<Message<'_>>, SockError> {
 
 /// Parses an `NLMSG_ERROR` payload: `int error`, the request's header
 /// (payload capped by `NETLINK_CAP_ACK`), then extended-ack attributes.
-fn parse_error(seq: u32, payload: &[u8]) -> Result<Ack, SockError> {
+pub fn parse_error(seq: u32, payload: &[u8]) -> Result<Ack, SockError> {
     let err = payload
         .get(0..4)
         .and_then(|b| b.try_into().ok())

@@ -28,19 +28,10 @@ struct GcInput {
     valid: Option<Vec<Attachment>>,
 }
 
-/// GC. With no `cni.dev/valid-attachments` it does nothing.
-/// Errors: 1 (version before 1.1.0), 6 (attachments not of the spec's shape),
-/// 7 (an unsafe `stateDir`, see [`state::check_dir`]).
-pub fn cmd_gc(conf: &NetConf, stdin: &[u8]) -> Result<Output> {
-    if !version::at_least(&conf.cni_version, (1, 1, 0)) {
-        return Err(Error::new(
-            Code::IncompatibleVersion,
-            format!(
-                "GC is not defined for cniVersion {} (needs 1.1.0)",
-                conf.cni_version
-            ),
-        ));
-    }
+/// GC's `cni.dev/valid-attachments` from stdin: the (containerID, ifname)
+/// pairs, `None` when the key is absent. Errors: code 6 when it is not a
+/// list of objects of the spec's shape.
+pub fn valid_attachments(stdin: &[u8]) -> Result<Option<BTreeSet<(String, String)>>> {
     // Each attachment must be an object: serde's derived struct would also
     // take `["id", "eth0"]` by position.
     let raw: serde_json::Value = serde_json::from_slice(stdin).unwrap_or_default();
@@ -61,14 +52,31 @@ pub fn cmd_gc(conf: &NetConf, stdin: &[u8]) -> Result<Output> {
             e.to_string(),
         )
     })?;
-    let Some(valid) = input.valid else {
+    Ok(input.valid.map(|valid| {
+        valid
+            .into_iter()
+            .map(|a| (a.container_id, a.ifname))
+            .collect()
+    }))
+}
+
+/// GC. With no `cni.dev/valid-attachments` it does nothing.
+/// Errors: 1 (version before 1.1.0), 6 (attachments not of the spec's shape),
+/// 7 (an unsafe `stateDir`, see [`state::check_dir`]).
+pub fn cmd_gc(conf: &NetConf, stdin: &[u8]) -> Result<Output> {
+    if !version::at_least(&conf.cni_version, (1, 1, 0)) {
+        return Err(Error::new(
+            Code::IncompatibleVersion,
+            format!(
+                "GC is not defined for cniVersion {} (needs 1.1.0)",
+                conf.cni_version
+            ),
+        ));
+    }
+    let Some(valid) = valid_attachments(stdin)? else {
         tracing::debug!("GC without cni.dev/valid-attachments: nothing to do");
         return Ok(Output::Nothing);
     };
-    let valid: BTreeSet<(String, String)> = valid
-        .into_iter()
-        .map(|a| (a.container_id, a.ifname))
-        .collect();
     let dir = conf.state_dir();
     // Records decide which tables go: only a safe directory is trusted.
     state::check_dir(&dir, false)?;

@@ -104,6 +104,14 @@ struct KubeconfigDoc {
 pub fn load_kubeconfig(path: &Path) -> Result<Kubeconfig> {
     let bad = Bad(path);
     let bytes = safefs::read_regular(path, MAX_KUBECONFIG).map_err(|e| bad.at(e.to_string()))?;
+    decode_kubeconfig(path, bytes)
+}
+
+/// The kubeconfig in `bytes`, read from `path` (which its messages name
+/// and whose directory the files it references are relative to): what
+/// [`load_kubeconfig`] does once the file is read. Errors as there.
+pub fn decode_kubeconfig(path: &Path, bytes: Vec<u8>) -> Result<Kubeconfig> {
+    let bad = Bad(path);
     let text = String::from_utf8(bytes).map_err(|_| bad.at("not UTF-8".into()))?;
     let mut doc: Value =
         serde_yaml::from_str(&text).map_err(|e| bad.at(format!("not one YAML document: {e}")))?;
