@@ -473,6 +473,22 @@ enum Nesting {
     KindNode,
 }
 
+/// The plugin run as a runtime runs it: `verb` for interface eth0 of the
+/// netns at `netns`, the configuration to be written to its stdin.
+fn plugin(verb: &str, netns: &Path, container_id: &str, args: &str) -> Command {
+    let mut cmd = Command::new(MESHNFT);
+    cmd.env_clear()
+        .env("PATH", "/bin:/sbin:/usr/bin:/usr/sbin")
+        .env("CNI_COMMAND", verb)
+        .env("CNI_CONTAINERID", container_id)
+        .env("CNI_NETNS", netns)
+        .env("CNI_IFNAME", "eth0")
+        .env("CNI_PATH", "/bin")
+        .env("CNI_ARGS", args)
+        .stdin(Stdio::piped());
+    cmd
+}
+
 fn cni(
     verb: &str,
     pod: &Pod,
@@ -487,18 +503,8 @@ fn cni(
         ),
         None => "IgnoreUnknown=1".into(),
     };
-    let mut cmd = Command::new(MESHNFT);
-    cmd.env_clear()
-        .env("PATH", "/bin:/sbin:/usr/bin:/usr/sbin")
-        .env("CNI_COMMAND", verb)
-        .env("CNI_CONTAINERID", "sandbox")
-        .env("CNI_NETNS", pod.pod.path())
-        .env("CNI_IFNAME", "eth0")
-        .env("CNI_PATH", "/bin")
-        .env("CNI_ARGS", args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    let mut cmd = plugin(verb, pod.pod.path(), "sandbox", &args);
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     let procs = node_cg.map(|d| {
         std::fs::OpenOptions::new()
             .write(true)
@@ -989,6 +995,19 @@ fn kuma_uid_exclusions(r: &mut Report) {
     );
 }
 
+/// The table ADD builds for the conflist entry `conf` with the pod cgroup at
+/// `levels` (`None`: no pod cgroup), as the oracle and CHECK build it.
+fn table_of(
+    conf: &Value,
+    levels: Option<meshnft::table::ruleset::Levels>,
+    comment: &str,
+) -> Result<meshnft::table::ruleset::Table, String> {
+    let conf =
+        meshnft::config::decode(conf.to_string().as_bytes()).map_err(|e| format!("config: {e}"))?;
+    let settings = conf.settings().map_err(|e| format!("settings: {e}"))?;
+    Ok(meshnft::table::ruleset::build(&settings, levels, comment))
+}
+
 /// FNV-1a (64 bits) of `lines`, each ended by a newline: the listing's
 /// digest that scripts/kernels.sh compares between architectures.
 fn fnv1a(lines: &[String]) -> String {
@@ -1011,7 +1030,7 @@ fn fnv1a(lines: &[String]) -> String {
 /// kernel series on the other architecture.
 fn entries(r: &mut Report, cgroupv2: bool) {
     use meshnft::nft::{Nft, encode};
-    use meshnft::table::ruleset::{self, Levels};
+    use meshnft::table::ruleset::Levels;
     let levels: &[Option<u8>] = if cgroupv2 { &[Some(3), None] } else { &[None] };
     for name in support::entry_names() {
         for &pod in levels {
@@ -1020,14 +1039,11 @@ fn entries(r: &mut Report, cgroupv2: bool) {
                 None => format!("{name} no pod cgroup"),
             };
             let run = || -> Result<(String, usize), String> {
-                let conf = meshnft::config::decode(support::entry(name).to_string().as_bytes())
-                    .map_err(|e| format!("config: {e}"))?;
-                let settings = conf.settings().map_err(|e| format!("settings: {e}"))?;
                 let levels = pod.map(|pod| Levels {
                     pod,
                     container: pod + 1,
                 });
-                let table = ruleset::build(&settings, levels, "meshnft guest");
+                let table = table_of(&support::entry(name), levels, "meshnft guest")?;
                 let ns = Netns::new("mtent");
                 let file = std::fs::File::open(ns.path()).map_err(|e| e.to_string())?;
                 let mut nft = Nft::open(&file).map_err(|e| format!("netlink: {e}"))?;
@@ -1084,15 +1100,11 @@ fn sigkill(r: &mut Report) {
         })
     };
     let (a, b) = (ns(0), ns(1));
-    let table_of = |c: &Value| -> Result<meshnft::table::ruleset::Table, String> {
-        let conf = meshnft::config::decode(c.to_string().as_bytes()).map_err(|e| e.to_string())?;
-        let settings = conf.settings().map_err(|e| e.to_string())?;
-        Ok(meshnft::table::ruleset::build(&settings, None, ""))
-    };
     // Each configuration's table as the kernel lists it (committed in a
     // scratch netns), in CHECK's comparable lines.
     let listed = |c: &Value| -> Result<Vec<String>, String> {
-        let l = meshnft::cni::check::expected_listing(&table_of(c)?).map_err(|e| e.to_string())?;
+        let l = meshnft::cni::check::expected_listing(&table_of(c, None, "")?)
+            .map_err(|e| e.to_string())?;
         Ok(meshnft::cni::check::normalize(&l))
     };
     let (la, lb) = match (listed(&a), listed(&b)) {
@@ -1119,15 +1131,7 @@ fn sigkill(r: &mut Report) {
         c
     };
     let spawn = |verb: &str, pod: &Netns, c: &Value| {
-        let mut child = Command::new(MESHNFT)
-            .env_clear()
-            .env("PATH", "/bin:/sbin:/usr/bin:/usr/sbin")
-            .env("CNI_COMMAND", verb)
-            .env("CNI_CONTAINERID", pod.name())
-            .env("CNI_NETNS", pod.path())
-            .env("CNI_IFNAME", "eth0")
-            .env("CNI_PATH", "/bin")
-            .stdin(Stdio::piped())
+        let mut child = plugin(verb, pod.path(), pod.name(), "IgnoreUnknown=1")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
