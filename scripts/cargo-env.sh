@@ -1,4 +1,4 @@
-# Sourced by test.sh and bench.sh: puts a rustup cargo on PATH when the
+# Sourced by the scripts that run cargo (test.sh, bench.sh, kernels.sh, image-build-stage.sh): puts a rustup cargo on PATH when the
 # caller's PATH lacks it (e.g. under sudo) and fails clearly without one.
 # shellcheck shell=bash
 if ! command -v cargo >/dev/null 2>&1; then
@@ -9,4 +9,12 @@ fi
 command -v cargo >/dev/null 2>&1 || {
   echo "$(basename "$0"): cargo not found: meshnft needs Rust 1.89 or newer (edition 2024); install it with rustup" >&2
   exit 1
+}
+
+# cross_env TARGET TRIPLET: the variables cargo and the cc crate read to build for the Rust
+# target TARGET with Debian's cross gcc (TRIPLET-gcc, e.g. aarch64-linux-gnu-gcc) as linker
+# driver and C compiler, one NAME=VALUE a line (scripts/image-build-stage.sh, scripts/kernels.sh).
+cross_env() {
+  local t=${1//-/_}
+  printf '%s\n' "CARGO_TARGET_${t^^}_LINKER=$2-gcc" "CC_$t=$2-gcc" "AR_$t=$2-ar"
 }

@@ -16,6 +16,8 @@
 # builds natively.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/cargo-env.sh
+source scripts/cargo-env.sh
 
 host_arch=$(uname -m)
 arch=$host_arch
@@ -58,8 +60,8 @@ run=()
 if ((cross)); then
   gcc=$arch-linux-gnu-gcc
   command -v "$gcc" >/dev/null || { echo "image-build-stage: $gcc missing (sudo scripts/deps.sh cross)" >&2; exit 1; }
-  t=${target//-/_}
-  export "CARGO_TARGET_${t^^}_LINKER=$gcc" "CC_$t=$gcc" "AR_$t=$arch-linux-gnu-ar"
+  mapfile -t vars < <(cross_env "$target" "$arch-linux-gnu")
+  export "${vars[@]}"
   if command -v "qemu-$arch-static" >/dev/null; then
     run=("qemu-$arch-static")
   else

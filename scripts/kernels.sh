@@ -237,8 +237,9 @@ build_static() { # build_static ARCH
     target=${triplet%%-*}-unknown-linux-musl
     echo "==> static meshnft and guest test program for $arch (cargo build --profile guest --target $target)"
     rustup target list --installed | grep -qx "$target" || rustup target add "$target" >/dev/null
-    local t=${target//-/_}
-    env "CARGO_TARGET_${t^^}_LINKER=$triplet-gcc" "CC_$t=$triplet-gcc" "AR_$t=$triplet-ar" \
+    local vars
+    mapfile -t vars < <(cross_env "$target" "$triplet")
+    env "${vars[@]}" \
       nice -n 10 cargo build --quiet --profile guest --target "$target" --bin meshnft --example guest
   fi
   BIN_DIR=target/$target/guest
