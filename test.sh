@@ -105,6 +105,16 @@ scripts/without-nft.sh cargo run --quiet --example demo
 echo "==> benchmark, quick mode (./bench.sh --quick)"
 ./bench.sh --quick
 
+# Every cargo-fuzz target briefly (libFuzzer, nightly; docs/testing.md#fuzzing): built without
+# AddressSanitizer, 5 s each from its committed corpus and regressions, two at a time. A crash,
+# hang or failed property fails the run and keeps the input in fuzz/artifacts/<target>/.
+echo "==> fuzz, briefly (scripts/fuzz.sh --seconds 5)"
+fstart=$SECONDS
+fstatus=0
+scripts/fuzz.sh --seconds 5 2>&1 | tee -a "$log" || fstatus=${PIPESTATUS[0]}
+echo "==> fuzz: $((SECONDS - fstart)) s (cargo-fuzz, the build, every target)"
+((status)) || status=$fstatus
+
 # The kernel matrix: the guest checks on Debian's 6.1, 6.12 and 5.10 x86_64
 # kernels and its 6.1 and 6.12 arm64 ones under qemu (TCG), in pure cgroup v2.
 # Kernels are cached in /var/cache/meshnft/kernels. MESHNFT_SKIP_KERNELS=1 skips it.

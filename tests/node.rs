@@ -14,7 +14,8 @@
 //! nothing is left (processes, cgroups, mounts, files, host sysctls). A second one,
 //! `twonode::two_nodes` (tests/node/twonode.rs), brings up two nodes against one control
 //! plane; the two never run at the same time (one node's kubelet rewrites the host sysctls
-//! the other saved).
+//! the other saved). The soak (tests/node/soak.rs, docs/testing.md#soak) has a node of its own:
+//! `soak::soak_short` in the suite, `soak::soak` (ignored, `scripts/soak.sh`) the long run.
 //!
 //! Root only. `MESHNFT_NODE=0` skips both (e.g. for a quick `cargo test` on a laptop).
 
@@ -23,6 +24,8 @@ mod faults;
 #[path = "node/linkerd.rs"]
 mod linkerd;
 use meshnft_testkit as support;
+#[path = "node/soak.rs"]
+mod soak;
 #[path = "node/steps.rs"]
 mod steps;
 use steps::*;
@@ -633,6 +636,10 @@ fn audited_by(node: &Node, code: u64, agent: impl Fn(&str) -> bool) -> Vec<Strin
         .collect()
 }
 
+/// The classic layout's postStart hook on the proxy container: holds the app until the proxy
+/// stand-in's first packet is out (its `-ready` file), as Linkerd's proxy-await does.
+const HOLD_APP: &str = "      lifecycle:\n        postStart:\n          exec:\n            command: [\"sh\", \"-c\", \"for i in $(seq 600); do [ -e /dev/shm/meshnft-proxy-ready ] && exit 0; sleep 0.05; done\"]\n";
+
 /// The seed pod. `layout`: "classic" (init container, then the proxy and the app as main
 /// containers) or "native" (the proxy a restartable init container, before the init
 /// container). `meshed`: the injector's annotation. `init_phase_off`: the per-pod opt-out.
@@ -701,15 +708,7 @@ fn seed_pod_with(
         // proxy-await (a postStart hook) holds it until the proxy is ready:
         // without it, an app that connects first goes out directly, as the
         // init phase lets every container of the pod do until then.
-        "classic" => (
-            fetch,
-            format!(
-                "{}{app}",
-                proxy(
-                    "      lifecycle:\n        postStart:\n          exec:\n            command: [\"sh\", \"-c\", \"for i in $(seq 600); do [ -e /dev/shm/meshnft-proxy-ready ] && exit 0; sleep 0.05; done\"]\n"
-                )
-            ),
-        ),
+        "classic" => (fetch, format!("{}{app}", proxy(HOLD_APP))),
         "native" => (
             format!(
                 "{}{fetch}",
@@ -1082,6 +1081,13 @@ fn assert_seed_bug(node: &Node, pod: &str) {
 /// listening on 15001 and 15006 (and the port its startup probe uses, which the mesh leaves
 /// alone inbound: Istio's 15021, Kuma's 9901), in `layout` "classic" or "native".
 fn mesh_seed_pod(name: &str, mesh: &str, layout: &str) -> String {
+    mesh_seed_pod_with(name, mesh, layout, r#"["sleep", "3600"]"#)
+}
+
+/// [`mesh_seed_pod`] with the app container's `command` (a JSON array). In the classic
+/// layout the proxy's postStart hook holds the app until the proxy's first packet is out
+/// (Istio's `holdApplicationUntilProxyStarts`, Linkerd's proxy-await), as in [`seed_pod`].
+fn mesh_seed_pod_with(name: &str, mesh: &str, layout: &str, app_command: &str) -> String {
     let (annotation, proxy_name, uid, probe) = match mesh {
         "istio" => (
             r#"sidecar.istio.io/status: '{"containers":["istio-proxy"]}'"#,
@@ -1109,7 +1115,7 @@ fn mesh_seed_pod(name: &str, mesh: &str, layout: &str) -> String {
             r#"    - name: {proxy_name}
       image: {BUSYBOX}
       imagePullPolicy: Never
-      command: ["/bin/standin", "proxy", "-listen", "15001,15006,{probe}", "-dial", "{OUTSIDE}"]
+      command: ["/bin/standin", "proxy", "-listen", "15001,15006,{probe}", "-dial", "{OUTSIDE}", "-ready", "/dev/shm/meshnft-proxy-ready"]
       securityContext: {{runAsUser: {uid}, runAsGroup: {uid}}}
 {extra}"#
         )
@@ -1118,11 +1124,11 @@ fn mesh_seed_pod(name: &str, mesh: &str, layout: &str) -> String {
         r#"    - name: app
       image: {BUSYBOX}
       imagePullPolicy: Never
-      command: ["sleep", "3600"]
+      command: {app_command}
 "#
     );
     let (init, main) = match layout {
-        "classic" => (fetch, format!("{}{app}", proxy(""))),
+        "classic" => (fetch, format!("{}{app}", proxy(HOLD_APP))),
         "native" => (
             format!(
                 "{}{fetch}",

@@ -49,26 +49,38 @@ pub(crate) const LABEL: &str = "churn";
 /// logs who answered: the proxy stand-in when the pod is redirected, the outside server when
 /// it runs without its table.
 pub(crate) fn churn_pod(name: &str, group: &str) -> String {
-    let app = format!(
+    churned(
+        &seed_pod_with(name, "classic", true, false, "", &first_connection_app()),
+        group,
+    )
+}
+
+/// The app command of [`churn_pod`] (a JSON array): connects to the outside service as it
+/// starts (retrying while the proxy is not listening yet), logs who answered, then sleeps.
+pub(crate) fn first_connection_app() -> String {
+    format!(
         r#"["sh", "-c", "for i in $(seq 60); do timeout 5 wget -q -O- http://{OUTSIDE}/ && break; sleep 0.5; done; exec sleep 3600"]"#
-    );
-    seed_pod_with(name, "classic", true, false, "", &app)
-        .replacen(
-            "  namespace: seed\n",
-            &format!("  namespace: seed\n  labels: {{{LABEL}: {group}}}\n"),
-            1,
-        )
-        // No service account token: kubelet then starts the pod without asking the API server
-        // (its sandbox, so meshnft's ADD, runs also while the API server is unreachable).
-        .replacen(
-            "spec:\n",
-            "spec:\n  automountServiceAccountToken: false\n",
-            1,
-        )
+    )
+}
+
+/// Pod `yaml` (in namespace seed) labelled `churn: <group>`, without a service account token.
+pub(crate) fn churned(yaml: &str, group: &str) -> String {
+    yaml.replacen(
+        "  namespace: seed\n",
+        &format!("  namespace: seed\n  labels: {{{LABEL}: {group}}}\n"),
+        1,
+    )
+    // No service account token: kubelet then starts the pod without asking the API server
+    // (its sandbox, so meshnft's ADD, runs also while the API server is unreachable).
+    .replacen(
+        "spec:\n",
+        "spec:\n  automountServiceAccountToken: false\n",
+        1,
+    )
 }
 
 /// `n` pods `<group>-0..n` of [`churn_pod`], in one `kubectl apply`.
-fn apply_group(node: &Node, group: &str, n: usize) {
+pub(crate) fn apply_group(node: &Node, group: &str, n: usize) {
     let yaml = (0..n)
         .map(|i| churn_pod(&format!("{group}-{i}"), group))
         .collect::<Vec<_>>()
@@ -78,15 +90,15 @@ fn apply_group(node: &Node, group: &str, n: usize) {
 
 /// A pod as `kubectl get pods -o json` shows it.
 #[derive(Debug, Clone)]
-struct PodView {
-    name: String,
-    uid: String,
-    ready: bool,
-    deleting: bool,
+pub(crate) struct PodView {
+    pub(crate) name: String,
+    pub(crate) uid: String,
+    pub(crate) ready: bool,
+    pub(crate) deleting: bool,
 }
 
 /// The pods of namespace `ns` matching `selector` ("" for all).
-fn pods(node: &Node, ns: &str, selector: &str) -> Vec<PodView> {
+pub(crate) fn pods(node: &Node, ns: &str, selector: &str) -> Vec<PodView> {
     let mut args = vec!["-n", ns, "get", "pods", "-o", "json"];
     if !selector.is_empty() {
         args.extend(["-l", selector]);
@@ -114,7 +126,7 @@ fn pods(node: &Node, ns: &str, selector: &str) -> Vec<PodView> {
 
 /// Every pod cgroup below the node's cgroup root (and those of the nodes added to it), by pod
 /// UID (one directory per hierarchy).
-fn pod_cgroups(node: &Node) -> HashMap<String, Vec<PathBuf>> {
+pub(crate) fn pod_cgroups(node: &Node) -> HashMap<String, Vec<PathBuf>> {
     fn walk(dir: &Path, depth: usize, out: &mut HashMap<String, Vec<PathBuf>>) {
         let Ok(rd) = std::fs::read_dir(dir) else {
             return;
@@ -141,7 +153,10 @@ fn pod_cgroups(node: &Node) -> HashMap<String, Vec<PathBuf>> {
 }
 
 /// `nft list table inet meshnft` in the netns of the pod with `uid` (the test's oracle).
-fn table_of(cgroups: &HashMap<String, Vec<PathBuf>>, uid: &str) -> Result<String, String> {
+pub(crate) fn table_of(
+    cgroups: &HashMap<String, Vec<PathBuf>>,
+    uid: &str,
+) -> Result<String, String> {
     let pid = cgroups
         .get(uid)
         .into_iter()
@@ -183,7 +198,7 @@ pub(crate) fn events(node: &Node, reason: &str) -> Vec<(String, String)> {
 }
 
 /// The app containers' logs of group `group`, by pod name (one `kubectl logs -l`).
-fn app_logs(node: &Node, group: &str) -> HashMap<String, String> {
+pub(crate) fn app_logs(node: &Node, group: &str) -> HashMap<String, String> {
     let out = node
         .kubectl(&[
             "-n",
@@ -226,7 +241,11 @@ enum AppSaw {
 }
 
 fn app_saw(log: &str) -> AppSaw {
-    if log.contains(&format!("port 4140, original destination {OUTSIDE}")) {
+    // The proxy's outbound port: Linkerd's 4140, Istio's and Kuma's 15001.
+    if ["4140", "15001"]
+        .iter()
+        .any(|p| log.contains(&format!("port {p}, original destination {OUTSIDE}")))
+    {
         AppSaw::Proxy
     } else if log.contains(OUTSIDE_BODY) {
         AppSaw::Outside
@@ -264,7 +283,7 @@ fn refused_sandboxes(node: &Node, group: &str) -> BTreeMap<String, Vec<String>> 
 }
 
 /// [`refused_sandboxes`] of the containerd log text `log`.
-fn refused_in(log: &str, group: &str) -> BTreeMap<String, Vec<String>> {
+pub(crate) fn refused_in(log: &str, group: &str) -> BTreeMap<String, Vec<String>> {
     let mut m: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for l in log
         .lines()
@@ -293,7 +312,7 @@ fn refused_in(log: &str, group: &str) -> BTreeMap<String, Vec<String>> {
 }
 
 /// Every record's text in the node's /run/meshnft.
-fn records_text(node: &Node) -> String {
+pub(crate) fn records_text(node: &Node) -> String {
     text(
         &node
             .run(
@@ -306,7 +325,7 @@ fn records_text(node: &Node) -> String {
 
 /// Records in the node's /run/meshnft (`<sandbox id>/<ifname>.json`) whose sandbox containerd
 /// does not know (`crictl pods`, ready or not): left behind.
-fn stale_records(node: &Node) -> Vec<String> {
+pub(crate) fn stale_records(node: &Node) -> Vec<String> {
     let out = node.run(
         &[
             "sh",
@@ -338,7 +357,7 @@ fn agent_pod(node: &Node) -> Option<PodView> {
 
 /// The PID of `meshnft-node install` (installer and node agent, one process) in the
 /// DaemonSet's pod cgroup.
-fn agent_pid(node: &Node) -> Option<u32> {
+pub(crate) fn agent_pid(node: &Node) -> Option<u32> {
     let pod = agent_pod(node)?;
     pod_cgroups(node)
         .get(&pod.uid)
@@ -352,7 +371,7 @@ fn agent_pid(node: &Node) -> Option<u32> {
         })
 }
 
-fn signal(pid: u32, sig: libc::c_int) {
+pub(crate) fn signal(pid: u32, sig: libc::c_int) {
     let pid = libc::pid_t::try_from(pid).expect("pid fits pid_t");
     // SAFETY: kill has no memory preconditions; the pid was just read from the pod cgroup.
     let r = unsafe { libc::kill(pid, sig) };
@@ -365,7 +384,7 @@ fn signal(pid: u32, sig: libc::c_int) {
 }
 
 /// How many times kubelet restarted the DaemonSet's container.
-fn agent_restarts(node: &Node) -> u64 {
+pub(crate) fn agent_restarts(node: &Node) -> u64 {
     node.get(
         "meshnft",
         "pods",
@@ -391,7 +410,7 @@ fn kill_agent_and_wait_restart(node: &Node, pid: u32) {
     );
 }
 
-fn wait_agent_ready(node: &Node, secs: u64) {
+pub(crate) fn wait_agent_ready(node: &Node, secs: u64) {
     node.wait(
         secs,
         "the DaemonSet's pod Ready (installer and agent back)",
@@ -450,6 +469,17 @@ pub(crate) struct Verdict {
 
 /// Checks every pod of `group` (all Ready): see the module docs.
 pub(crate) fn verdict(node: &Node, group: &str) -> Verdict {
+    verdict_with(node, group, refused_sandboxes(node, group))
+}
+
+/// [`verdict`] with the pods' refused sandboxes given (`refused_by_runtime`, as
+/// [`refused_sandboxes`] reads them; empty: not counted), for callers that read containerd's
+/// log once for many groups.
+pub(crate) fn verdict_with(
+    node: &Node,
+    group: &str,
+    refused_by_runtime: BTreeMap<String, Vec<String>>,
+) -> Verdict {
     let ps = pods(node, "seed", &format!("{LABEL}={group}"));
     let cgroups = pod_cgroups(node);
     // The app's answer: it connects as it starts, so wait for each to have logged one.
@@ -469,7 +499,6 @@ pub(crate) fn verdict(node: &Node, group: &str) -> Verdict {
     };
     let repaired = events(node, "MeshnftRepaired");
     let refusals = events(node, "FailedCreatePodSandBox");
-    let refused_by_runtime = refused_sandboxes(node, group);
     let mut v = Verdict {
         created: ps.len(),
         ..Verdict::default()
@@ -537,7 +566,7 @@ pub(crate) fn verdict(node: &Node, group: &str) -> Verdict {
 }
 
 /// Waits until no pod matches `selector` and no record names one of `uids`.
-fn wait_gone(node: &Node, selector: &str, uids: &[String], secs: u64) {
+pub(crate) fn wait_gone(node: &Node, selector: &str, uids: &[String], secs: u64) {
     let deadline = Instant::now() + Duration::from_secs(secs);
     loop {
         let left = pods(node, "seed", selector).len();
@@ -557,10 +586,10 @@ fn wait_gone(node: &Node, selector: &str, uids: &[String], secs: u64) {
 // ---- issue 21: the agent stopped ---------------------------------------------------------
 
 /// SIGSTOP now, SIGCONT when dropped (also when the test fails).
-struct Frozen(u32);
+pub(crate) struct Frozen(u32);
 
 impl Frozen {
-    fn new(pid: u32) -> Frozen {
+    pub(crate) fn new(pid: u32) -> Frozen {
         signal(pid, libc::SIGSTOP);
         Frozen(pid)
     }
@@ -731,7 +760,7 @@ struct Churn {
 }
 
 /// Temporary files of the installer (`<dir>/.<name>.<hex>.meshnft-tmp`) left on the node.
-fn installer_tmp_files(node: &Node) -> Vec<String> {
+pub(crate) fn installer_tmp_files(node: &Node) -> Vec<String> {
     let out = node.run(
         &[
             "sh",
@@ -1462,19 +1491,19 @@ fn fault_reboot(node: &Node, group: &str, apply: &(dyn Fn() + Sync)) {
 /// SIGKILL of `meshnft-node` (the agent and the installer): kubelet restarts its container;
 /// pods whose ADD runs meanwhile find the socket refusing, or the new agent's watch not
 /// synced yet (issue 21: a pod created while the agent restarts).
-fn fault_kill_agent(node: &Node) {
+pub(crate) fn fault_kill_agent(node: &Node) {
     let pid = agent_pid(node).expect("the node agent's process");
     kill_agent_and_wait_restart(node, pid);
 }
 
 /// Every TCP packet to or from port 443 dropped in the node's network namespace (every client
 /// of the API server is there: kubelet, the controllers, the agent, the plugin), for 30 s.
-struct ApiCut<'a>(&'a Node);
+pub(crate) struct ApiCut<'a>(&'a Node);
 
 const CUT_TABLE: &str = "meshnft_test_api_cut";
 
 impl<'a> ApiCut<'a> {
-    fn new(node: &'a Node) -> ApiCut<'a> {
+    pub(crate) fn new(node: &'a Node) -> ApiCut<'a> {
         let rules = format!(
             "add table inet {CUT_TABLE}; \
              add chain inet {CUT_TABLE} input {{ type filter hook input priority -10; }}; \
@@ -1597,7 +1626,7 @@ impl Drop for Full<'_> {
     }
 }
 
-fn fault_records_full(node: &Node) {
+pub(crate) fn fault_records_full(node: &Node) {
     let _full = Full::new(node);
     std::thread::sleep(Duration::from_secs(20));
 }
@@ -1605,7 +1634,7 @@ fn fault_records_full(node: &Node) {
 /// The installer rewrites the conflist (its entry there edited: `log_level` changed) and is
 /// SIGKILLed mid-rewrite: strace, attached to `meshnft-node`, delivers SIGKILL at the entry of
 /// its first rename, so its temporary file is written and never renamed over the conflist.
-fn fault_kill_installer_mid_rewrite(node: &Node) {
+pub(crate) fn fault_kill_installer_mid_rewrite(node: &Node) {
     use std::io::{BufRead, BufReader};
     let pid = agent_pid(node).expect("the installer's process");
     let restarts = agent_restarts(node);

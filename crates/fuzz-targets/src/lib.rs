@@ -24,6 +24,14 @@ use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;
 use std::path::Path;
 
+pub mod model;
+pub use model::table_model;
+pub mod node;
+pub use node::{
+    install_conflist, install_elf, install_entry, install_kubeconfig, node_gate, node_report,
+    node_watch,
+};
+
 /// A fuzz target: its name (its folder under `fuzz/corpus/`) and body.
 pub type Target = (&'static str, fn(&[u8]));
 
@@ -40,6 +48,14 @@ pub const TARGETS: &[Target] = &[
     ("nft_objects", nft_objects),
     ("state_record", state_record),
     ("bootcache", bootcache),
+    ("table_model", table_model),
+    ("node_watch", node_watch),
+    ("node_gate", node_gate),
+    ("node_report", node_report),
+    ("install_conflist", install_conflist),
+    ("install_entry", install_entry),
+    ("install_elf", install_elf),
+    ("install_kubeconfig", install_kubeconfig),
 ];
 
 const MESHES: [Mesh; 3] = [Mesh::Linkerd, Mesh::Istio, Mesh::Kuma];
@@ -373,8 +389,8 @@ pub fn bootcache(data: &[u8]) {
 }
 
 /// What ADD decides from a pod's data, for each mesh: meshed or not, and
-/// the settings its annotations give.
-fn pod_decisions(info: &meshnft_core::pod::info::PodInfo) {
+/// the settings its annotations give (also the node agent's, `node.rs`).
+pub(crate) fn pod_decisions(info: &meshnft_core::pod::info::PodInfo) {
     let _ = info.is_control_plane();
     for mesh in MESHES {
         let _ = info.meshing_for(mesh);

@@ -13,7 +13,13 @@
 //! CNI_ARGS, the agent's wire format, pods with each mesh's annotations,
 //! kubeconfigs as `meshnft-node install` writes them, and the tables built
 //! from the entries: their transactions' messages and, as root, the same
-//! tables read back from the kernel in a scratch netns.
+//! tables read back from the kernel in a scratch netns. For the node
+//! process: watch streams, lists and objects of those pods (pending, running,
+//! failed by their validator) and their namespace, Nodes and DaemonSets with
+//! taints, selectors and tolerations, the plugin's reports, primaries'
+//! conflists (kindnet, Calico, Flannel, Cilium, bridge), entry files, the
+//! first bytes of binaries of every architecture this machine has
+//! (`/usr/lib/arch-test`), and service-account material.
 
 use meshnft_core::config;
 use meshnft_core::pod::info::{PodInfo, PodSource};
@@ -499,6 +505,326 @@ fn netlink_seeds(out: &Out) {
     }
 }
 
+/// A pod of `pod_jsons()` as the API server sends it: name, namespace,
+/// uid, and a status (`phase`, the containers' states).
+fn full_pod(mut p: Value, i: usize, phase: &str, statuses: Value) -> Value {
+    p["apiVersion"] = json!("v1");
+    p["kind"] = json!("Pod");
+    p["metadata"]["name"] = json!(format!("web-{i}"));
+    p["metadata"]["namespace"] = json!("default");
+    p["metadata"]["uid"] = json!(format!("6c1a0b2e-0000-4000-8000-00000000000{i}"));
+    p["metadata"]["resourceVersion"] = json!(format!("{}", 1000 + i));
+    p["metadata"]["creationTimestamp"] = json!("2026-12-05T10:00:00Z");
+    p["metadata"]["labels"]["pod-template-generation"] = json!("3");
+    p["spec"]["nodeName"] = json!("node-1");
+    p["status"] = json!({"phase": phase, "podIP": "198.18.0.5",
+        "conditions": [{"type": "Initialized", "status": "True"}, {"type": "Ready", "status": "False"}]});
+    for (k, v) in statuses.as_object().unwrap() {
+        p["status"][k] = v.clone();
+    }
+    p
+}
+
+/// A container status as kubelet reports it.
+fn status(name: &str, state: Value, last: Value, restarts: i32) -> Value {
+    json!({"name": name, "image": "x", "imageID": "", "ready": false, "restartCount": restarts,
+        "state": state, "lastState": last})
+}
+
+/// The node agent's and the installer's inputs (crates/fuzz-targets/src/node.rs).
+fn node_seeds(out: &Out) {
+    use k8s_openapi::api::core::v1::{Namespace, Pod};
+    let running = json!({"running": {"startedAt": "2026-12-05T10:00:01Z"}});
+    let exited = |code: i32| json!({"terminated": {"exitCode": code, "reason": "Error"}});
+    let none = json!({});
+    let mut pods = Vec::new();
+    for (i, p) in pod_jsons().into_iter().take(3).enumerate() {
+        let proxy = ["linkerd-proxy", "istio-proxy", "kuma-sidecar"][i];
+        let validator = [
+            "linkerd-network-validator",
+            "istio-validation",
+            "kuma-validation",
+        ][i];
+        pods.push(full_pod(p.clone(), i, "Pending", json!({})));
+        pods.push(full_pod(
+            p.clone(),
+            i,
+            "Running",
+            json!({"initContainerStatuses": [status(proxy, running.clone(), none.clone(), 0)],
+                "containerStatuses": [status("app", running.clone(), none.clone(), 0)]}),
+        ));
+        let code = [95, 126, 1][i];
+        pods.push(full_pod(
+            p,
+            i,
+            "Failed",
+            json!({"initContainerStatuses": [status(validator, exited(code), exited(code), 1)]}),
+        ));
+    }
+    let mut host = pods[1].clone();
+    host["spec"]["hostNetwork"] = json!(true);
+    host["metadata"]["deletionTimestamp"] = json!("2026-12-05T11:00:00Z");
+    pods.push(host);
+    for p in &pods {
+        let _: Pod = serde_json::from_value(p.clone()).expect("a seed pod decodes");
+    }
+    let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default",
+        "uid": "1", "annotations": {"linkerd.io/inject": "enabled", "config.linkerd.io/skip-outbound-ports": "3306"}},
+        "status": {"phase": "Active"}});
+    let _: Namespace = serde_json::from_value(ns.clone()).expect("the seed namespace decodes");
+    let line = |ty: &str, o: &Value| json!({"type": ty, "object": o}).to_string();
+    let mut n = 0;
+    let mut put = |bytes: &[u8]| {
+        n += 1;
+        out.put("node_watch", &format!("seed-{n}"), bytes);
+    };
+    for p in &pods {
+        let stream = [
+            line("ADDED", &ns),
+            line("ADDED", p),
+            line("MODIFIED", p),
+            line("DELETED", p),
+        ]
+        .join("\n");
+        put(stream.as_bytes());
+        put(p.to_string().as_bytes());
+    }
+    put(
+        serde_json::to_vec(&json!({"apiVersion": "v1", "kind": "PodList",
+        "metadata": {"resourceVersion": "2000"}, "items": pods}))
+        .unwrap()
+        .as_slice(),
+    );
+    put(
+        serde_json::to_vec(&json!({"apiVersion": "v1", "kind": "NamespaceList",
+        "metadata": {"resourceVersion": "2000"}, "items": [ns]}))
+        .unwrap()
+        .as_slice(),
+    );
+    put(ns.to_string().as_bytes());
+    put(json!({"type": "BOOKMARK", "object": {"kind": "Pod", "apiVersion": "v1",
+        "metadata": {"resourceVersion": "3000", "annotations": {"k8s.io/initial-events-end": "true"}}}})
+        .to_string().as_bytes());
+    put(json!({"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1", "metadata": {},
+        "status": "Failure", "message": "too old resource version: 1 (2000)", "reason": "Expired", "code": 410}})
+        .to_string().as_bytes());
+    put(json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+        "message": "the server could not find the requested resource", "reason": "NotFound", "code": 404})
+        .to_string().as_bytes());
+    put(json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "kubernetes", "namespace": "default"},
+        "spec": {"clusterIP": "10.96.0.1", "ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": 6443}]}})
+        .to_string().as_bytes());
+
+    // The node gate: taint, condition type, Node, DaemonSet, this Pod (one a line).
+    let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-1",
+        "labels": {"kubernetes.io/os": "linux", "kubernetes.io/hostname": "node-1", "pool": "a"}},
+        "spec": {"taints": [{"key": "meshnft.io/not-ready", "effect": "NoSchedule"},
+            {"key": "node.kubernetes.io/not-ready", "effect": "NoExecute"},
+            {"key": "dedicated", "value": "db", "effect": "NoSchedule"}]}});
+    let template = |spec: Value| {
+        json!({"apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": {"name": "meshnft", "namespace": "meshnft", "generation": 4},
+        "spec": {"selector": {"matchLabels": {"app": "meshnft"}},
+            "template": {"metadata": {"labels": {"app": "meshnft"}}, "spec": spec}}})
+    };
+    let containers = json!([{"name": "install", "image": "meshnft"}]);
+    let daemonsets = [
+        template(json!({"containers": containers, "hostNetwork": true,
+            "nodeSelector": {"kubernetes.io/os": "linux"}, "tolerations": [{"operator": "Exists"}]})),
+        template(
+            json!({"containers": containers, "tolerations": [{"key": "dedicated", "value": "db"}],
+            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["a", "b"]},
+                    {"key": "gpu", "operator": "DoesNotExist"}]},
+                {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["node-2"]}]}]}}}}),
+        ),
+        template(
+            json!({"containers": containers, "nodeSelector": {"pool": "b"},
+            "tolerations": [{"key": "dedicated", "operator": "Exists", "effect": "NoExecute"}]}),
+        ),
+    ];
+    let gate_pod = full_pod(pod_jsons()[0].clone(), 0, "Running", json!({}));
+    let taints = [
+        "meshnft.io/not-ready:NoSchedule",
+        "node.cilium.io/agent-not-ready=true:NoExecute",
+        "example.com/cni",
+        "dedicated=db",
+        "Upper.Case/x:Never",
+    ];
+    for (i, (taint, ds)) in taints.iter().zip(daemonsets.iter().cycle()).enumerate() {
+        let cond = ["meshnft.io/Ready", "Ready"][i % 2];
+        let text = [
+            taint.to_string(),
+            cond.into(),
+            node.to_string(),
+            ds.to_string(),
+            gate_pod.to_string(),
+        ]
+        .join("\n");
+        out.put("node_gate", &format!("seed-{i}"), text.as_bytes());
+    }
+
+    // The plugin's reports, as the agent receives them.
+    let base = report::Report {
+        v: 1,
+        verb: report::Verb::Add,
+        namespace: Some("default".into()),
+        name: Some("web-0".into()),
+        uid: Some("1-2".into()),
+        code: 0,
+        error: None,
+        warnings: vec![],
+        micros: 9_000,
+    };
+    let variants = [
+        report::Report { ..base.clone() },
+        report::Report { code: 106, error: Some("reading pod default/web-0: the API server refused the credentials (401 Unauthorized)".into()), ..base.clone() },
+        report::Report { verb: report::Verb::Del, warnings: vec!["no record".into(), "é".repeat(600)], ..base.clone() },
+        report::Report { verb: report::Verb::Check, code: 7, error: Some("ü".repeat(700)), warnings: vec!["w".into()], ..base.clone() },
+        report::Report { name: None, code: 999, error: Some("x".into()), ..base.clone() },
+    ];
+    for (i, r) in variants.iter().enumerate() {
+        out.put("node_report", &format!("seed-{i}"), &report::encode(r));
+    }
+
+    // Network configurations: the repository's examples, with meshnft and without, and
+    // primaries as kindnet, Calico, Flannel, Cilium and the bridge plugin write them.
+    let mut n = 0;
+    let mut put = |bytes: &[u8]| {
+        n += 1;
+        out.put("install_conflist", &format!("seed-{n}"), bytes);
+    };
+    for f in std::fs::read_dir(root().join("conflists")).unwrap() {
+        let bytes = std::fs::read(f.unwrap().path()).unwrap();
+        put(&bytes);
+        let mut v: Value = serde_json::from_slice(&bytes).unwrap();
+        v["plugins"]
+            .as_array_mut()
+            .unwrap()
+            .retain(|p| p["type"] != "meshnft");
+        put(v.to_string().as_bytes());
+    }
+    let primaries = [
+        json!({"cniVersion": "0.3.1", "name": "k8s-pod-network", "plugins": [
+            {"type": "calico", "log_level": "info", "datastore_type": "kubernetes", "nodename": "node-1", "mtu": 0,
+             "ipam": {"type": "calico-ipam"}, "policy": {"type": "k8s"},
+             "kubernetes": {"kubeconfig": "/etc/cni/net.d/calico-kubeconfig"}},
+            {"type": "portmap", "snat": true, "capabilities": {"portMappings": true}},
+            {"type": "bandwidth", "capabilities": {"bandwidth": true}}]}),
+        json!({"name": "cbr0", "cniVersion": "0.3.1", "plugins": [
+            {"type": "flannel", "delegate": {"hairpinMode": true, "isDefaultGateway": true}},
+            {"type": "portmap", "capabilities": {"portMappings": true}}]}),
+        json!({"cniVersion": "0.3.1", "name": "cilium", "plugins": [
+            {"type": "cilium-cni", "enable-debug": false, "log-file": "/var/run/cilium/cilium-cni.log"}]}),
+        json!({"cniVersion": "1.0.0", "name": "kindnet", "plugins": [
+            {"type": "ptp", "ipMasq": false, "ipam": {"type": "host-local", "dataDir": "/run/cni-ipam-state",
+             "routes": [{"dst": "0.0.0.0/0"}], "ranges": [[{"subnet": "10.244.0.0/24"}]]}, "mtu": 1500},
+            {"type": "portmap", "capabilities": {"portMappings": true}},
+            {"type": "linkerd-cni", "log_level": "info"}, {"type": "meshnft", "old": 1}], "disableCheck": true}),
+        json!({"cniVersion": "0.3.1", "name": "cbr0", "type": "flannel",
+            "delegate": {"hairpinMode": true, "isDefaultGateway": true}}),
+        json!({"cniVersion": "0.4.0", "name": "bridge", "type": "bridge", "bridge": "cni0", "isGateway": true,
+            "ipMasq": true, "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.22.0.0/16"}]]}}),
+        json!({"cniVersion": "0.3.1", "name": "n", "type": "istio-cni"}),
+        json!({"name": "x", "plugins": [{"type": "meshnft"}]}),
+        json!({"name": 1, "plugins": [{"type": "a", "capabilities": {"x": 1}}]}),
+    ];
+    for p in &primaries {
+        put(serde_json::to_string_pretty(p).unwrap().as_bytes());
+    }
+    put(b"{\"name\":\"x\",\"plugins\":[{\"type\":\"ptp\"}],\"name\":\"y\"}");
+    put(b"{not json");
+
+    // Entry files: the built-in entry, the chart's for each mesh, and refused ones.
+    let entries_in: [&[u8]; 9] = [
+        meshnft_node::install::entry::DEFAULT_ENTRY.as_bytes(),
+        br#"{"type":"meshnft","log_level":"debug","mesh":"istio","istio":{"proxy-uid":1337},"initPhase":{"enabled":true},"capabilities":{"io.kubernetes.cri.pod-annotations":true,"cgroupPath":true}}"#,
+        br#"{"type":"meshnft","mesh":"kuma","kuma":{"proxy-uid":5678},"stateDir":"/run/meshnft","kubernetes":{"kubeconfig":"","timeoutSeconds":2}}"#,
+        br#"{"log_level":"info","cniVersion":"1.0.0","name":"x","kubernetes":{}}"#,
+        br#"{"type":"linkerd-cni"}"#,
+        br#"{"type":"meshnft","prevResult":{}}"#,
+        br#"{"type":"meshnft","kubernetes":"x","ipam":[]}"#,
+        b"[1]",
+        b"{\"type\":\"meshnft\",\"log_level\":\"\xff\"}",
+    ];
+    for (i, e) in entries_in.iter().enumerate() {
+        out.put("install_entry", &format!("seed-{i}"), e);
+    }
+    for (name, e) in entries().into_iter().take(12) {
+        out.put(
+            "install_entry",
+            &format!("entry-{name}"),
+            e.to_string().as_bytes(),
+        );
+    }
+
+    // ELF headers: the first bytes the installer reads of binaries of every architecture
+    // this machine has (debootstrap's arch-test binaries, the cross toolchain's libc), and
+    // of what is no ELF file.
+    let header = meshnft_node::install::elfarch::HEADER_BYTES;
+    for (name, path) in [
+        ("x86_64-true", "/bin/true"),
+        ("aarch64-libc", "/usr/aarch64-linux-gnu/lib/libc.so.6"),
+    ] {
+        if let Ok(b) = std::fs::read(path) {
+            out.put("install_elf", name, &b[..header.min(b.len())]);
+        }
+    }
+    if let Ok(rd) = std::fs::read_dir("/usr/lib/arch-test") {
+        for f in rd.flatten() {
+            let b = std::fs::read(f.path()).unwrap_or_default();
+            if b.starts_with(b"\x7fELF") {
+                let name = f.file_name().to_string_lossy().into_owned();
+                out.put(
+                    "install_elf",
+                    &format!("arch-{name}"),
+                    &b[..header.min(b.len())],
+                );
+            }
+        }
+    }
+    // meshnft cross-built for aarch64-unknown-linux-musl (install/elfarch.rs's test header).
+    out.put(
+        "install_elf",
+        "aarch64-meshnft",
+        &[
+            0x7f, 0x45, 0x4c, 0x46, 0x02, 0x01, 0x01, 0x00, 0, 0, 0, 0, 0, 0, 0, 0, 0x02, 0x00,
+            0xb7, 0x00,
+        ],
+    );
+    out.put(
+        "install_elf",
+        "script",
+        b"#!/bin/sh\nexec /opt/cni/bin/x \"$@\"\n",
+    );
+    out.put("install_elf", "short", b"\x7fELF\x02\x01\x01");
+    out.put("install_elf", "uname", b"aarch64\n");
+
+    // The service account's material: host, port, token, ca.crt.
+    let ca = "-----BEGIN CERTIFICATE-----\nMIIBdzCCAR2gAwIBAgIBADAKBggqhkjOPQQDAjAjMSEwHwYDVQQDDBhrM3Mtc2Vy\n-----END CERTIFICATE-----\n";
+    let jwt = "eyJhbGciOiJSUzI1NiIsImtpZCI6IngifQ.eyJpc3MiOiJrdWJlcm5ldGVzIn0.c2ln";
+    for (i, (h, p)) in [
+        ("10.96.0.1", "443"),
+        ("fd00:10:96::1", "6443"),
+        ("[fd00::1]", ""),
+        ("kubernetes.default.svc", "x"),
+        ("", ""),
+        ("a@b", "1"),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let text = format!("{h}\n{p}\n{jwt}\n{ca}");
+        out.put("install_kubeconfig", &format!("seed-{i}"), text.as_bytes());
+    }
+    out.put(
+        "install_kubeconfig",
+        "token-space",
+        format!("h\n1\na b\n{ca}").as_bytes(),
+    );
+    out.put("install_kubeconfig", "ca-binary", b"h\n1\nt\n\x00\xff\"\n:");
+}
+
 #[test]
 #[ignore = "writes the seed corpus: MESHNFT_FUZZ_SEEDS=<dir>"]
 fn write_seeds() {
@@ -511,4 +837,5 @@ fn write_seeds() {
     kubeconfigs(&out);
     records(&out);
     netlink_seeds(&out);
+    node_seeds(&out);
 }

@@ -208,31 +208,39 @@ async fn edit_taints(
 /// Errors: the node could not be read or patched (409 on a concurrent
 /// change of its taints: retried by the caller).
 pub async fn add(client: &Client, node: &str, taint: &Taint) -> Result<bool, AgentError> {
-    edit_taints(client, node, |taints| {
-        if taints.iter().any(|t| taint.is(t)) {
-            return false;
-        }
-        taints.push(k8s_openapi::api::core::v1::Taint {
-            key: taint.key.clone(),
-            value: taint.value.clone(),
-            effect: taint.effect.as_str().to_string(),
-            time_added: None,
-        });
-        true
-    })
-    .await
+    edit_taints(client, node, |taints| put(taints, taint)).await
+}
+
+/// What [`add`] does to a node's `spec.taints` (`taints`, as read from the
+/// API server): appends `taint` unless one of its key and effect is there;
+/// `true` when it did.
+pub fn put(taints: &mut Vec<k8s_openapi::api::core::v1::Taint>, taint: &Taint) -> bool {
+    if taints.iter().any(|t| taint.is(t)) {
+        return false;
+    }
+    taints.push(k8s_openapi::api::core::v1::Taint {
+        key: taint.key.clone(),
+        value: taint.value.clone(),
+        effect: taint.effect.as_str().to_string(),
+        time_added: None,
+    });
+    true
 }
 
 /// Takes `taint` off `node`; `Ok(false)` when it has none.
 ///
 /// Errors: as [`add`].
 pub async fn remove(client: &Client, node: &str, taint: &Taint) -> Result<bool, AgentError> {
-    edit_taints(client, node, |taints| {
-        let before = taints.len();
-        taints.retain(|t| !taint.is(t));
-        taints.len() != before
-    })
-    .await
+    edit_taints(client, node, |taints| take_off(taints, taint)).await
+}
+
+/// What [`remove`] does to a node's `spec.taints` (`taints`, as read from
+/// the API server): removes every taint of `taint`'s key and effect;
+/// `true` when there was one.
+pub fn take_off(taints: &mut Vec<k8s_openapi::api::core::v1::Taint>, taint: &Taint) -> bool {
+    let before = taints.len();
+    taints.retain(|t| !taint.is(t));
+    taints.len() != before
 }
 
 /// Sets the node condition `kind` (e.g. `meshnft.io/Ready`) of `node` to
@@ -286,6 +294,14 @@ async fn replaced_by_rollout(client: &Client, ns: &str, ds: &str, pod: &str) -> 
     let p = timed(format!("get pod {ns}/{pod}"), pods.get(pod))
         .await
         .ok()?;
+    rollout_replaces(&d, &p)
+}
+
+/// Whether pod `p` (as read from the API server) belongs to an older
+/// revision of DaemonSet `d`: its `pod-template-generation` label (an
+/// integer) is below `d`'s `metadata.generation`. `None` when either is
+/// missing or the label is not an integer.
+pub fn rollout_replaces(d: &DaemonSet, p: &Pod) -> Option<bool> {
     let mine: i64 = p
         .metadata
         .labels

@@ -8,7 +8,7 @@ use super::run::{Ctx, client, entry_mesh};
 use super::worker::Worker;
 use crate::install;
 use crate::pod::k8s::Meshing;
-use futures_util::StreamExt;
+use futures_util::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef};
@@ -30,8 +30,8 @@ pub(super) async fn pod_loop(ctx: Arc<Ctx>) {
     let client = client(&ctx).await;
     let (reader, writer) = reflector::store::<Pod>();
     let wc = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
-    let stream = reflector::reflector(writer, watcher(Api::<Pod>::all(client.clone()), wc))
-        .default_backoff();
+    let pods = watcher(Api::<Pod>::all(client.clone()), wc).try_filter(named("pod"));
+    let stream = reflector::reflector(writer, pods).default_backoff();
     let changed = Arc::new(tokio::sync::Notify::new());
     let mut changes = feed(stream, changed.clone());
     let reporter = super::reporter(&node);
@@ -80,6 +80,23 @@ pub(super) async fn pod_loop(ctx: Arc<Ctx>) {
         if passes.synced {
             passes.run(&ctx, &mut w, &reader).await;
         }
+    }
+}
+
+/// The filter of the `what` watch (`pod`, `namespace`) that keeps its
+/// reflector alive: an event whose object has no name
+/// ([`pods::named`]) is dropped, with a warning.
+fn named<K: kube::Resource>(
+    what: &'static str,
+) -> impl FnMut(&watcher::Event<K>) -> std::future::Ready<bool> {
+    move |ev| {
+        let keep = pods::named(ev);
+        if !keep {
+            tracing::warn!(
+                "agent: {what} watch: the API server sent a {what} without metadata.name; dropped"
+            );
+        }
+        std::future::ready(keep)
     }
 }
 
@@ -165,7 +182,8 @@ fn serve_plugin(
         watcher(
             Api::<Namespace>::all(client.clone()),
             watcher::Config::default(),
-        ),
+        )
+        .try_filter(named("namespace")),
     )
     .default_backoff();
     let ns_changed = changed.clone();
@@ -309,6 +327,36 @@ mod tests {
             },
             ..Default::default()
         }
+    }
+
+    /// A pod without a name from the API server is dropped before the
+    /// reflector, which has no key for it (kube panics there, which ended
+    /// the feed's task and with it every repair); the watch goes on with
+    /// the next pod.
+    #[test]
+    fn a_nameless_pod_does_not_end_the_watch() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async {
+            let (reader, writer) = reflector::store::<Pod>();
+            let items: Vec<Result<watcher::Event<Pod>, watcher::Error>> = vec![
+                Ok(watcher::Event::Apply(Pod::default())),
+                Ok(watcher::Event::Apply(pod(1))),
+            ];
+            let pods = futures_util::stream::iter(items)
+                .chain(futures_util::stream::pending())
+                .try_filter(named("pod"));
+            let stream = reflector::reflector(writer, pods);
+            let mut changes = feed(stream, Arc::new(tokio::sync::Notify::new()));
+            let c = tokio::time::timeout(Duration::from_secs(2), changes.recv())
+                .await
+                .expect("a change within 2 s")
+                .expect("the watch goes on");
+            assert!(matches!(c, Change::Applied(k) if k.name == "web-1"));
+            assert_eq!(reader.state().len(), 1);
+        });
     }
 
     /// The store follows the watch even while the pod loop takes none of

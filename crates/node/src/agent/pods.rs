@@ -10,6 +10,7 @@ use super::RepairMode;
 use crate::config::mesh::Mesh;
 use crate::pod::k8s::{self, Meshing};
 use k8s_openapi::api::core::v1::{ContainerState, ContainerStatus, Pod};
+use kube::runtime::watcher;
 
 /// A mesh's validator: the init container its injector adds in CNI mode to
 /// check that the pod's traffic is redirected, and the exit code that says
@@ -48,6 +49,23 @@ impl std::fmt::Display for Validator {
                 self.container
             ),
         }
+    }
+}
+
+/// Whether the object of the watch event `ev` (a pod's or a namespace's)
+/// has a name: the key kube's reflector stores it under (`ObjectRef`), taken
+/// with `expect` (kube-runtime 5, `to_object_ref`), so an object without
+/// `metadata.name` panics the task that drives the watch and ends the watch
+/// for good (the pod watch's: no more repairs; the namespace watch's: no
+/// namespace for the plugin's lookups). The API server names every object it
+/// sends; the agent drops an event whose object it did not before the
+/// reflector. Events without an object (`Init`, `InitDone`) are kept.
+pub fn named<K: kube::Resource>(ev: &watcher::Event<K>) -> bool {
+    match ev {
+        watcher::Event::Apply(o) | watcher::Event::Delete(o) | watcher::Event::InitApply(o) => {
+            o.meta().name.is_some()
+        }
+        watcher::Event::Init | watcher::Event::InitDone => true,
     }
 }
 
@@ -314,6 +332,29 @@ mod tests {
             restart_count: i32::from(last),
             ..Default::default()
         }
+    }
+
+    /// A watched object without a name is dropped before the reflector,
+    /// whose key it has none for; a named one, and events without an
+    /// object, are kept.
+    #[test]
+    fn nameless_objects_are_not_watched() {
+        let nameless = Pod::default();
+        let mut named_pod = Pod::default();
+        named_pod.metadata.name = Some("web-0".into());
+        for ev in [
+            watcher::Event::Apply(nameless.clone()),
+            watcher::Event::InitApply(nameless.clone()),
+            watcher::Event::Delete(nameless),
+        ] {
+            assert!(!named(&ev), "{ev:?}");
+        }
+        assert!(named(&watcher::Event::Apply(named_pod.clone())));
+        assert!(named(&watcher::Event::Delete(named_pod)));
+        assert!(named::<Pod>(&watcher::Event::Init));
+        assert!(named::<Pod>(&watcher::Event::InitDone));
+        let ns = k8s_openapi::api::core::v1::Namespace::default();
+        assert!(!named(&watcher::Event::Apply(ns)));
     }
 
     #[test]

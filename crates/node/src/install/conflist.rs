@@ -106,9 +106,13 @@ pub fn from_single(conf: &Value, entry: &Value) -> Value {
     if let Some(v) = conf.get("cniVersion") {
         o.insert("cniVersion".into(), v.clone());
     }
+    // libcni's `Network.Name` is a Go string: a `null` name is "".
     o.insert(
         "name".into(),
-        conf.get("name").cloned().unwrap_or_else(|| Value::from("")),
+        conf.get("name")
+            .filter(|n| n.is_string())
+            .cloned()
+            .unwrap_or_else(|| Value::from("")),
     );
     o.insert(
         "plugins".into(),
@@ -168,6 +172,27 @@ mod tests {
         assert!(text.find("\"zzz\"").unwrap() < text.find("\"plugins\"").unwrap());
     }
 
+    /// A number of the primary's keeps its value through the rewrite: read
+    /// correctly rounded (serde_json's `float_roundtrip`), written in its
+    /// shortest form. Found by the fuzz target `install_conflist`: read
+    /// without it, `15777777.777777000000843066667` came out one ulp off
+    /// (`15777777.777777001`), and again different when read back.
+    #[test]
+    fn numbers_keep_their_values() {
+        let src = br#"{"name":"n","plugins":[{"type":"a","mtu":15777777.777777000000843066667}]}"#;
+        let l = crate::install::discover::parse(crate::install::discover::Kind::List, src).unwrap();
+        assert_eq!(l["plugins"][0]["mtu"].as_f64(), Some(15777777.777777));
+        let out = with_entry(&l, &entry()).unwrap();
+        let text = render(&out);
+        assert!(
+            String::from_utf8_lossy(&text).contains("\"mtu\": 15777777.777777\n"),
+            "{}",
+            String::from_utf8_lossy(&text)
+        );
+        let back = crate::install::discover::parse(crate::install::discover::Kind::List, &text);
+        assert_eq!(back.unwrap(), out);
+    }
+
     #[test]
     fn finds_and_removes_peers_only() {
         let l = json!({"cniVersion":"0.3.1","name":"n","plugins":[
@@ -205,5 +230,14 @@ mod tests {
         let l = from_single(&json!({"type":"bridge"}), &entry());
         assert_eq!(l["name"], "");
         assert!(l.get("cniVersion").is_none());
+        // A `null` name (which runtimes load as "") gives a list that
+        // loads; found by the fuzz target `install_conflist`.
+        let null = json!({"type":"bridge","name":null});
+        let l = from_single(&null, &entry());
+        assert_eq!(l["name"], "");
+        let text = render(&l);
+        assert!(
+            crate::install::discover::parse(crate::install::discover::Kind::List, &text).is_ok()
+        );
     }
 }

@@ -61,11 +61,26 @@ pub fn load(file: Option<&Path>, kubeconfig: Option<&Path>) -> Result<Value, Ins
         ),
         None => ("(built-in default)".to_string(), DEFAULT_ENTRY.to_string()),
     };
+    decode(&name, &text, kubeconfig)
+}
+
+/// The entry [`load`] makes of `text`, once read: the entry file's content
+/// (JSON), `source_name` naming it in errors (its path, or the built-in
+/// default), `kubeconfig` as in [`load`]. The returned value is a JSON
+/// object whose `type` is `meshnft`, without `cniVersion`, `name` or
+/// `prevResult`.
+///
+/// Errors: as [`load`], but for reading the file.
+pub fn decode(
+    source_name: &str,
+    text: &str,
+    kubeconfig: Option<&Path>,
+) -> Result<Value, InstallError> {
     let bad = |reason: String| InstallError::Entry {
-        source_name: name.clone(),
+        source_name: source_name.to_string(),
         reason,
     };
-    let v: Value = serde_json::from_str(&text).map_err(|e| bad(format!("not JSON: {e}")))?;
+    let v: Value = serde_json::from_str(text).map_err(|e| bad(format!("not JSON: {e}")))?;
     let Value::Object(mut o) = v else {
         return Err(bad("not a JSON object".into()));
     };

@@ -37,6 +37,33 @@ pub fn material(
     host: Option<&str>,
     port: Option<&str>,
 ) -> Result<Material, InstallError> {
+    // Regular files only, never blocking, capped (a FIFO or device here
+    // must not hang the installer or keep it from its SIGTERM cleanup);
+    // kubelet's `..data` links are followed.
+    let read = |name: &str| {
+        let p = sa_dir.join(name);
+        crate::safefs::read_regular(&p, MAX_SA_FILE).map_err(|err| {
+            format!(
+                "cannot read {}: {err} (is the service account token mounted?)",
+                p.display()
+            )
+        })
+    };
+    material_from(host, port, read)
+}
+
+/// What [`material`] makes of `host`/`port` (the `KUBERNETES_SERVICE_*`
+/// values) and the service-account files, which `read` gives by name
+/// (`token`, then `ca.crt`; its `Err` is the sentence to report): the
+/// server URL, the token trimmed, the CA bundle trimmed.
+///
+/// Errors: [`InstallError::Kubeconfig`] naming the missing or malformed
+/// piece.
+pub fn material_from(
+    host: Option<&str>,
+    port: Option<&str>,
+    read: impl Fn(&str) -> Result<Vec<u8>, String>,
+) -> Result<Material, InstallError> {
     let e = |m: String| InstallError::Kubeconfig(m);
     let host = host
         .map(str::trim)
@@ -59,18 +86,7 @@ pub fn material(
     } else {
         format!("https://{host}:{port}")
     };
-    // Regular files only, never blocking, capped (a FIFO or device here
-    // must not hang the installer or keep it from its SIGTERM cleanup);
-    // kubelet's `..data` links are followed.
-    let read = |name: &str| {
-        let p = sa_dir.join(name);
-        crate::safefs::read_regular(&p, MAX_SA_FILE).map_err(|err| {
-            e(format!(
-                "cannot read {}: {err} (is the service account token mounted?)",
-                p.display()
-            ))
-        })
-    };
+    let read = |name: &str| read(name).map_err(e);
     let token = String::from_utf8(read("token")?)
         .map_err(|_| e("the service account token is not UTF-8".into()))?
         .trim()
@@ -85,10 +101,35 @@ pub fn material(
     Ok(Material { server, token, ca })
 }
 
+/// `s` as a double-quoted scalar that YAML reads back as `s`: JSON's
+/// quoting (`"`, `\` and the C0 controls escaped), and `\uXXXX` for what
+/// YAML refuses raw in a document (DEL, the C1 controls, U+FEFF, U+FFFE,
+/// U+FFFF) or reads as a line break (NEL, U+2028, U+2029). Still JSON.
+/// Found by the fuzz target `install_kubeconfig`: a DEL in
+/// `KUBERNETES_SERVICE_HOST` made a kubeconfig the plugin could not read.
+fn quote(s: &str) -> String {
+    let json = serde_json::Value::from(s).to_string();
+    let mut out = String::with_capacity(json.len());
+    for c in json.chars() {
+        match c {
+            '\u{7f}'..='\u{9f}'
+            | '\u{2028}'
+            | '\u{2029}'
+            | '\u{feff}'
+            | '\u{fffe}'
+            | '\u{ffff}' => {
+                out.push_str(&format!("\\u{:04X}", u32::from(c)));
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 /// The kubeconfig text (YAML; strings are JSON-quoted, which YAML reads
-/// as double-quoted scalars).
+/// as double-quoted scalars, with the escapes YAML needs besides).
 pub fn render(m: &Material) -> String {
-    let q = |s: &str| serde_json::Value::from(s).to_string();
+    let q = quote;
     let ca = base64::engine::general_purpose::STANDARD.encode(&m.ca);
     format!(
         "# Written by `meshnft-node install` from its service account; rewritten when the token rotates.\n\
@@ -118,6 +159,29 @@ pub fn render(m: &Material) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Whatever the host and token hold, the kubeconfig reads back as
+    /// they are: characters YAML refuses raw or reads as line breaks are
+    /// escaped.
+    #[test]
+    fn odd_characters_read_back() {
+        let m = Material {
+            server: "https://h\u{7f}\u{85}\u{2028}\u{feff}\u{10000}:443".into(),
+            token: "t\u{9f}\u{ffff}\"\\".into(),
+            ca: b"x".to_vec(),
+        };
+        let text = render(&m);
+        let raw: serde_yaml::Value = serde_yaml::from_str(&text).expect("readable YAML");
+        let cluster = &raw["clusters"][0]["cluster"];
+        assert_eq!(cluster["server"].as_str(), Some(m.server.as_str()));
+        assert_eq!(
+            raw["users"][0]["user"]["token"].as_str(),
+            Some(m.token.as_str())
+        );
+        assert!(text.contains("https://h\\u007F\\u0085\\u2028\\uFEFF\u{10000}:443"));
+        // Plain values are written as before.
+        assert_eq!(quote("tok.en-1"), "\"tok.en-1\"");
+    }
 
     #[test]
     fn kube_reads_what_we_write() {

@@ -1,0 +1,3 @@
+#![no_main]
+//! `meshnft_fuzz_targets::install_conflist` (its docs say what it covers).
+libfuzzer_sys::fuzz_target!(|data: &[u8]| meshnft_fuzz_targets::install_conflist(data));
