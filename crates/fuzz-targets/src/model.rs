@@ -690,6 +690,12 @@ fn kuma(b: &mut Bytes, top: &mut serde_json::Map<String, Value>) {
         if port_of(&r, "inbound", 15006) == port_of(&r, "outbound", 15001) {
             r.remove("inbound");
         }
+        // The outbound port may be the inbound default (15006): then it goes too.
+        if port_of(&r, "inbound", 15006) == port_of(&r, "outbound", 15001)
+            && let Some(Value::Object(f)) = r.get_mut("outbound")
+        {
+            f.remove("port");
+        }
         if b.chance(96) {
             r.insert("dns".into(), json!({"enabled": b.chance(128)}));
         }

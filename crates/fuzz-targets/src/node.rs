@@ -73,7 +73,7 @@ pub fn node_watch(data: &[u8]) {
                 }
                 ns_annotations = ns.metadata.annotations.clone().unwrap_or_default();
                 let ev = watcher::Event::Apply(ns);
-                if pods::named(&ev) {
+                if pods::named(&ev, false) {
                     ns_store.apply_watcher_event(&ev);
                 }
             }
@@ -91,7 +91,7 @@ pub fn node_watch(data: &[u8]) {
                 // As the agent's watch: a nameless object never reaches the
                 // reflector (`pods::named`).
                 let ev = watcher::Event::Apply(p.clone());
-                if pods::named(&ev) {
+                if pods::named(&ev, true) {
                     pods_store.apply_watcher_event(&ev);
                 }
                 if let (Some(ns), Some(name)) = (&p.metadata.namespace, &p.metadata.name) {
@@ -103,7 +103,7 @@ pub fn node_watch(data: &[u8]) {
             Ok(WatchEvent::Deleted(p)) => {
                 agent_pod(&p, object, &ns_annotations);
                 let ev = watcher::Event::Delete(p.clone());
-                if pods::named(&ev) {
+                if pods::named(&ev, true) {
                     pods_store.apply_watcher_event(&ev);
                 }
                 if let (Some(ns), Some(name)) = (&p.metadata.namespace, &p.metadata.name) {

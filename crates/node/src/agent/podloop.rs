@@ -30,7 +30,7 @@ pub(super) async fn pod_loop(ctx: Arc<Ctx>) {
     let client = client(&ctx).await;
     let (reader, writer) = reflector::store::<Pod>();
     let wc = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
-    let pods = watcher(Api::<Pod>::all(client.clone()), wc).try_filter(named("pod"));
+    let pods = watcher(Api::<Pod>::all(client.clone()), wc).try_filter(named("pod", true));
     let stream = reflector::reflector(writer, pods).default_backoff();
     let changed = Arc::new(tokio::sync::Notify::new());
     let mut changes = feed(stream, changed.clone());
@@ -84,16 +84,23 @@ pub(super) async fn pod_loop(ctx: Arc<Ctx>) {
 }
 
 /// The filter of the `what` watch (`pod`, `namespace`) that keeps its
-/// reflector alive: an event whose object has no name
-/// ([`pods::named`]) is dropped, with a warning.
+/// reflector alive and its lookups exact: an event whose object has no name,
+/// or no namespace where `namespaced` ([`pods::named`]), is dropped, with a
+/// warning.
 fn named<K: kube::Resource>(
     what: &'static str,
+    namespaced: bool,
 ) -> impl FnMut(&watcher::Event<K>) -> std::future::Ready<bool> {
     move |ev| {
-        let keep = pods::named(ev);
+        let keep = pods::named(ev, namespaced);
         if !keep {
             tracing::warn!(
-                "agent: {what} watch: the API server sent a {what} without metadata.name; dropped"
+                "agent: {what} watch: the API server sent a {what} without metadata.name{}; dropped",
+                if namespaced {
+                    " or metadata.namespace"
+                } else {
+                    ""
+                }
             );
         }
         std::future::ready(keep)
@@ -183,7 +190,7 @@ fn serve_plugin(
             Api::<Namespace>::all(client.clone()),
             watcher::Config::default(),
         )
-        .try_filter(named("namespace")),
+        .try_filter(named("namespace", false)),
     )
     .default_backoff();
     let ns_changed = changed.clone();
@@ -347,7 +354,7 @@ mod tests {
             ];
             let pods = futures_util::stream::iter(items)
                 .chain(futures_util::stream::pending())
-                .try_filter(named("pod"));
+                .try_filter(named("pod", true));
             let stream = reflector::reflector(writer, pods);
             let mut changes = feed(stream, Arc::new(tokio::sync::Notify::new()));
             let c = tokio::time::timeout(Duration::from_secs(2), changes.recv())

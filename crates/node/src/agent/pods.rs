@@ -60,10 +60,16 @@ impl std::fmt::Display for Validator {
 /// namespace for the plugin's lookups). The API server names every object it
 /// sends; the agent drops an event whose object it did not before the
 /// reflector. Events without an object (`Init`, `InitDone`) are kept.
-pub fn named<K: kube::Resource>(ev: &watcher::Event<K>) -> bool {
+///
+/// `namespaced` (pods: `true`; namespaces: `false`): the object must also
+/// have `metadata.namespace`. kube's `Store::get` falls back to the key
+/// without a namespace, so a pod stored without one would answer the
+/// lookup of a pod of that name in every namespace (found by the fuzz
+/// target `node_watch`).
+pub fn named<K: kube::Resource>(ev: &watcher::Event<K>, namespaced: bool) -> bool {
     match ev {
         watcher::Event::Apply(o) | watcher::Event::Delete(o) | watcher::Event::InitApply(o) => {
-            o.meta().name.is_some()
+            o.meta().name.is_some() && (!namespaced || o.meta().namespace.is_some())
         }
         watcher::Event::Init | watcher::Event::InitDone => true,
     }
@@ -347,14 +353,22 @@ mod tests {
             watcher::Event::InitApply(nameless.clone()),
             watcher::Event::Delete(nameless),
         ] {
-            assert!(!named(&ev), "{ev:?}");
+            assert!(!named(&ev, true), "{ev:?}");
         }
-        assert!(named(&watcher::Event::Apply(named_pod.clone())));
-        assert!(named(&watcher::Event::Delete(named_pod)));
-        assert!(named::<Pod>(&watcher::Event::Init));
-        assert!(named::<Pod>(&watcher::Event::InitDone));
+        let mut no_namespace = named_pod.clone();
+        assert!(!named(&watcher::Event::Apply(named_pod.clone()), true));
+        named_pod.metadata.namespace = Some("default".into());
+        assert!(named(&watcher::Event::Apply(named_pod.clone()), true));
+        assert!(named(&watcher::Event::Delete(named_pod), true));
+        no_namespace.metadata.namespace = None;
+        assert!(!named(&watcher::Event::Delete(no_namespace), true));
+        assert!(named::<Pod>(&watcher::Event::Init, true));
+        assert!(named::<Pod>(&watcher::Event::InitDone, true));
         let ns = k8s_openapi::api::core::v1::Namespace::default();
-        assert!(!named(&watcher::Event::Apply(ns)));
+        assert!(!named(&watcher::Event::Apply(ns.clone()), false));
+        let mut ns = ns;
+        ns.metadata.name = Some("default".into());
+        assert!(named(&watcher::Event::Apply(ns), false));
     }
 
     #[test]
