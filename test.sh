@@ -43,7 +43,6 @@ trap '[[ -n $go_pid ]] && kill "$go_pid" 2>/dev/null; rm -f "$go_log" "$log"' EX
 go_t0=$EPOCHREALTIME
 (
   set -e
-  took() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", b - a }'; }
   t=$EPOCHREALTIME; scripts/containerd.sh >/dev/null; echo "containerd ready in $(took "$t") s"
   t=$EPOCHREALTIME; scripts/peers.sh istio-cni linkerd-cni kuma-cni linkerd-cni-install kuma-cni-install >/dev/null
   echo "peers ready in $(took "$t") s"
@@ -144,7 +143,6 @@ if [[ $kind_mode == auto ]]; then
 fi
 if [[ $kind_mode == 1 ]]; then
   echo "==> kind: scripts/kind.sh up, the seed scenarios (tests/kind/seed.sh), scripts/kind.sh down"
-  took() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", b - a }'; }
   kt=$EPOCHREALTIME
   if scripts/kind.sh up >/dev/null; then
     kind_up=$(took "$kt")

@@ -1,4 +1,4 @@
-# Sourced by the scripts that run cargo (test.sh, bench.sh, kernels.sh, image-build-stage.sh): puts a rustup cargo on PATH when the
+# Sourced by the scripts that run cargo (test.sh, bench.sh, kernels.sh, image-build-stage.sh, fuzz.sh, linkerd.sh): puts a rustup cargo on PATH when the
 # caller's PATH lacks it (e.g. under sudo) and fails clearly without one.
 # shellcheck shell=bash
 if ! command -v cargo >/dev/null 2>&1; then
@@ -18,3 +18,6 @@ cross_env() {
   local t=${1//-/_}
   printf '%s\n' "CARGO_TARGET_${t^^}_LINKER=$2-gcc" "CC_$t=$2-gcc" "AR_$t=$2-ar"
 }
+
+# took T0: whole seconds since T0, an $EPOCHREALTIME (the cost lines of test.sh and fuzz.sh).
+took() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", b - a }'; }

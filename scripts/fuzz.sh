@@ -38,7 +38,6 @@ done
 [[ $jobs =~ ^[1-9][0-9]*$ ]] || { echo "fuzz.sh: --jobs wants a positive number, not '$jobs'" >&2; exit 2; }
 case $sanitizer in none | address) ;; *) echo "fuzz.sh: --sanitizer is none or address, not '$sanitizer'" >&2; exit 2 ;; esac
 
-took() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", b - a }'; }
 
 if ! cargo +nightly --version >/dev/null 2>&1; then
   echo "fuzz.sh: cargo-fuzz needs the nightly toolchain (rustup toolchain install nightly)" >&2

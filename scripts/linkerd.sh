@@ -61,7 +61,6 @@ fi
 src=${MESHNFT_PEERS_SRC:-$PWD/../shared/peers}
 log() { printf 'linkerd.sh: %s\n' "$*" >&2; }
 die() { log "$*"; exit 1; }
-took() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", b - a }'; }
 
 LINKERD_VERSION=edge-26.8.3
 declare -A sha=(

@@ -27,7 +27,7 @@
 
 use meshnft_testkit as support;
 
-use meshnft::nft::{Nft, encode};
+use meshnft::nft::{Nft, Transaction, encode};
 use meshnft::table::ruleset::{self, Table};
 use meshnft_fuzz_targets::model::{self, Case};
 use std::fs::File;
@@ -113,26 +113,30 @@ fn one(case: &Case, tmp: &Path) -> Result<(), String> {
     let ours = support::Netns::new("mtmk");
     let theirs = support::Netns::new("mtmk");
     let mut nft = open(&ours)?;
-    nft.commit(encode::fresh(&t))
-        .map_err(|e| format!("the kernel refused the first ADD's batch: {e}"))?;
-    let a = read(&mut nft, &t)?;
-    model::check_listing(&t, &a)
-        .map_err(|e| format!("read back after the first ADD, not the model:\n{e}"))?;
-    theirs
-        .nft(&t.render_fresh())
-        .map_err(|e| format!("nft -f refused the render: {e}"))?;
-    let b = read(&mut open(&theirs)?, &t)?;
-    same("first ADD", &a, &b, &ours, &theirs)?;
-    nft.commit(encode::replace(&t))
-        .map_err(|e| format!("the kernel refused the re-ADD's batch: {e}"))?;
-    let a = read(&mut nft, &t)?;
-    model::check_listing(&t, &a)
-        .map_err(|e| format!("read back after the re-ADD, not the model:\n{e}"))?;
-    theirs
-        .nft(&t.render())
-        .map_err(|e| format!("nft -f refused the re-ADD render: {e}"))?;
-    let b = read(&mut open(&theirs)?, &t)?;
-    same("re-ADD", &a, &b, &ours, &theirs)
+    // The first ADD, then a re-ADD on top: the batch on one netns, the render with nft -f on
+    // the other.
+    type Phase = (
+        &'static str,
+        fn(&Table) -> Transaction,
+        fn(&Table) -> String,
+    );
+    let phases: [Phase; 2] = [
+        ("first ADD", encode::fresh, Table::render_fresh),
+        ("re-ADD", encode::replace, Table::render),
+    ];
+    for (phase, batch, render) in phases {
+        nft.commit(batch(&t))
+            .map_err(|e| format!("the kernel refused the {phase}'s batch: {e}"))?;
+        let a = read(&mut nft, &t)?;
+        model::check_listing(&t, &a)
+            .map_err(|e| format!("read back after the {phase}, not the model:\n{e}"))?;
+        theirs
+            .nft(&render(&t))
+            .map_err(|e| format!("nft -f refused the {phase} render: {e}"))?;
+        let b = read(&mut open(&theirs)?, &t)?;
+        same(phase, &a, &b, &ours, &theirs)?;
+    }
+    Ok(())
 }
 
 /// Every committed input of the fuzz target.

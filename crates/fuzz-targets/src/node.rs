@@ -87,29 +87,10 @@ pub fn node_watch(data: &[u8]) {
         }
         match serde_json::from_str::<WatchEvent<Pod>>(line) {
             Ok(WatchEvent::Added(p) | WatchEvent::Modified(p)) => {
-                agent_pod(&p, object, &ns_annotations);
-                // As the agent's watch: a nameless object never reaches the
-                // reflector (`pods::named`).
-                let ev = watcher::Event::Apply(p.clone());
-                if pods::named(&ev, true) {
-                    pods_store.apply_watcher_event(&ev);
-                }
-                if let (Some(ns), Some(name)) = (&p.metadata.namespace, &p.metadata.name) {
-                    let key = ObjectRef::<Pod>::new(name).within(ns);
-                    let got = pods_store.as_reader().get(&key);
-                    assert_eq!(got.as_deref(), Some(&p), "the watched pod under {key}");
-                }
+                watched_pod(&mut pods_store, p, false, object, &ns_annotations);
             }
             Ok(WatchEvent::Deleted(p)) => {
-                agent_pod(&p, object, &ns_annotations);
-                let ev = watcher::Event::Delete(p.clone());
-                if pods::named(&ev, true) {
-                    pods_store.apply_watcher_event(&ev);
-                }
-                if let (Some(ns), Some(name)) = (&p.metadata.namespace, &p.metadata.name) {
-                    let key = ObjectRef::<Pod>::new(name).within(ns);
-                    assert!(pods_store.as_reader().get(&key).is_none(), "{key} deleted");
-                }
+                watched_pod(&mut pods_store, p, true, object, &ns_annotations);
             }
             Ok(WatchEvent::Bookmark(_) | WatchEvent::Error(_)) => {}
             // What kube-client does with a line that is no event.
@@ -149,6 +130,37 @@ pub fn node_watch(data: &[u8]) {
                 doc::service_ports(&d),
                 "service ports: agent vs plugin"
             );
+        }
+    }
+}
+
+/// One pod event of the watch (`deleted`: a `DELETED` line), as the agent's
+/// reflector applies it (a nameless object never reaches it, `pods::named`):
+/// what the agent derives of the pod, then the store under the socket's
+/// lookup key holds the pod, or no longer holds it after its deletion.
+fn watched_pod(
+    store: &mut Writer<Pod>,
+    p: Pod,
+    deleted: bool,
+    object: Option<&Value>,
+    ns_annotations: &BTreeMap<String, String>,
+) {
+    agent_pod(&p, object, ns_annotations);
+    let ev = if deleted {
+        watcher::Event::Delete(p.clone())
+    } else {
+        watcher::Event::Apply(p.clone())
+    };
+    if pods::named(&ev, true) {
+        store.apply_watcher_event(&ev);
+    }
+    if let (Some(ns), Some(name)) = (&p.metadata.namespace, &p.metadata.name) {
+        let key = ObjectRef::<Pod>::new(name).within(ns);
+        let got = store.as_reader().get(&key);
+        if deleted {
+            assert!(got.is_none(), "{key} deleted");
+        } else {
+            assert_eq!(got.as_deref(), Some(&p), "the watched pod under {key}");
         }
     }
 }

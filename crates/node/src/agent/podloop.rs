@@ -340,91 +340,79 @@ mod tests {
     /// reflector, which has no key for it (kube panics there, which ended
     /// the feed's task and with it every repair); the watch goes on with
     /// the next pod.
-    #[test]
-    fn a_nameless_pod_does_not_end_the_watch() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
-        rt.block_on(async {
-            let (reader, writer) = reflector::store::<Pod>();
-            let items: Vec<Result<watcher::Event<Pod>, watcher::Error>> = vec![
-                Ok(watcher::Event::Apply(Pod::default())),
-                Ok(watcher::Event::Apply(pod(1))),
-            ];
-            let pods = futures_util::stream::iter(items)
-                .chain(futures_util::stream::pending())
-                .try_filter(named("pod", true));
-            let stream = reflector::reflector(writer, pods);
-            let mut changes = feed(stream, Arc::new(tokio::sync::Notify::new()));
-            let c = tokio::time::timeout(Duration::from_secs(2), changes.recv())
-                .await
-                .expect("a change within 2 s")
-                .expect("the watch goes on");
-            assert!(matches!(c, Change::Applied(k) if k.name == "web-1"));
-            assert_eq!(reader.state().len(), 1);
-        });
+    #[tokio::test]
+    async fn a_nameless_pod_does_not_end_the_watch() {
+        let (reader, writer) = reflector::store::<Pod>();
+        let items: Vec<Result<watcher::Event<Pod>, watcher::Error>> = vec![
+            Ok(watcher::Event::Apply(Pod::default())),
+            Ok(watcher::Event::Apply(pod(1))),
+        ];
+        let pods = futures_util::stream::iter(items)
+            .chain(futures_util::stream::pending())
+            .try_filter(named("pod", true));
+        let stream = reflector::reflector(writer, pods);
+        let mut changes = feed(stream, Arc::new(tokio::sync::Notify::new()));
+        let c = tokio::time::timeout(Duration::from_secs(2), changes.recv())
+            .await
+            .expect("a change within 2 s")
+            .expect("the watch goes on");
+        assert!(matches!(c, Change::Applied(k) if k.name == "web-1"));
+        assert_eq!(reader.state().len(), 1);
     }
 
     /// The store follows the watch even while the pod loop takes none of
     /// the changes (busy checking a pod): the plugin's lookups are
     /// answered from it. Each change reaches the loop, and wakes the
     /// lookups waiting.
-    #[test]
-    fn the_store_follows_the_watch_while_the_pod_loop_is_busy() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
-        rt.block_on(async {
-            let (reader, writer) = reflector::store::<Pod>();
-            let items: Vec<Result<watcher::Event<Pod>, watcher::Error>> = (0..5)
-                .map(|i| Ok(watcher::Event::Apply(pod(i))))
-                .chain([Ok(watcher::Event::Delete(pod(0)))])
-                .collect();
-            let stream = reflector::reflector(
-                writer,
-                futures_util::stream::iter(items).chain(futures_util::stream::pending()),
+    #[tokio::test]
+    async fn the_store_follows_the_watch_while_the_pod_loop_is_busy() {
+        let (reader, writer) = reflector::store::<Pod>();
+        let items: Vec<Result<watcher::Event<Pod>, watcher::Error>> = (0..5)
+            .map(|i| Ok(watcher::Event::Apply(pod(i))))
+            .chain([Ok(watcher::Event::Delete(pod(0)))])
+            .collect();
+        let stream = reflector::reflector(
+            writer,
+            futures_util::stream::iter(items).chain(futures_util::stream::pending()),
+        );
+        let changed = Arc::new(tokio::sync::Notify::new());
+        let woken = changed.clone();
+        let waiter = tokio::spawn(async move { woken.notified().await });
+        tokio::task::yield_now().await;
+        let mut changes = feed(stream, changed);
+        // The pod loop, busy: it reads nothing from `changes` meanwhile.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+        while reader.state().len() != 4 || reader.get(&ObjectRef::from_obj(&pod(4))).is_none() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the store has {} pods, not web-1 to web-4",
+                reader.state().len()
             );
-            let changed = Arc::new(tokio::sync::Notify::new());
-            let woken = changed.clone();
-            let waiter = tokio::spawn(async move { woken.notified().await });
-            tokio::task::yield_now().await;
-            let mut changes = feed(stream, changed);
-            // The pod loop, busy: it reads nothing from `changes` meanwhile.
-            let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
-            while reader.state().len() != 4 || reader.get(&ObjectRef::from_obj(&pod(4))).is_none() {
-                assert!(
-                    tokio::time::Instant::now() < deadline,
-                    "the store has {} pods, not web-1 to web-4",
-                    reader.state().len()
-                );
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-            tokio::time::timeout(Duration::from_secs(2), waiter)
-                .await
-                .expect("a waiting lookup was woken")
-                .expect("the waiter");
-            let mut got = Vec::new();
-            while let Ok(c) = changes.try_recv() {
-                got.push(match c {
-                    Change::Applied(k) => format!("applied {}", k.name),
-                    Change::Deleted(uid) => format!("deleted {}", uid.unwrap_or_default()),
-                    Change::Listed => "listed".into(),
-                    Change::Failed(e) => format!("failed {e}"),
-                });
-            }
-            assert_eq!(
-                got,
-                [
-                    "applied web-0",
-                    "applied web-1",
-                    "applied web-2",
-                    "applied web-3",
-                    "applied web-4",
-                    "deleted uid-0"
-                ]
-            );
-        });
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        tokio::time::timeout(Duration::from_secs(2), waiter)
+            .await
+            .expect("a waiting lookup was woken")
+            .expect("the waiter");
+        let mut got = Vec::new();
+        while let Ok(c) = changes.try_recv() {
+            got.push(match c {
+                Change::Applied(k) => format!("applied {}", k.name),
+                Change::Deleted(uid) => format!("deleted {}", uid.unwrap_or_default()),
+                Change::Listed => "listed".into(),
+                Change::Failed(e) => format!("failed {e}"),
+            });
+        }
+        assert_eq!(
+            got,
+            [
+                "applied web-0",
+                "applied web-1",
+                "applied web-2",
+                "applied web-3",
+                "applied web-4",
+                "deleted uid-0"
+            ]
+        );
     }
 }
