@@ -6,7 +6,8 @@
 # soak.rs) with its length in MESHNFT_SOAK_* and nft hidden from meshnft, as ./test.sh does.
 #
 #   sudo scripts/soak.sh [--pods N] [--minutes M] [--seed S] [--batch B] [--faults LIST] [--keep OUT]
-#     defaults: 5000 pods, at most 55 min of churn (whichever comes first), a random seed (printed),
+#     defaults: 5000 pods, at most 57 min of churn (whichever comes first), a fault every 40-160 s
+#     (MESHNFT_SOAK_GAP=A-B sets it), a random seed (printed),
 #     30 pods a batch, every fault (agent,frozen,containerd,kubelet,api,full,installer); OUT gets
 #     samples.tsv, pods.tsv, faults.tsv, summary.txt and soak.svg (default: target/soak)
 #
@@ -14,7 +15,7 @@
 # run and the figures are printed; the node is brought down either way.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
-pods=5000 minutes=55 seed="" batch="" faults="" keep=$here/target/soak
+pods=5000 minutes=57 seed="" batch="" faults="" keep=$here/target/soak
 while (($#)); do
   case $1 in
   --pods) pods=$2; shift ;;
