@@ -42,6 +42,14 @@
 #                                 brings the node up (DIR: a new /tmp/meshnft-node-*
 #                                 by default), then N-1 more nodes (add-node); prints
 #                                 DIR as its last line
+#   scripts/node.sh up --control-plane [DIR]
+#                                 etcd and kube-apiserver only (the same flags), in the
+#                                 node's network and mount namespaces (NODE_IP and the
+#                                 `kubernetes` ClusterIP on its lo): no containerd, kubelet,
+#                                 scheduler, controller-manager, CoreDNS, outside namespace,
+#                                 private directories or cgroups, so no service account
+#                                 controller either (tests/scale.rs, scripts/scale-sim.sh);
+#                                 run and down work as on a node
 #   scripts/node.sh add-node DIR  one more node joined to the node DIR; prints its
 #                                 directory (DIR/nodeK) as its last line
 #   scripts/node.sh down DIR      stops everything (the added nodes first), restores
@@ -320,14 +328,52 @@ up_failed() {
   down "$d" >&2 || true
 }
 
+# control_plane DIR: etcd and kube-apiserver started in the node DIR (not waited for).
+control_plane() {
+  local d=$1 p=$1/pki
+  start "$d" etcd etcd --name node --data-dir "$d/etcd" --unsafe-no-fsync \
+    --listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
+    --listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
+    --initial-cluster node=http://127.0.0.1:2380 --log-level warn
+  # Audit: every request of meshnft's ServiceAccount (installer and plugin), so that
+  # tests/node.rs can fail on a refused one.
+  cat >"$d/audit-policy.yaml" <<EOF
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+  - level: Metadata
+    users: ["system:serviceaccount:meshnft:meshnft"]
+  - level: None
+EOF
+  start "$d" kube-apiserver kube-apiserver --etcd-servers=http://127.0.0.1:2379 \
+    --bind-address=0.0.0.0 --secure-port=443 --advertise-address="$NODE_IP" \
+    --service-cluster-ip-range="$SERVICE_CIDR" --allow-privileged=true \
+    --authorization-mode=Node,RBAC --enable-admission-plugins=NodeRestriction \
+    --client-ca-file="$p/ca.crt" --tls-cert-file="$p/apiserver.crt" --tls-private-key-file="$p/apiserver.key" \
+    --kubelet-client-certificate="$p/apiserver-kubelet-client.crt" --kubelet-client-key="$p/apiserver-kubelet-client.key" \
+    --kubelet-certificate-authority="$p/ca.crt" --kubelet-preferred-address-types=InternalIP \
+    --service-account-issuer=https://kubernetes.default.svc.cluster.local \
+    --service-account-key-file="$p/sa.pub" --service-account-signing-key-file="$p/sa.key" \
+    --audit-policy-file="$d/audit-policy.yaml" --audit-log-path="$d/logs/audit.log" \
+    --enable-aggregator-routing=true --profiling=false --v=1
+}
+
 # ---- up ------------------------------------------------------------------------------
 up() {
-  local nodes=1
-  if [[ ${1:-} == --nodes ]]; then
-    [[ ${2:-} =~ ^[1-9]$ ]] || die "--nodes: 1 to 9"
-    nodes=$2
-    shift 2
-  fi
+  local nodes=1 cp=0
+  while [[ ${1:-} == --* ]]; do
+    case $1 in
+    --nodes)
+      [[ ${2:-} =~ ^[1-9]$ ]] || die "--nodes: 1 to 9"
+      nodes=$2
+      shift 2
+      ;;
+    --control-plane) cp=1; shift ;;
+    *) die "up: unknown option $1" ;;
+    esac
+  done
+  ((cp == 0 || nodes == 1)) || die "--control-plane has no nodes to add"
   local d=${1:-}
   local t0=$EPOCHREALTIME
   [[ $EUID -eq 0 ]] || die "needs root"
@@ -345,8 +391,12 @@ up() {
   trap "up_failed '$d'" EXIT
 
   log "building or finding the node's parts (scripts/node-build.sh) ..."
-  "$here/scripts/node-build.sh" >"$d/parts"
-  if [[ ${MESHNFT_NODE_DNS:-0} == 1 ]]; then
+  if ((cp)); then
+    "$here/scripts/node-build.sh" kubernetes etcd >"$d/parts"
+  else
+    "$here/scripts/node-build.sh" >"$d/parts"
+  fi
+  if [[ ${MESHNFT_NODE_DNS:-0} == 1 && $cp == 0 ]]; then
     "$here/scripts/node-build.sh" coredns >>"$d/parts"
     echo "$CLUSTER_DNS_IP" >"$d/dns"
   fi
@@ -357,7 +407,9 @@ up() {
   local t1=$EPOCHREALTIME
 
   # The host sysctls kubelet rewrites, to be put back at down.
-  for s in "${SYSCTLS[@]}"; do printf '%s=%s\n' "$s" "$(sysctl -n "$s")"; done >"$d/sysctls.saved"
+  if ((cp == 0)); then
+    for s in "${SYSCTLS[@]}"; do printf '%s=%s\n' "$s" "$(sysctl -n "$s")"; done >"$d/sysctls.saved"
+  fi
 
   pki "$d"
 
@@ -366,6 +418,20 @@ up() {
   setsid unshare --net --mount --propagation slave --fork -- \
     sh -c 'echo $$ >"$1"; exec sleep infinity' holder "$d/holder.pid" </dev/null >/dev/null 2>&1 &
   wait_for "the node's namespaces" 10 test -s "$d/holder.pid"
+  if ((cp)); then
+    in_node "$d" sh -ec "
+      ip link set lo up
+      ip addr add $NODE_IP/32 dev lo
+      ip addr add $KUBERNETES_SVC_IP/32 dev lo
+    "
+    control_plane "$d"
+    wait_for "kube-apiserver" 120 run "$d" kubectl get --raw /readyz
+    wait_for "the default namespace" 60 run "$d" kubectl get namespace default
+    trap - EXIT
+    log "control plane up in $(elapsed "$t0") s (parts ready after $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }') s): kubernetes $("$k8s/kube-apiserver" --version | cut -d' ' -f2)"
+    echo "$d"
+    return
+  fi
   # shellcheck disable=SC2016
   setsid unshare --net --fork -- \
     sh -c 'echo $$ >"$1"; exec sleep infinity' holder "$d/outside.pid" </dev/null >/dev/null 2>&1 &
@@ -408,34 +474,8 @@ EOF
 
   cgroup_root "$id"
 
-  # etcd, kube-apiserver.
-  start "$d" etcd etcd --name node --data-dir "$d/etcd" --unsafe-no-fsync \
-    --listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
-    --listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
-    --initial-cluster node=http://127.0.0.1:2380 --log-level warn
+  control_plane "$d"
   local p=$d/pki
-  # Audit: every request of meshnft's ServiceAccount (installer and plugin), so that
-  # tests/node.rs can fail on a refused one.
-  cat >"$d/audit-policy.yaml" <<EOF
-apiVersion: audit.k8s.io/v1
-kind: Policy
-omitStages: ["RequestReceived"]
-rules:
-  - level: Metadata
-    users: ["system:serviceaccount:meshnft:meshnft"]
-  - level: None
-EOF
-  start "$d" kube-apiserver kube-apiserver --etcd-servers=http://127.0.0.1:2379 \
-    --bind-address=0.0.0.0 --secure-port=443 --advertise-address="$NODE_IP" \
-    --service-cluster-ip-range="$SERVICE_CIDR" --allow-privileged=true \
-    --authorization-mode=Node,RBAC --enable-admission-plugins=NodeRestriction \
-    --client-ca-file="$p/ca.crt" --tls-cert-file="$p/apiserver.crt" --tls-private-key-file="$p/apiserver.key" \
-    --kubelet-client-certificate="$p/apiserver-kubelet-client.crt" --kubelet-client-key="$p/apiserver-kubelet-client.key" \
-    --kubelet-certificate-authority="$p/ca.crt" --kubelet-preferred-address-types=InternalIP \
-    --service-account-issuer=https://kubernetes.default.svc.cluster.local \
-    --service-account-key-file="$p/sa.pub" --service-account-signing-key-file="$p/sa.key" \
-    --audit-policy-file="$d/audit-policy.yaml" --audit-log-path="$d/logs/audit.log" \
-    --enable-aggregator-routing=true --profiling=false --v=1
   # containerd, meanwhile.
   mkdir -p "$d/c/root" "$d/c/state" "$d/c/s" "$d/c/runc"
   containerd_config "$d" >"$d/c/config.toml"
@@ -819,5 +859,5 @@ image) image "$@" ;;
 restart) restart "$@" ;;
 stop) stop_daemon "$@" ;;
 start-again) start_again "$@" ;;
-*) die "usage: node.sh up [--nodes N] [DIR] | add-node DIR | down DIR | run DIR CMD... | restart|stop|start-again DIR DAEMON | image DIR NAME:TAG ROOTFS ENTRYPOINT-JSON [ROOTFS...]" ;;
+*) die "usage: node.sh up [--nodes N | --control-plane] [DIR] | add-node DIR | down DIR | run DIR CMD... | restart|stop|start-again DIR DAEMON | image DIR NAME:TAG ROOTFS ENTRYPOINT-JSON [ROOTFS...]" ;;
 esac

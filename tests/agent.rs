@@ -695,6 +695,21 @@ fn meshed_pods_get_their_data_from_the_agent() {
     assert_eq!(mode(&agent_socket(&tree)), 0o600);
     assert_eq!(mode(agent_socket(&tree).parent().unwrap()), 0o700);
 
+    // The agent's lists are served from the API server's watch cache (`--watch-list any`, the
+    // default): `resourceVersion=0` and no `limit` (kube drops the version from a list with one).
+    let lists: Vec<String> = api
+        .requests()
+        .into_iter()
+        .filter(|r| r.starts_with("GET /api/v1/pods?") || r.starts_with("GET /api/v1/namespaces?"))
+        .filter(|r| !r.contains("watch=true"))
+        .collect();
+    assert!(
+        lists.len() >= 2
+            && lists
+                .iter()
+                .all(|r| r.contains("resourceVersion=0") && !r.contains("limit=")),
+        "{lists:?}"
+    );
     let before = api.requests().len();
     let netns = Netns::new("mtpod");
     let args = k8s_args(&cg, "web-agent");

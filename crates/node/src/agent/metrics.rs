@@ -37,6 +37,17 @@ fn duration_histogram() -> Histogram {
     Histogram::new(DURATION_BUCKETS)
 }
 
+/// Upper bounds of the buckets of `meshnft_watch_list_duration_seconds`, in
+/// seconds: 5 ms (a node's pods from the watch cache) to 60 s (a list
+/// waiting behind an API server that throttles it).
+pub const LIST_BUCKETS: [f64; 13] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
+
+fn list_histogram() -> Histogram {
+    Histogram::new(LIST_BUCKETS)
+}
+
 /// The git commit the node binary was built from (`MESHNFT_GIT_COMMIT` at
 /// build time, else `git rev-parse` by the build script), or `unknown`.
 pub const GIT_COMMIT: &str = match option_env!("MESHNFT_GIT_COMMIT") {
@@ -121,6 +132,18 @@ pub struct Metrics {
     /// meshnft does the installer's last pass found (an exclusive Cilium); each is also a
     /// Warning Event on the node, `MeshnftChainingAtRisk`.
     pub chaining_warnings: Gauge,
+    /// `meshnft_watch_lists_total{watch="pods"|"namespaces"}`: complete
+    /// lists of the agent's watches: one at start, then one per relist (a
+    /// watch the API server could not resume, 410 Gone, e.g. after its
+    /// restart).
+    pub watch_lists: Family<Label, Counter>,
+    /// `meshnft_watch_list_duration_seconds{watch}`: each complete list's
+    /// time, from its request to its last object.
+    pub watch_list_duration: Family<Label, Histogram, NewHistogram>,
+    /// `meshnft_watch_first_list_seconds{watch}`: seconds from the agent's
+    /// start to the watch's first complete list; from then on the plugin's
+    /// lookups are answered from the agent's own store.
+    pub watch_first_list: Family<Label, Gauge<f64, AtomicU64>>,
 }
 
 impl Default for Metrics {
@@ -148,6 +171,9 @@ impl Default for Metrics {
             lookup_wait: duration_histogram(),
             peer_plugin: Family::default(),
             chaining_warnings: Gauge::default(),
+            watch_lists: Family::default(),
+            watch_list_duration: Family::new_with_constructor(list_histogram),
+            watch_first_list: Family::default(),
         }
     }
 }
@@ -279,6 +305,21 @@ impl Metrics {
             "meshnft_pod_events",
             "Kubernetes Events the agent created or updated on pods, by reason",
             m.pod_events.clone(),
+        );
+        r.register(
+            "meshnft_watch_lists",
+            "Complete lists of the agent's watches (pods, namespaces): at start, then at each relist",
+            m.watch_lists.clone(),
+        );
+        r.register(
+            "meshnft_watch_list_duration_seconds",
+            "Time of each complete list of the agent's watches, from its request to its last object",
+            m.watch_list_duration.clone(),
+        );
+        r.register(
+            "meshnft_watch_first_list_seconds",
+            "Seconds from the agent's start to its watch's first complete list (lookups are answered from its store from then on)",
+            m.watch_first_list.clone(),
         );
         r
     }

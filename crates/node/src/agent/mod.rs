@@ -156,6 +156,62 @@ pub struct Args {
     /// it before the plugin is told to read the API server.
     #[arg(long, env = "MESHNFT_AGENT_POD_WAIT_SECONDS", default_value = "1", value_parser = positive_secs)]
     pub agent_pod_wait_seconds: f64,
+    /// How the watches of the node's pods and of the namespaces list, at
+    /// start and at every relist (after the API server answered a watch
+    /// with 410 Gone, e.g. after its restart): `any` (`resourceVersion=0`,
+    /// served from the API server's watch cache), `mostRecent` (a consistent
+    /// list: Kubernetes 1.31+ serves it from the watch cache once etcd has
+    /// given its current revision, older ones read etcd), `streaming` (the
+    /// list as watch events, `sendInitialEvents`: the API server's
+    /// `WatchList` feature). docs/benchmarks.md#at-cluster-scale measures
+    /// each.
+    #[arg(long, env = "MESHNFT_WATCH_LIST", value_enum, default_value = "any")]
+    pub watch_list: WatchList,
+    /// Simulates the node, for the scale harness (`scripts/scale-sim.sh`):
+    /// the agent reads nothing of the host: it does not join the host's
+    /// cgroup namespace, skips the host checks (reported passing), and takes
+    /// every pod's table as present and right (no netns read, nothing
+    /// written, nothing repaired). The installer (under `--host-root`), the
+    /// watches, the lookup socket and the metrics run as on a node. Never
+    /// on a real node: its pods would go unchecked.
+    #[arg(long, env = "MESHNFT_SIMULATED_NODE")]
+    pub simulated_node: bool,
+}
+
+/// How the agent's watches list (`--watch-list`): kube's
+/// `watcher::Config` list semantic and initial list strategy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum WatchList {
+    /// `resourceVersion=0`: any state the API server's watch cache holds
+    /// (`ListSemantic::Any`); never a read of etcd's objects.
+    #[value(name = "any")]
+    Any,
+    /// No resourceVersion: the most recent state (`ListSemantic::MostRecent`,
+    /// kube's default).
+    #[value(name = "mostRecent")]
+    MostRecent,
+    /// A watch with `sendInitialEvents=true` (`InitialListStrategy::StreamingList`,
+    /// KEP 3157).
+    #[value(name = "streaming")]
+    Streaming,
+}
+
+impl WatchList {
+    /// `c` with this way of listing. `any` also lists in one page: kube-core 5 sends
+    /// `resourceVersion=0` only in a list without `limit` (`ListParams::populate_qp`), and the
+    /// watcher pages by 500 by default, which made `any` a consistent list (at 500 simulated
+    /// nodes, a restart of every agent then read all 15,300 pods from etcd 10 times over while
+    /// the watch cache caught up). A node's pods and the namespaces fit one answer.
+    pub fn config(self, c: kube::runtime::watcher::Config) -> kube::runtime::watcher::Config {
+        match self {
+            WatchList::Any => kube::runtime::watcher::Config {
+                page_size: None,
+                ..c.any_semantic()
+            },
+            WatchList::MostRecent => c,
+            WatchList::Streaming => c.streaming_lists(),
+        }
+    }
 }
 
 impl Args {

@@ -21,19 +21,29 @@ use std::time::Duration;
 /// The watch, the passes and the repairs.
 pub(super) async fn pod_loop(ctx: Arc<Ctx>) {
     let node = ctx.agent.node_name.clone().unwrap_or_default();
-    let host = discover_host(&ctx).await;
+    let host = if ctx.agent.simulated_node {
+        tracing::warn!(
+            "agent: simulated node (--simulated-node): no host is read, every pod's table is taken as right"
+        );
+        Arc::new(Host::simulated())
+    } else {
+        discover_host(&ctx).await
+    };
     tracing::info!(
-        "agent: watching the meshed pods of node {node} (repair mode {:?}, cgroup hierarchy {})",
+        "agent: watching the meshed pods of node {node} (repair mode {:?}, cgroup hierarchy {}, lists {:?})",
         ctx.agent.repair_mode,
-        host.mount.mount_point.display()
+        host.mount.mount_point.display(),
+        ctx.agent.watch_list
     );
     let client = client(&ctx).await;
     let (reader, writer) = reflector::store::<Pod>();
-    let wc = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
+    let wc = (ctx.agent.watch_list)
+        .config(watcher::Config::default().fields(&format!("spec.nodeName={node}")));
     let pods = watcher(Api::<Pod>::all(client.clone()), wc).try_filter(named("pod", true));
     let stream = reflector::reflector(writer, pods).default_backoff();
     let changed = Arc::new(tokio::sync::Notify::new());
-    let mut changes = feed(stream, changed.clone());
+    let timer = ListTimer::new("pods", &ctx);
+    let mut changes = feed(stream, changed.clone(), timer);
     let reporter = super::reporter(&node);
     let namespaces = serve_plugin(&ctx, &client, &reader, &changed, &reporter);
     let (pods, install) = (reader.clone(), ctx.install.clone());
@@ -107,6 +117,56 @@ fn named<K: kube::Resource>(
     }
 }
 
+/// Times the lists of one watch (`watch`: `pods`, `namespaces`) for the
+/// metrics: each complete (re)list counted in `meshnft_watch_lists_total`
+/// and timed from its request (kube's `Init`) to its last object
+/// (`InitDone`) in `meshnft_watch_list_duration_seconds`; the first one
+/// also from the agent's start, `meshnft_watch_first_list_seconds` (from
+/// then on, lookups are answered from the agent's own store).
+pub(super) struct ListTimer {
+    watch: &'static str,
+    shared: Arc<super::Shared>,
+    agent_started: std::time::Instant,
+    list_started: Option<std::time::Instant>,
+    listed_once: bool,
+}
+
+impl ListTimer {
+    pub(super) fn new(watch: &'static str, ctx: &Ctx) -> ListTimer {
+        ListTimer {
+            watch,
+            shared: ctx.shared.clone(),
+            agent_started: ctx.started,
+            list_started: None,
+            listed_once: false,
+        }
+    }
+
+    /// One item of the watch.
+    fn on<K>(&mut self, ev: &watcher::Event<K>) {
+        match ev {
+            watcher::Event::Init => self.list_started = Some(std::time::Instant::now()),
+            watcher::Event::InitDone => {
+                let m = &self.shared.metrics;
+                let label = [("watch", self.watch)];
+                m.watch_lists.get_or_create(&label).inc();
+                if let Some(t) = self.list_started.take() {
+                    m.watch_list_duration
+                        .get_or_create(&label)
+                        .observe(t.elapsed().as_secs_f64());
+                }
+                if !self.listed_once {
+                    self.listed_once = true;
+                    m.watch_first_list
+                        .get_or_create(&label)
+                        .set(self.agent_started.elapsed().as_secs_f64());
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
 /// What the pod loop needs of one item of the pod watch.
 enum Change {
     /// A pod was added or changed.
@@ -124,18 +184,22 @@ enum Change {
 /// loop is busy checking pods (API requests, reads of a pod's table): the
 /// reflector updates the store only as its stream is polled. Every item
 /// wakes the lookups waiting on `changed` (the store has it by then), and
-/// is passed on to the pod loop as a [`Change`]; the channel ends with the
-/// watch.
+/// is passed on to the pod loop as a [`Change`] (and its lists timed by
+/// `timer`); the channel ends with the watch.
 fn feed(
     stream: impl futures_util::Stream<Item = Result<watcher::Event<Pod>, watcher::Error>>
     + Send
     + 'static,
     changed: Arc<tokio::sync::Notify>,
+    mut timer: ListTimer,
 ) -> tokio::sync::mpsc::UnboundedReceiver<Change> {
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
         while let Some(item) = stream.next().await {
+            if let Ok(ev) = &item {
+                timer.on(ev);
+            }
             let c = match item {
                 Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => {
                     Change::Applied(ObjectRef::from_obj(&p))
@@ -188,17 +252,19 @@ fn serve_plugin(
         ns_writer,
         watcher(
             Api::<Namespace>::all(client.clone()),
-            watcher::Config::default(),
+            ctx.agent.watch_list.config(watcher::Config::default()),
         )
         .try_filter(named("namespace", false)),
     )
     .default_backoff();
     let ns_changed = changed.clone();
+    let mut timer = ListTimer::new("namespaces", ctx);
     tokio::spawn(async move {
         let mut ns_stream = std::pin::pin!(ns_stream);
         while let Some(ev) = ns_stream.next().await {
-            if let Err(e) = ev {
-                tracing::debug!("agent: namespace watch: {e}");
+            match &ev {
+                Ok(ev) => timer.on(ev),
+                Err(e) => tracing::debug!("agent: namespace watch: {e}"),
             }
             ns_changed.notify_waiters();
         }
@@ -336,6 +402,80 @@ mod tests {
         }
     }
 
+    /// A list timer of watch `watch` on metrics of its own.
+    fn timer(watch: &'static str) -> (ListTimer, Arc<crate::agent::Shared>) {
+        let shared = Arc::new(crate::agent::Shared::default());
+        let t = ListTimer {
+            watch,
+            shared: shared.clone(),
+            agent_started: std::time::Instant::now(),
+            list_started: None,
+            listed_once: false,
+        };
+        (t, shared)
+    }
+
+    fn exposed(shared: &crate::agent::Shared) -> String {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(
+            &mut text,
+            &crate::agent::metrics::Metrics::registry(&shared.metrics),
+        )
+        .expect("encode");
+        text
+    }
+
+    /// Every complete list of a watch is counted and timed from its
+    /// request to its last object; the time from the agent's start to the
+    /// first one is kept, not overwritten by a relist; a list that failed
+    /// before its end (no `InitDone`) is not counted.
+    #[test]
+    fn lists_are_counted_and_timed() {
+        let (mut t, shared) = timer("pods");
+        let list = |t: &mut ListTimer, ms: u64| {
+            t.on::<Pod>(&watcher::Event::Init);
+            t.on(&watcher::Event::InitApply(pod(1)));
+            std::thread::sleep(Duration::from_millis(ms));
+            t.on::<Pod>(&watcher::Event::InitDone);
+        };
+        list(&mut t, 30);
+        let first = exposed(&shared);
+        assert!(
+            first.contains("meshnft_watch_lists_total{watch=\"pods\"} 1\n"),
+            "{first}"
+        );
+        assert!(
+            first.contains("meshnft_watch_list_duration_seconds_count{watch=\"pods\"} 1\n"),
+            "{first}"
+        );
+        let line = |text: &str| {
+            text.lines()
+                .find(|l| l.starts_with("meshnft_watch_first_list_seconds{watch=\"pods\"}"))
+                .map(str::to_string)
+        };
+        let first_list = line(&first).expect("the first list's time");
+        let secs: f64 = first_list
+            .rsplit(' ')
+            .next()
+            .and_then(|v| v.parse().ok())
+            .expect("a number");
+        assert!((0.03..5.0).contains(&secs), "{first_list}");
+        // A list that fails midway (Init again, no InitDone), then a relist.
+        t.on::<Pod>(&watcher::Event::Init);
+        t.on(&watcher::Event::Apply(pod(2)));
+        list(&mut t, 1);
+        let then = exposed(&shared);
+        assert!(
+            then.contains("meshnft_watch_lists_total{watch=\"pods\"} 2\n"),
+            "{then}"
+        );
+        assert!(
+            then.contains("meshnft_watch_list_duration_seconds_count{watch=\"pods\"} 2\n"),
+            "{then}"
+        );
+        assert_eq!(line(&then), Some(first_list), "the first list's time stays");
+    }
+
     /// A pod without a name from the API server is dropped before the
     /// reflector, which has no key for it (kube panics there, which ended
     /// the feed's task and with it every repair); the watch goes on with
@@ -351,7 +491,11 @@ mod tests {
             .chain(futures_util::stream::pending())
             .try_filter(named("pod", true));
         let stream = reflector::reflector(writer, pods);
-        let mut changes = feed(stream, Arc::new(tokio::sync::Notify::new()));
+        let mut changes = feed(
+            stream,
+            Arc::new(tokio::sync::Notify::new()),
+            timer("pods").0,
+        );
         let c = tokio::time::timeout(Duration::from_secs(2), changes.recv())
             .await
             .expect("a change within 2 s")
@@ -379,7 +523,7 @@ mod tests {
         let woken = changed.clone();
         let waiter = tokio::spawn(async move { woken.notified().await });
         tokio::task::yield_now().await;
-        let mut changes = feed(stream, changed);
+        let mut changes = feed(stream, changed, timer("pods").0);
         // The pod loop, busy: it reads nothing from `changes` meanwhile.
         let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
         while reader.state().len() != 4 || reader.get(&ObjectRef::from_obj(&pod(4))).is_none() {

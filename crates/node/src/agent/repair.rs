@@ -37,6 +37,9 @@ pub struct Host {
     pub host_netns: Option<(u64, u64)>,
     /// Level offset measured once (see [`crate::pod::levelprobe`]).
     offset: Mutex<Option<i32>>,
+    /// A simulated node's (`--simulated-node`): nothing of the host is
+    /// read, every pod's table is taken as right.
+    simulated: bool,
 }
 
 /// How a pod's table compares with what its configuration gives.
@@ -129,7 +132,24 @@ impl Host {
             proc: PathBuf::from("/proc"),
             host_netns,
             offset: Mutex::new(None),
+            simulated: false,
         })
+    }
+
+    /// The host of a simulated node (`--simulated-node`, the scale
+    /// harness): [`Host::inspect`] reads nothing and finds every table
+    /// right ([`Gap::None`], process 0).
+    pub fn simulated() -> Host {
+        Host {
+            mount: Cgroup2Mount {
+                mount_point: PathBuf::new(),
+                root: PathBuf::from("/"),
+            },
+            proc: PathBuf::from("/proc"),
+            host_netns: None,
+            offset: Mutex::new(None),
+            simulated: true,
+        }
     }
 
     fn level_offset(&self, s: &Settings) -> i32 {
@@ -220,6 +240,14 @@ impl Host {
         close: Option<&str>,
         repair: bool,
     ) -> Result<Report, AgentError> {
+        if self.simulated {
+            return Ok(Report {
+                gap: Gap::None,
+                pid: 0,
+                levels: None,
+                written: None,
+            });
+        }
         let root = &settings.init_phase.cgroup_root;
         let rel = cgroup::find_pod(&self.mount.mount_point, root, uid).ok_or_else(|| {
             AgentError::NoCgroup(format!(

@@ -25,6 +25,8 @@ pub(super) struct Ctx {
     pub(super) shared: Arc<Shared>,
     pub(super) retry: Duration,
     pub(super) resync: Duration,
+    /// When the agent's thread started (`meshnft_watch_first_list_seconds`).
+    pub(super) started: std::time::Instant,
 }
 
 /// The thread's body (see [`super::start`]).
@@ -34,7 +36,8 @@ pub(super) fn thread(
     shared: Arc<Shared>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
-    if agent.node_name.is_some() {
+    let started = std::time::Instant::now();
+    if agent.node_name.is_some() && !agent.simulated_node {
         enter_host_cgroupns();
     }
     let rt = match tokio::runtime::Builder::new_current_thread()
@@ -50,6 +53,7 @@ pub(super) fn thread(
     let ctx = Arc::new(Ctx {
         retry: Duration::from_secs_f64(cfg.retry_seconds),
         resync: Duration::from_secs_f64(agent.agent_resync_seconds),
+        started,
         agent,
         install: cfg,
         shared,
@@ -164,7 +168,10 @@ async fn readiness_loop(ctx: Arc<Ctx>) {
     loop {
         if tokio::time::Instant::now() >= next_checks {
             let cfg = ctx.install.clone();
+            // A simulated node has no host to check: its entry is only loaded.
+            let simulated = ctx.agent.simulated_node;
             let failures = tokio::task::spawn_blocking(move || match entry_settings(&cfg) {
+                Ok(_) if simulated => Vec::new(),
                 Ok((entry, _)) => install::checks::failures(&entry, None),
                 Err(e) => vec![format!("entry: {e}")],
             })
