@@ -94,6 +94,16 @@ node_status=${PIPESTATUS[0]}
 echo "real node suite: $(awk -v a="$node_t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", b - a }') s"
 ((status)) || status=$node_status
 
+# The scale harness's short step (tests/scale.rs scale_short: 50 simulated nodes, kubelet-like
+# watches then real agents, on a control plane of its own; docs/testing.md#scale): apart from the
+# main run, which MESHNFT_NODE=0 keeps off the node parts, and timed.
+echo "==> the scale harness, its short step: 50 simulated nodes (tests/scale.rs)"
+scale_t0=$EPOCHREALTIME
+MESHNFT_REQUIRE_ROOT=1 scripts/without-nft.sh cargo test --test scale -- --nocapture 2>&1 | tee -a "$log"
+scale_status=${PIPESTATUS[0]}
+echo "scale suite: $(took "$scale_t0") s"
+((status)) || status=$scale_status
+
 echo "==> demo (the README's first command, without the install steps), nft hidden from meshnft"
 scripts/without-nft.sh cargo run --quiet --example demo
 
