@@ -2309,17 +2309,30 @@ fn agents_phase(
             uid: None,
         }
     };
+    // A window that (re)started every agent: each answered, then the settle, each listed, its
+    // row and its agents' lines.
+    let admin = cluster.admin.clone();
+    let started = |agents: &mut Agents,
+                   out: &mut Output,
+                   window: &'static str,
+                   what: &str,
+                   before: &Snap,
+                   answers: &[Result<f64, String>]| {
+        assert_answered(what, agents, answers);
+        sleep_secs(plan.settle);
+        let after = snap(cp, net, &admin, Some(agents), 0);
+        assert_listed(agents, &after);
+        let first: Vec<f64> = answers
+            .iter()
+            .filter_map(|r| r.as_ref().ok().copied())
+            .collect();
+        out.rows
+            .push(row(n, pods, ph, window, before, &after, &first));
+        out.agent_lines(n, window, &after, agents, answers);
+        after
+    };
     let answers = agents.start_all(oldest, patience(n));
-    assert_answered("agents started", &agents, &answers);
-    sleep_secs(plan.settle);
-    let s1 = snap(cp, net, &cluster.admin, Some(&mut agents), 0);
-    assert_listed(&agents, &s1);
-    let first: Vec<f64> = answers
-        .iter()
-        .filter_map(|r| r.as_ref().ok().copied())
-        .collect();
-    out.rows.push(row(n, pods, ph, "start", &s0, &s1, &first));
-    out.agent_lines(n, "start", &s1, &agents, &answers);
+    let s1 = started(&mut agents, out, "start", "agents started", &s0, &answers);
 
     let (created, deleted) = churn(net, cluster, plan.churn_rate, plan.churn_secs);
     let after = agents.answers(|i| cluster.newest(i), 30.0);
@@ -2333,16 +2346,14 @@ fn agents_phase(
 
     agents.kill_all();
     let answers = agents.start_all(|i| cluster.newest(i), patience(n));
-    assert_answered("agents restarted", &agents, &answers);
-    sleep_secs(plan.settle);
-    let s3 = snap(cp, net, &cluster.admin, Some(&mut agents), 0);
-    assert_listed(&agents, &s3);
-    let first: Vec<f64> = answers
-        .iter()
-        .filter_map(|r| r.as_ref().ok().copied())
-        .collect();
-    out.rows.push(row(n, pods, ph, "restart", &s2, &s3, &first));
-    out.agent_lines(n, "restart", &s3, &agents, &answers);
+    let s3 = started(
+        &mut agents,
+        out,
+        "restart",
+        "agents restarted",
+        &s2,
+        &answers,
+    );
 
     if plan.apiserver_restart {
         restart_apiserver(cp, net, &cluster.admin, plan.settle);

@@ -1302,6 +1302,15 @@ fn report(
         CEILINGS.1,
         CEILINGS.2
     );
+    s.push_str(&lives_report(segs));
+    s
+}
+
+/// The agent's lives, a line each (span, samples, RSS range, floor slopes, judged or not), then
+/// the run's verdict ([`growth`]): the end of the summary, and what [`soak_judge`] prints.
+fn lives_report(segs: &[Segment]) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
     for g in segs {
         let _ = writeln!(
             s,
@@ -1681,29 +1690,7 @@ fn soak_judge() {
         })
         .collect();
     let segs = segments(&samples);
-    for g in &segs {
-        eprintln!(
-            "  pid {:>7}  {:6.1}-{:6.1} min  RSS {:.1}-{:.1} MiB  RSS {:+.0} ± {:.0} KiB/h  fds \
-             {:+.1} ± {:.1}/h  tasks {:+.1} ± {:.1}/h{}",
-            g.pid,
-            g.t0 / 60.0,
-            g.t1 / 60.0,
-            g.rss.0 / 1024.0,
-            g.rss.1 / 1024.0,
-            g.slopes.0.0,
-            g.slopes.0.1,
-            g.slopes.1.0,
-            g.slopes.1.1,
-            g.slopes.2.0,
-            g.slopes.2.1,
-            if g.judged {
-                "  judged"
-            } else {
-                "  not judged (too short)"
-            }
-        );
-    }
+    eprint!("{}", lives_report(&segs));
     let g = growth(&segs).expect("a judged life");
-    eprintln!("{}", g.line());
     assert!(g.grows().is_empty(), "{}", g.line());
 }

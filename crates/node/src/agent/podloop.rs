@@ -37,7 +37,9 @@ pub(super) async fn pod_loop(ctx: Arc<Ctx>) {
     );
     let client = client(&ctx).await;
     let (reader, writer) = reflector::store::<Pod>();
-    let wc = (ctx.agent.watch_list)
+    let wc = ctx
+        .agent
+        .watch_list
         .config(watcher::Config::default().fields(&format!("spec.nodeName={node}")));
     let pods = watcher(Api::<Pod>::all(client.clone()), wc).try_filter(named("pod", true));
     let stream = reflector::reflector(writer, pods).default_backoff();
