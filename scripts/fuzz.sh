@@ -84,8 +84,12 @@ run_one() {
   mkdir -p "$dir/new" "$dir/artifacts"
   local seeds=("corpus/$t")
   [[ -d regressions/$t ]] && seeds+=("regressions/$t")
+  local opts=()
+  # The targets that read whole Kubernetes objects get their field names as a dictionary
+  # (crates/fuzz-targets/tests/dict.rs writes it).
+  case $t in api_answer | node_*) opts+=(-dict=dict/kubernetes.dict) ;; esac
   local start=$EPOCHREALTIME rc=0
-  "$bindir/$t" "$dir/new" "${seeds[@]}" -max_total_time="$seconds" -timeout=30 -rss_limit_mb=2048 \
+  "$bindir/$t" "$dir/new" "${seeds[@]}" "${opts[@]}" -max_total_time="$seconds" -timeout=30 -rss_limit_mb=2048 \
     -print_final_stats=1 -artifact_prefix="$dir/artifacts/" >"$dir/log" 2>&1 || rc=$?
   local secs execs first last found
   secs=$(took "$start")
