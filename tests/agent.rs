@@ -666,7 +666,7 @@ fn meshed_pods_get_their_data_from_the_agent() {
     };
     tree.write_primary();
     api.put_node(NODE, &[]);
-    // A namespace annotation only the agent's namespace watch can supply.
+    // A namespace annotation only the agent's read of the namespace can supply.
     api.put_namespace(
         "default",
         &[("config.linkerd.io/skip-outbound-ports", "5432")],
@@ -695,19 +695,25 @@ fn meshed_pods_get_their_data_from_the_agent() {
     assert_eq!(mode(&agent_socket(&tree)), 0o600);
     assert_eq!(mode(agent_socket(&tree).parent().unwrap()), 0o700);
 
-    // The agent's lists are served from the API server's watch cache (`--watch-list any`, the
+    // The agent's list is served from the API server's watch cache (`--watch-list any`, the
     // default): `resourceVersion=0` and no `limit` (kube drops the version from a list with one).
-    let lists: Vec<String> = api
-        .requests()
-        .into_iter()
-        .filter(|r| r.starts_with("GET /api/v1/pods?") || r.starts_with("GET /api/v1/namespaces?"))
-        .filter(|r| !r.contains("watch=true"))
-        .collect();
+    // The socket is up before the watch lists: wait for the list. No namespace is listed: the
+    // agent reads a pod's namespace when a pod needs it.
+    let lists = || -> Vec<String> {
+        api.requests()
+            .into_iter()
+            .filter(|r| {
+                r.starts_with("GET /api/v1/pods?") || r.starts_with("GET /api/v1/namespaces?")
+            })
+            .filter(|r| !r.contains("watch=true"))
+            .collect()
+    };
+    wait_until(T, || !lists().is_empty());
+    let lists = lists();
     assert!(
-        lists.len() >= 2
-            && lists
-                .iter()
-                .all(|r| r.contains("resourceVersion=0") && !r.contains("limit=")),
+        lists.iter().all(|r| r.starts_with("GET /api/v1/pods?")
+            && r.contains("resourceVersion=0")
+            && !r.contains("limit=")),
         "{lists:?}"
     );
     let before = api.requests().len();
@@ -732,6 +738,32 @@ fn meshed_pods_get_their_data_from_the_agent() {
         .cloned()
         .collect();
     assert!(plugin_gets.is_empty(), "the API was asked: {plugin_gets:?}");
+    // The agent read the pod's namespace (for its repair pass or the lookup, whichever came
+    // first; the other used that read), from the watch cache; it never listed or watched them.
+    let ns_reads: Vec<String> = api
+        .requests()
+        .into_iter()
+        .filter(|r| r.starts_with("GET /api/v1/namespaces"))
+        .collect();
+    assert!(
+        !ns_reads.is_empty()
+            && ns_reads
+                .iter()
+                .all(|r| r.starts_with("GET /api/v1/namespaces/default?")
+                    && r.contains("resourceVersion=0")),
+        "{ns_reads:?}"
+    );
+    let reads = |result: &str| {
+        agent.metric(&format!(
+            "meshnft_namespace_reads_total{{result=\"{result}\"}}"
+        ))
+    };
+    assert!(
+        reads("read") >= 1.0 && reads("read") + reads("cached") >= 2.0,
+        "namespace reads: {} read, {} cached",
+        reads("read"),
+        reads("cached")
+    );
     node.cni(
         "del",
         &conflist,

@@ -302,8 +302,8 @@ fn rbac_is_get_on_pods_namespaces_and_the_kubernetes_service_and_the_agents_watc
     }
     seen.sort();
     // The plugin: get. The node agent (default mode inPlace, no taint
-    // option): list/watch pods and namespaces (its answers to the plugin's
-    // pod lookups), create events (patch: a repeated event becomes a
+    // option): list/watch pods (its node's; a pod's namespace it reads with
+    // the plugin's get), create events (patch: a repeated event becomes a
     // series). No delete, no write to nodes. The installer: get on its own
     // DaemonSet (at SIGTERM: an update or an uninstall?) and on nodes (does
     // the DaemonSet still target this one?).
@@ -311,7 +311,6 @@ fn rbac_is_get_on_pods_namespaces_and_the_kubernetes_service_and_the_agents_watc
         seen,
         [
             "cluster /namespaces [] get",
-            "cluster /namespaces [] list,watch",
             "cluster /nodes [] get",
             "cluster /pods [] get",
             "cluster /pods [] list,watch",

@@ -16,9 +16,13 @@
 //! plane; the two never run at the same time (one node's kubelet rewrites the host sysctls
 //! the other saved). The soak (tests/node/soak.rs, docs/testing.md#soak) has a node of its own:
 //! `soak::soak_short` in the suite, `soak::soak` (ignored, `scripts/soak.sh`) the long run.
+//! `fallback::fallback_requests` (tests/node/fallback.rs) has a node of its own too: the
+//! plugin's API requests per pod start with every agent down, the API server there and away.
 //!
 //! Root only. `MESHNFT_NODE=0` skips both (e.g. for a quick `cargo test` on a laptop).
 
+#[path = "node/fallback.rs"]
+mod fallback;
 #[path = "node/faults.rs"]
 mod faults;
 #[path = "node/linkerd.rs"]

@@ -606,12 +606,12 @@ impl Drop for Frozen {
 
 /// The agent's socket moved aside and a dead one (bound, no listener: connections are
 /// refused, as after the agent was killed) in its place; put back when dropped.
-struct DeadSocket<'a>(&'a Node);
+pub(crate) struct DeadSocket<'a>(&'a Node);
 
 const AGENT_DIR: &str = "/run/meshnft-agent";
 
 impl<'a> DeadSocket<'a> {
-    fn new(node: &'a Node) -> DeadSocket<'a> {
+    pub(crate) fn new(node: &'a Node) -> DeadSocket<'a> {
         let out = node.run(
             &[
                 "sh",
@@ -1526,7 +1526,7 @@ impl Drop for ApiCut<'_> {
 }
 
 /// The test's nft in the node's network namespace.
-fn node_nft(node: &Node, args: &[&str]) -> Output {
+pub(crate) fn node_nft(node: &Node, args: &[&str]) -> Output {
     let holder = std::fs::read_to_string(node.dir.join("holder.pid")).expect("holder.pid");
     Command::new("nsenter")
         .args(["-t", holder.trim(), "-n", "--", support::nft_bin().as_str()])

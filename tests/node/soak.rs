@@ -212,7 +212,7 @@ struct Batch {
 
 /// Pod `i` of batch `group` (`<group>-<i>`): `mesh`'s seed pod, classic for even `i`, native
 /// for odd, whose app connects out as it starts (the fault table's check).
-fn soak_pod(group: &str, i: usize, mesh: &str) -> String {
+pub(crate) fn soak_pod(group: &str, i: usize, mesh: &str) -> String {
     let name = format!("{group}-{i}");
     let layout = if i.is_multiple_of(2) {
         "classic"

@@ -944,8 +944,9 @@ pub(crate) fn cilium_exclusive_warns(node: &Node) {
     eprintln!("an exclusive Cilium: {}", ev.trim());
 }
 
-/// RBAC: nothing meshnft asked for was refused (the audit log); the agent watched pods and
-/// namespaces as meshnft's ServiceAccount.
+/// RBAC: nothing meshnft asked for was refused (the audit log); the agent watched pods and read
+/// their namespaces (from the watch cache) as meshnft's ServiceAccount, and never listed or
+/// watched the namespaces.
 pub(crate) fn rbac_and_audit(node: &Node) {
     let refused = refused_calls(node);
     assert!(refused.is_empty(), "refused API calls: {refused:#?}");
@@ -954,10 +955,18 @@ pub(crate) fn rbac_and_audit(node: &Node) {
         served
             .iter()
             .any(|l| l.contains("/pods?") && l.contains("watch=true"))
-            && served
-                .iter()
-                .any(|l| l.contains("/namespaces?") && l.contains("watch=true")),
-        "the agent watched pods and namespaces as meshnft's ServiceAccount (audit log): {served:#?}"
+            && served.iter().any(
+                |l| l.starts_with("get /api/v1/namespaces/") && l.contains("resourceVersion=0")
+            ),
+        "the agent watched pods and read namespaces as meshnft's ServiceAccount (audit log): {served:#?}"
+    );
+    let ns_lists: Vec<&String> = served
+        .iter()
+        .filter(|l| l.contains("/api/v1/namespaces?"))
+        .collect();
+    assert!(
+        ns_lists.is_empty(),
+        "namespaces listed or watched: {ns_lists:#?}"
     );
     let plugin = audited_plugin(node, 200);
     eprintln!(

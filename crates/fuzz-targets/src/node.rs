@@ -5,12 +5,13 @@
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service};
-use kube::core::{ObjectList, Status, WatchEvent};
+use kube::core::{ObjectList, PartialObjectMeta, Status, WatchEvent};
 use kube::runtime::reflector::{ObjectRef, store::Writer};
 use kube::runtime::watcher;
 use meshnft_core::config::{self, mesh::Mesh};
 use meshnft_core::pod::info::PodSource;
 use meshnft_core::pod::k8s::{doc, kubeconfig as plugin_kubeconfig};
+use meshnft_node::agent::pods::StoredPod;
 use meshnft_node::agent::{RepairMode, Shared, nodegate, pods, reports};
 use meshnft_node::install::{
     conflist, discover, elfarch, entry, kubeconfig as install_kubeconfig, records, targeting,
@@ -41,55 +42,63 @@ fn lines(data: &[u8]) -> impl Iterator<Item = &str> {
 /// its API reads of single objects, from the API server's bytes.
 ///
 /// Each line of the input is read as a watch stream's line is
-/// (kube-client's `request_events`: `WatchEvent<Pod>` and
-/// `WatchEvent<Namespace>`, else an error `Status`), and applied to a
-/// reflector store as the agent's `reflector` does (an object without a
-/// name dropped first, `pods::named`); the whole input is read
-/// as a list answer (`ObjectList<Pod>`, `ObjectList<Namespace>`, the
-/// watch's initial list) and as one `Pod`, `Namespace` or `Service` (a GET).
-/// Every pod then goes through what the agent derives of it
-/// (`agent::pods`: meshing for every mesh, host network, sandbox, init
-/// phase, validators, finished or failed, passed over in every repair
-/// mode; its `PodInfo` with the namespace annotations seen, applied to each
-/// mesh's settings).
+/// (kube-client's `request_events`: `WatchEvent<StoredPod>`, the agent's
+/// stored form of a pod, else an error `Status`) and applied to a reflector
+/// store as the agent's `reflector` does (an object without a name or
+/// namespace dropped first, `pods::named`); each line, and each event's
+/// object, is also read as the agent reads a pod's namespace (a GET of its
+/// metadata: `PartialObjectMeta<Namespace>`), the last namespace's
+/// annotations going with the pods after it. The whole input is read as a
+/// list answer (`ObjectList<StoredPod>`, the watch's initial list) and as
+/// one pod, namespace metadata or `Service` (a GET). Every pod then goes
+/// through what the agent derives of it (`agent::pods`: meshing for every
+/// mesh, host network, sandbox, init phase, validators, finished or
+/// failed, passed over in every repair mode; its `PodInfo` with the
+/// namespace annotations seen, applied to each mesh's settings).
 ///
 /// Properties: the agent reads a pod and a namespace as the plugin reads
 /// the same JSON (`pods::pod_info` equals `doc::pod_info` of the object's
 /// `PodDoc`; a namespace's annotations equal its `NamespaceDoc`'s; a
-/// service's ports equal `doc::service_ports`'); a pod the watch applied is
-/// in the store under the key of the socket's lookup (namespace and name),
-/// and gone after its deletion.
+/// service's ports equal `doc::service_ports`'); the stored pod decoded
+/// from the JSON equals the stored form of the typed `Pod` of the same
+/// JSON; a pod the watch applied is in the store under the key of the
+/// socket's lookup (namespace and name), and gone after its deletion.
 pub fn node_watch(data: &[u8]) {
     let mut ns_annotations = BTreeMap::new();
-    let mut pods_store = Writer::<Pod>::default();
-    let mut ns_store = Writer::<Namespace>::default();
+    let mut pods_store = Writer::<StoredPod>::default();
     for line in lines(data) {
         let raw: Option<Value> = serde_json::from_str(line).ok();
         let object = raw.as_ref().and_then(|v| v.get("object"));
-        match serde_json::from_str::<WatchEvent<Namespace>>(line) {
-            Ok(WatchEvent::Added(ns) | WatchEvent::Modified(ns) | WatchEvent::Deleted(ns)) => {
-                if let Some(o) = object {
-                    same_namespace(&ns, o);
+        // A namespace as the agent reads it for a pod (a GET of its
+        // metadata): the line, or a watch event's object.
+        for (json, v) in [
+            (Some(line.to_string()), raw.as_ref()),
+            (object.map(Value::to_string), object),
+        ] {
+            if let (Some(json), Some(v)) = (json, v)
+                && let Ok(m) = serde_json::from_str::<PartialObjectMeta<Namespace>>(&json)
+            {
+                same_namespace(m.metadata.annotations.as_ref(), v);
+                if v.get("kind").and_then(Value::as_str) == Some("Namespace") {
+                    ns_annotations = m.metadata.annotations.unwrap_or_default();
                 }
-                ns_annotations = ns.metadata.annotations.clone().unwrap_or_default();
-                let ev = watcher::Event::Apply(ns);
-                if pods::named(&ev, false) {
-                    ns_store.apply_watcher_event(&ev);
-                }
             }
-            Ok(WatchEvent::Bookmark(b)) => {
-                let _ = b.metadata.resource_version;
-            }
-            Ok(WatchEvent::Error(s)) => {
-                let _ = s.is_failure();
-            }
-            Err(_) => {}
         }
-        match serde_json::from_str::<WatchEvent<Pod>>(line) {
+        if let Ok(WatchEvent::Bookmark(b)) = serde_json::from_str::<WatchEvent<StoredPod>>(line) {
+            let _ = b.metadata.resource_version;
+        }
+        let typed = match serde_json::from_str::<WatchEvent<Pod>>(line) {
+            Ok(WatchEvent::Added(p) | WatchEvent::Modified(p) | WatchEvent::Deleted(p)) => Some(p),
+            _ => None,
+        };
+        // As the agent's pod watch decodes it.
+        match serde_json::from_str::<WatchEvent<StoredPod>>(line) {
             Ok(WatchEvent::Added(p) | WatchEvent::Modified(p)) => {
+                same_pod(&p, typed);
                 watched_pod(&mut pods_store, p, false, object, &ns_annotations);
             }
             Ok(WatchEvent::Deleted(p)) => {
+                same_pod(&p, typed);
                 watched_pod(&mut pods_store, p, true, object, &ns_annotations);
             }
             Ok(WatchEvent::Bookmark(_) | WatchEvent::Error(_)) => {}
@@ -101,26 +110,22 @@ pub fn node_watch(data: &[u8]) {
         }
     }
     let raw: Option<Value> = serde_json::from_slice(data).ok();
-    if let Ok(list) = serde_json::from_slice::<ObjectList<Namespace>>(data) {
-        for (i, ns) in list.items.iter().enumerate() {
-            if let Some(o) = raw.as_ref().and_then(|v| v.get("items")?.get(i)) {
-                same_namespace(ns, o);
-            }
-        }
-    }
-    if let Ok(list) = serde_json::from_slice::<ObjectList<Pod>>(data) {
+    if let Ok(list) = serde_json::from_slice::<ObjectList<StoredPod>>(data) {
+        let typed = serde_json::from_slice::<ObjectList<Pod>>(data).ok();
         for (i, p) in list.items.iter().enumerate() {
+            same_pod(p, typed.as_ref().and_then(|l| l.items.get(i).cloned()));
             let o = raw.as_ref().and_then(|v| v.get("items")?.get(i));
             agent_pod(p, o, &ns_annotations);
         }
     }
-    if let Ok(p) = serde_json::from_slice::<Pod>(data) {
+    if let Ok(p) = serde_json::from_slice::<StoredPod>(data) {
+        same_pod(&p, serde_json::from_slice::<Pod>(data).ok());
         agent_pod(&p, raw.as_ref(), &ns_annotations);
     }
-    if let Ok(ns) = serde_json::from_slice::<Namespace>(data)
+    if let Ok(m) = serde_json::from_slice::<PartialObjectMeta<Namespace>>(data)
         && let Some(o) = &raw
     {
-        same_namespace(&ns, o);
+        same_namespace(m.metadata.annotations.as_ref(), o);
     }
     if let Ok(svc) = serde_json::from_slice::<Service>(data) {
         let agent = pods::service_ports(&svc);
@@ -139,8 +144,8 @@ pub fn node_watch(data: &[u8]) {
 /// what the agent derives of the pod, then the store under the socket's
 /// lookup key holds the pod, or no longer holds it after its deletion.
 fn watched_pod(
-    store: &mut Writer<Pod>,
-    p: Pod,
+    store: &mut Writer<StoredPod>,
+    p: StoredPod,
     deleted: bool,
     object: Option<&Value>,
     ns_annotations: &BTreeMap<String, String>,
@@ -155,7 +160,7 @@ fn watched_pod(
         store.apply_watcher_event(&ev);
     }
     if let (Some(ns), Some(name)) = (&p.metadata.namespace, &p.metadata.name) {
-        let key = ObjectRef::<Pod>::new(name).within(ns);
+        let key = ObjectRef::<StoredPod>::new(name).within(ns);
         let got = store.as_reader().get(&key);
         if deleted {
             assert!(got.is_none(), "{key} deleted");
@@ -165,12 +170,24 @@ fn watched_pod(
     }
 }
 
-/// A namespace's annotations as the agent reads them (the watched object)
-/// equal the plugin's (`NamespaceDoc` of the same JSON `raw`).
-fn same_namespace(ns: &Namespace, raw: &Value) {
+/// The pod the agent's watch stores, decoded straight from the JSON, is the
+/// stored form of the whole typed pod of the same JSON (when that decodes).
+fn same_pod(stored: &StoredPod, typed: Option<Pod>) {
+    if let Some(t) = typed {
+        assert_eq!(
+            stored,
+            &StoredPod::from_pod(t),
+            "stored pod: from JSON vs from the typed pod"
+        );
+    }
+}
+
+/// A namespace's annotations as the agent reads them (the metadata of its
+/// GET) equal the plugin's (`NamespaceDoc` of the same JSON `raw`).
+fn same_namespace(annotations: Option<&BTreeMap<String, String>>, raw: &Value) {
     if let Ok(d) = serde_json::from_value::<doc::NamespaceDoc>(raw.clone()) {
         assert_eq!(
-            ns.metadata.annotations.clone().unwrap_or_default(),
+            annotations.cloned().unwrap_or_default(),
             d.metadata.annotations.unwrap_or_default(),
             "namespace annotations: agent vs plugin"
         );
@@ -180,7 +197,7 @@ fn same_namespace(ns: &Namespace, raw: &Value) {
 /// What the agent derives of a watched pod (see [`node_watch`]); `raw`, the
 /// pod's JSON when known, read as the plugin reads it must give the same
 /// `PodInfo`.
-fn agent_pod(p: &Pod, raw: Option<&Value>, ns: &BTreeMap<String, String>) {
+fn agent_pod(p: &StoredPod, raw: Option<&Value>, ns: &BTreeMap<String, String>) {
     let _ = pods::label(p);
     let _ = pods::finished(p);
     let _ = pods::failed(p);

@@ -132,10 +132,14 @@ pub struct Metrics {
     /// meshnft does the installer's last pass found (an exclusive Cilium); each is also a
     /// Warning Event on the node, `MeshnftChainingAtRisk`.
     pub chaining_warnings: Gauge,
-    /// `meshnft_watch_lists_total{watch="pods"|"namespaces"}`: complete
-    /// lists of the agent's watches: one at start, then one per relist (a
-    /// watch the API server could not resume, 410 Gone, e.g. after its
-    /// restart).
+    /// `meshnft_namespace_reads_total{result}`: reads of a pod's namespace
+    /// (its annotations, for a lookup or a repair): `cached` (read within
+    /// the last 2 s), `read`, `stale` (the read failed; the last one
+    /// answered), `failed`.
+    pub namespace_reads: Family<Label, Counter>,
+    /// `meshnft_watch_lists_total{watch="pods"}`: complete lists of the
+    /// agent's pod watch: one at start, then one per relist (a watch the API
+    /// server could not resume, 410 Gone, e.g. after its restart).
     pub watch_lists: Family<Label, Counter>,
     /// `meshnft_watch_list_duration_seconds{watch}`: each complete list's
     /// time, from its request to its last object.
@@ -171,6 +175,7 @@ impl Default for Metrics {
             lookup_wait: duration_histogram(),
             peer_plugin: Family::default(),
             chaining_warnings: Gauge::default(),
+            namespace_reads: Family::default(),
             watch_lists: Family::default(),
             watch_list_duration: Family::new_with_constructor(list_histogram),
             watch_first_list: Family::default(),
@@ -307,8 +312,13 @@ impl Metrics {
             m.pod_events.clone(),
         );
         r.register(
+            "meshnft_namespace_reads",
+            "Reads of a pod's namespace for its annotations, by result (cached, read, stale, failed)",
+            m.namespace_reads.clone(),
+        );
+        r.register(
             "meshnft_watch_lists",
-            "Complete lists of the agent's watches (pods, namespaces): at start, then at each relist",
+            "Complete lists of the agent's pod watch: at start, then at each relist",
             m.watch_lists.clone(),
         );
         r.register(

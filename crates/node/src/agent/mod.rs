@@ -28,6 +28,7 @@
 //! `meshnft_errors_total` and retried.
 
 pub mod metrics;
+pub mod namespaces;
 pub mod nodegate;
 mod podloop;
 pub mod pods;
@@ -35,6 +36,7 @@ pub mod repair;
 pub mod reports;
 mod run;
 pub mod socket;
+pub mod stored;
 mod worker;
 
 use std::net::SocketAddr;
@@ -259,6 +261,9 @@ pub enum AgentError {
     /// An API call did not finish in time.
     #[error("{0}: the API server did not answer in time")]
     Timeout(String),
+    /// A pod's namespace could not be read (and none was read before).
+    #[error("{0}")]
+    Namespace(String),
 }
 
 impl AgentError {
@@ -269,7 +274,7 @@ impl AgentError {
             AgentError::NoCgroup(_) | AgentError::NoNetns(_) => "netns",
             AgentError::Nft(_) => "nftables",
             AgentError::Cni(_) => "config",
-            AgentError::Api { .. } | AgentError::Timeout(_) => "api",
+            AgentError::Api { .. } | AgentError::Timeout(_) | AgentError::Namespace(_) => "api",
         }
     }
 }

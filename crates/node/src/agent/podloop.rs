@@ -1,15 +1,17 @@
-//! The pod loop: the watch of the node's pods (and, for the plugin's
-//! lookups, of the namespaces), the sockets the plugin talks to, and the
-//! passes over the pods that hand each changed one to the [`Worker`].
+//! The pod loop: the watch of the node's pods, the sockets the plugin talks
+//! to (its lookups answered from that watch and the pods' namespaces, read
+//! on demand), and the passes over the pods that hand each changed one to
+//! the [`Worker`].
 
+use super::namespaces::Namespaces;
 use super::pods;
+use super::pods::StoredPod;
 use super::repair::Host;
 use super::run::{Ctx, client, entry_mesh};
 use super::worker::Worker;
 use crate::install;
 use crate::pod::k8s::Meshing;
 use futures_util::{StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -36,18 +38,19 @@ pub(super) async fn pod_loop(ctx: Arc<Ctx>) {
         ctx.agent.watch_list
     );
     let client = client(&ctx).await;
-    let (reader, writer) = reflector::store::<Pod>();
+    let (reader, writer) = reflector::store::<StoredPod>();
     let wc = ctx
         .agent
         .watch_list
         .config(watcher::Config::default().fields(&format!("spec.nodeName={node}")));
-    let pods = watcher(Api::<Pod>::all(client.clone()), wc).try_filter(named("pod", true));
+    let pods = watcher(Api::<StoredPod>::all(client.clone()), wc).try_filter(named("pod", true));
     let stream = reflector::reflector(writer, pods).default_backoff();
     let changed = Arc::new(tokio::sync::Notify::new());
     let timer = ListTimer::new("pods", &ctx);
     let mut changes = feed(stream, changed.clone(), timer);
     let reporter = super::reporter(&node);
-    let namespaces = serve_plugin(&ctx, &client, &reader, &changed, &reporter);
+    let namespaces = Arc::new(Namespaces::new(client.clone(), ctx.shared.clone()));
+    serve_plugin(&ctx, &client, &reader, &namespaces, &changed, &reporter);
     let (pods, install) = (reader.clone(), ctx.install.clone());
     ctx.shared.count_meshed_with(Box::new(move || {
         // The entry is read each time: its edits apply live.
@@ -163,6 +166,8 @@ impl ListTimer {
                         .get_or_create(&label)
                         .set(self.agent_started.elapsed().as_secs_f64());
                 }
+                // The list's answer is freed by now.
+                crate::release_free_memory();
             }
             _ => {}
         }
@@ -172,7 +177,7 @@ impl ListTimer {
 /// What the pod loop needs of one item of the pod watch.
 enum Change {
     /// A pod was added or changed.
-    Applied(ObjectRef<Pod>),
+    Applied(ObjectRef<StoredPod>),
     /// A pod was deleted (its UID).
     Deleted(Option<String>),
     /// The watch (re)listed the node's pods.
@@ -189,7 +194,7 @@ enum Change {
 /// is passed on to the pod loop as a [`Change`] (and its lists timed by
 /// `timer`); the channel ends with the watch.
 fn feed(
-    stream: impl futures_util::Stream<Item = Result<watcher::Event<Pod>, watcher::Error>>
+    stream: impl futures_util::Stream<Item = Result<watcher::Event<StoredPod>, watcher::Error>>
     + Send
     + 'static,
     changed: Arc<tokio::sync::Notify>,
@@ -236,44 +241,24 @@ async fn discover_host(ctx: &Ctx) -> Arc<Host> {
     }
 }
 
-/// When the entry names the agent's socket: the namespace watch, the
-/// lookup socket (answered from `pods` and the namespaces; `changed` is
-/// signalled on every change of either) and the report socket (Events as
-/// `reporter`), each a task of its own. Returns the namespaces' store
-/// (`None` without the socket: no namespace watch).
+/// When the entry names the agent's socket: the lookup socket (answered
+/// from `pods` and `namespaces`; `changed` is signalled on every change of
+/// `pods`) and the report socket (Events as `reporter`), each a task of
+/// its own.
 fn serve_plugin(
     ctx: &Ctx,
     client: &Client,
-    pods: &reflector::Store<Pod>,
+    pods: &reflector::Store<StoredPod>,
+    namespaces: &Arc<Namespaces>,
     changed: &Arc<tokio::sync::Notify>,
     reporter: &Reporter,
-) -> Option<reflector::Store<Namespace>> {
-    let sock = ctx.agent.socket()?;
-    let (ns_reader, ns_writer) = reflector::store::<Namespace>();
-    let ns_stream = reflector::reflector(
-        ns_writer,
-        watcher(
-            Api::<Namespace>::all(client.clone()),
-            ctx.agent.watch_list.config(watcher::Config::default()),
-        )
-        .try_filter(named("namespace", false)),
-    )
-    .default_backoff();
-    let ns_changed = changed.clone();
-    let mut timer = ListTimer::new("namespaces", ctx);
-    tokio::spawn(async move {
-        let mut ns_stream = std::pin::pin!(ns_stream);
-        while let Some(ev) = ns_stream.next().await {
-            match &ev {
-                Ok(ev) => timer.on(ev),
-                Err(e) => tracing::debug!("agent: namespace watch: {e}"),
-            }
-            ns_changed.notify_waiters();
-        }
-    });
+) {
+    let Some(sock) = ctx.agent.socket() else {
+        return;
+    };
     let cache = Arc::new(super::socket::Cache {
         pods: pods.clone(),
-        namespaces: ns_reader.clone(),
+        namespaces: namespaces.clone(),
         changed: changed.clone(),
         wait: Duration::from_secs_f64(ctx.agent.agent_pod_wait_seconds),
         shared: ctx.shared.clone(),
@@ -295,16 +280,15 @@ fn serve_plugin(
         )),
         ctx.retry,
     ));
-    Some(ns_reader)
 }
 
 /// The pod loop's state between watch events: which pods to process.
 #[derive(Default)]
 struct Passes {
     /// Pods changed (or due) since the last pass.
-    pending: HashSet<ObjectRef<Pod>>,
+    pending: HashSet<ObjectRef<StoredPod>>,
     /// Pods whose processing failed: back in `pending` at the next retry.
-    failed: HashSet<ObjectRef<Pod>>,
+    failed: HashSet<ObjectRef<StoredPod>>,
     /// The watch has listed the node's pods once.
     synced: bool,
     /// The next pass is a full one (every pod, none taken as verified).
@@ -354,7 +338,7 @@ impl Passes {
     /// One pass: every pending pod (every pod of the node when a resync is
     /// due) through the worker. (The meshed-pods gauge is counted when the
     /// metrics are read: [`super::Shared::count_meshed_with`].)
-    async fn run(&mut self, ctx: &Ctx, w: &mut Worker, reader: &reflector::Store<Pod>) {
+    async fn run(&mut self, ctx: &Ctx, w: &mut Worker, reader: &reflector::Store<StoredPod>) {
         let full = self.resync_due;
         if full {
             w.verified.clear();
@@ -390,10 +374,11 @@ impl Passes {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::core::v1::Pod;
     use kube::api::ObjectMeta;
 
-    fn pod(i: usize) -> Pod {
-        Pod {
+    fn pod(i: usize) -> StoredPod {
+        StoredPod::from_pod(Pod {
             metadata: ObjectMeta {
                 name: Some(format!("web-{i}")),
                 namespace: Some("default".into()),
@@ -401,7 +386,7 @@ mod tests {
                 ..Default::default()
             },
             ..Default::default()
-        }
+        })
     }
 
     /// A list timer of watch `watch` on metrics of its own.
@@ -435,10 +420,10 @@ mod tests {
     fn lists_are_counted_and_timed() {
         let (mut t, shared) = timer("pods");
         let list = |t: &mut ListTimer, ms: u64| {
-            t.on::<Pod>(&watcher::Event::Init);
+            t.on::<StoredPod>(&watcher::Event::Init);
             t.on(&watcher::Event::InitApply(pod(1)));
             std::thread::sleep(Duration::from_millis(ms));
-            t.on::<Pod>(&watcher::Event::InitDone);
+            t.on::<StoredPod>(&watcher::Event::InitDone);
         };
         list(&mut t, 30);
         let first = exposed(&shared);
@@ -463,7 +448,7 @@ mod tests {
             .expect("a number");
         assert!((0.03..5.0).contains(&secs), "{first_list}");
         // A list that fails midway (Init again, no InitDone), then a relist.
-        t.on::<Pod>(&watcher::Event::Init);
+        t.on::<StoredPod>(&watcher::Event::Init);
         t.on(&watcher::Event::Apply(pod(2)));
         list(&mut t, 1);
         let then = exposed(&shared);
@@ -484,9 +469,9 @@ mod tests {
     /// the next pod.
     #[tokio::test]
     async fn a_nameless_pod_does_not_end_the_watch() {
-        let (reader, writer) = reflector::store::<Pod>();
-        let items: Vec<Result<watcher::Event<Pod>, watcher::Error>> = vec![
-            Ok(watcher::Event::Apply(Pod::default())),
+        let (reader, writer) = reflector::store::<StoredPod>();
+        let items: Vec<Result<watcher::Event<StoredPod>, watcher::Error>> = vec![
+            Ok(watcher::Event::Apply(StoredPod::from_pod(Pod::default()))),
             Ok(watcher::Event::Apply(pod(1))),
         ];
         let pods = futures_util::stream::iter(items)
@@ -512,8 +497,8 @@ mod tests {
     /// lookups waiting.
     #[tokio::test]
     async fn the_store_follows_the_watch_while_the_pod_loop_is_busy() {
-        let (reader, writer) = reflector::store::<Pod>();
-        let items: Vec<Result<watcher::Event<Pod>, watcher::Error>> = (0..5)
+        let (reader, writer) = reflector::store::<StoredPod>();
+        let items: Vec<Result<watcher::Event<StoredPod>, watcher::Error>> = (0..5)
             .map(|i| Ok(watcher::Event::Apply(pod(i))))
             .chain([Ok(watcher::Event::Delete(pod(0)))])
             .collect();

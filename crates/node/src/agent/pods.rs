@@ -3,13 +3,13 @@
 //! init phase is over, whether the mesh's validator init container failed for
 //! lack of redirection, and whether a failed pod will ever run again.
 //!
-//! Pure functions over `k8s_openapi`'s `Pod` (the watch's objects), so they
-//! are unit-tested without an API server.
+//! Pure functions over the pod as the agent's watch stores it
+//! ([`StoredPod`]), so they are unit-tested without an API server.
 
 use super::RepairMode;
+pub use super::stored::StoredPod;
 use crate::config::mesh::Mesh;
 use crate::pod::k8s::{self, Meshing};
-use k8s_openapi::api::core::v1::{ContainerState, ContainerStatus, Pod};
 use kube::runtime::watcher;
 
 /// A mesh's validator: the init container its injector adds in CNI mode to
@@ -76,7 +76,7 @@ pub fn named<K: kube::Resource>(ev: &watcher::Event<K>, namespaced: bool) -> boo
 }
 
 /// `namespace/name` of a pod, for logs.
-pub fn label(pod: &Pod) -> String {
+pub fn label(pod: &StoredPod) -> String {
     format!(
         "{}/{}",
         pod.metadata.namespace.as_deref().unwrap_or(""),
@@ -88,39 +88,23 @@ pub fn label(pod: &Pod) -> String {
 /// [`k8s::PodInfo::meshing_for`]) select this pod; pods in the host network
 /// never get a CNI ADD and are never meshed by meshnft. Namespace
 /// annotations do not take part in the decision, so none are needed here.
-pub fn meshing(pod: &Pod, mesh: Mesh) -> Meshing {
-    if pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.host_network)
-        .unwrap_or(false)
-    {
+pub fn meshing(pod: &StoredPod, mesh: Mesh) -> Meshing {
+    if pod.host_network {
         return Meshing::NotMeshed("host network".into());
     }
-    pod_info(pod, Default::default()).meshing_for(mesh)
+    pod.info.meshing_for(mesh)
 }
 
 /// The pod as the plugin reads it from the API ([`k8s::doc::pod_info`]:
-/// one set of rules for both), from the agent's watched object and its
-/// namespace's annotations.
+/// one set of rules for both, read from the same JSON when the pod was
+/// stored) with its namespace's annotations.
 pub fn pod_info(
-    pod: &Pod,
+    pod: &StoredPod,
     namespace_annotations: std::collections::BTreeMap<String, String>,
 ) -> k8s::PodInfo {
-    let from_json = serde_json::to_value(pod)
-        .map_err(|e| e.to_string())
-        .and_then(|v| {
-            k8s::doc::pod_info_from_json(v, namespace_annotations.clone(), k8s::PodSource::Api)
-                .map_err(|e| e.to_string())
-        });
-    from_json.unwrap_or_else(|e| {
-        // Cannot happen with a decoded Pod; never guess a pod's containers.
-        tracing::warn!("agent: cannot read the watched pod as the plugin does: {e}");
-        let mut info =
-            k8s::PodInfo::from_annotations(pod.metadata.annotations.clone().unwrap_or_default());
-        info.namespace_annotations = namespace_annotations;
-        info
-    })
+    let mut info = pod.info.clone();
+    info.namespace_annotations = namespace_annotations;
+    info
 }
 
 /// The `kubernetes` service's ports, read as the plugin reads them
@@ -135,12 +119,12 @@ pub fn service_ports(svc: &k8s_openapi::api::core::v1::Service) -> Option<Vec<u1
 /// The pod is going away or is done: nothing to repair (no container of a
 /// `Succeeded` or `Failed` pod runs again; [`failed_for_lack_of_redirect`]
 /// tells which failed ones to report).
-pub fn finished(pod: &Pod) -> bool {
+pub fn finished(pod: &StoredPod) -> bool {
     pod.metadata.deletion_timestamp.is_some() || phase_is(pod, &["Succeeded", "Failed"])
 }
 
 /// The pod is in phase `Failed` (final: none of its containers runs again).
-pub fn failed(pod: &Pod) -> bool {
+pub fn failed(pod: &StoredPod) -> bool {
     phase_is(pod, &["Failed"])
 }
 
@@ -153,17 +137,14 @@ pub fn failed(pod: &Pod) -> bool {
 /// does after this check would end in nothing for them, whatever the pod's
 /// meshing, so they stop before [`meshing`] reads the whole pod as the
 /// plugin does (a serde round trip).
-pub fn passed_over(pod: &Pod, mode: RepairMode, verified: impl Fn(&str) -> bool) -> bool {
+pub fn passed_over(pod: &StoredPod, mode: RepairMode, verified: impl Fn(&str) -> bool) -> bool {
     mode != RepairMode::Delete
         && !failed(pod)
         && (!sandbox_up(pod) || pod.metadata.uid.as_deref().is_some_and(verified))
 }
 
-fn phase_is(pod: &Pod, phases: &[&str]) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.phase.as_deref())
-        .is_some_and(|p| phases.contains(&p))
+fn phase_is(pod: &StoredPod, phases: &[&str]) -> bool {
+    pod.phase.as_deref().is_some_and(|p| phases.contains(&p))
 }
 
 /// A pod in the `Failed` phase (not being deleted) whose mesh validator
@@ -171,39 +152,15 @@ fn phase_is(pod: &Pod, phases: &[&str]) -> bool {
 /// validator said so, and it will never run again (phase `Failed` is final:
 /// `restartPolicy: Never`, or a failed init container under it). No table
 /// written now would reach a running container; the agent reports it.
-pub fn failed_for_lack_of_redirect(pod: &Pod, mesh: Mesh) -> bool {
+pub fn failed_for_lack_of_redirect(pod: &StoredPod, mesh: Mesh) -> bool {
     pod.metadata.deletion_timestamp.is_none() && failed(pod) && validator_failed(pod, mesh)
-}
-
-fn statuses(pod: &Pod) -> impl Iterator<Item = (&ContainerStatus, bool)> {
-    let st = pod.status.as_ref();
-    let init = st
-        .and_then(|s| s.init_container_statuses.as_ref())
-        .into_iter()
-        .flatten()
-        .map(|c| (c, true));
-    let regular = st
-        .and_then(|s| s.container_statuses.as_ref())
-        .into_iter()
-        .flatten()
-        .map(|c| (c, false));
-    init.chain(regular)
-}
-
-fn ran(state: Option<&ContainerState>) -> bool {
-    state.is_some_and(|s| s.running.is_some() || s.terminated.is_some())
-}
-
-/// Has this container run at all (running now, finished, or restarted)?
-fn has_run(c: &ContainerStatus) -> bool {
-    ran(c.state.as_ref()) || ran(c.last_state.as_ref()) || c.restart_count > 0
 }
 
 /// Has any container of the pod run? Only then is the pod's sandbox (and
 /// with it the CNI ADD that would have written the table) certainly done,
 /// so a missing table is a gap and not an ADD in progress.
-pub fn sandbox_up(pod: &Pod) -> bool {
-    statuses(pod).any(|(c, _)| has_run(c))
+pub fn sandbox_up(pod: &StoredPod) -> bool {
+    pod.containers.iter().any(|c| c.has_run)
 }
 
 /// Whether a table written now must have the init phase closed, and why.
@@ -215,41 +172,34 @@ pub fn sandbox_up(pod: &Pod) -> bool {
 /// (docs/design.md#4-after-it-for-good) want everything redirected. Open
 /// otherwise: the pod is still in its init containers and they must reach
 /// the network directly.
-pub fn phase_closed(pod: &Pod, mesh: Mesh) -> Option<&'static str> {
+pub fn phase_closed(pod: &StoredPod, mesh: Mesh) -> Option<&'static str> {
     let proxy = mesh.module().proxy_container();
-    for (c, init) in statuses(pod) {
-        if c.name == proxy && has_run(c) {
+    for c in &pod.containers {
+        if c.name == proxy && c.has_run {
             return Some("the proxy container has started");
         }
-        if !init && has_run(c) {
+        if !c.init && c.has_run {
             return Some("the pod's containers are running");
         }
     }
-    let initialized = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .into_iter()
-        .flatten()
-        .any(|c| c.type_ == "Initialized" && c.status == "True");
-    initialized.then_some("all init containers have completed")
+    pod.initialized
+        .then_some("all init containers have completed")
 }
 
 /// The mesh's validator init container ([`validator`]) terminated with its
 /// failure code, in its current state (a pod that will not restart it) or
 /// its last one (a pod that restarts it): the pod came up without
 /// redirection.
-pub fn validator_failed(pod: &Pod, mesh: Mesh) -> bool {
+pub fn validator_failed(pod: &StoredPod, mesh: Mesh) -> bool {
     let v = validator(mesh);
-    let code = |s: Option<&ContainerState>| {
-        s.and_then(|s| s.terminated.as_ref())
-            .is_some_and(|t| match v.failed_code {
-                Some(c) => t.exit_code == c,
-                None => t.exit_code != 0,
-            })
+    let failed = |code: Option<i32>| {
+        code.is_some_and(|c| match v.failed_code {
+            Some(f) => c == f,
+            None => c != 0,
+        })
     };
-    statuses(pod).any(|(c, init)| {
-        init && c.name == v.container && (code(c.state.as_ref()) || code(c.last_state.as_ref()))
+    pod.containers.iter().any(|c| {
+        c.init && c.name == v.container && (failed(c.exit_code) || failed(c.last_exit_code))
     })
 }
 
@@ -257,9 +207,14 @@ pub fn validator_failed(pod: &Pod, mesh: Mesh) -> bool {
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{
-        Container, ContainerStateRunning, ContainerStateTerminated, PodCondition, PodSpec,
-        PodStatus,
+        Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
+        ContainerStatus, Pod, PodCondition, PodSpec, PodStatus,
     };
+
+    /// The pod as the agent's watch stores it.
+    fn st(p: &Pod) -> StoredPod {
+        StoredPod::from_pod(p.clone())
+    }
 
     fn pod(init: &[(&str, Option<&str>)], containers: &[&str]) -> Pod {
         Pod {
@@ -306,21 +261,24 @@ mod tests {
         let (none, all) = (|_: &str| false, |_: &str| true);
         let mut starting = pod(&[("linkerd-proxy", Some("Always"))], &["app"]);
         starting.metadata.uid = Some("u".into());
-        assert!(passed_over(&starting, RepairMode::InPlace, none));
-        assert!(!passed_over(&starting, RepairMode::Delete, none));
+        assert!(passed_over(&st(&starting), RepairMode::InPlace, none));
+        assert!(!passed_over(&st(&starting), RepairMode::Delete, none));
         let mut up = starting.clone();
         up.status.as_mut().unwrap().init_container_statuses = Some(vec![running("linkerd-proxy")]);
         assert!(
-            !passed_over(&up, RepairMode::InPlace, none),
+            !passed_over(&st(&up), RepairMode::InPlace, none),
             "not verified yet"
         );
-        assert!(passed_over(&up, RepairMode::InPlace, all));
-        assert!(passed_over(&up, RepairMode::Label, all));
-        assert!(!passed_over(&up, RepairMode::Delete, all));
+        assert!(passed_over(&st(&up), RepairMode::InPlace, all));
+        assert!(passed_over(&st(&up), RepairMode::Label, all));
+        assert!(!passed_over(&st(&up), RepairMode::Delete, all));
         let mut failed = up.clone();
         failed.status.as_mut().unwrap().phase = Some("Failed".into());
-        assert!(!passed_over(&failed, RepairMode::InPlace, all), "Failed");
-        assert!(!passed_over(&failed, RepairMode::Off, all), "Failed");
+        assert!(
+            !passed_over(&st(&failed), RepairMode::InPlace, all),
+            "Failed"
+        );
+        assert!(!passed_over(&st(&failed), RepairMode::Off, all), "Failed");
     }
 
     fn exited(name: &str, code: i32, last: bool) -> ContainerStatus {
@@ -374,11 +332,14 @@ mod tests {
     #[test]
     fn meshed_and_host_network() {
         let mut p = pod(&[], &["app", k8s::PROXY_CONTAINER]);
-        assert_eq!(meshing(&p, Mesh::Linkerd), Meshing::Meshed);
+        assert_eq!(meshing(&st(&p), Mesh::Linkerd), Meshing::Meshed);
         p.spec.as_mut().unwrap().host_network = Some(true);
-        assert!(matches!(meshing(&p, Mesh::Linkerd), Meshing::NotMeshed(_)));
         assert!(matches!(
-            meshing(&pod(&[], &["app"]), Mesh::Linkerd),
+            meshing(&st(&p), Mesh::Linkerd),
+            Meshing::NotMeshed(_)
+        ));
+        assert!(matches!(
+            meshing(&st(&pod(&[], &["app"])), Mesh::Linkerd),
             Meshing::NotMeshed(_)
         ));
     }
@@ -386,15 +347,15 @@ mod tests {
     #[test]
     fn phase_follows_the_pod_status() {
         let mut p = pod(&[("init", None)], &["app", k8s::PROXY_CONTAINER]);
-        assert!(!sandbox_up(&p));
-        assert_eq!(phase_closed(&p, Mesh::Linkerd), None);
+        assert!(!sandbox_up(&st(&p)));
+        assert_eq!(phase_closed(&st(&p), Mesh::Linkerd), None);
         // In its init container: open.
         p.status.as_mut().unwrap().init_container_statuses = Some(vec![running("init")]);
-        assert!(sandbox_up(&p));
-        assert_eq!(phase_closed(&p, Mesh::Linkerd), None);
+        assert!(sandbox_up(&st(&p)));
+        assert_eq!(phase_closed(&st(&p), Mesh::Linkerd), None);
         // Init done, containers running: closed.
         p.status.as_mut().unwrap().container_statuses = Some(vec![running("app")]);
-        assert!(phase_closed(&p, Mesh::Linkerd).is_some());
+        assert!(phase_closed(&st(&p), Mesh::Linkerd).is_some());
         // Initialized alone closes it too.
         p.status.as_mut().unwrap().container_statuses = None;
         p.status.as_mut().unwrap().conditions = Some(vec![PodCondition {
@@ -402,7 +363,7 @@ mod tests {
             status: "True".into(),
             ..Default::default()
         }]);
-        assert!(phase_closed(&p, Mesh::Linkerd).is_some());
+        assert!(phase_closed(&st(&p), Mesh::Linkerd).is_some());
         // A native sidecar proxy that started closes it while later init
         // containers run (docs/design.md#6-native-sidecars).
         let mut n = pod(
@@ -412,7 +373,7 @@ mod tests {
         n.status.as_mut().unwrap().init_container_statuses =
             Some(vec![running(k8s::PROXY_CONTAINER), running("later")]);
         assert_eq!(
-            phase_closed(&n, Mesh::Linkerd),
+            phase_closed(&st(&n), Mesh::Linkerd),
             Some("the proxy container has started")
         );
     }
@@ -422,15 +383,15 @@ mod tests {
         let l = Mesh::Linkerd;
         let v = validator(l).container;
         let mut p = pod(&[(v, None)], &["app", k8s::PROXY_CONTAINER]);
-        assert!(!validator_failed(&p, l));
+        assert!(!validator_failed(&st(&p), l));
         for last in [false, true] {
             p.status.as_mut().unwrap().init_container_statuses = Some(vec![exited(v, 95, last)]);
-            assert!(validator_failed(&p, l));
+            assert!(validator_failed(&st(&p), l));
         }
         p.status.as_mut().unwrap().init_container_statuses = Some(vec![exited(v, 1, true)]);
-        assert!(!validator_failed(&p, l));
+        assert!(!validator_failed(&st(&p), l));
         p.status.as_mut().unwrap().init_container_statuses = Some(vec![exited("other", 95, true)]);
-        assert!(!validator_failed(&p, l));
+        assert!(!validator_failed(&st(&p), l));
     }
 
     #[test]
@@ -440,18 +401,18 @@ mod tests {
         for (code, failed) in [(126, true), (1, false), (0, false)] {
             p.status.as_mut().unwrap().init_container_statuses =
                 Some(vec![exited("istio-validation", code, false)]);
-            assert_eq!(validator_failed(&p, i), failed, "{code}");
+            assert_eq!(validator_failed(&st(&p), i), failed, "{code}");
         }
         // Linkerd's validator name means nothing to an Istio entry.
         p.status.as_mut().unwrap().init_container_statuses =
             Some(vec![exited("linkerd-network-validator", 95, false)]);
-        assert!(!validator_failed(&p, i));
+        assert!(!validator_failed(&st(&p), i));
         let k = Mesh::Kuma;
         let mut q = pod(&[("kuma-validation", None)], &["kuma-sidecar", "app"]);
         for (code, failed) in [(1, true), (2, true), (0, false)] {
             q.status.as_mut().unwrap().init_container_statuses =
                 Some(vec![exited("kuma-validation", code, true)]);
-            assert_eq!(validator_failed(&q, k), failed, "{code}");
+            assert_eq!(validator_failed(&st(&q), k), failed, "{code}");
         }
     }
 
@@ -461,20 +422,20 @@ mod tests {
         let mut p = pod(&[("istio-validation", None)], &["app", "istio-proxy"]);
         p.status.as_mut().unwrap().init_container_statuses =
             Some(vec![exited("istio-validation", 126, false)]);
-        assert!(!finished(&p) && !failed_for_lack_of_redirect(&p, i));
+        assert!(!finished(&st(&p)) && !failed_for_lack_of_redirect(&st(&p), i));
         p.status.as_mut().unwrap().phase = Some("Failed".into());
-        assert!(finished(&p) && failed_for_lack_of_redirect(&p, i));
-        assert!(!failed_for_lack_of_redirect(&p, Mesh::Kuma));
+        assert!(finished(&st(&p)) && failed_for_lack_of_redirect(&st(&p), i));
+        assert!(!failed_for_lack_of_redirect(&st(&p), Mesh::Kuma));
         // Failed for another reason: finished, not reported.
         p.status.as_mut().unwrap().init_container_statuses =
             Some(vec![exited("istio-validation", 0, false)]);
-        assert!(finished(&p) && !failed_for_lack_of_redirect(&p, i));
+        assert!(finished(&st(&p)) && !failed_for_lack_of_redirect(&st(&p), i));
         // Being deleted: not reported.
         p.status.as_mut().unwrap().init_container_statuses =
             Some(vec![exited("istio-validation", 126, false)]);
         p.metadata.deletion_timestamp =
             Some(serde_json::from_value(serde_json::json!("2026-01-01T00:00:00Z")).unwrap());
-        assert!(!failed_for_lack_of_redirect(&p, i));
+        assert!(!failed_for_lack_of_redirect(&st(&p), i));
     }
 
     #[test]
@@ -488,7 +449,7 @@ mod tests {
             n.status.as_mut().unwrap().init_container_statuses =
                 Some(vec![running(proxy), running("later")]);
             assert_eq!(
-                phase_closed(&n, mesh),
+                phase_closed(&st(&n), mesh),
                 Some("the proxy container has started"),
                 "{mesh}"
             );
@@ -497,7 +458,124 @@ mod tests {
             } else {
                 Mesh::Kuma
             };
-            assert_eq!(phase_closed(&n, other), None, "{mesh}");
+            assert_eq!(phase_closed(&st(&n), other), None, "{mesh}");
+        }
+    }
+
+    /// A pod as the API server sends it, with what a real one carries
+    /// beside what the agent reads: managed fields, volumes, probes,
+    /// resources, env from references, images, IPs, condition times.
+    fn whole_pod(phase: &str, validator_code: i32) -> serde_json::Value {
+        serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {
+                "name": "web-0", "namespace": "shop", "uid": "0f3c6a8e-1d1b-4c57-9a4b-2b6c1c8b9d11",
+                "resourceVersion": "4711", "generation": 1,
+                "creationTimestamp": "2026-12-05T10:00:00Z",
+                "labels": {"app": "web"},
+                "annotations": {"linkerd.io/inject": "enabled", "config.linkerd.io/skip-outbound-ports": "4222"},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-7d9", "uid": "1", "controller": true}],
+                "managedFields": [{"manager": "kube-controller-manager", "operation": "Update", "apiVersion": "v1",
+                    "fieldsType": "FieldsV1", "fieldsV1": {"f:metadata": {"f:labels": {".": {}, "f:app": {}}},
+                    "f:spec": {"f:containers": {"k:{\"name\":\"web\"}": {".": {}, "f:image": {}}}}}}]
+            },
+            "spec": {
+                "nodeName": "node-1", "restartPolicy": "Always", "serviceAccountName": "web",
+                "volumes": [{"name": "token", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}}],
+                "tolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"}],
+                "initContainers": [
+                    {"name": "linkerd-network-validator", "image": "cr.l5d.io/linkerd/proxy:edge",
+                     "args": ["--log-format", "plain"], "securityContext": {"runAsUser": 65534, "runAsGroup": 65534, "readOnlyRootFilesystem": true}},
+                    {"name": "linkerd-proxy", "image": "cr.l5d.io/linkerd/proxy:edge", "restartPolicy": "Always",
+                     "env": [{"name": "LINKERD2_PROXY_INBOUND_PORTS", "value": "8080"},
+                             {"name": "_pod_ns", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}],
+                     "securityContext": {"runAsUser": 2102, "allowPrivilegeEscalation": false},
+                     "readinessProbe": {"httpGet": {"path": "/ready", "port": 4191}},
+                     "resources": {"requests": {"cpu": "100m"}},
+                     "volumeMounts": [{"name": "token", "mountPath": "/var/run/secrets"}]}
+                ],
+                "containers": [{"name": "web", "image": "web:1", "ports": [{"containerPort": 8080}],
+                                "env": [{"name": "MODE", "value": "prod"}]}]
+            },
+            "status": {
+                "phase": phase, "podIP": "198.18.0.5", "podIPs": [{"ip": "198.18.0.5"}], "hostIP": "198.18.0.1",
+                "qosClass": "Burstable", "startTime": "2026-12-05T10:00:01Z",
+                "conditions": [{"type": "Initialized", "status": "True", "lastTransitionTime": "2026-12-05T10:00:03Z"}],
+                "initContainerStatuses": [
+                    {"name": "linkerd-network-validator", "image": "cr.l5d.io/linkerd/proxy:edge", "imageID": "sha256:1",
+                     "containerID": "containerd://1", "ready": false, "restartCount": 0,
+                     "state": {"terminated": {"exitCode": validator_code, "reason": "Completed", "containerID": "containerd://1"}}},
+                    {"name": "linkerd-proxy", "image": "cr.l5d.io/linkerd/proxy:edge", "imageID": "sha256:1",
+                     "containerID": "containerd://2", "ready": true, "started": true, "restartCount": 1,
+                     "state": {"running": {"startedAt": "2026-12-05T10:00:02Z"}}}
+                ],
+                "containerStatuses": [{"name": "web", "image": "web:1", "imageID": "sha256:2", "ready": true,
+                     "restartCount": 0, "state": {"waiting": {"reason": "PodInitializing"}}}]
+            }
+        })
+    }
+
+    /// The pod the watch stores (decoded from the API server's JSON)
+    /// answers as the whole object does: the plugin's own reading of the
+    /// same JSON, the typed pod's, and the decisions its statuses call for.
+    #[test]
+    fn the_stored_pod_answers_as_the_whole_one() {
+        for (phase, code) in [
+            ("Running", 0),
+            ("Failed", 95),
+            ("Failed", 1),
+            ("Pending", 1),
+        ] {
+            let json = whole_pod(phase, code);
+            let stored: StoredPod = serde_json::from_value(json.clone()).expect("a stored pod");
+            let typed: Pod = serde_json::from_value(json.clone()).expect("a pod");
+            assert_eq!(
+                stored,
+                StoredPod::from_pod(typed),
+                "{phase}: the two readings"
+            );
+            let ns = std::collections::BTreeMap::from([("a".into(), "b".into())]);
+            let doc: k8s::doc::PodDoc = serde_json::from_value(json).expect("a PodDoc");
+            assert_eq!(
+                pod_info(&stored, ns.clone()),
+                k8s::doc::pod_info(&doc, ns, k8s::PodSource::Api),
+                "{phase}: the plugin's reading"
+            );
+            assert_eq!(label(&stored), "shop/web-0");
+            assert_eq!(
+                stored.info.labels.get("app").map(String::as_str),
+                Some("web")
+            );
+            assert_eq!(
+                stored.info.init_containers[1].env.len(),
+                1,
+                "literal env only"
+            );
+            assert_eq!(
+                stored.metadata.uid.as_deref(),
+                Some("0f3c6a8e-1d1b-4c57-9a4b-2b6c1c8b9d11")
+            );
+            assert_eq!(stored.metadata.resource_version.as_deref(), Some("4711"));
+            assert!(
+                stored.metadata.managed_fields.is_none() && stored.metadata.annotations.is_none()
+            );
+            assert_eq!(meshing(&stored, Mesh::Linkerd), Meshing::Meshed);
+            assert!(sandbox_up(&stored), "the proxy restarted once and runs");
+            assert_eq!(
+                phase_closed(&stored, Mesh::Linkerd),
+                Some("the proxy container has started")
+            );
+            assert_eq!(
+                phase_closed(&stored, Mesh::Istio),
+                Some("all init containers have completed")
+            );
+            assert_eq!(finished(&stored), phase == "Failed");
+            assert_eq!(validator_failed(&stored, Mesh::Linkerd), code == 95);
+            assert!(!validator_failed(&stored, Mesh::Kuma));
+            assert_eq!(
+                failed_for_lack_of_redirect(&stored, Mesh::Linkerd),
+                phase == "Failed" && code == 95
+            );
         }
     }
 }

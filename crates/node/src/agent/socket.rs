@@ -12,9 +12,10 @@
 //!   recreated under the same name) is waited for, up to the agent's
 //!   `--agent-pod-wait-seconds`, then answered `unknown`.
 
+use super::namespaces::Namespaces;
 use super::pods;
+use super::pods::StoredPod;
 use crate::pod::k8s::agent::{Answer, MAX_REQUEST, Request};
-use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::runtime::reflector::{ObjectRef, Store};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -26,14 +27,14 @@ use tokio::sync::Notify;
 /// How long a peer may take to send its request.
 pub const READ_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// What the answers come from: the agent's watches of its node's pods and
-/// of the namespaces, and a signal each time either changed.
+/// What the answers come from: the agent's watch of its node's pods, a
+/// signal each time it changed, and the pods' namespaces read on demand.
 pub struct Cache {
     /// The node's pods (the pod watch's store).
-    pub pods: Store<Pod>,
-    /// Every namespace (annotations).
-    pub namespaces: Store<Namespace>,
-    /// Notified on every change of either store.
+    pub pods: Store<StoredPod>,
+    /// The pods' namespaces (their annotations).
+    pub namespaces: Arc<Namespaces>,
+    /// Notified on every change of the pods' store.
     pub changed: Arc<Notify>,
     /// How long to wait for a pod the watch has not delivered.
     pub wait: Duration,
@@ -184,15 +185,16 @@ pub async fn lookup(cache: &Cache, req: &Request) -> Answer {
     a
 }
 
-/// The answer for `req` once the stores have it, or `unknown` at
-/// `deadline`; `true` when it was not there at once.
+/// The answer for `req` once the pod store has its pod, or `unknown` at
+/// `deadline` (or when its namespace cannot be read); `true` when it was
+/// not there at once.
 async fn wait_for(cache: &Cache, req: &Request, deadline: tokio::time::Instant) -> (Answer, bool) {
     let mut waited = false;
-    loop {
+    let pod = loop {
         // Registered before looking, so a change in between is not missed.
         let changed = cache.changed.notified();
         match find(cache, req) {
-            Ok(a) => return (a, waited),
+            Ok(p) => break p,
             Err(why) => {
                 waited = true;
                 if tokio::time::timeout_at(deadline, changed).await.is_err() {
@@ -203,12 +205,28 @@ async fn wait_for(cache: &Cache, req: &Request, deadline: tokio::time::Instant) 
                 }
             }
         }
+    };
+    let ns = match cache.namespaces.annotations(&req.namespace).await {
+        Ok(a) => a,
+        Err(why) => return (Answer::Unknown(why), waited),
+    };
+    let info = pods::pod_info(&pod, (*ns).clone());
+    if info.is_control_plane() {
+        // Its skipped ports come from the `kubernetes` service: the plugin reads it.
+        return (
+            Answer::Unknown(
+                "a Linkerd control-plane pod (the kubernetes service's ports are read from the API)"
+                    .into(),
+            ),
+            waited,
+        );
     }
+    (Answer::Pod(Box::new(info)), waited)
 }
 
-/// The answer from the stores as they are; `Err` says what is missing.
-fn find(cache: &Cache, req: &Request) -> Result<Answer, String> {
-    let key = ObjectRef::<Pod>::new(&req.name).within(&req.namespace);
+/// The pod of `req` from the store as it is; `Err` says what is missing.
+fn find(cache: &Cache, req: &Request) -> Result<Arc<StoredPod>, String> {
+    let key = ObjectRef::<StoredPod>::new(&req.name).within(&req.namespace);
     let pod = cache
         .pods
         .get(&key)
@@ -221,17 +239,5 @@ fn find(cache: &Cache, req: &Request) -> Result<Answer, String> {
             pod.metadata.uid
         ));
     }
-    let ns = cache
-        .namespaces
-        .get(&ObjectRef::<Namespace>::new(&req.namespace))
-        .ok_or_else(|| format!("namespace {} not in the watch", req.namespace))?;
-    let info = pods::pod_info(&pod, ns.metadata.annotations.clone().unwrap_or_default());
-    if info.is_control_plane() {
-        // Its skipped ports come from the `kubernetes` service: the plugin reads it.
-        return Ok(Answer::Unknown(
-            "a Linkerd control-plane pod (the kubernetes service's ports are read from the API)"
-                .into(),
-        ));
-    }
-    Ok(Answer::Pod(Box::new(info)))
+    Ok(pod)
 }

@@ -2,17 +2,18 @@
 //! network namespace, as CHECK would), and what the repair mode does when
 //! it is not (rewrite it in place, label the pod, delete it, or report it).
 
+use super::namespaces::Namespaces;
 use super::pods;
+use super::pods::StoredPod;
 use super::repair::{Gap, Host, Report};
 use super::run::{Ctx, entry_settings, timed};
 use super::{AgentError, RepairMode};
 use crate::config::Settings;
 use crate::config::mesh::Mesh;
 use crate::pod::k8s::Meshing;
-use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
+use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::events::{Event, EventType, Recorder};
-use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, Resource};
 use serde_json::json;
 use std::collections::HashSet;
@@ -25,10 +26,8 @@ pub(super) struct Worker {
     pub(super) host: Arc<Host>,
     pub(super) client: Client,
     pub(super) recorder: Recorder,
-    /// The namespace watch's store, when the agent answers the plugin (it
-    /// keeps one for the lookups): a pod's namespace annotations are read
-    /// there rather than asked of the API server for every pod.
-    pub(super) namespaces: Option<Store<Namespace>>,
+    /// The pods' namespaces, read on demand (shared with the lookups).
+    pub(super) namespaces: Arc<Namespaces>,
     /// UIDs of pods whose table was found right (or dealt with) since the
     /// last full pass: their status updates are not rechecked.
     pub(super) verified: HashSet<String>,
@@ -38,7 +37,7 @@ pub(super) struct Worker {
 }
 
 impl Worker {
-    async fn event(&self, pod: &Pod, reason: &'static str, action: &str, note: String) {
+    async fn event(&self, pod: &StoredPod, reason: &'static str, action: &str, note: String) {
         let ev = Event {
             type_: EventType::Normal,
             reason: reason.into(),
@@ -67,7 +66,7 @@ impl Worker {
         }
     }
 
-    async fn delete(&self, pod: &Pod, why: &str) -> Result<(), AgentError> {
+    async fn delete(&self, pod: &StoredPod, why: &str) -> Result<(), AgentError> {
         let (ns, name) = (
             pod.metadata.namespace.clone().unwrap_or_default(),
             pod.metadata.name.clone().unwrap_or_default(),
@@ -100,13 +99,12 @@ impl Worker {
         Ok(())
     }
 
-    async fn label(&self, pod: &Pod, why: &str) -> Result<(), AgentError> {
+    async fn label(&self, pod: &StoredPod, why: &str) -> Result<(), AgentError> {
         if pod
-            .metadata
+            .info
             .labels
-            .as_ref()
-            .and_then(|l| l.get(super::UNINITIALIZED_LABEL))
-            == Some(&"true".to_string())
+            .get(super::UNINITIALIZED_LABEL)
+            .is_some_and(|v| v == "true")
         {
             return Ok(());
         }
@@ -149,9 +147,9 @@ impl Worker {
     /// The pod's effective settings: the entry's, with its and its
     /// namespace's annotations applied (and the API server's ports for
     /// Linkerd control-plane pods), exactly as ADD computes them. The
-    /// namespace comes from the namespace watch when it has it (the data
-    /// the plugin's lookups were answered from), else from the API server.
-    async fn settings(&self, pod: &Pod) -> Result<Settings, AgentError> {
+    /// namespace's annotations are read as the plugin's lookups read them
+    /// ([`Namespaces::annotations`]).
+    async fn settings(&self, pod: &StoredPod) -> Result<Settings, AgentError> {
         let (_, base) = entry_settings(&self.ctx.install).map_err(|e| {
             AgentError::Cni(crate::error::Error::new(
                 crate::error::Code::InvalidConfig,
@@ -159,21 +157,12 @@ impl Worker {
             ))
         })?;
         let ns = pod.metadata.namespace.clone().unwrap_or_default();
-        let watched = self
+        let annotations = self
             .namespaces
-            .as_ref()
-            .and_then(|s| s.get(&ObjectRef::<Namespace>::new(&ns)));
-        let annotations = match watched {
-            Some(n) => n.metadata.annotations.clone(),
-            None => {
-                let nsapi: Api<Namespace> = Api::all(self.client.clone());
-                timed(format!("get namespace {ns}"), nsapi.get(&ns))
-                    .await?
-                    .metadata
-                    .annotations
-            }
-        };
-        let mut info = pods::pod_info(pod, annotations.unwrap_or_default());
+            .annotations(&ns)
+            .await
+            .map_err(AgentError::Namespace)?;
+        let mut info = pods::pod_info(pod, (*annotations).clone());
         if info.is_control_plane() {
             let svc: Api<Service> = Api::namespaced(self.client.clone(), "default");
             match timed("get service default/kubernetes", svc.get("kubernetes")).await {
@@ -194,7 +183,7 @@ impl Worker {
     /// `meshnft_pods_without_table_total{state="failed"}`, an Event
     /// `MeshnftNotConfigured` saying to recreate it (every mode but `off`),
     /// and in mode `label` the label too.
-    async fn report_failed(&mut self, pod: &Pod, mesh: Mesh) -> Result<(), AgentError> {
+    async fn report_failed(&mut self, pod: &StoredPod, mesh: Mesh) -> Result<(), AgentError> {
         let Some(uid) = pod.metadata.uid.clone() else {
             return Ok(());
         };
@@ -226,7 +215,7 @@ impl Worker {
     }
 
     /// Checks `pod` (of the entry's `mesh`) and acts on what it finds.
-    pub(super) async fn process(&mut self, pod: &Pod, mesh: Mesh) -> Result<(), AgentError> {
+    pub(super) async fn process(&mut self, pod: &StoredPod, mesh: Mesh) -> Result<(), AgentError> {
         let mode = self.ctx.agent.repair_mode;
         let verified = |uid: &str| self.verified.contains(uid);
         if pods::passed_over(pod, mode, verified) {
@@ -325,7 +314,7 @@ impl Worker {
     /// pass.
     async fn on_gap(
         &mut self,
-        pod: &Pod,
+        pod: &StoredPod,
         mesh: Mesh,
         label: &str,
         report: Report,
