@@ -35,27 +35,6 @@ pub(crate) use meshnft_plugin::{cni, config, error, logging, nft, pod, safefs, s
 /// A unit struct: its one value is `meshnft_node::Allocator`.
 pub use mimalloc::MiMalloc as Allocator;
 
-unsafe extern "C" {
-    /// mimalloc's `mi_collect(bool force)` (mimalloc.h; compiled into every
-    /// binary that links the `mimalloc` crate): frees what the calling
-    /// thread's heap holds and no longer uses, and gives its free pages
-    /// back to the system.
-    fn mi_collect(force: bool);
-}
-
-/// Gives the memory the allocator keeps after a burst back to the system:
-/// the node agent calls it after each complete list of its pod watch,
-/// whose answer (the node's pods, whole, as one JSON body) is the agent's
-/// largest allocation by far and is freed at once (without it, a node of
-/// 250 pods kept about 3 MiB more; docs/benchmarks.md#at-cluster-scale).
-/// Harmless where mimalloc is not the global allocator (tests): its own
-/// heap is then empty.
-pub fn release_free_memory() {
-    // SAFETY: mi_collect takes no pointers and may be called on any
-    // thread at any time (mimalloc.h).
-    unsafe { mi_collect(true) }
-}
-
 /// `meshnft-node`'s command line.
 #[derive(Debug, clap::Parser)]
 #[command(name = "meshnft-node", version, about, long_about = None)]

@@ -167,7 +167,7 @@ impl ListTimer {
                         .set(self.agent_started.elapsed().as_secs_f64());
                 }
                 // The list's answer is freed by now.
-                crate::release_free_memory();
+                super::release_free_memory();
             }
             _ => {}
         }
