@@ -33,7 +33,7 @@
 //! `read_pod` (the mesh is the entry's, switched through the ConfigMap in about a minute per
 //! mesh, as the soak does), so the count does not depend on the mesh.
 
-use super::faults::{DeadSocket, Frozen, LABEL, agent_pid, node_nft, pods, verdict};
+use super::faults::{Cut, DeadSocket, Frozen, LABEL, agent_pid, pods, verdict};
 use super::soak::soak_pod;
 use super::*;
 use std::collections::BTreeMap;
@@ -326,9 +326,9 @@ enum Outage {
     Stopped,
     /// Unreachable on the plugin's path: every packet to or from the `kubernetes` service's
     /// address (198.19.128.1:443, on the node's lo; the kubeconfig the installer writes for the
-    /// plugin names it, as in-cluster clients do) dropped ([`PathCut`]): connections time out.
+    /// plugin names it, as in-cluster clients do) dropped ([`path_cut`]): connections time out.
     /// Kubelet, which talks to the API server at the node's address, is not cut off: cutting
-    /// it off too (`faults::ApiCut`) holds the pods' first sync until its connection's health
+    /// it off too (`faults::api_cut`) holds the pods' first sync until its connection's health
     /// check gives up (about 45 s after the cut ends), so no ADD runs during the cut.
     Dropped,
 }
@@ -338,32 +338,16 @@ const SERVICE: (&str, &str) = ("198.19.128.1", "443");
 
 /// Every packet to or from [`SERVICE`] dropped in the node's network namespace; let through
 /// again when dropped.
-struct PathCut<'a>(&'a Node);
-
-const PATH_CUT_TABLE: &str = "meshnft_test_fallback_cut";
-
-impl<'a> PathCut<'a> {
-    fn new(node: &'a Node) -> PathCut<'a> {
-        let (ip, port) = SERVICE;
-        let rules = format!(
-            "add table inet {PATH_CUT_TABLE}; \
-             add chain inet {PATH_CUT_TABLE} input {{ type filter hook input priority -10; }}; \
-             add rule inet {PATH_CUT_TABLE} input ip daddr {ip} tcp dport {port} drop; \
-             add rule inet {PATH_CUT_TABLE} input ip saddr {ip} tcp sport {port} drop"
-        );
-        let out = node_nft(node, &[&rules]);
-        assert!(out.status.success(), "cut: {}", text(&out.stderr));
-        PathCut(node)
-    }
-}
-
-impl Drop for PathCut<'_> {
-    fn drop(&mut self) {
-        let out = node_nft(self.0, &["delete", "table", "inet", PATH_CUT_TABLE]);
-        if !out.status.success() {
-            eprintln!("removing the cut: {}", text(&out.stderr));
-        }
-    }
+fn path_cut(node: &Node) -> Cut<'_> {
+    let (ip, port) = SERVICE;
+    Cut::new(
+        node,
+        "meshnft_test_fallback_cut",
+        &[
+            &format!("ip daddr {ip} tcp dport {port}"),
+            &format!("ip saddr {ip} tcp sport {port}"),
+        ],
+    )
 }
 
 /// An away window (see the module docs): the pods of `group` created while the API server is
@@ -435,7 +419,7 @@ fn away_window(node: &Node, name: &'static str, group: &str, outage: Outage) -> 
                 stopped.back()
             }
             Outage::Dropped => {
-                let cut = PathCut::new(node);
+                let cut = path_cut(node);
                 drop(frozen);
                 std::thread::sleep(AWAY);
                 let at = now_micros();

@@ -1496,37 +1496,50 @@ pub(crate) fn fault_kill_agent(node: &Node) {
     kill_agent_and_wait_restart(node, pid);
 }
 
-/// Every TCP packet to or from port 443 dropped in the node's network namespace (every client
-/// of the API server is there: kubelet, the controllers, the agent, the plugin), for 30 s.
-pub(crate) struct ApiCut<'a>(&'a Node);
+/// Packets dropped in the node's network namespace by a table of the test's own (`table`, a
+/// base chain on input; one `drop` rule per match of `matches`), until dropped: the table is
+/// deleted then.
+pub(crate) struct Cut<'a> {
+    node: &'a Node,
+    table: &'static str,
+}
 
-const CUT_TABLE: &str = "meshnft_test_api_cut";
-
-impl<'a> ApiCut<'a> {
-    pub(crate) fn new(node: &'a Node) -> ApiCut<'a> {
-        let rules = format!(
-            "add table inet {CUT_TABLE}; \
-             add chain inet {CUT_TABLE} input {{ type filter hook input priority -10; }}; \
-             add rule inet {CUT_TABLE} input tcp dport 443 drop; \
-             add rule inet {CUT_TABLE} input tcp sport 443 drop"
+impl<'a> Cut<'a> {
+    pub(crate) fn new(node: &'a Node, table: &'static str, matches: &[&str]) -> Cut<'a> {
+        let mut rules = format!(
+            "add table inet {table}; \
+             add chain inet {table} input {{ type filter hook input priority -10; }}"
         );
+        for m in matches {
+            rules.push_str(&format!("; add rule inet {table} input {m} drop"));
+        }
         let out = node_nft(node, &[&rules]);
-        assert!(out.status.success(), "cut: {}", text(&out.stderr));
-        ApiCut(node)
+        assert!(out.status.success(), "cut {table}: {}", text(&out.stderr));
+        Cut { node, table }
     }
 }
 
-impl Drop for ApiCut<'_> {
+impl Drop for Cut<'_> {
     fn drop(&mut self) {
-        let out = node_nft(self.0, &["delete", "table", "inet", CUT_TABLE]);
+        let out = node_nft(self.node, &["delete", "table", "inet", self.table]);
         if !out.status.success() {
-            eprintln!("removing the API cut: {}", text(&out.stderr));
+            eprintln!("removing the cut {}: {}", self.table, text(&out.stderr));
         }
     }
 }
 
+/// Every TCP packet to or from port 443 dropped in the node's network namespace (every client
+/// of the API server is there: kubelet, the controllers, the agent, the plugin), for 30 s.
+pub(crate) fn api_cut(node: &Node) -> Cut<'_> {
+    Cut::new(
+        node,
+        "meshnft_test_api_cut",
+        &["tcp dport 443", "tcp sport 443"],
+    )
+}
+
 /// The test's nft in the node's network namespace.
-pub(crate) fn node_nft(node: &Node, args: &[&str]) -> Output {
+fn node_nft(node: &Node, args: &[&str]) -> Output {
     let holder = std::fs::read_to_string(node.dir.join("holder.pid")).expect("holder.pid");
     Command::new("nsenter")
         .args(["-t", holder.trim(), "-n", "--", support::nft_bin().as_str()])
@@ -1573,7 +1586,7 @@ fn fault_api_unreachable(node: &Node, group: &str, apply: &(dyn Fn() + Sync)) {
         }
         creator.join().expect("kubectl apply");
         std::thread::sleep(Duration::from_secs(1));
-        let cut = ApiCut::new(node);
+        let cut = api_cut(node);
         signal(agent, libc::SIGKILL);
         eprintln!(
             "  the API server cut off {:.1} s after the wave's creation began (containerd {})",

@@ -36,7 +36,7 @@
 //! the churn early; the final checks still run.
 
 use super::faults::{
-    ApiCut, Frozen, LABEL, agent_pid, churned, fault_kill_agent, fault_kill_installer_mid_rewrite,
+    Frozen, LABEL, agent_pid, api_cut, churned, fault_kill_agent, fault_kill_installer_mid_rewrite,
     fault_records_full, first_connection_app, pod_cgroups, pods, records_text, refused_in,
     stale_records, verdict_with, wait_agent_ready,
 };
@@ -394,7 +394,7 @@ fn fire(node: &Node, key: &str) {
         "containerd" => node_sh(node, &["restart", "containerd"]),
         "kubelet" => node_sh(node, &["restart", "kubelet"]),
         "api" => {
-            let _cut = ApiCut::new(node);
+            let _cut = api_cut(node);
             std::thread::sleep(Duration::from_secs(30));
         }
         "full" => fault_records_full(node),

@@ -84,9 +84,6 @@ pub fn node_watch(data: &[u8]) {
                 }
             }
         }
-        if let Ok(WatchEvent::Bookmark(b)) = serde_json::from_str::<WatchEvent<StoredPod>>(line) {
-            let _ = b.metadata.resource_version;
-        }
         let typed = match serde_json::from_str::<WatchEvent<Pod>>(line) {
             Ok(WatchEvent::Added(p) | WatchEvent::Modified(p) | WatchEvent::Deleted(p)) => Some(p),
             _ => None,
@@ -101,7 +98,12 @@ pub fn node_watch(data: &[u8]) {
                 same_pod(&p, typed);
                 watched_pod(&mut pods_store, p, true, object, &ns_annotations);
             }
-            Ok(WatchEvent::Bookmark(_) | WatchEvent::Error(_)) => {}
+            Ok(WatchEvent::Bookmark(b)) => {
+                let _ = b.metadata.resource_version;
+            }
+            Ok(WatchEvent::Error(s)) => {
+                let _ = s.is_failure();
+            }
             // What kube-client does with a line that is no event.
             Err(e) if !e.is_eof() => {
                 let _ = serde_json::from_str::<Status>(line);

@@ -122,7 +122,7 @@ fn named<K: kube::Resource>(
     }
 }
 
-/// Times the lists of one watch (`watch`: `pods`, `namespaces`) for the
+/// Times the lists of the pod watch (`watch`: its label, `pods`) for the
 /// metrics: each complete (re)list counted in `meshnft_watch_lists_total`
 /// and timed from its request (kube's `Init`) to its last object
 /// (`InitDone`) in `meshnft_watch_list_duration_seconds`; the first one
@@ -166,8 +166,6 @@ impl ListTimer {
                         .get_or_create(&label)
                         .set(self.agent_started.elapsed().as_secs_f64());
                 }
-                // The list's answer is freed by now.
-                super::release_free_memory();
             }
             _ => {}
         }
@@ -212,8 +210,12 @@ fn feed(
                     Change::Applied(ObjectRef::from_obj(&p))
                 }
                 Ok(watcher::Event::Delete(p)) => Change::Deleted(p.metadata.uid),
-                // A relist's store is swapped in at InitDone.
-                Ok(watcher::Event::InitDone) => Change::Listed,
+                // A relist's store is swapped in at InitDone; the list's
+                // answer is freed by now.
+                Ok(watcher::Event::InitDone) => {
+                    super::release_free_memory();
+                    Change::Listed
+                }
                 Ok(watcher::Event::Init) => continue,
                 Err(e) => Change::Failed(e),
             };

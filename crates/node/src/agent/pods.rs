@@ -135,8 +135,8 @@ pub fn failed(pod: &StoredPod) -> bool {
 /// `delete` (whose validator check comes before the sandbox's). Most of the
 /// watch's events are such a starting pod's status updates; what the loop
 /// does after this check would end in nothing for them, whatever the pod's
-/// meshing, so they stop before [`meshing`] reads the whole pod as the
-/// plugin does (a serde round trip).
+/// meshing, so they stop here, before the worker's checks (its API
+/// requests, reads of the pod's table).
 pub fn passed_over(pod: &StoredPod, mode: RepairMode, verified: impl Fn(&str) -> bool) -> bool {
     mode != RepairMode::Delete
         && !failed(pod)
