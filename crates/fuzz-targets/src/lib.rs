@@ -24,6 +24,7 @@ use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;
 use std::path::Path;
 
+pub mod json;
 pub mod model;
 pub use model::table_model;
 pub mod node;

@@ -17,6 +17,19 @@ pub enum PodSource {
     Api,
 }
 
+/// The `env` names meshnft's rules read of a container
+/// ([`crate::config::mesh`]: Istio's proxy), the only ones
+/// [`Container::env`] keeps. A meshed pod's proxy carries dozens of others
+/// (Linkerd's about 40, its trust anchor's PEM among them): kept, they
+/// were half of what the node agent stores a pod in and of its answer to
+/// the plugin (docs/benchmarks.md#the-agents-memory).
+pub const ENV_READ: &[&str] = &[
+    "DISABLE_ENVOY",
+    "INVALID_DROP",
+    "ISTIO_DUAL_STACK",
+    "ISTIO_META_DNS_CAPTURE",
+];
+
 /// A container of the pod spec, as far as meshnft cares.
 #[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub struct Container {
@@ -28,7 +41,8 @@ pub struct Container {
     pub run_as_user: Option<i64>,
     /// `securityContext.runAsGroup` (Istio: the proxy's GID).
     pub run_as_group: Option<i64>,
-    /// `env` entries with a literal `value` (Istio reads a few on its proxy).
+    /// `env` entries with a literal `value` whose name is in [`ENV_READ`]
+    /// (Istio reads a few on its proxy; the rest are not kept).
     pub env: BTreeMap<String, String>,
     /// `args` (Istio: `proxy sidecar` for a sidecar).
     pub args: Vec<String>,

@@ -32,6 +32,7 @@ pub mod namespaces;
 pub mod nodegate;
 mod podloop;
 pub mod pods;
+pub mod podwatch;
 pub mod repair;
 pub mod reports;
 mod run;

@@ -6,16 +6,17 @@
 use super::namespaces::Namespaces;
 use super::pods;
 use super::pods::StoredPod;
+use super::podwatch::pod_watcher;
 use super::repair::Host;
 use super::run::{Ctx, client, entry_mesh};
 use super::worker::Worker;
 use crate::install;
 use crate::pod::k8s::Meshing;
 use futures_util::{StreamExt, TryStreamExt};
+use kube::Client;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client};
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -39,11 +40,8 @@ pub(super) async fn pod_loop(ctx: Arc<Ctx>) {
     );
     let client = client(&ctx).await;
     let (reader, writer) = reflector::store::<StoredPod>();
-    let wc = ctx
-        .agent
-        .watch_list
-        .config(watcher::Config::default().fields(&format!("spec.nodeName={node}")));
-    let pods = watcher(Api::<StoredPod>::all(client.clone()), wc).try_filter(named("pod", true));
+    let wc = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
+    let pods = pod_watcher(client.clone(), wc, ctx.agent.watch_list).try_filter(named("pod", true));
     let stream = reflector::reflector(writer, pods).default_backoff();
     let changed = Arc::new(tokio::sync::Notify::new());
     let timer = ListTimer::new("pods", &ctx);

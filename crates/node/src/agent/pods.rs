@@ -488,6 +488,7 @@ mod tests {
                      "args": ["--log-format", "plain"], "securityContext": {"runAsUser": 65534, "runAsGroup": 65534, "readOnlyRootFilesystem": true}},
                     {"name": "linkerd-proxy", "image": "cr.l5d.io/linkerd/proxy:edge", "restartPolicy": "Always",
                      "env": [{"name": "LINKERD2_PROXY_INBOUND_PORTS", "value": "8080"},
+                             {"name": "ISTIO_DUAL_STACK", "value": "false"},
                              {"name": "_pod_ns", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}],
                      "securityContext": {"runAsUser": 2102, "allowPrivilegeEscalation": false},
                      "readinessProbe": {"httpGet": {"path": "/ready", "port": 4191}},
@@ -547,9 +548,12 @@ mod tests {
                 Some("web")
             );
             assert_eq!(
-                stored.info.init_containers[1].env.len(),
-                1,
-                "literal env only"
+                stored.info.init_containers[1]
+                    .env
+                    .keys()
+                    .collect::<Vec<_>>(),
+                ["ISTIO_DUAL_STACK"],
+                "literal env the rules read only"
             );
             assert_eq!(
                 stored.metadata.uid.as_deref(),

@@ -953,3 +953,32 @@ fn every_mesh_is_registered_once_under_its_name() {
         "{e}"
     );
 }
+
+/// Every `env` name a mesh's rules read is one the pod readers keep
+/// (`pod::info::ENV_READ`: the others are dropped when a pod is read, so a
+/// name read here and missing there would never be seen).
+#[test]
+fn every_env_name_read_is_kept() {
+    let mut read = Vec::new();
+    for src in [
+        include_str!("istio.rs"),
+        include_str!("linkerd.rs"),
+        include_str!("kuma.rs"),
+    ] {
+        for pat in ["env(\"", "env.get(\""] {
+            for (i, _) in src.match_indices(pat) {
+                let rest = &src[i + pat.len()..];
+                if let Some(end) = rest.find('"') {
+                    read.push(rest[..end].to_string());
+                }
+            }
+        }
+    }
+    assert!(read.len() >= 4, "the rules' env reads not found: {read:?}");
+    for name in &read {
+        assert!(
+            crate::pod::info::ENV_READ.contains(&name.as_str()),
+            "{name} is read by a mesh's rules but not kept by the pod readers (pod::info::ENV_READ)"
+        );
+    }
+}

@@ -135,6 +135,7 @@ impl ContainerDoc {
                 .env
                 .iter()
                 .flatten()
+                .filter(|e| crate::pod::info::ENV_READ.contains(&e.name.as_str()))
                 .filter_map(|e| Some((e.name.clone(), e.value.clone()?)))
                 .collect(),
             args: self.args.clone().unwrap_or_default(),
@@ -212,7 +213,8 @@ mod tests {
             "metadata": {"name": "web", "annotations": {"a": "1"}, "labels": {"l": "2"}, "uid": "u"},
             "spec": {
                 "containers": [{"name": "app", "image": "x", "args": ["serve"],
-                                "env": [{"name": "K", "value": "v"}, {"name": "F", "valueFrom": {}}],
+                                "env": [{"name": "ISTIO_DUAL_STACK", "value": "true"}, {"name": "K", "value": "v"},
+                                        {"name": "INVALID_DROP", "valueFrom": {}}],
                                 "securityContext": {"runAsUser": 1337, "runAsGroup": 1338}}],
                 "initContainers": [{"name": "proxy", "restartPolicy": "Always"}]
             },
@@ -226,7 +228,11 @@ mod tests {
             (app.run_as_user, app.run_as_group, app.args.clone()),
             (Some(1337), Some(1338), vec!["serve".to_string()])
         );
-        assert_eq!(app.env.len(), 1, "valueFrom is not read: {:?}", app.env);
+        assert_eq!(
+            app.env.keys().collect::<Vec<_>>(),
+            ["ISTIO_DUAL_STACK"],
+            "a name the rules do not read, or a valueFrom, is not kept"
+        );
         assert_eq!(
             info.init_containers[0].restart_policy.as_deref(),
             Some("Always")
