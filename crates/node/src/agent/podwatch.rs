@@ -30,13 +30,15 @@ use kube::api::{ListParams, ObjectList, VersionMatch, WatchEvent, WatchParams};
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client, Resource};
 use std::time::Duration;
+use tokio::io::AsyncReadExt;
 use tokio_util::compat::FuturesAsyncReadCompatExt;
 
 /// What a watch start or an idle watch waits beyond the config's timeout
 /// (kube-runtime's `WATCH_IDLE_TIMEOUT_MARGIN`).
 const IDLE_MARGIN: Duration = Duration::from_secs(5);
 
-/// The read buffer of the list's decoding: bytes asked of the body at once.
+/// The list's body is read and handed to the decoding thread in chunks of
+/// at most this many bytes.
 const READ_BUFFER: usize = 64 * 1024;
 
 /// The pod watch of `wc` (its field selector: the node's pods) by `list`'s
@@ -111,27 +113,94 @@ fn watch_params(wc: &watcher::Config) -> WatchParams {
 }
 
 /// Lists the pods of `lp`, decoding the answer as it is read: the request
-/// and the API's error answers as `Client::request`'s, the body read by
-/// `serde_json::from_reader` on tokio's blocking pool.
+/// and the API's error answers as `Client::request`'s (`Api::list`'s,
+/// its tracing span named `list` too), the body handed a chunk at a time
+/// to `serde_json::from_reader` on tokio's blocking pool. A body that gives
+/// nothing for [`LIST_IDLE`] is given up; dropping the future ends the
+/// decoding (its reader sees the body end).
 ///
 /// # Errors
 ///
 /// kube's: the request could not be built (`BuildRequest`), sent or was
 /// answered with an error status (`Api`, ...), or its body is no pod list
-/// (`SerdeError`, which also carries a body that broke off).
+/// (`SerdeError`, which also carries a body that broke off or stalled).
 pub async fn list_pods(client: &Client, lp: &ListParams) -> kube::Result<ObjectList<StoredPod>> {
+    list_pods_within(client, lp, LIST_IDLE).await
+}
+
+/// A list's body that gives no byte for this long is given up (an error,
+/// then a relist after the backoff): kube's list waits for ever.
+pub const LIST_IDLE: Duration = Duration::from_secs(120);
+
+/// [`list_pods`] with `idle` for [`LIST_IDLE`].
+async fn list_pods_within(
+    client: &Client,
+    lp: &ListParams,
+    idle: Duration,
+) -> kube::Result<ObjectList<StoredPod>> {
     let url = StoredPod::url_path(&(), None);
-    let req = kube::core::Request::new(url)
+    let mut req = kube::core::Request::new(url)
         .list(lp)
         .map_err(kube::Error::BuildRequest)?;
-    let body = client.request_stream(req).await?.compat();
-    let reader = tokio_util::io::SyncIoBridge::new(body);
-    tokio::task::spawn_blocking(move || {
-        serde_json::from_reader(std::io::BufReader::with_capacity(READ_BUFFER, reader))
-    })
-    .await
-    .map_err(|e| kube::Error::Service(Box::new(e)))?
-    .map_err(kube::Error::SerdeError)
+    req.extensions_mut().insert("list");
+    let mut body = client.request_stream(req).await?.compat();
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let decode = tokio::task::spawn_blocking(move || {
+        serde_json::from_reader::<_, ObjectList<StoredPod>>(Chunks {
+            rx,
+            chunk: Vec::new(),
+            at: 0,
+        })
+    });
+    loop {
+        let mut chunk = vec![0; READ_BUFFER];
+        let item = match tokio::time::timeout(idle, body.read(&mut chunk)).await {
+            Ok(Ok(0)) => break,
+            Ok(Ok(n)) => {
+                chunk.truncate(n);
+                Ok(chunk)
+            }
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("the list's body gave nothing for {} s", idle.as_secs()),
+            )),
+        };
+        let failed = item.is_err();
+        // A send fails when the decoder has stopped: it reports why.
+        if tx.send(item).await.is_err() || failed {
+            break;
+        }
+    }
+    drop(tx);
+    decode
+        .await
+        .map_err(|e| kube::Error::Service(Box::new(e)))?
+        .map_err(kube::Error::SerdeError)
+}
+
+/// The list's body as the decoding thread reads it: chunks from the async
+/// side, in order; the channel closed is the body's end.
+struct Chunks {
+    rx: tokio::sync::mpsc::Receiver<std::io::Result<Vec<u8>>>,
+    chunk: Vec<u8>,
+    at: usize,
+}
+
+impl std::io::Read for Chunks {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.at == self.chunk.len() {
+            match self.rx.blocking_recv() {
+                Some(Ok(c)) => (self.chunk, self.at) = (c, 0),
+                Some(Err(e)) => return Err(e),
+                None => return Ok(0),
+            }
+        }
+        let n = buf.len().min(self.chunk.len() - self.at);
+        buf[..n].copy_from_slice(&self.chunk[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
+    }
 }
 
 /// The next item of `stream`, or `None` when it ends or gives nothing for
@@ -223,10 +292,8 @@ async fn step_once(
                     continue_token: Some(c),
                 },
             ),
-            // The last page's resourceVersion is the list's.
-            (None, None) if resource_version.is_empty() => {
-                (Some(Err(watcher::Error::NoResourceVersion)), State::Empty)
-            }
+            // The last page has the list's resourceVersion (`Listing`
+            // checked it).
             (None, None) => (
                 Some(Ok(Event::InitDone)),
                 State::InitListed { resource_version },
@@ -346,23 +413,38 @@ mod tests {
 
     type Body = StreamBody<stream::BoxStream<'static, Result<Frame<Bytes>, std::io::Error>>>;
 
+    /// An answer of the fake API server's.
+    #[derive(Clone)]
+    enum Answer {
+        /// A status and a body, sent whole.
+        Whole(u16, String),
+        /// 200, the body, then the connection broken.
+        Broken(String),
+        /// 200, the body, then nothing more, ever.
+        Stalled(String),
+    }
+
     /// The fake API server's answers, in order: to lists, and to watches
     /// (a watch with none left stays open and silent); the URIs asked.
-    #[derive(Default)]
+    #[derive(Default, Clone)]
     struct Script {
-        lists: VecDeque<(u16, String)>,
+        lists: VecDeque<Answer>,
         watches: VecDeque<String>,
         asked: Vec<String>,
     }
 
-    /// `text` in chunks of 7 bytes, as a body read a piece at a time.
-    fn chunked(text: String) -> Body {
+    /// `text` in chunks of 7 bytes, as a body read a piece at a time, then
+    /// `tail` (the end, a broken connection, or nothing more).
+    fn chunked(
+        text: String,
+        tail: stream::BoxStream<'static, Result<Frame<Bytes>, std::io::Error>>,
+    ) -> Body {
         let chunks: Vec<Result<Frame<Bytes>, std::io::Error>> = text
             .into_bytes()
             .chunks(7)
             .map(|c| Ok(Frame::data(Bytes::copy_from_slice(c))))
             .collect();
-        StreamBody::new(stream::iter(chunks).boxed())
+        StreamBody::new(stream::iter(chunks).chain(tail).boxed())
     }
 
     fn client(script: Arc<Mutex<Script>>) -> Client {
@@ -372,14 +454,25 @@ mod tests {
                 let mut s = script.lock().expect("the script");
                 let uri = req.uri().to_string();
                 s.asked.push(uri.clone());
+                let end = || stream::empty().boxed();
                 let (status, body) = if uri.contains("watch=true") {
                     match s.watches.pop_front() {
-                        Some(lines) => (200, chunked(lines)),
-                        None => (200, StreamBody::new(stream::pending().boxed())),
+                        Some(lines) => (200, chunked(lines, end())),
+                        None => (200, chunked(String::new(), stream::pending().boxed())),
                     }
                 } else {
-                    let (status, text) = s.lists.pop_front().unwrap_or((500, "{}".into()));
-                    (status, chunked(text))
+                    match s.lists.pop_front() {
+                        Some(Answer::Whole(status, text)) => (status, chunked(text, end())),
+                        Some(Answer::Broken(text)) => {
+                            let broken =
+                                std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset");
+                            (200, chunked(text, stream::iter([Err(broken)]).boxed()))
+                        }
+                        Some(Answer::Stalled(text)) => {
+                            (200, chunked(text, stream::pending().boxed()))
+                        }
+                        None => (500, chunked("{}".into(), end())),
+                    }
                 };
                 let resp = http::Response::builder()
                     .status(status)
@@ -409,20 +502,27 @@ mod tests {
         format!("{{\"type\":\"{kind}\",\"object\":{object}}}\n")
     }
 
-    /// The first `n` events of the watch, each as a short word (a watch
-    /// that gives fewer within 10 s fails the test).
-    async fn events(client: Client, list: WatchList, n: usize) -> Vec<String> {
-        let wc = watcher::Config::default().fields("spec.nodeName=node");
-        let got = pod_watcher(client, wc, list)
+    fn status(code: u16) -> String {
+        format!(
+            r#"{{"kind":"Status","apiVersion":"v1","status":"Failure","code":{code},"reason":"R","message":"m"}}"#
+        )
+    }
+
+    /// The first `n` events of `stream`, each as a short word (fewer within
+    /// 10 s fails the test).
+    async fn words(
+        stream: impl futures_util::Stream<Item = Result<Event<StoredPod>, watcher::Error>>,
+        n: usize,
+    ) -> Vec<String> {
+        let name = |p: StoredPod| p.metadata.name.unwrap_or_default();
+        let got = stream
             .take(n)
             .map(|e| match e {
                 Ok(Event::Init) => "Init".to_string(),
-                Ok(Event::InitApply(p)) => {
-                    format!("InitApply {}", p.metadata.name.unwrap_or_default())
-                }
+                Ok(Event::InitApply(p)) => format!("InitApply {}", name(p)),
                 Ok(Event::InitDone) => "InitDone".to_string(),
-                Ok(Event::Apply(p)) => format!("Apply {}", p.metadata.name.unwrap_or_default()),
-                Ok(Event::Delete(p)) => format!("Delete {}", p.metadata.name.unwrap_or_default()),
+                Ok(Event::Apply(p)) => format!("Apply {}", name(p)),
+                Ok(Event::Delete(p)) => format!("Delete {}", name(p)),
                 Err(watcher::Error::InitialListFailed(kube::Error::SerdeError(_))) => {
                     "list undecodable".to_string()
                 }
@@ -445,39 +545,57 @@ mod tests {
             .expect("a runtime")
     }
 
-    /// kube-runtime's watcher, event for event: pages, the watch from the
-    /// list's resourceVersion, bookmarks, a watch that ends (started again
-    /// from the last resourceVersion seen), 410 Gone (a relist).
+    /// The first `n` events of meshnft's pod watch and of kube-runtime's
+    /// `watcher` (the one it replaces), each on its own copy of `script`,
+    /// and the URIs each asked.
+    fn both(script: &Script, list: WatchList, n: usize) -> [(Vec<String>, Vec<String>); 2] {
+        let wc = || watcher::Config::default().fields("spec.nodeName=node");
+        let ours = Arc::new(Mutex::new(script.clone()));
+        let kubes = Arc::new(Mutex::new(script.clone()));
+        let (a, b) = rt().block_on(async {
+            let a = words(pod_watcher(client(ours.clone()), wc(), list), n).await;
+            let api = Api::<StoredPod>::all(client(kubes.clone()));
+            let b = words(watcher::watcher(api, list.config(wc())), n).await;
+            (a, b)
+        });
+        let asked = |s: &Arc<Mutex<Script>>| s.lock().expect("the script").asked.clone();
+        [(a, asked(&ours)), (b, asked(&kubes))]
+    }
+
+    /// kube-runtime's watcher, event for event and request for request:
+    /// pages, the watch from the list's resourceVersion, bookmarks, an
+    /// error event that is not 410 (the watch goes on), a watch that ends
+    /// (started again from the last resourceVersion seen), 410 Gone (a
+    /// relist).
     #[test]
-    fn pages_then_the_watch_then_a_relist() {
-        let script = Arc::new(Mutex::new(Script::default()));
-        {
-            let mut s = script.lock().expect("the script");
-            s.lists.push_back((200, list("", "page2", &[pod("a", 3)])));
-            s.lists.push_back((200, list("10", "", &[pod("b", 4)])));
-            s.lists.push_back((200, list("20", "", &[pod("c", 11)])));
-            s.watches.push_back(
-                line("ADDED", &pod("c", 11))
-                    + &line(
-                        "BOOKMARK",
-                        r#"{"kind":"Pod","apiVersion":"v1","metadata":{"resourceVersion":"12"}}"#,
-                    ),
-            );
-            s.watches.push_back(
-                line("DELETED", &pod("a", 13))
-                    + &line("ERROR", r#"{"kind":"Status","apiVersion":"v1","status":"Failure","code":410,"reason":"Expired","message":"too old"}"#),
-            );
-        }
-        let got = rt()
-            .block_on(async { events(client(script.clone()), WatchList::MostRecent, 10).await });
+    fn pages_then_the_watch_then_a_relist_as_kube() {
+        let mut s = Script::default();
+        s.lists
+            .push_back(Answer::Whole(200, list("", "page2", &[pod("a", 3)])));
+        s.lists
+            .push_back(Answer::Whole(200, list("10", "", &[pod("b", 4)])));
+        s.lists
+            .push_back(Answer::Whole(200, list("20", "", &[pod("c", 11)])));
+        s.watches.push_back(
+            line("ADDED", &pod("c", 11))
+                + &line(
+                    "BOOKMARK",
+                    r#"{"kind":"Pod","apiVersion":"v1","metadata":{"resourceVersion":"12"}}"#,
+                )
+                + &line("ERROR", &status(500)),
+        );
+        s.watches
+            .push_back(line("DELETED", &pod("a", 13)) + &line("ERROR", &status(410)));
+        let [(ours, asked), (kubes, kube_asked)] = both(&s, WatchList::MostRecent, 11);
         assert_eq!(
-            got,
+            ours,
             [
                 "Init",
                 "InitApply a",
                 "InitApply b",
                 "InitDone",
                 "Apply c",
+                "watch error 500",
                 "Delete a",
                 "watch error 410",
                 "Init",
@@ -485,7 +603,8 @@ mod tests {
                 "InitDone"
             ]
         );
-        let asked = script.lock().expect("the script").asked.clone();
+        assert_eq!(ours, kubes, "kube-runtime's watcher");
+        assert_eq!(asked, kube_asked, "kube-runtime's watcher's requests");
         assert_eq!(asked.len(), 5, "{asked:#?}");
         assert!(
             asked[0].contains("limit=500") && !asked[0].contains("continue"),
@@ -495,7 +614,7 @@ mod tests {
         assert!(asked[1].contains("continue=page2"), "{}", asked[1]);
         // The watch from the list's resourceVersion, then from the bookmark's.
         assert!(
-            asked[2].contains("watch=true") && asked[2].contains("resourceVersion=10"),
+            asked[2].contains("watch=true") && asked[2].ends_with("resourceVersion=10"),
             "{}",
             asked[2]
         );
@@ -504,7 +623,7 @@ mod tests {
             "{}",
             asked[2]
         );
-        assert!(asked[3].contains("resourceVersion=12"), "{}", asked[3]);
+        assert!(asked[3].ends_with("resourceVersion=12"), "{}", asked[3]);
         assert!(
             !asked[4].contains("watch=true") && !asked[4].contains("resourceVersion="),
             "{}",
@@ -515,40 +634,99 @@ mod tests {
         }
     }
 
-    /// `any`: one page (no limit), `resourceVersion=0`; a list that breaks
-    /// off or is refused is an error, and the watch lists again.
+    /// `any`: one page (no limit) from the watch cache (`resourceVersion=0`,
+    /// `NotOlderThan`); a list cut short, refused, or without a
+    /// resourceVersion is an error, and the watch lists again; as kube's.
     #[test]
-    fn any_lists_once_from_the_cache_and_lists_again_after_an_error() {
-        let script = Arc::new(Mutex::new(Script::default()));
-        {
-            let mut s = script.lock().expect("the script");
-            let whole = list("7", "", &[pod("a", 3), pod("b", 4)]);
-            s.lists
-                .push_back((200, whole[..whole.len() / 2].to_string()));
-            s.lists.push_back((403, r#"{"kind":"Status","apiVersion":"v1","status":"Failure","code":403,"reason":"Forbidden","message":"no"}"#.into()));
-            s.lists.push_back((200, whole));
-        }
-        let got = rt().block_on(async { events(client(script.clone()), WatchList::Any, 8).await });
+    fn any_lists_once_from_the_cache_and_again_after_an_error_as_kube() {
+        let mut s = Script::default();
+        let whole = list("7", "", &[pod("a", 3), pod("b", 4)]);
+        s.lists
+            .push_back(Answer::Whole(200, whole[..whole.len() / 2].to_string()));
+        s.lists.push_back(Answer::Whole(403, status(403)));
+        s.lists
+            .push_back(Answer::Whole(200, list("", "", &[pod("a", 3)])));
+        s.lists.push_back(Answer::Whole(200, whole));
+        let [(ours, asked), (kubes, kube_asked)] = both(&s, WatchList::Any, 10);
         assert_eq!(
-            got,
+            ours,
             [
                 "Init",
                 "list undecodable",
                 "Init",
                 "list refused 403",
                 "Init",
+                "error no metadata.resourceVersion in watch result (does resource support watch?)",
+                "Init",
                 "InitApply a",
                 "InitApply b",
                 "InitDone"
             ]
         );
-        let asked = script.lock().expect("the script").asked.clone();
-        assert_eq!(asked.len(), 3, "{asked:#?}");
+        assert_eq!(ours, kubes, "kube-runtime's watcher");
+        assert_eq!(asked, kube_asked, "kube-runtime's watcher's requests");
+        assert_eq!(asked.len(), 4, "{asked:#?}");
         for a in &asked {
             assert!(
-                a.contains("resourceVersion=0") && !a.contains("limit="),
+                a.contains("resourceVersion=0&resourceVersionMatch=NotOlderThan")
+                    && !a.contains("limit="),
                 "{a}"
             );
         }
+    }
+
+    /// A list whose connection breaks midway, and one that stalls, are
+    /// errors (kube's would wait for ever on the second), then a relist.
+    #[test]
+    fn a_broken_or_stalled_list_is_an_error() {
+        let mut s = Script::default();
+        let whole = list("7", "", &[pod("a", 3)]);
+        s.lists.push_back(Answer::Broken(whole[..20].to_string()));
+        s.lists.push_back(Answer::Stalled(whole[..20].to_string()));
+        s.lists.push_back(Answer::Whole(200, whole));
+        let s = Arc::new(Mutex::new(s));
+        rt().block_on(async {
+            let c = client(s.clone());
+            let lp = list_params(&WatchList::Any.config(watcher::Config::default()), None);
+            let broken = list_pods_within(&c, &lp, Duration::from_secs(1)).await;
+            assert!(
+                matches!(&broken, Err(kube::Error::SerdeError(e)) if e.is_io()),
+                "{broken:?}"
+            );
+            let stalled = list_pods_within(&c, &lp, Duration::from_secs(1)).await;
+            assert!(
+                matches!(&stalled, Err(kube::Error::SerdeError(e)) if e.to_string().contains("gave nothing")),
+                "{stalled:?}"
+            );
+            let whole = list_pods_within(&c, &lp, Duration::from_secs(1)).await.expect("the list");
+            assert_eq!(whole.items.len(), 1);
+        });
+    }
+
+    /// A watch dropped while its list is being read leaves no thread behind
+    /// (the runtime's shutdown waits for its blocking threads: it returns).
+    #[test]
+    fn a_watch_dropped_midway_through_its_list_ends_its_decoding() {
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut s = Script::default();
+            s.lists.push_back(Answer::Stalled(
+                list("7", "", &[pod("a", 3)])[..30].to_string(),
+            ));
+            let s = Arc::new(Mutex::new(s));
+            let rt = rt();
+            rt.block_on(async {
+                let wc = watcher::Config::default().fields("spec.nodeName=node");
+                let mut w = pod_watcher(client(s.clone()), wc, WatchList::Any);
+                assert!(matches!(w.next().await, Some(Ok(Event::Init))));
+                let next = tokio::time::timeout(Duration::from_millis(500), w.next()).await;
+                assert!(next.is_err(), "the stalled list gave an event");
+            });
+            drop(rt);
+            let _ = done.send(());
+        });
+        finished
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the runtime shut down: no decoding thread left reading");
     }
 }
