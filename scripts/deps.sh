@@ -26,7 +26,9 @@
 #   libseccomp-dev                runc built for user-namespaced pods (scripts/node-build.sh runc: cgo)
 # `scripts/deps.sh cross` also installs what building for the other architecture needs
 # (scripts/image-build-stage.sh --arch): the cross gcc (gcc-aarch64-linux-gnu on x86_64,
-# gcc-x86-64-linux-gnu on aarch64) and qemu-user-static to run what it built; and the
+# gcc-x86-64-linux-gnu on aarch64) with that architecture's libc headers (libc6-dev-arm64-cross,
+# libc6-dev-amd64-cross: only recommended by the gcc, which --no-install-recommends leaves out,
+# and ring's C needs them) and qemu-user-static to run what it built; and the
 # other architecture's system emulator for the kernel matrix's guests of that architecture
 # (scripts/kernels.sh: qemu-system-arm has qemu-system-aarch64).
 set -euo pipefail
@@ -38,8 +40,8 @@ for p in nftables iproute2 util-linux iptables time strace gcc libc6-dev contain
 done
 if [[ ${1:-} == cross ]]; then
   case $(uname -m) in
-    x86_64) cross=(gcc-aarch64-linux-gnu qemu-user-static qemu-system-arm) ;;
-    aarch64) cross=(gcc-x86-64-linux-gnu qemu-user-static qemu-system-x86) ;;
+    x86_64) cross=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user-static qemu-system-arm) ;;
+    aarch64) cross=(gcc-x86-64-linux-gnu libc6-dev-amd64-cross qemu-user-static qemu-system-x86) ;;
     *) cross=() ;;
   esac
   for p in "${cross[@]}"; do have_pkg "$p" || need+=("$p"); done

@@ -8,11 +8,14 @@
 //! RSS sampled after an agent or API server restart held their remains
 //! (24–29 MiB beside 499 other agents; issue 38's target is 24 MiB;
 //! docs/benchmarks.md#the-agents-memory). Here the list's body is decoded
-//! while it is read (`serde_json::from_reader` on a blocking thread over the
-//! body's stream), so the list costs the pods it holds and one pod's JSON.
+//! while it is read (`serde_json::from_reader` on a blocking thread, handed
+//! the body a chunk at a time), so the list costs the pods it holds and one
+//! pod's JSON; a body that stops for [`LIST_IDLE`] is an error (kube's list
+//! waits for ever), and a watch dropped mid-list ends its decoding.
 //!
 //! Everything else is kube-runtime's `watcher` (kube-runtime 5,
-//! `watcher.rs`'s `step_trampolined`), event for event, for the list-then-
+//! `watcher.rs`'s `step_trampolined`; the unit tests run both on the same
+//! answers and compare), event for event, for the list-then-
 //! watch strategy: `Init` before the list, `InitApply` for each listed pod,
 //! `InitDone`, then a watch from the list's resourceVersion (bookmarks on,
 //! the config's timeout and selectors) whose `Apply`/`Delete` follow it; a
@@ -33,8 +36,8 @@ use std::time::Duration;
 use tokio::io::AsyncReadExt;
 use tokio_util::compat::FuturesAsyncReadCompatExt;
 
-/// What a watch start or an idle watch waits beyond the config's timeout
-/// (kube-runtime's `WATCH_IDLE_TIMEOUT_MARGIN`).
+/// How much longer than the config's timeout a silent watch is waited for
+/// before it is started again (kube-runtime's `WATCH_IDLE_TIMEOUT_MARGIN`).
 const IDLE_MARGIN: Duration = Duration::from_secs(5);
 
 /// The list's body is read and handed to the decoding thread in chunks of
