@@ -147,7 +147,12 @@ async fn list_pods_within(
         .map_err(kube::Error::BuildRequest)?;
     req.extensions_mut().insert("list");
     let mut body = client.request_stream(req).await?.compat();
-    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    // Unbounded: the body is read as fast as it comes, as kube's client
+    // reads it. With a channel of four chunks a slow decoder held the
+    // connection open, and at 500 simulated nodes every agent restarted at
+    // once made the API server read all pods from etcd once
+    // (docs/benchmarks.md#the-agents-memory).
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     let decode = tokio::task::spawn_blocking(move || {
         serde_json::from_reader::<_, ObjectList<StoredPod>>(Chunks {
             rx,
@@ -171,7 +176,7 @@ async fn list_pods_within(
         };
         let failed = item.is_err();
         // A send fails when the decoder has stopped: it reports why.
-        if tx.send(item).await.is_err() || failed {
+        if tx.send(item).is_err() || failed {
             break;
         }
     }
@@ -185,7 +190,7 @@ async fn list_pods_within(
 /// The list's body as the decoding thread reads it: chunks from the async
 /// side, in order; the channel closed is the body's end.
 struct Chunks {
-    rx: tokio::sync::mpsc::Receiver<std::io::Result<Vec<u8>>>,
+    rx: tokio::sync::mpsc::UnboundedReceiver<std::io::Result<Vec<u8>>>,
     chunk: Vec<u8>,
     at: usize,
 }
