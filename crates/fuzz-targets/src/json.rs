@@ -125,22 +125,19 @@ fn number(rng: &mut fastrand::Rng) -> Value {
     }
 }
 
-/// A value for a field: a subtree of an earlier input or of this document,
-/// a dictionary string, an edge number, or a scalar or empty container.
-fn value(rng: &mut fastrand::Rng, doc: &Value) -> Value {
+/// A value for a field: a subtree of an earlier input or of this document
+/// (`ps`: the pointers to its values), a dictionary string, an edge number,
+/// or a scalar or empty container.
+fn value(rng: &mut fastrand::Rng, doc: &Value, ps: &[String]) -> Value {
     match rng.u8(..20) {
         0..=6 => {
             let pooled = POOL.lock().ok().and_then(|p| pick(rng, &p).cloned());
             pooled.unwrap_or_else(|| Value::String(word(rng)))
         }
-        7..=10 => {
-            let mut ps = Vec::new();
-            pointers(doc, String::new(), &mut ps);
-            pick(rng, &ps)
-                .and_then(|p| doc.pointer(p))
-                .cloned()
-                .unwrap_or(Value::Null)
-        }
+        7..=10 => pick(rng, ps)
+            .and_then(|p| doc.pointer(p))
+            .cloned()
+            .unwrap_or(Value::Null),
         11..=13 => Value::String(word(rng)),
         14..=15 => number(rng),
         16 => Value::Bool(rng.bool()),
@@ -178,7 +175,7 @@ fn mutate_value(rng: &mut fastrand::Rng, doc: &mut Value, bytes: &mut dyn FnMut(
     let Some(p) = pick(rng, &ps).cloned() else {
         return;
     };
-    let fresh = value(rng, doc);
+    let fresh = value(rng, doc, &ps);
     // A field name of this document (the last step of a pointer to a value
     // in an object), for a field added elsewhere.
     let other_key = pick(rng, &ps)
