@@ -38,8 +38,9 @@ ruby -c vagrant/Vagrantfile >/dev/null
 echo "==> the Go parts, in the background (scripts/containerd.sh, peers.sh, node-build.sh; cold: builds them, warm: finds them)"
 go_log=$(mktemp)
 log=$(mktemp)
-go_pid=""
-trap '[[ -n $go_pid ]] && kill "$go_pid" 2>/dev/null; rm -f "$go_log" "$log"' EXIT
+pre_log=$(mktemp)
+go_pid="" pre_pid=""
+trap '[[ -n $go_pid ]] && kill "$go_pid" 2>/dev/null; [[ -n $pre_pid ]] && kill "$pre_pid" 2>/dev/null; rm -f "$go_log" "$log" "$pre_log"' EXIT
 go_t0=$EPOCHREALTIME
 (
   set -e
@@ -82,6 +83,23 @@ scripts/manifest.sh --check
 echo "==> the two-platform image: an OCI image index of linux/amd64 and linux/arm64, checked and imported into a throwaway containerd (scripts/image-index.sh --containerd)"
 scripts/image-index.sh --containerd
 
+# Two builds the last steps need, started now in the background at nice 19 so that they take what
+# the suites below leave of the cores (the real node and the scale harness wait on their pods
+# and API servers much of the time): the fuzz targets (nightly, a release build of the whole
+# dependency tree in fuzz/target: about 690 CPU-seconds cold) and the kernel matrix's static
+# binaries for both architectures (target/static, whose lock no `cargo test` below waits for).
+# The fuzz step waits for them; a failed build is built again there, where its error shows.
+echo "==> the fuzz targets and the kernel matrix's static binaries, built in the background (scripts/fuzz.sh --build-only, scripts/kernels.sh --build-only)"
+pre_t0=$EPOCHREALTIME
+(
+  set -e
+  t=$EPOCHREALTIME; nice -n 19 scripts/fuzz.sh --build-only; echo "fuzz targets built in $(took "$t") s"
+  if [[ ${MESHNFT_SKIP_KERNELS:-0} != 1 ]]; then
+    t=$EPOCHREALTIME; nice -n 19 scripts/kernels.sh --build-only; echo "kernel matrix binaries built in $(took "$t") s"
+  fi
+) >"$pre_log" 2>&1 &
+pre_pid=$!
+
 echo "==> cargo test (root tests required), with nft hidden from meshnft (scripts/without-nft.sh)"
 MESHNFT_NODE=0 MESHNFT_REQUIRE_ROOT=1 scripts/without-nft.sh cargo test --lib --bins --tests "$@" 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
@@ -117,6 +135,12 @@ echo "==> benchmark, quick mode (./bench.sh --quick)"
 # Every cargo-fuzz target briefly (libFuzzer, nightly; docs/testing.md#fuzzing): built without
 # AddressSanitizer, 5 s each from its committed corpus and regressions, two at a time. A crash,
 # hang or failed property fails the run and keeps the input in fuzz/artifacts/<target>/.
+echo "==> waiting for the background builds (fuzz targets, kernel matrix binaries)"
+pre_status=0
+wait "$pre_pid" || pre_status=$?
+pre_pid=""
+cat "$pre_log"
+echo "background builds: done $(took "$pre_t0") s after they started (exit $pre_status)"
 echo "==> fuzz, briefly (scripts/fuzz.sh --seconds 5)"
 fstart=$SECONDS
 fstatus=0

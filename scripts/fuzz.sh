@@ -9,6 +9,7 @@
 #   scripts/fuzz.sh                       every target, 5 s each, two at a time (test.sh's brief run)
 #   scripts/fuzz.sh --seconds 600 cni_stdin api_answer
 #   scripts/fuzz.sh --jobs 1 --sanitizer address --keep /tmp/finds
+#   scripts/fuzz.sh --build-only          the build alone (test.sh starts it early, in the background)
 #
 # --sanitizer none (the default here) builds without AddressSanitizer: meshnft's parsers are safe
 # Rust, the brief run is about panics, hangs and failed properties, and the build is faster;
@@ -21,7 +22,7 @@ cd "$(dirname "$0")/.."
 source scripts/cargo-env.sh
 
 CARGO_FUZZ_VERSION=0.13.2
-seconds=5 jobs=2 sanitizer=none keep=""
+seconds=5 jobs=2 sanitizer=none keep="" build_only=0
 targets=()
 while (($#)); do
   case $1 in
@@ -29,6 +30,7 @@ while (($#)); do
     --jobs) jobs=$2; shift 2 ;;
     --sanitizer) sanitizer=$2; shift 2 ;;
     --keep) keep=$2; shift 2 ;;
+    --build-only) build_only=1; shift ;;
     -h | --help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "fuzz.sh: unknown option $1" >&2; exit 2 ;;
     *) targets+=("$1"); shift ;;
@@ -71,6 +73,7 @@ t=$EPOCHREALTIME
 build=(cargo +nightly fuzz build -O --sanitizer "$sanitizer" --target-dir "$tdir")
 "${build[@]}" >/dev/null 2>&1 || "${build[@]}"
 echo "fuzz.sh: ${#all[@]} targets built in $(took "$t") s (-O, sanitizer $sanitizer)"
+((build_only)) && exit 0
 triple=$(rustc +nightly -vV | sed -n 's/^host: //p')
 bindir=$tdir/$triple/release
 

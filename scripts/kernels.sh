@@ -28,6 +28,8 @@
 #   sudo scripts/kernels.sh              the whole matrix
 #   sudo scripts/kernels.sh 6.1 5.10     some kernels (by matrix name)
 #   sudo scripts/kernels.sh --arch arm64 the arm64 rows only (amd64: the x86_64 ones)
+#   scripts/kernels.sh --build-only      the static binaries of every architecture alone (test.sh
+#                                        builds them early, in the background), no root needed
 #
 # Environment: MESHNFT_KERNEL_CACHE (default /var/cache/meshnft/kernels),
 # MESHNFT_KERNELS_JSON (default target/kernels/results.json): the results,
@@ -89,6 +91,11 @@ qemu_machine() {
 console_of() { case $1 in amd64) echo ttyS0 ;; arm64) echo ttyAMA0 ;; esac; }
 
 started=$(date +%s)
+# The static binaries get a target dir of their own, so that their build never holds the lock of
+# target/ while another cargo command (test.sh's tests) wants it.
+STATIC_TARGET_DIR=$PWD/target/static
+build_only=0
+if [[ ${1:-} == --build-only ]]; then build_only=1; shift; fi
 want_arch=""
 if [[ ${1:-} == --arch ]]; then
   case ${2:-} in
@@ -100,7 +107,7 @@ if [[ ${1:-} == --arch ]]; then
 fi
 want=("$@")
 host_arch=$(dpkg --print-architecture)
-if [[ $EUID -ne 0 ]]; then
+if [[ $EUID -ne 0 ]] && ((!build_only)); then
   echo "kernels.sh: needs root (apt state, the guest's initramfs holds root-owned files)" >&2
   exit 1
 fi
@@ -230,7 +237,7 @@ build_static() { # build_static ARCH
   if [[ $arch == "$host_arch" ]]; then
     echo "==> static meshnft and guest test program (cargo build --profile guest, crt-static)"
     target=$(rustc -vV | awk '/^host:/ {print $2}')
-    RUSTFLAGS="-C target-feature=+crt-static" nice -n 10 cargo build --quiet --profile guest \
+    RUSTFLAGS="-C target-feature=+crt-static" CARGO_TARGET_DIR=$STATIC_TARGET_DIR nice -n 10 cargo build --quiet --profile guest \
       --target "$target" --bin meshnft --example guest 2> >(grep -v -e "statically linked applications requires at runtime" -e "^ *$" >&2 || true)
   else
     triplet=$(triplet_of "$arch")
@@ -239,10 +246,10 @@ build_static() { # build_static ARCH
     rustup target list --installed | grep -qx "$target" || rustup target add "$target" >/dev/null
     local vars
     mapfile -t vars < <(cross_env "$target" "$triplet")
-    env "${vars[@]}" \
+    env "${vars[@]}" CARGO_TARGET_DIR="$STATIC_TARGET_DIR" \
       nice -n 10 cargo build --quiet --profile guest --target "$target" --bin meshnft --example guest
   fi
-  BIN_DIR=target/$target/guest
+  BIN_DIR=$STATIC_TARGET_DIR/$target/guest
   for b in "$BIN_DIR/meshnft" "$BIN_DIR/examples/guest"; do
     if readelf -l "$b" | grep -q 'Requesting program interpreter'; then
       echo "kernels.sh: $b is not static" >&2
@@ -250,6 +257,11 @@ build_static() { # build_static ARCH
     fi
   done
 }
+
+if ((build_only)); then
+  for arch in $(printf '%s\n' "${MATRIX[@]}" | cut -d';' -f2 | sort -u); do build_static "$arch"; done
+  exit 0
+fi
 
 # The userland of a foreign architecture: $FOREIGN_PKGS of ARCH extracted
 # into $CACHE/userland-ARCH (once; again when the list changes). Sets SYSROOT.

@@ -76,7 +76,7 @@ pub fn report(
     let mut out = String::new();
     let m = &machine;
     out += &format!(
-        "\nmeshnft benchmark ({} mode, {:.0} s): {} CPUs ({}), kernel {}, {}, {}, meshnft {} ({} build, {:.2} MB binary)\n",
+        "\nmeshnft benchmark ({} mode, {:.0} s): {} CPUs ({}), kernel {}, {}, {}, meshnft {} (the harness a {} build; the plugin a {:.2} MB binary)\n",
         plan.mode,
         elapsed,
         m["nproc"],
@@ -449,7 +449,7 @@ pub fn report(
     ];
     if cfg!(debug_assertions) {
         targets.push(target(
-            "numbers come from an optimised build",
+            "the harness (stand-ins, floor's driver) is an optimised build",
             "release",
             "dev".into(),
             false,
