@@ -164,6 +164,24 @@ struct Sample {
     rss_kib: f64,
     fds: f64,
     tasks: f64,
+    /// Its live heap in KiB (`meshnft_agent_heap_bytes`), when its metrics answered.
+    heap_kib: Option<f64>,
+}
+
+/// The agent's live heap in KiB (`meshnft_agent_heap_bytes`, from its metrics on the node's
+/// address); None when it does not answer within 2 s (frozen, starting).
+fn heap_of(node: &Node) -> Option<f64> {
+    let out = node.run(
+        &["curl", "-s", "-m", "2", "http://127.0.0.1:9431/metrics"],
+        None,
+    );
+    text(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("meshnft_agent_heap_bytes "))?
+        .trim()
+        .parse::<f64>()
+        .ok()
+        .map(|b| b / 1024.0)
 }
 
 fn sample_of(pid: u32, t: f64) -> Option<Sample> {
@@ -185,6 +203,7 @@ fn sample_of(pid: u32, t: f64) -> Option<Sample> {
         rss_kib: field("VmRSS:")?,
         fds: count("fd").ok()?,
         tasks: count("task").ok()?,
+        heap_kib: None,
     })
 }
 
@@ -818,7 +837,8 @@ fn run(node: &Node, plan: &Plan) {
                     pid = agent_pid(node);
                     pid.and_then(|p| sample_of(p, since()))
                 });
-                if let Some(s) = s {
+                if let Some(mut s) = s {
+                    s.heap_kib = heap_of(node);
                     samples.lock().expect("samples").push(s);
                 }
                 for _ in 0..10 {
@@ -1355,10 +1375,11 @@ fn write_outputs(
     segs: &[Segment],
     summary: &str,
 ) {
-    let mut tsv = String::from("seconds\tpid\trss_kib\tfds\ttasks\n");
+    let mut tsv = String::from("seconds\tpid\trss_kib\tfds\ttasks\theap_kib\n");
     for s in samples {
+        let heap = s.heap_kib.map(|h| format!("{h:.0}")).unwrap_or_default();
         tsv.push_str(&format!(
-            "{:.1}\t{}\t{}\t{}\t{}\n",
+            "{:.1}\t{}\t{}\t{}\t{}\t{heap}\n",
             s.t, s.pid, s.rss_kib, s.fds, s.tasks
         ));
     }
@@ -1610,6 +1631,7 @@ fn lives_with(steps: &[(f64, f64)], minutes: f64, leak: f64, fd_leak: f64) -> Ve
                     + if rng.unit() < 0.1 { 4.0 } else { 0.0 }
                     + (fd_leak * age / 3600.0).floor(),
                 tasks: 4.0 + if rng.unit() < 0.3 { 2.0 } else { 0.0 },
+                heap_kib: None,
             });
             t += 5.0;
         }
@@ -1680,12 +1702,13 @@ fn soak_judge() {
         .skip(1)
         .filter_map(|l| {
             let f: Vec<f64> = l.split('\t').filter_map(|v| v.parse().ok()).collect();
-            (f.len() == 5).then(|| Sample {
+            (f.len() >= 5).then(|| Sample {
                 t: f[0],
                 pid: f[1] as u32,
                 rss_kib: f[2],
                 fds: f[3],
                 tasks: f[4],
+                heap_kib: f.get(5).copied(),
             })
         })
         .collect();

@@ -25,15 +25,7 @@ pub mod watch;
 // The layers below, under the names the plugin uses for them.
 pub(crate) use meshnft_plugin::{cni, config, error, logging, nft, pod, safefs, state, table};
 
-/// The global allocator of the `meshnft-node` binary (mimalloc, compiled in
-/// statically). The image's binaries are static musl ones, and musl's own
-/// allocator (mallocng: one lock, `mmap`/`munmap` for every large block)
-/// took about a third of the node agent's CPU while 60 pods started: the
-/// watch's JSON, the pod round trips and their `Value` trees are
-/// allocation-heavy. The plugin keeps its own bump allocator (src/main.rs).
-///
-/// A unit struct: its one value is `meshnft_node::Allocator`.
-pub use mimalloc::MiMalloc as Allocator;
+pub use agent::heap::{Allocator, heap_bytes};
 
 /// `meshnft-node`'s command line.
 #[derive(Debug, clap::Parser)]

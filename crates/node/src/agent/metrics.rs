@@ -148,6 +148,10 @@ pub struct Metrics {
     /// start to the watch's first complete list; from then on the plugin's
     /// lookups are answered from the agent's own store.
     pub watch_first_list: Family<Label, Gauge<f64, AtomicU64>>,
+    /// `meshnft_agent_heap_bytes`: bytes the node process's allocations hold
+    /// at the scrape (its live heap, [`super::heap::heap_bytes`]); its RSS less this
+    /// is the allocator's own keeping.
+    pub heap_bytes: Gauge,
 }
 
 impl Default for Metrics {
@@ -179,6 +183,7 @@ impl Default for Metrics {
             watch_lists: Family::default(),
             watch_list_duration: Family::new_with_constructor(list_histogram),
             watch_first_list: Family::default(),
+            heap_bytes: Gauge::default(),
         }
     }
 }
@@ -330,6 +335,11 @@ impl Metrics {
             "meshnft_watch_first_list_seconds",
             "Seconds from the agent's start to its watch's first complete list (lookups are answered from its store from then on)",
             m.watch_first_list.clone(),
+        );
+        r.register(
+            "meshnft_agent_heap_bytes",
+            "Bytes the node process's allocations hold now (its live heap; RSS also holds the allocator's free pages)",
+            m.heap_bytes.clone(),
         );
         r
     }

@@ -27,6 +27,7 @@
 //! Nothing here ends the process: every failure is logged, counted in
 //! `meshnft_errors_total` and retried.
 
+pub mod heap;
 pub mod metrics;
 pub mod namespaces;
 pub mod nodegate;
@@ -398,6 +399,9 @@ impl Shared {
     /// Brings the gauges up to date with the state (the meshed pods
     /// counted now, when the pod loop has given [`Shared::count_meshed_with`]).
     pub fn refresh_gauges(&self) {
+        self.metrics
+            .heap_bytes
+            .set(i64::try_from(heap::heap_bytes()).unwrap_or(i64::MAX));
         self.metrics
             .chained
             .set(i64::from(self.chained.load(Ordering::SeqCst)));
