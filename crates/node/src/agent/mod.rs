@@ -290,12 +290,14 @@ unsafe extern "C" {
     fn mi_collect(force: bool);
 }
 
-/// Gives the memory the allocator keeps after a burst back to the system:
-/// the node agent calls it after each complete list of its pod watch,
-/// whose answer (the node's pods, whole, as one JSON body) is the agent's
-/// largest allocation by far and is freed at once (the largest RSS sample
-/// of a simulated 250-pod node: 27.2 MiB before, 23.9 MiB with it and the
-/// namespace reads; docs/benchmarks.md#the-agents-memory).
+/// Gives the memory the allocator keeps after a burst back to the system.
+/// The node agent calls it after each complete list of its pod watch, whose
+/// answer (the node's pods, whole, as one JSON body) is the agent's largest
+/// allocation by far and is freed at once (the largest RSS sample of a
+/// simulated 250-pod node: 27.2 MiB before, 23.9 MiB with it and the
+/// namespace reads; docs/benchmarks.md#the-agents-memory), and after each
+/// full pass over its pods (every `--agent-resync-seconds`), for the pages
+/// the churn freed meanwhile (docs/testing.md#soak).
 /// Harmless where mimalloc is not the global allocator (tests): its own
 /// heap is then empty.
 pub fn release_free_memory() {

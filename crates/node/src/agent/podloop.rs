@@ -367,6 +367,10 @@ impl Passes {
                 .map(|d| d.as_secs_f64())
                 .unwrap_or(0.0);
             ctx.shared.metrics.last_resync.set(now);
+            // The pages the churn since the last full pass freed, given back: without it
+            // the allocator kept them and RSS rose about 10 MiB an hour while the live heap
+            // stayed at 0.5-0.7 MiB (docs/testing.md#soak).
+            super::release_free_memory();
         }
     }
 }
