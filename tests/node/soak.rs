@@ -169,19 +169,10 @@ struct Sample {
 }
 
 /// The agent's live heap in KiB (`meshnft_agent_heap_bytes`, from its metrics on the node's
-/// address); None when it does not answer within 2 s (frozen, starting).
+/// address); None when it did not answer (starting). Busybox's wget has no timeout here (its `-T`
+/// crashed it on this node): a frozen agent holds the sample until it runs again.
 fn heap_of(node: &Node) -> Option<f64> {
-    let out = node.run(
-        &["curl", "-s", "-m", "2", "http://127.0.0.1:9431/metrics"],
-        None,
-    );
-    text(&out.stdout)
-        .lines()
-        .find_map(|l| l.strip_prefix("meshnft_agent_heap_bytes "))?
-        .trim()
-        .parse::<f64>()
-        .ok()
-        .map(|b| b / 1024.0)
+    metric(&agent_metrics(node), "meshnft_agent_heap_bytes").map(|b| b / 1024.0)
 }
 
 fn sample_of(pid: u32, t: f64) -> Option<Sample> {
