@@ -453,6 +453,15 @@ fn readiness_follows_chaining_and_a_tampered_table_is_repaired() {
     // No primary configuration yet: not chained, not ready.
     let agent = Agent::start(&tree, &api, &[]);
     assert!(wait_until(T, || agent.ready().is_some()));
+    // No transparent huge pages under its allocator (heap::refuse_huge_pages; the
+    // line is in every kernel since 5.0).
+    let status = std::fs::read_to_string(format!("/proc/{}/status", agent.child.id()))
+        .expect("the agent's /proc status");
+    assert!(
+        status.lines().any(|l| l == "THP_enabled:\t0"),
+        "THP left on: {}",
+        status.lines().find(|l| l.starts_with("THP")).unwrap_or("no THP line")
+    );
     assert!(wait_until(T, || agent.metric("meshnft_pods_checked_total") >= 1.0));
     assert_eq!(agent.ready(), Some(503));
     assert_eq!(agent.metric("meshnft_chained"), 0.0);

@@ -58,6 +58,8 @@ pub enum Cmd {
 /// a warning), `--log-format`/`MESHNFT_LOG_FORMAT` the format.
 pub fn main_entry() -> i32 {
     use clap::Parser;
+    // First, before the process's memory grows: no huge pages under the allocator.
+    let thp = agent::heap::refuse_huge_pages();
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
@@ -73,6 +75,9 @@ pub fn main_entry() -> i32 {
     });
     if let Some(why) = bad {
         tracing::warn!("MESHNFT_LOG: {why}");
+    }
+    if let Err(e) = thp {
+        tracing::debug!("transparent huge pages stay as the kernel sets them: prctl: {e}");
     }
     match cli.command {
         Cmd::Install(args) => run(*args),

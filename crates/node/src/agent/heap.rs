@@ -64,6 +64,29 @@ unsafe impl std::alloc::GlobalAlloc for Allocator {
     }
 }
 
+/// Keeps transparent huge pages (THP) out of the node process:
+/// `prctl(PR_SET_THP_DISABLE, 1)` (prctl(2); the kernel's
+/// Documentation/admin-guide/mm/transhuge.rst), which holds for the whole
+/// process, for the mappings it has and those it makes, and which its
+/// children inherit.
+///
+/// Why: mimalloc reserves its arena as one 1 GiB mapping and asks for huge
+/// pages on it (`madvise(MADV_HUGEPAGE)`, its `allow_thp` option, on by
+/// default on Linux). Where THP is `madvise` or `always` (most nodes), a
+/// touched 2 MiB range of the arena is then backed by a whole 2 MiB page,
+/// and khugepaged collapses partly used ranges back into such pages (by
+/// default a range with a single 4 KiB page in use), so the free pages
+/// mimalloc gives back return. The agent's live heap is under 1 MiB; with
+/// huge pages, 6 of its 11 MiB of anonymous memory were three of them
+/// (docs/testing.md#soak).
+///
+/// # Errors
+/// The prctl's errno (`EINVAL` on a kernel without THP, where there is
+/// nothing to refuse).
+pub fn refuse_huge_pages() -> Result<(), nix::Error> {
+    nix::sys::prctl::set_thp_disable(true)
+}
+
 #[cfg(test)]
 mod tests {
     use super::{Allocator, heap_bytes};
