@@ -160,13 +160,19 @@ async fn list_pods_within(
             at: 0,
         })
     });
+    // One read buffer; each chunk sent is a copy of what a read gave, of its
+    // own size. (A 64 KiB buffer sent per read, truncated, kept its whole
+    // capacity: a read gives about 8 KiB of the API server's answer, so a
+    // backlog of chunks held eight times the bytes waiting, and a 250-pod
+    // list peaked at 21-26 MiB; docs/benchmarks.md#the-agents-memory.)
+    let mut buf = vec![0; READ_BUFFER];
+    let (mut reads, mut bytes) = (0u64, 0u64);
     loop {
-        let mut chunk = vec![0; READ_BUFFER];
-        let item = match tokio::time::timeout(idle, body.read(&mut chunk)).await {
+        let item = match tokio::time::timeout(idle, body.read(&mut buf)).await {
             Ok(Ok(0)) => break,
             Ok(Ok(n)) => {
-                chunk.truncate(n);
-                Ok(chunk)
+                (reads, bytes) = (reads + 1, bytes + n as u64);
+                Ok(buf[..n].to_vec())
             }
             Ok(Err(e)) => Err(e),
             Err(_) => Err(std::io::Error::new(
@@ -181,6 +187,7 @@ async fn list_pods_within(
         }
     }
     drop(tx);
+    tracing::debug!(reads, bytes, "the list's body read");
     decode
         .await
         .map_err(|e| kube::Error::Service(Box::new(e)))?
