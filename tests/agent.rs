@@ -460,7 +460,10 @@ fn readiness_follows_chaining_and_a_tampered_table_is_repaired() {
     assert!(
         status.lines().any(|l| l == "THP_enabled:\t0"),
         "THP left on: {}",
-        status.lines().find(|l| l.starts_with("THP")).unwrap_or("no THP line")
+        status
+            .lines()
+            .find(|l| l.starts_with("THP"))
+            .unwrap_or("no THP line")
     );
     assert!(wait_until(T, || agent.metric("meshnft_pods_checked_total") >= 1.0));
     assert_eq!(agent.ready(), Some(503));
