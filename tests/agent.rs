@@ -154,9 +154,7 @@ impl Agent {
         let Some((200, body)) = self.get("/metrics") else {
             return -1.0;
         };
-        body.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
-            .unwrap_or(0.0)
+        support::metric(&body, name).unwrap_or(0.0)
     }
 
     fn ready(&self) -> Option<u16> {

@@ -574,13 +574,6 @@ fn agent_metrics(node: &Node) -> String {
     )
 }
 
-/// The value of the unlabelled metric `name` in `metrics` (the text of [`agent_metrics`]).
-fn metric(metrics: &str, name: &str) -> Option<f64> {
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
-}
-
 /// The primary conflist as the node's containerd reads it.
 const CONFLIST: &str = "/etc/cni/net.d/10-bridge.conflist";
 

@@ -1408,7 +1408,7 @@ fn fault_token_revoked(node: &Node, group: &str, apply: &(dyn Fn() + Sync)) {
         .filter(|(pod, m)| pod.starts_with(&prefix) && with_401(m))
         .count();
     let metrics = agent_metrics(node);
-    let refreshes = metric(&metrics, "meshnft_kubeconfig_refreshes_total").unwrap_or(0.0);
+    let refreshes = support::metric(&metrics, "meshnft_kubeconfig_refreshes_total").unwrap_or(0.0);
     eprintln!(
         "  refused with meshnft's 401 error: {in_log} pods (containerd's log), {in_events} events; \
          installer passes woken by the plugin's reports: {refreshes}"

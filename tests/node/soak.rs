@@ -172,7 +172,7 @@ struct Sample {
 /// address); None when it did not answer (starting). Busybox's wget has no timeout here (its `-T`
 /// crashed it on this node): a frozen agent holds the sample until it runs again.
 fn heap_of(node: &Node) -> Option<f64> {
-    metric(&agent_metrics(node), "meshnft_agent_heap_bytes").map(|b| b / 1024.0)
+    support::metric(&agent_metrics(node), "meshnft_agent_heap_bytes").map(|b| b / 1024.0)
 }
 
 fn sample_of(pid: u32, t: f64) -> Option<Sample> {

@@ -84,7 +84,7 @@ pub(crate) fn refusal_event_and_metrics(node: &Node) {
         "kubectl describe pod shows meshnft's Event:\n{desc}"
     );
     let metrics = agent_metrics(node);
-    let value = |name: &str| metric(&metrics, name).unwrap_or(0.0);
+    let value = |name: &str| support::metric(&metrics, name).unwrap_or(0.0);
     assert!(
         metrics
             .lines()

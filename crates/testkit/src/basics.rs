@@ -115,6 +115,15 @@ pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
     }
 }
 
+/// The value of metric `name` in `text`, Prometheus' text format (an agent's
+/// `/metrics` body): the first line that is `name`, a space and a number.
+/// `name` is the whole series, labels included as the body writes them
+/// (`meshnft_repairs_total{result="repaired"}`); `None` when no line has it.
+pub fn metric(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
 /// A temp dir (`/tmp/meshnft-node-<tag>-<unique>`, a prefix the leak check
 /// knows) removed on drop, also when the test fails.
 pub struct TempDir(pub PathBuf);

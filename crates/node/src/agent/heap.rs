@@ -81,8 +81,8 @@ unsafe impl std::alloc::GlobalAlloc for Allocator {
 /// (docs/testing.md#soak).
 ///
 /// # Errors
-/// The prctl's errno (`EINVAL` on a kernel without THP, where there is
-/// nothing to refuse).
+/// The prctl's errno (`EINVAL` on a kernel before 3.15, which has no such
+/// prctl).
 pub fn refuse_huge_pages() -> Result<(), nix::Error> {
     nix::sys::prctl::set_thp_disable(true)
 }

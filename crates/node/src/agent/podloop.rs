@@ -367,9 +367,10 @@ impl Passes {
                 .map(|d| d.as_secs_f64())
                 .unwrap_or(0.0);
             ctx.shared.metrics.last_resync.set(now);
-            // The pages the churn since the last full pass freed, given back: without it
-            // the allocator kept them and RSS rose about 10 MiB an hour while the live heap
-            // stayed at 0.5-0.7 MiB (docs/testing.md#soak).
+            // The pages the churn since the last full pass freed, given back (in the soak,
+            // with huge pages still on, RSS rose 9.5 MiB an hour without it and 6.4 with
+            // it; the rest was huge pages, now refused: heap::refuse_huge_pages;
+            // docs/testing.md#soak).
             super::release_free_memory();
         }
     }

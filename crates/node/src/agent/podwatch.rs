@@ -164,14 +164,15 @@ async fn list_pods_within(
     // own size. (A 64 KiB buffer sent per read, truncated, kept its whole
     // capacity: a read gives about 8 KiB of the API server's answer, so a
     // backlog of chunks held eight times the bytes waiting, and a 250-pod
-    // list peaked at 21-26 MiB; docs/benchmarks.md#the-agents-memory.)
+    // list peaked at 21-26 MiB; docs/benchmarks.md#huge-pages-and-the-lists-chunks.)
     let mut buf = vec![0; READ_BUFFER];
     let (mut reads, mut bytes) = (0u64, 0u64);
     loop {
         let item = match tokio::time::timeout(idle, body.read(&mut buf)).await {
             Ok(Ok(0)) => break,
             Ok(Ok(n)) => {
-                (reads, bytes) = (reads + 1, bytes + n as u64);
+                reads += 1;
+                bytes += n as u64;
                 Ok(buf[..n].to_vec())
             }
             Ok(Err(e)) => Err(e),
