@@ -6,6 +6,7 @@
 //! registers (`NFT_REG_1`..`NFT_REG_4`, also addressable as 4-byte
 //! `NFT_REG32_00`..`NFT_REG32_15`); register 0 holds the verdict.
 
+mod bitwise;
 mod byteorder;
 mod cmp;
 mod counter;
@@ -17,6 +18,7 @@ mod payload;
 mod redir;
 mod socket;
 
+pub use bitwise::Bitwise;
 pub use byteorder::{Byteorder, ByteorderOp};
 pub use cmp::{Cmp, CmpOp};
 pub use counter::Counter;
@@ -46,6 +48,8 @@ pub enum Expr {
     Meta(Meta),
     /// `cmp`: compare a register with a constant.
     Cmp(Cmp),
+    /// `bitwise`: mask a register (a prefix match).
+    Bitwise(Bitwise),
     /// `byteorder`: convert a register's values between host and network order.
     Byteorder(Byteorder),
     /// `payload`: load packet bytes into a register.
@@ -72,6 +76,7 @@ impl Expr {
         match self {
             Expr::Meta(_) => "meta",
             Expr::Cmp(_) => "cmp",
+            Expr::Bitwise(_) => "bitwise",
             Expr::Byteorder(_) => "byteorder",
             Expr::Payload(_) => "payload",
             Expr::Lookup(_) => "lookup",
@@ -96,6 +101,7 @@ impl Expr {
         match self {
             Expr::Meta(e) => e.encode(m),
             Expr::Cmp(e) => e.encode(m),
+            Expr::Bitwise(e) => e.encode(m),
             Expr::Byteorder(e) => e.encode(m),
             Expr::Payload(e) => e.encode(m),
             Expr::Lookup(e) => e.encode(m, set_id(&e.set)),
@@ -122,6 +128,7 @@ impl Expr {
         let e = match name.as_str() {
             "meta" => Meta::decode(&data).map(Expr::Meta),
             "cmp" => Cmp::decode(&data).map(Expr::Cmp),
+            "bitwise" => Bitwise::decode(&data).map(Expr::Bitwise),
             "byteorder" => Byteorder::decode(&data).map(Expr::Byteorder),
             "payload" => Payload::decode(&data).map(Expr::Payload),
             "lookup" => Lookup::decode(&data).map(Expr::Lookup),
@@ -143,6 +150,14 @@ impl std::fmt::Display for Expr {
         match self {
             Expr::Meta(m) => write!(f, "[ meta load {:?} => reg {} ]", m.key, m.dreg),
             Expr::Cmp(c) => write!(f, "[ cmp {:?} reg {} 0x{} ]", c.op, c.sreg, hex(&c.data)),
+            Expr::Bitwise(b) => write!(
+                f,
+                "[ bitwise reg {} = ( reg {} & 0x{} ) ^ 0x{} ]",
+                b.dreg,
+                b.sreg,
+                hex(&b.mask),
+                hex(&b.xor)
+            ),
             Expr::Byteorder(b) => write!(
                 f,
                 "[ byteorder reg {} = {}(reg {}, {}, {}) ]",

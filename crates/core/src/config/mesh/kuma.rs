@@ -15,6 +15,7 @@
 //! (`mapToConfig`: what each one does), `pkg/transparentproxy/consts/consts.go`,
 //! the rules of `pkg/transparentproxy/iptables/builder/builder_table_nat.go`.
 
+use super::ifaces::{IfaceRules, Origin, Vnet};
 use super::{
     ALL_PORTS, Annotations, LoopbackInbound, Mesh, MeshModule, MeshRules, SetComments,
     annotation_error, missing, one, parse_uid, sidecar_settings,
@@ -124,14 +125,31 @@ pub struct KumaRedirect {
     pub outbound: Option<KumaFlow>,
     /// `kuma.redirect.dns`.
     pub dns: Option<KumaDns>,
+    /// `kuma.redirect.vnet`.
+    pub vnet: Option<KumaVnet>,
+}
+
+/// `kuma.redirect.vnet`: virtual networks inside the pod (Docker bridges).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KumaVnet {
+    /// `interfaceName:CIDR` entries, an array of strings
+    /// ([`super::ifaces::vnets`]).
+    pub networks: Option<Value>,
 }
 
 /// `kuma.redirect.inbound` / `kuma.redirect.outbound`.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct KumaFlow {
+    /// `false`: nothing of this direction is redirected (inbound: as a
+    /// gateway; outbound: no outbound TCP goes to the proxy). Default true.
+    pub enabled: Option<bool>,
     /// Redirect port (15006 inbound, 15001 outbound).
     pub port: Option<Value>,
+    /// When not empty, only TCP to these ports is redirected, and
+    /// `excludePorts` is not read (Kuma's rules).
+    pub include_ports: Option<Value>,
     /// Ports left alone (default 9901, Envoy's admin port).
     pub exclude_ports: Option<Value>,
     /// Addresses or CIDRs left alone: inbound sources, outbound destinations.
@@ -184,6 +202,19 @@ pub struct KumaPod {
     /// [`super::kuma_tproxy::uid_exclusions`]).
     #[serde(default)]
     pub exclude_outbound_uid_ports: Vec<super::kuma_tproxy::UidPorts>,
+    /// `redirect.inbound.includePorts`: when not empty, only these inbound
+    /// ports are redirected (excluded ports are not read).
+    #[serde(default)]
+    pub include_inbound_ports: Vec<PortRange>,
+    /// `redirect.outbound.includePorts`: likewise outbound.
+    #[serde(default)]
+    pub include_outbound_ports: Vec<PortRange>,
+    /// `redirect.outbound.enabled: false`: no outbound TCP is redirected.
+    #[serde(default)]
+    pub outbound_disabled: bool,
+    /// `redirect.vnet.networks` ([`super::ifaces::vnets`]).
+    #[serde(default)]
+    pub vnets: Vec<Vnet>,
 }
 
 impl KumaPod {
@@ -198,13 +229,23 @@ impl KumaPod {
         s.redirect_inbound_ports = Vec::new();
         s.skip_inbound_ports = if self.gateway {
             vec![ALL_PORTS]
+        } else if !self.include_inbound_ports.is_empty() {
+            // Kuma: with includePorts, excludePorts (and the probe port
+            // folded into them) are not read.
+            s.redirect_inbound_ports = self.include_inbound_ports.clone();
+            Vec::new()
         } else {
             let mut skip = self.exclude_inbound_ports.clone();
             skip.extend(self.probe_proxy_port.map(one));
             ports::merge(skip)
         };
         s.skip_inbound_nets = self.exclude_inbound_ips.clone();
-        let mut out = self.exclude_outbound_ports.clone();
+        let only_ports = !self.include_outbound_ports.is_empty();
+        let mut out = if only_ports {
+            Vec::new()
+        } else {
+            self.exclude_outbound_ports.clone()
+        };
         if self.builtin_dns {
             out.push(one(DNS_PORT));
         }
@@ -216,8 +257,20 @@ impl KumaPod {
             gid_alone: false,
             loopback_inbound: Some(LoopbackInbound { except_port: None }),
             redirect_outbound_nets: None,
-            redirect_outbound_ports: Vec::new(),
+            redirect_outbound_ports: self.include_outbound_ports.clone(),
             skip_nets_first: true,
+            outbound_disabled: self.outbound_disabled,
+            outbound_only_ports: only_ports,
+            ifaces: IfaceRules {
+                skip: Vec::new(),
+                reroute: Vec::new(),
+                vnets: self
+                    .vnets
+                    .iter()
+                    .filter(|v| self.ipv6 || v.net.addr().is_ipv4())
+                    .cloned()
+                    .collect(),
+            },
             istio: None,
             kuma: Some(self.clone()),
         };
@@ -267,6 +320,14 @@ impl KumaPod {
                 )?
             }
         };
+        let vnets = match r.vnet.as_ref().and_then(|v| v.networks.as_ref()) {
+            None => Vec::new(),
+            Some(v) => {
+                let field = "kuma.redirect.vnet.networks";
+                let entries = uid_entries(field, v)?;
+                super::ifaces::vnets(Origin::Config, field, entries.iter().map(String::as_str))?
+            }
+        };
         let ipv6 = match &c.ip_family_mode {
             None => true,
             Some(Value::String(m)) => ip_family_mode("kuma.ipFamilyMode", m)?,
@@ -308,15 +369,29 @@ impl KumaPod {
                 nets,
             )?,
             probe_proxy_port: probe,
-            gateway: false,
+            gateway: inb.enabled == Some(false),
             builtin_dns: r.dns.and_then(|d| d.enabled).unwrap_or(false),
             exclude_outbound_uid_ports: uid_ports,
+            include_inbound_ports: block_list(
+                "kuma.redirect.inbound.includePorts",
+                &inb.include_ports,
+                "",
+                port_list,
+            )?,
+            include_outbound_ports: block_list(
+                "kuma.redirect.outbound.includePorts",
+                &outb.include_ports,
+                "",
+                port_list,
+            )?,
+            outbound_disabled: outb.enabled == Some(false),
+            vnets,
         })
     }
 }
 
-/// The block's `excludePortsForUIDs`: an array of strings, or one string
-/// of `;`-separated entries.
+/// The block's `excludePortsForUIDs` (and `vnet.networks`): an array of
+/// strings, or one string of `;`-separated entries.
 fn uid_entries(field: &str, v: &Value) -> Result<Vec<String>> {
     match v {
         Value::String(s) if s.trim().is_empty() => Ok(Vec::new()),
@@ -369,8 +444,8 @@ impl MeshModule for Kuma {
         conf.kuma.is_some()
     }
 
-    /// `kuma.redirect` and its `inbound`, `outbound` and `dns` must be
-    /// objects.
+    /// `kuma.redirect` and its `inbound`, `outbound`, `dns` and `vnet`
+    /// must be objects.
     fn check_block(&self, top: &Map<String, Value>) -> Result<()> {
         let nested = |v: Option<&Value>, path: &str| -> Result<()> {
             match v {
@@ -381,7 +456,7 @@ impl MeshModule for Kuma {
         if let Some(k) = top.get("kuma") {
             nested(k.get("redirect"), "kuma.redirect")?;
             if let Some(r) = k.get("redirect") {
-                for flow in ["inbound", "outbound", "dns"] {
+                for flow in ["inbound", "outbound", "dns", "vnet"] {
                     nested(r.get(flow), &format!("kuma.redirect.{flow}"))?;
                 }
             }
@@ -518,7 +593,7 @@ impl MeshModule for Kuma {
 
     fn set_comments(&self) -> SetComments {
         SetComments {
-            redirect_inbound_ports: "unused with kuma (every inbound port)",
+            redirect_inbound_ports: "kuma redirect.inbound.includePorts: when not empty, only these inbound ports are redirected",
             skip_inbound_ports: "kuma redirect.inbound.excludePorts and the application probe proxy port",
             skip_inbound_nets: [
                 "kuma redirect.inbound.excludePortsForIPs (IPv4)",
