@@ -6,7 +6,8 @@
 //! interfaces. istio-iptables inserts its KubeVirt rules at the top of nat
 //! `PREROUTING` and appends the excluded interfaces' before its jumps
 //! (capture/run.go); Kuma inserts its virtual networks' at the top
-//! (builder_table_nat.go).
+//! (builder_table_nat.go). Also Kuma's rule logging ([`log`]), placed where
+//! Kuma's `LOG` rules land in those chains.
 
 use super::ruleset::{Key, Rules, Stmt, in_set, ret, tcp};
 use crate::config::Settings;
@@ -96,6 +97,32 @@ pub fn prerouting(s: &Settings, r: &mut Rules) {
             ),
         );
     }
+    if let Some(level) = s.mesh.log_level {
+        log("prerouting", level, r);
+    }
+}
+
+/// Kuma's rule logging (`log.enabled`): a `log` rule in `chain`
+/// (`prerouting` after the virtual networks' rules, `output` after the
+/// exclusions), prefix the iptables chain's name and `:` as Kuma writes
+/// `--log-prefix`, at `level`; a counter beside it.
+pub fn log(chain: &'static str, level: u32, r: &mut Rules) {
+    let prefix = if chain == "output" {
+        "OUTPUT:"
+    } else {
+        "PREROUTING:"
+    };
+    r.push(
+        chain,
+        vec![
+            Stmt::Counter,
+            Stmt::Log {
+                prefix: prefix.to_string(),
+                level,
+            },
+        ],
+        &format!("log every packet reaching {chain} (kuma log.enabled)"),
+    );
 }
 
 /// The `output` rules of the excluded interfaces.

@@ -12,6 +12,7 @@ mod cmp;
 mod counter;
 mod dynset;
 mod immediate;
+mod log;
 mod lookup;
 mod meta;
 mod payload;
@@ -24,6 +25,7 @@ pub use cmp::{Cmp, CmpOp};
 pub use counter::Counter;
 pub use dynset::Dynset;
 pub use immediate::{Immediate, ImmediateData};
+pub use log::{Log, level_name};
 pub use lookup::Lookup;
 pub use meta::{Meta, MetaKey};
 pub use payload::{Payload, PayloadBase};
@@ -66,6 +68,8 @@ pub enum Expr {
     Immediate(Immediate),
     /// `redir`: NAT redirect to the local host.
     Redir(Redir),
+    /// `log`: the packet to the kernel log.
+    Log(Log),
     /// An expression this code does not model: its name.
     Other(String),
 }
@@ -85,6 +89,7 @@ impl Expr {
             Expr::Counter(_) => "counter",
             Expr::Immediate(_) => "immediate",
             Expr::Redir(_) => "redir",
+            Expr::Log(_) => "log",
             Expr::Other(n) => n,
         }
     }
@@ -110,6 +115,7 @@ impl Expr {
             Expr::Counter(e) => e.encode(m),
             Expr::Immediate(e) => e.encode(m),
             Expr::Redir(e) => e.encode(m),
+            Expr::Log(e) => e.encode(m),
             Expr::Other(_) => {}
         }
         m.end();
@@ -137,6 +143,7 @@ impl Expr {
             "counter" => Some(Expr::Counter(Counter::decode(&data))),
             "immediate" => Immediate::decode(&data).map(Expr::Immediate),
             "redir" => Redir::decode(&data).map(Expr::Redir),
+            "log" => Log::decode(&data).map(Expr::Log),
             _ => None,
         };
         e.unwrap_or(Expr::Other(name))
@@ -196,6 +203,7 @@ impl std::fmt::Display for Expr {
                 ImmediateData::Verdict(v) => write!(f, "[ immediate reg {} {v} ]", i.dreg),
             },
             Expr::Redir(r) => write!(f, "[ redir proto_min reg {} ]", r.reg_proto_min),
+            Expr::Log(l) => write!(f, "[ log prefix {} level {} ]", l.prefix, l.level),
             Expr::Other(n) => write!(f, "[ {n} ]"),
         }
     }

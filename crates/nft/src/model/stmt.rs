@@ -4,7 +4,7 @@
 
 use crate::expr::{
     Bitwise, Byteorder, ByteorderOp, Cmp, CmpOp, Counter, Dynset, Expr, Immediate, ImmediateData,
-    Lookup, Meta, MetaKey, Payload, PayloadBase, REG_1, REG_2, REG_VERDICT, REG32_01, Redir,
+    Log, Lookup, Meta, MetaKey, Payload, PayloadBase, REG_1, REG_2, REG_VERDICT, REG32_01, Redir,
     Socket,
 };
 use crate::verdict::Verdict;
@@ -293,6 +293,14 @@ pub enum Stmt {
     Verdict(Verdict),
     /// `redirect to :PORT` (after a `meta l4proto tcp`).
     Redirect(u16),
+    /// `log prefix "PREFIX" level LEVEL`: the packet to the kernel log
+    /// (a prefix without `"` or `\\`, at most 127 bytes; a syslog level).
+    Log {
+        /// The prefix.
+        prefix: String,
+        /// The syslog level, 0-7.
+        level: u32,
+    },
 }
 
 fn proto_name(p: u8) -> String {
@@ -358,6 +366,11 @@ impl fmt::Display for Stmt {
             Stmt::Vmap { key, map } => write!(f, "{key} vmap @{map}"),
             Stmt::Verdict(v) => write!(f, "{v}"),
             Stmt::Redirect(p) => write!(f, "redirect to :{p}"),
+            Stmt::Log { prefix, level } => write!(
+                f,
+                "log prefix \"{prefix}\" level {}",
+                crate::expr::level_name(*level)
+            ),
         }
     }
 }
@@ -463,6 +476,10 @@ impl Stmt {
             Stmt::Verdict(v) => out.push(Expr::Immediate(Immediate {
                 dreg: REG_VERDICT,
                 data: ImmediateData::Verdict(v.clone()),
+            })),
+            Stmt::Log { prefix, level } => out.push(Expr::Log(Log {
+                prefix: prefix.clone(),
+                level: *level,
             })),
             Stmt::Redirect(p) => {
                 out.push(Expr::Immediate(Immediate {

@@ -216,6 +216,7 @@ impl IstioPod {
             skip_nets_first: false,
             outbound_disabled: false,
             outbound_only_ports: false,
+            log_level: None,
             ifaces: IfaceRules {
                 skip: self.exclude_interfaces.clone(),
                 reroute: self.reroute_interfaces.clone(),

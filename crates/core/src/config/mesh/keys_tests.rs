@@ -168,3 +168,37 @@ fn kuma_configmap_keys() {
         "{e}"
     );
 }
+
+#[test]
+fn kuma_rule_logging() {
+    let base = settings_of(json!({"mesh": "kuma"})).unwrap();
+    assert_eq!(base.mesh.log_level, None);
+    let on = pod(&[(KUMA_ANN_IPTABLES_LOGS, "true")])
+        .apply(&base)
+        .unwrap();
+    assert_eq!(on.mesh.log_level, Some(KUMA_LOG_LEVEL));
+    let blk = settings_of(json!({"mesh": "kuma", "kuma": {"log": {"enabled": true, "level": 4}}}))
+        .unwrap();
+    assert_eq!(blk.mesh.log_level, Some(4));
+    // The annotation keeps the block's level, or turns logging off.
+    let p = pod(&[(KUMA_ANN_IPTABLES_LOGS, "enabled")]);
+    assert_eq!(p.apply(&blk).unwrap().mesh.log_level, Some(4));
+    let p = pod(&[(KUMA_ANN_IPTABLES_LOGS, "false")]);
+    assert_eq!(p.apply(&blk).unwrap().mesh.log_level, None);
+    let y = pod(&[(KUMA_ANN_TP_CONFIG, "log: {enabled: true, level: 5}")])
+        .apply(&base)
+        .unwrap();
+    assert_eq!(y.mesh.log_level, Some(5));
+    let e = settings_of(json!({"mesh": "kuma", "kuma": {"log": {"enabled": true, "level": 8}}}))
+        .unwrap_err();
+    assert!(e.msg.contains("kuma.log.level"), "{e}");
+    let e = pod(&[(KUMA_ANN_TP_CONFIG, "log: {enabled: true, level: x}")])
+        .apply(&base)
+        .unwrap_err();
+    assert!(
+        e.msg.contains("log.level") && e.msg.contains("invalid pod annotation"),
+        "{e}"
+    );
+    let e = settings_of(json!({"mesh": "kuma", "kuma": {"log": true}})).unwrap_err();
+    assert!(e.msg.contains("kuma.log"), "{e}");
+}

@@ -86,8 +86,8 @@ pub const KUMA_ANN_GATEWAY: &str = "kuma.io/gateway";
 pub const KUMA_ANN_BUILTIN_DNS: &str = "kuma.io/builtin-dns";
 /// `true`: drop invalid packets: refused (no such rule in meshnft).
 pub const KUMA_ANN_DROP_INVALID: &str = "traffic.kuma.io/drop-invalid-packets";
-/// `true`: iptables LOG rules: validated, not written (meshnft logs nothing
-/// per packet; its rules carry counters).
+/// `true`: Kuma's `log.enabled`: a `log` rule at the head of `prerouting`
+/// and `output` (at `log.level`, debug by default).
 pub const KUMA_ANN_IPTABLES_LOGS: &str = "traffic.kuma.io/iptables-logs";
 /// The whole transparent-proxy configuration as YAML (Kuma's ConfigMap
 /// mode, the only one kuma-cni reads since Kuma 2.9's injector renders it):
@@ -113,6 +113,36 @@ pub struct KumaConf {
     /// Inbound port of kuma-dp's application probe proxy, excluded inbound
     /// (default 9001; 0 for none).
     pub application_probe_proxy_port: Option<Value>,
+    /// Rule logging (Kuma's `log`).
+    pub log: Option<KumaLog>,
+}
+
+/// `kuma.log`: Kuma's rule logging, `enabled` (default false) and the
+/// syslog `level` (0-7, default 7: debug), as Kuma's `Log`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KumaLog {
+    /// Log each packet reaching nat `PREROUTING` and `OUTPUT`.
+    pub enabled: Option<bool>,
+    /// The syslog level.
+    pub level: Option<Value>,
+}
+
+/// Kuma's default log level (`consts.LogLevelDebug`).
+pub const KUMA_LOG_LEVEL: u32 = 7;
+
+/// A syslog level 0-7 (`field` names it in errors): absent is
+/// [`KUMA_LOG_LEVEL`].
+pub(crate) fn log_level(field: &str, v: &Option<Value>) -> Result<u32> {
+    match v {
+        None | Some(Value::Null) => Ok(KUMA_LOG_LEVEL),
+        Some(v) => tok(v)
+            .trim()
+            .parse::<u32>()
+            .ok()
+            .filter(|l| *l <= 7)
+            .ok_or_else(|| Error::config(field, &tok(v), "expected a syslog level 0-7")),
+    }
 }
 
 /// `kuma.redirect`.
@@ -215,6 +245,9 @@ pub struct KumaPod {
     /// `redirect.vnet.networks` ([`super::ifaces::vnets`]).
     #[serde(default)]
     pub vnets: Vec<Vnet>,
+    /// `log`: the level of the `log` rules, `None` when off.
+    #[serde(default)]
+    pub log_level: Option<u32>,
 }
 
 impl KumaPod {
@@ -261,6 +294,7 @@ impl KumaPod {
             skip_nets_first: true,
             outbound_disabled: self.outbound_disabled,
             outbound_only_ports: only_ports,
+            log_level: self.log_level,
             ifaces: IfaceRules {
                 skip: Vec::new(),
                 reroute: Vec::new(),
@@ -386,6 +420,10 @@ impl KumaPod {
             )?,
             outbound_disabled: outb.enabled == Some(false),
             vnets,
+            log_level: match &c.log {
+                Some(l) if l.enabled == Some(true) => Some(log_level("kuma.log.level", &l.level)?),
+                _ => None,
+            },
         })
     }
 }
@@ -455,6 +493,7 @@ impl MeshModule for Kuma {
         };
         if let Some(k) = top.get("kuma") {
             nested(k.get("redirect"), "kuma.redirect")?;
+            nested(k.get("log"), "kuma.log")?;
             if let Some(r) = k.get("redirect") {
                 for flow in ["inbound", "outbound", "dns", "vnet"] {
                     nested(r.get(flow), &format!("kuma.redirect.{flow}"))?;
@@ -572,6 +611,11 @@ impl MeshModule for Kuma {
             |key, v| super::kuma_tproxy::uid_exclusions(key, v.split(';'), false),
         )?;
         ann.set(KUMA_ANN_GATEWAY, &mut k.gateway, kuma_enabled)?;
+        // kuma-cni: `log.enabled` from the annotation, the level Kuma's default.
+        let level = k.log_level.unwrap_or(KUMA_LOG_LEVEL);
+        ann.set(KUMA_ANN_IPTABLES_LOGS, &mut k.log_level, |key, v| {
+            Ok(kuma_enabled(key, v)?.then_some(level))
+        })?;
         ann.set(KUMA_ANN_BUILTIN_DNS, &mut k.builtin_dns, kuma_enabled)?;
         if k.builtin_dns {
             dns_warning();
@@ -618,7 +662,7 @@ impl MeshModule for Kuma {
 }
 
 /// The annotation asking for what meshnft has no datapath for (dropping
-/// invalid packets), and the iptables logs flag (validated, not written).
+/// invalid packets).
 fn refused(ann: &Annotations) -> Result<()> {
     if let Some((key, v)) = ann.get(KUMA_ANN_DROP_INVALID)
         && kuma_enabled(key, v)?
@@ -628,9 +672,6 @@ fn refused(ann: &Annotations) -> Result<()> {
             v,
             "dropping invalid packets is not supported by meshnft",
         ));
-    }
-    if let Some((key, v)) = ann.get(KUMA_ANN_IPTABLES_LOGS) {
-        kuma_enabled(key, v)?;
     }
     Ok(())
 }

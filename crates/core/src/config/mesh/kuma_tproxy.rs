@@ -227,6 +227,13 @@ struct TpConfig {
     drop_invalid_packets: Option<Value>,
     #[serde(rename = "dryrun")]
     dry_run: Option<Value>,
+    log: Option<TpLog>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct TpLog {
+    enabled: Option<Value>,
+    level: Option<Value>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -410,6 +417,7 @@ impl KumaPod {
             "redirect.outbound",
             "redirect.dns",
             "redirect.vnet",
+            "log",
         ] {
             let v = path
                 .split('.')
@@ -483,6 +491,12 @@ impl KumaPod {
         let inb = r.inbound.unwrap_or_default();
         let outb = r.outbound.unwrap_or_default();
         let outbound_disabled = !flag(key, "redirect.outbound.enabled", &outb.enabled, true)?;
+        let log = c.log.unwrap_or_default();
+        let log_level = if flag(key, "log.enabled", &log.enabled, false)? {
+            Some(super::kuma::log_level(&field("log.level"), &log.level).map_err(super::relabel)?)
+        } else {
+            None
+        };
         let inbound_uids = strings(
             key,
             "redirect.inbound.excludePortsForUIDs",
@@ -561,6 +575,7 @@ impl KumaPod {
             )?,
             outbound_disabled,
             vnets,
+            log_level,
             probe_proxy_port: None,
             gateway,
             builtin_dns: flag(

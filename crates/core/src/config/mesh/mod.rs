@@ -236,6 +236,10 @@ pub struct MeshRules {
     /// The interface rules ([`ifaces::IfaceRules`]): Istio's
     /// `excludeInterfaces` and `kubevirtInterfaces`, Kuma's `vnet.networks`.
     pub ifaces: ifaces::IfaceRules,
+    /// Kuma's rule logging (`log.enabled`, `traffic.kuma.io/iptables-logs`):
+    /// the syslog level (0-7) of a `log` rule at the head of `prerouting`
+    /// and `output`; `None` writes none.
+    pub log_level: Option<u32>,
     /// Istio's validated values, from which the table's fields were
     /// derived (a pod's annotations start from them).
     pub istio: Option<IstioPod>,

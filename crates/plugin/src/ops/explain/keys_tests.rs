@@ -32,10 +32,12 @@ fn istio_ifaces(include: &str) -> Settings {
 }
 
 fn kuma_keys() -> Settings {
-    settings(json!({"mesh": "kuma", "kuma": {"redirect": {
+    settings(
+        json!({"mesh": "kuma", "kuma": {"log": {"enabled": true}, "redirect": {
         "inbound": {"includePorts": [8080]},
         "outbound": {"includePorts": [443]},
-        "vnet": {"networks": ["docker0:172.17.0.0/16", "br+:2001:db8:5::/64"]}}}}))
+        "vnet": {"networks": ["docker0:172.17.0.0/16", "br+:2001:db8:5::/64"]}}}}),
+    )
 }
 
 fn kuma_off() -> Settings {
@@ -190,6 +192,13 @@ fn kuma_switches_and_virtual_networks() {
     assert_eq!(
         decide(&t, &flow(In, "2001:db8:5::1", 8080, Some("br-x"))).0,
         r15006
+    );
+    // The log rules: logged, and the walk goes on.
+    let d = explain::decide(&t, &flow(Out, "198.19.0.9", 443, None), &[300], &[]);
+    assert!(
+        d.effects.iter().any(|e| e.contains("kernel log")),
+        "{:?}",
+        d.effects
     );
     // Outbound disabled: nothing goes to the proxy; inbound still does.
     let off = view(&kuma_off());

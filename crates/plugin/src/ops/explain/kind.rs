@@ -89,6 +89,9 @@ pub enum Kind {
     /// Kuma: `output`: `tcp dport != @redirect_outbound_ports return`
     /// (`redirect.outbound.includePorts`).
     NotIncludedPort,
+    /// Kuma: `counter log prefix "CHAIN:" level L` (`log.enabled`), in
+    /// `prerouting` and `output`: logs, and the walk goes on.
+    Log,
 }
 
 /// Recognises a rule by its chain and comment.
@@ -128,6 +131,8 @@ pub fn classify(chain: &str, comment: &str) -> Option<Kind> {
         ("output", "outbound port not in kuma redirect.outbound.includePorts") => {
             Some(NotIncludedPort)
         }
+        ("output", "log every packet reaching output (kuma log.enabled)")
+        | ("prerouting", "log every packet reaching prerouting (kuma log.enabled)") => Some(Log),
         _ => None,
     };
     exact.or_else(|| {

@@ -145,6 +145,11 @@ impl Walk<'_> {
             | NotIncluded6 => self.eval_mesh(r, k),
             RerouteIface | RerouteIface4 | RerouteIface6 | RerouteIfaceRest | SkipIfaceIn
             | SkipIfaceOut | Vnet | OutboundDisabled | NotIncludedPort => self.eval_ifaces(r, k),
+            Log => {
+                self.effects
+                    .push("logged to the kernel log (kuma log.enabled)".into());
+                Some(Act::Next)
+            }
         }
     }
 
