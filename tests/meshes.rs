@@ -838,7 +838,8 @@ fn kuma_yaml_pod(name: &str, yaml: &str) -> Pod {
 }
 
 /// Kuma's `redirect.outbound.enabled: false` (issue 53): outbound TCP goes
-/// out directly, the app's too; inbound is still redirected.
+/// out directly, the app's too; inbound is still redirected. With
+/// `log.enabled`, the `log` rules see the connections (their counters).
 #[support::root_test]
 fn kuma_outbound_disabled() {
     let name = "kuma-out-off";
@@ -846,7 +847,7 @@ fn kuma_outbound_disabled() {
         "kuma",
         &[kuma_yaml_pod(
             name,
-            "redirect:\n  outbound:\n    enabled: false\n",
+            "log:\n  enabled: true\nredirect:\n  outbound:\n    enabled: false\n",
         )],
     );
     let p = MeshPod::new(&n, name);
@@ -857,6 +858,15 @@ fn kuma_outbound_disabled() {
     p.direct("app", APP_UID, APP_UID, SRV4_A, 80);
     p.direct("app", APP_UID, APP_UID, SRV4_B, 9100);
     p.inbound_redirected(pod4, 8080);
+    // Both log rules counted packets (nat sees a connection's first one).
+    let t = list_table(&p.pod).unwrap();
+    for chain in ["PREROUTING", "OUTPUT"] {
+        let line = t
+            .lines()
+            .find(|l| l.contains(&format!("log prefix \"{chain}:\" level debug")))
+            .unwrap_or_else(|| panic!("no {chain} log rule: {t}"));
+        assert!(!line.contains("packets 0 "), "{line}");
+    }
     p.check_and_del();
 }
 
