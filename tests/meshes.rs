@@ -564,6 +564,18 @@ fn unmeshed_pods_and_refused_annotations() {
             ],
             &[],
         ),
+        // Not an interface name: refused, naming the annotation.
+        apiserver::pod(
+            "default",
+            "badif",
+            &[],
+            &["app", "istio-proxy"],
+            &[
+                ISTIO_STATUS,
+                ("traffic.sidecar.istio.io/excludeInterfaces", "eth 1"),
+            ],
+            &[],
+        ),
     ];
     let n = MeshNode::start("istio", &istio);
     for name in ["plain", "nostatus", "optout"] {
@@ -576,6 +588,18 @@ fn unmeshed_pods_and_refused_annotations() {
     let e = p.cni("add").expect_err("TPROXY must be refused");
     assert!(
         e.contains("sidecar.istio.io/interceptionMode") && e.contains("TPROXY"),
+        "{e}"
+    );
+    assert!(!has_table(&p.pod));
+    let _ = p.cni("del");
+    let p = MeshPod::new(&n, "badif");
+    let e = p
+        .cni("add")
+        .expect_err("a bad interface name must be refused");
+    let err = support::cni_error(&e).unwrap_or_else(|| panic!("no CNI error in {e}"));
+    assert_eq!(err["code"], 7, "{err}");
+    assert!(
+        e.contains("traffic.sidecar.istio.io/excludeInterfaces") && e.contains("eth 1"),
         "{e}"
     );
     assert!(!has_table(&p.pod));
