@@ -824,6 +824,40 @@ fn istio_kubevirt_interfaces() {
         "proxy-out",
         Some(&format!("{SRV4_A}:80")),
     );
+    // The example's istio block has "ipv6": true (istio-iptables' ip6tables
+    // rules of a dual-stack pod): the VM's IPv6 TCP goes to the proxy too.
+    p.pod.exec_ok(&[
+        "ip",
+        "-6",
+        "addr",
+        "add",
+        "2001:db8:200::1/64",
+        "dev",
+        "k6t-eth0",
+    ]);
+    vm.exec_ok(&[
+        "ip",
+        "-6",
+        "addr",
+        "add",
+        "2001:db8:200::2/64",
+        "dev",
+        "peer0",
+    ]);
+    vm.exec_ok(&[
+        "ip",
+        "-6",
+        "route",
+        "add",
+        "default",
+        "via",
+        "2001:db8:200::1",
+    ]);
+    expect_reply(
+        support::tcp_probe(vm.path(), None, 0, 0, support::SRV6_A.into(), 80),
+        "proxy-out",
+        Some(&format!("[{}]:80", support::SRV6_A)),
+    );
     let d = op(
         &p,
         &[

@@ -11,7 +11,7 @@
 
 use super::ruleset::{Key, Rules, Stmt, in_set, ret, tcp};
 use crate::config::Settings;
-use crate::nft::model::IfDir;
+use crate::nft::model::{IfDir, NFPROTO_IPV4};
 
 /// `iifname "NAME"`.
 fn iif(name: &str) -> Stmt {
@@ -27,6 +27,21 @@ pub fn prerouting(s: &Settings, r: &mut Rules) {
     let out = s.outbound_port;
     for name in &f.reroute {
         match &s.mesh.redirect_outbound_nets {
+            // istio-iptables writes ip6tables rules only for a dual-stack
+            // pod: with IPv6 off, IPv4 alone.
+            None if !s.ipv6 => r.push(
+                "prerouting",
+                vec![
+                    iif(name),
+                    Stmt::Nfproto(NFPROTO_IPV4),
+                    tcp(),
+                    Stmt::Counter,
+                    Stmt::Redirect(out),
+                ],
+                &format!(
+                    "arriving on a virtual interface: IPv4 TCP to the proxy's outbound port ({name})"
+                ),
+            ),
             None => r.push(
                 "prerouting",
                 vec![iif(name), tcp(), Stmt::Counter, Stmt::Redirect(out)],

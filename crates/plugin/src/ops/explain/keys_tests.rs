@@ -126,6 +126,15 @@ fn istio_interfaces() {
         r15001
     );
     assert_eq!(decide(&none, &vm).0, Outcome::Untouched);
+    // IPv6 off: a VM's IPv6 TCP is left alone (no ip6tables rules).
+    let v4only = view(&settings(
+        json!({"mesh": "istio", "istio": {"kubevirtInterfaces": "k6t-eth0"}}),
+    ));
+    assert_eq!(decide(&v4only, &vm).0, r15001);
+    assert_eq!(
+        decide(&v4only, &flow(In, "2001:db8::9", 443, Some("k6t-eth0"))).0,
+        Outcome::Untouched
+    );
     let mut udp = vm.clone();
     udp.proto = Proto::Udp;
     assert_eq!(decide(&all, &udp).0, Outcome::Untouched);

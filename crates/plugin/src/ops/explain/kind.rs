@@ -70,6 +70,9 @@ pub enum Kind {
     /// Istio: `prerouting`: `iifname VM meta l4proto tcp redirect to
     /// :OUTBOUND` (`kubevirtInterfaces`, every destination).
     RerouteIface,
+    /// Istio, IPv6 off: `iifname VM meta nfproto ipv4 meta l4proto tcp
+    /// redirect to :OUTBOUND`.
+    RerouteIfaceV4,
     /// Istio: the same to `@redirect_outbound_nets4` only.
     RerouteIface4,
     /// Istio: the same to `@redirect_outbound_nets6` only.
@@ -136,7 +139,12 @@ pub fn classify(chain: &str, comment: &str) -> Option<Kind> {
         _ => None,
     };
     exact.or_else(|| {
-        let prefixed: [(&str, &str, Kind); 18] = [
+        let prefixed: [(&str, &str, Kind); 19] = [
+            (
+                "prerouting",
+                "arriving on a virtual interface: IPv4 TCP to the proxy's outbound port (",
+                RerouteIfaceV4,
+            ),
             (
                 "prerouting",
                 "arriving on a virtual interface: TCP to the proxy's outbound port (",

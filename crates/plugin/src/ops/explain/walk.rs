@@ -143,8 +143,10 @@ impl Walk<'_> {
             ToProxy => Some(Act::Goto("outbound_redirect".into())),
             Passthrough4 | Passthrough6 | ProxyLoopback4 | ProxyLoopback6 | NotIncluded4
             | NotIncluded6 => self.eval_mesh(r, k),
-            RerouteIface | RerouteIface4 | RerouteIface6 | RerouteIfaceRest | SkipIfaceIn
-            | SkipIfaceOut | Vnet | OutboundDisabled | NotIncludedPort => self.eval_ifaces(r, k),
+            RerouteIface | RerouteIfaceV4 | RerouteIface4 | RerouteIface6 | RerouteIfaceRest
+            | SkipIfaceIn | SkipIfaceOut | Vnet | OutboundDisabled | NotIncludedPort => {
+                self.eval_ifaces(r, k)
+            }
             Log => {
                 self.effects
                     .push("logged to the kernel log (kuma log.enabled)".into());
@@ -193,6 +195,7 @@ impl Walk<'_> {
             SkipIfaceOut => self.iface_matches(r, true).then_some(Act::Return),
             SkipIfaceIn | RerouteIfaceRest => self.iface_matches(r, false).then_some(Act::Return),
             RerouteIface => (self.is_tcp() && self.iface_matches(r, false)).then(redirect),
+            RerouteIfaceV4 => (v4 && self.is_tcp() && self.iface_matches(r, false)).then(redirect),
             RerouteIface4 | RerouteIface6 => {
                 let (fam, set) = if k == RerouteIface4 {
                     (v4, "redirect_outbound_nets4")
