@@ -6,22 +6,26 @@
 //! registers (`NFT_REG_1`..`NFT_REG_4`, also addressable as 4-byte
 //! `NFT_REG32_00`..`NFT_REG32_15`); register 0 holds the verdict.
 
+mod bitwise;
 mod byteorder;
 mod cmp;
 mod counter;
 mod dynset;
 mod immediate;
+mod log;
 mod lookup;
 mod meta;
 mod payload;
 mod redir;
 mod socket;
 
+pub use bitwise::Bitwise;
 pub use byteorder::{Byteorder, ByteorderOp};
 pub use cmp::{Cmp, CmpOp};
 pub use counter::Counter;
 pub use dynset::Dynset;
 pub use immediate::{Immediate, ImmediateData};
+pub use log::{Log, level_name};
 pub use lookup::Lookup;
 pub use meta::{Meta, MetaKey};
 pub use payload::{Payload, PayloadBase};
@@ -46,6 +50,8 @@ pub enum Expr {
     Meta(Meta),
     /// `cmp`: compare a register with a constant.
     Cmp(Cmp),
+    /// `bitwise`: mask a register (a prefix match).
+    Bitwise(Bitwise),
     /// `byteorder`: convert a register's values between host and network order.
     Byteorder(Byteorder),
     /// `payload`: load packet bytes into a register.
@@ -62,6 +68,8 @@ pub enum Expr {
     Immediate(Immediate),
     /// `redir`: NAT redirect to the local host.
     Redir(Redir),
+    /// `log`: the packet to the kernel log.
+    Log(Log),
     /// An expression this code does not model: its name.
     Other(String),
 }
@@ -72,6 +80,7 @@ impl Expr {
         match self {
             Expr::Meta(_) => "meta",
             Expr::Cmp(_) => "cmp",
+            Expr::Bitwise(_) => "bitwise",
             Expr::Byteorder(_) => "byteorder",
             Expr::Payload(_) => "payload",
             Expr::Lookup(_) => "lookup",
@@ -80,6 +89,7 @@ impl Expr {
             Expr::Counter(_) => "counter",
             Expr::Immediate(_) => "immediate",
             Expr::Redir(_) => "redir",
+            Expr::Log(_) => "log",
             Expr::Other(n) => n,
         }
     }
@@ -96,6 +106,7 @@ impl Expr {
         match self {
             Expr::Meta(e) => e.encode(m),
             Expr::Cmp(e) => e.encode(m),
+            Expr::Bitwise(e) => e.encode(m),
             Expr::Byteorder(e) => e.encode(m),
             Expr::Payload(e) => e.encode(m),
             Expr::Lookup(e) => e.encode(m, set_id(&e.set)),
@@ -104,6 +115,7 @@ impl Expr {
             Expr::Counter(e) => e.encode(m),
             Expr::Immediate(e) => e.encode(m),
             Expr::Redir(e) => e.encode(m),
+            Expr::Log(e) => e.encode(m),
             Expr::Other(_) => {}
         }
         m.end();
@@ -122,6 +134,7 @@ impl Expr {
         let e = match name.as_str() {
             "meta" => Meta::decode(&data).map(Expr::Meta),
             "cmp" => Cmp::decode(&data).map(Expr::Cmp),
+            "bitwise" => Bitwise::decode(&data).map(Expr::Bitwise),
             "byteorder" => Byteorder::decode(&data).map(Expr::Byteorder),
             "payload" => Payload::decode(&data).map(Expr::Payload),
             "lookup" => Lookup::decode(&data).map(Expr::Lookup),
@@ -130,6 +143,7 @@ impl Expr {
             "counter" => Some(Expr::Counter(Counter::decode(&data))),
             "immediate" => Immediate::decode(&data).map(Expr::Immediate),
             "redir" => Redir::decode(&data).map(Expr::Redir),
+            "log" => Log::decode(&data).map(Expr::Log),
             _ => None,
         };
         e.unwrap_or(Expr::Other(name))
@@ -143,6 +157,14 @@ impl std::fmt::Display for Expr {
         match self {
             Expr::Meta(m) => write!(f, "[ meta load {:?} => reg {} ]", m.key, m.dreg),
             Expr::Cmp(c) => write!(f, "[ cmp {:?} reg {} 0x{} ]", c.op, c.sreg, hex(&c.data)),
+            Expr::Bitwise(b) => write!(
+                f,
+                "[ bitwise reg {} = ( reg {} & 0x{} ) ^ 0x{} ]",
+                b.dreg,
+                b.sreg,
+                hex(&b.mask),
+                hex(&b.xor)
+            ),
             Expr::Byteorder(b) => write!(
                 f,
                 "[ byteorder reg {} = {}(reg {}, {}, {}) ]",
@@ -181,6 +203,7 @@ impl std::fmt::Display for Expr {
                 ImmediateData::Verdict(v) => write!(f, "[ immediate reg {} {v} ]", i.dreg),
             },
             Expr::Redir(r) => write!(f, "[ redir proto_min reg {} ]", r.reg_proto_min),
+            Expr::Log(l) => write!(f, "[ log prefix {} level {} ]", l.prefix, l.level),
             Expr::Other(n) => write!(f, "[ {n} ]"),
         }
     }

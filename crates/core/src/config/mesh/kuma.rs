@@ -15,6 +15,7 @@
 //! (`mapToConfig`: what each one does), `pkg/transparentproxy/consts/consts.go`,
 //! the rules of `pkg/transparentproxy/iptables/builder/builder_table_nat.go`.
 
+use super::ifaces::{IfaceRules, Origin, Vnet};
 use super::{
     ALL_PORTS, Annotations, LoopbackInbound, Mesh, MeshModule, MeshRules, SetComments,
     annotation_error, missing, one, parse_uid, sidecar_settings,
@@ -85,8 +86,8 @@ pub const KUMA_ANN_GATEWAY: &str = "kuma.io/gateway";
 pub const KUMA_ANN_BUILTIN_DNS: &str = "kuma.io/builtin-dns";
 /// `true`: drop invalid packets: refused (no such rule in meshnft).
 pub const KUMA_ANN_DROP_INVALID: &str = "traffic.kuma.io/drop-invalid-packets";
-/// `true`: iptables LOG rules: validated, not written (meshnft logs nothing
-/// per packet; its rules carry counters).
+/// `true`: Kuma's `log.enabled`: a `log` rule at the head of `prerouting`
+/// and `output` (at `log.level`, debug by default).
 pub const KUMA_ANN_IPTABLES_LOGS: &str = "traffic.kuma.io/iptables-logs";
 /// The whole transparent-proxy configuration as YAML (Kuma's ConfigMap
 /// mode, the only one kuma-cni reads since Kuma 2.9's injector renders it):
@@ -112,6 +113,36 @@ pub struct KumaConf {
     /// Inbound port of kuma-dp's application probe proxy, excluded inbound
     /// (default 9001; 0 for none).
     pub application_probe_proxy_port: Option<Value>,
+    /// Rule logging (Kuma's `log`).
+    pub log: Option<KumaLog>,
+}
+
+/// `kuma.log`: Kuma's rule logging, `enabled` (default false) and the
+/// syslog `level` (0-7, default 7: debug), as Kuma's `Log`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KumaLog {
+    /// Log each packet reaching nat `PREROUTING` and `OUTPUT`.
+    pub enabled: Option<bool>,
+    /// The syslog level.
+    pub level: Option<Value>,
+}
+
+/// Kuma's default log level (`consts.LogLevelDebug`).
+pub const KUMA_LOG_LEVEL: u32 = 7;
+
+/// A syslog level 0-7 (`field` names it in errors): absent is
+/// [`KUMA_LOG_LEVEL`].
+pub(crate) fn log_level(field: &str, v: &Option<Value>) -> Result<u32> {
+    match v {
+        None | Some(Value::Null) => Ok(KUMA_LOG_LEVEL),
+        Some(v) => tok(v)
+            .trim()
+            .parse::<u32>()
+            .ok()
+            .filter(|l| *l <= 7)
+            .ok_or_else(|| Error::config(field, &tok(v), "expected a syslog level 0-7")),
+    }
 }
 
 /// `kuma.redirect`.
@@ -124,14 +155,31 @@ pub struct KumaRedirect {
     pub outbound: Option<KumaFlow>,
     /// `kuma.redirect.dns`.
     pub dns: Option<KumaDns>,
+    /// `kuma.redirect.vnet`.
+    pub vnet: Option<KumaVnet>,
+}
+
+/// `kuma.redirect.vnet`: virtual networks inside the pod (Docker bridges).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KumaVnet {
+    /// `interfaceName:CIDR` entries, an array of strings
+    /// ([`super::ifaces::vnets`]).
+    pub networks: Option<Value>,
 }
 
 /// `kuma.redirect.inbound` / `kuma.redirect.outbound`.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct KumaFlow {
+    /// `false`: nothing of this direction is redirected (inbound: as a
+    /// gateway; outbound: no outbound TCP goes to the proxy). Default true.
+    pub enabled: Option<bool>,
     /// Redirect port (15006 inbound, 15001 outbound).
     pub port: Option<Value>,
+    /// When not empty, only TCP to these ports is redirected, and
+    /// `excludePorts` is not read (Kuma's rules).
+    pub include_ports: Option<Value>,
     /// Ports left alone (default 9901, Envoy's admin port).
     pub exclude_ports: Option<Value>,
     /// Addresses or CIDRs left alone: inbound sources, outbound destinations.
@@ -184,6 +232,22 @@ pub struct KumaPod {
     /// [`super::kuma_tproxy::uid_exclusions`]).
     #[serde(default)]
     pub exclude_outbound_uid_ports: Vec<super::kuma_tproxy::UidPorts>,
+    /// `redirect.inbound.includePorts`: when not empty, only these inbound
+    /// ports are redirected (excluded ports are not read).
+    #[serde(default)]
+    pub include_inbound_ports: Vec<PortRange>,
+    /// `redirect.outbound.includePorts`: likewise outbound.
+    #[serde(default)]
+    pub include_outbound_ports: Vec<PortRange>,
+    /// `redirect.outbound.enabled: false`: no outbound TCP is redirected.
+    #[serde(default)]
+    pub outbound_disabled: bool,
+    /// `redirect.vnet.networks` ([`super::ifaces::vnets`]).
+    #[serde(default)]
+    pub vnets: Vec<Vnet>,
+    /// `log`: the level of the `log` rules, `None` when off.
+    #[serde(default)]
+    pub log_level: Option<u32>,
 }
 
 impl KumaPod {
@@ -198,13 +262,23 @@ impl KumaPod {
         s.redirect_inbound_ports = Vec::new();
         s.skip_inbound_ports = if self.gateway {
             vec![ALL_PORTS]
+        } else if !self.include_inbound_ports.is_empty() {
+            // Kuma: with includePorts, excludePorts (and the probe port
+            // folded into them) are not read.
+            s.redirect_inbound_ports = self.include_inbound_ports.clone();
+            Vec::new()
         } else {
             let mut skip = self.exclude_inbound_ports.clone();
             skip.extend(self.probe_proxy_port.map(one));
             ports::merge(skip)
         };
         s.skip_inbound_nets = self.exclude_inbound_ips.clone();
-        let mut out = self.exclude_outbound_ports.clone();
+        let only_ports = !self.include_outbound_ports.is_empty();
+        let mut out = if only_ports {
+            Vec::new()
+        } else {
+            self.exclude_outbound_ports.clone()
+        };
         if self.builtin_dns {
             out.push(one(DNS_PORT));
         }
@@ -216,8 +290,21 @@ impl KumaPod {
             gid_alone: false,
             loopback_inbound: Some(LoopbackInbound { except_port: None }),
             redirect_outbound_nets: None,
-            redirect_outbound_ports: Vec::new(),
+            redirect_outbound_ports: self.include_outbound_ports.clone(),
             skip_nets_first: true,
+            outbound_disabled: self.outbound_disabled,
+            outbound_only_ports: only_ports,
+            log_level: self.log_level,
+            ifaces: IfaceRules {
+                skip: Vec::new(),
+                reroute: Vec::new(),
+                vnets: self
+                    .vnets
+                    .iter()
+                    .filter(|v| self.ipv6 || v.net.addr().is_ipv4())
+                    .cloned()
+                    .collect(),
+            },
             istio: None,
             kuma: Some(self.clone()),
         };
@@ -267,6 +354,14 @@ impl KumaPod {
                 )?
             }
         };
+        let vnets = match r.vnet.as_ref().and_then(|v| v.networks.as_ref()) {
+            None => Vec::new(),
+            Some(v) => {
+                let field = "kuma.redirect.vnet.networks";
+                let entries = uid_entries(field, v)?;
+                super::ifaces::vnets(Origin::Config, field, entries.iter().map(String::as_str))?
+            }
+        };
         let ipv6 = match &c.ip_family_mode {
             None => true,
             Some(Value::String(m)) => ip_family_mode("kuma.ipFamilyMode", m)?,
@@ -308,15 +403,33 @@ impl KumaPod {
                 nets,
             )?,
             probe_proxy_port: probe,
-            gateway: false,
+            gateway: inb.enabled == Some(false),
             builtin_dns: r.dns.and_then(|d| d.enabled).unwrap_or(false),
             exclude_outbound_uid_ports: uid_ports,
+            include_inbound_ports: block_list(
+                "kuma.redirect.inbound.includePorts",
+                &inb.include_ports,
+                "",
+                port_list,
+            )?,
+            include_outbound_ports: block_list(
+                "kuma.redirect.outbound.includePorts",
+                &outb.include_ports,
+                "",
+                port_list,
+            )?,
+            outbound_disabled: outb.enabled == Some(false),
+            vnets,
+            log_level: match &c.log {
+                Some(l) if l.enabled == Some(true) => Some(log_level("kuma.log.level", &l.level)?),
+                _ => None,
+            },
         })
     }
 }
 
-/// The block's `excludePortsForUIDs`: an array of strings, or one string
-/// of `;`-separated entries.
+/// The block's `excludePortsForUIDs` (and `vnet.networks`): an array of
+/// strings, or one string of `;`-separated entries.
 fn uid_entries(field: &str, v: &Value) -> Result<Vec<String>> {
     match v {
         Value::String(s) if s.trim().is_empty() => Ok(Vec::new()),
@@ -369,8 +482,8 @@ impl MeshModule for Kuma {
         conf.kuma.is_some()
     }
 
-    /// `kuma.redirect` and its `inbound`, `outbound` and `dns` must be
-    /// objects.
+    /// `kuma.redirect` and its `inbound`, `outbound`, `dns` and `vnet`
+    /// must be objects.
     fn check_block(&self, top: &Map<String, Value>) -> Result<()> {
         let nested = |v: Option<&Value>, path: &str| -> Result<()> {
             match v {
@@ -380,8 +493,9 @@ impl MeshModule for Kuma {
         };
         if let Some(k) = top.get("kuma") {
             nested(k.get("redirect"), "kuma.redirect")?;
+            nested(k.get("log"), "kuma.log")?;
             if let Some(r) = k.get("redirect") {
-                for flow in ["inbound", "outbound", "dns"] {
+                for flow in ["inbound", "outbound", "dns", "vnet"] {
                     nested(r.get(flow), &format!("kuma.redirect.{flow}"))?;
                 }
             }
@@ -497,6 +611,11 @@ impl MeshModule for Kuma {
             |key, v| super::kuma_tproxy::uid_exclusions(key, v.split(';'), false),
         )?;
         ann.set(KUMA_ANN_GATEWAY, &mut k.gateway, kuma_enabled)?;
+        // kuma-cni: `log.enabled` from the annotation, the level Kuma's default.
+        let level = k.log_level.unwrap_or(KUMA_LOG_LEVEL);
+        ann.set(KUMA_ANN_IPTABLES_LOGS, &mut k.log_level, |key, v| {
+            Ok(kuma_enabled(key, v)?.then_some(level))
+        })?;
         ann.set(KUMA_ANN_BUILTIN_DNS, &mut k.builtin_dns, kuma_enabled)?;
         if k.builtin_dns {
             dns_warning();
@@ -518,7 +637,7 @@ impl MeshModule for Kuma {
 
     fn set_comments(&self) -> SetComments {
         SetComments {
-            redirect_inbound_ports: "unused with kuma (every inbound port)",
+            redirect_inbound_ports: "kuma redirect.inbound.includePorts: when not empty, only these inbound ports are redirected",
             skip_inbound_ports: "kuma redirect.inbound.excludePorts and the application probe proxy port",
             skip_inbound_nets: [
                 "kuma redirect.inbound.excludePortsForIPs (IPv4)",
@@ -543,7 +662,7 @@ impl MeshModule for Kuma {
 }
 
 /// The annotation asking for what meshnft has no datapath for (dropping
-/// invalid packets), and the iptables logs flag (validated, not written).
+/// invalid packets).
 fn refused(ann: &Annotations) -> Result<()> {
     if let Some((key, v)) = ann.get(KUMA_ANN_DROP_INVALID)
         && kuma_enabled(key, v)?
@@ -553,9 +672,6 @@ fn refused(ann: &Annotations) -> Result<()> {
             v,
             "dropping invalid packets is not supported by meshnft",
         ));
-    }
-    if let Some((key, v)) = ann.get(KUMA_ANN_IPTABLES_LOGS) {
-        kuma_enabled(key, v)?;
     }
     Ok(())
 }

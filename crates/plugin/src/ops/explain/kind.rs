@@ -67,6 +67,34 @@ pub enum Kind {
     NotIncluded4,
     /// The same for IPv6.
     NotIncluded6,
+    /// Istio: `prerouting`: `iifname VM meta l4proto tcp redirect to
+    /// :OUTBOUND` (`kubevirtInterfaces`, every destination).
+    RerouteIface,
+    /// Istio, IPv6 off: `iifname VM meta nfproto ipv4 meta l4proto tcp
+    /// redirect to :OUTBOUND`.
+    RerouteIfaceV4,
+    /// Istio: the same to `@redirect_outbound_nets4` only.
+    RerouteIface4,
+    /// Istio: the same to `@redirect_outbound_nets6` only.
+    RerouteIface6,
+    /// Istio: `prerouting`: `iifname VM return` after those.
+    RerouteIfaceRest,
+    /// Istio: `prerouting`: `iifname X return` (`excludeInterfaces`).
+    SkipIfaceIn,
+    /// Istio: `output`: `oifname X return` (`excludeInterfaces`).
+    SkipIfaceOut,
+    /// Kuma: `prerouting`: `iifname X ip daddr != NET meta l4proto tcp
+    /// redirect to :OUTBOUND` (`vnet.networks`), IPv4 and IPv6.
+    Vnet,
+    /// Kuma: `output`: `meta l4proto tcp return`
+    /// (`redirect.outbound.enabled: false`).
+    OutboundDisabled,
+    /// Kuma: `output`: `tcp dport != @redirect_outbound_ports return`
+    /// (`redirect.outbound.includePorts`).
+    NotIncludedPort,
+    /// Kuma: `counter log prefix "CHAIN:" level L` (`log.enabled`), in
+    /// `prerouting` and `output`: logs, and the walk goes on.
+    Log,
 }
 
 /// Recognises a rule by its chain and comment.
@@ -99,10 +127,55 @@ pub fn classify(chain: &str, comment: &str) -> Option<Kind> {
         ("output", "inbound passthrough from the proxy (source ::6)") => Some(Passthrough6),
         ("output", "IPv4 destination not in the redirected ranges or ports") => Some(NotIncluded4),
         ("output", "IPv6 destination not in the redirected ranges or ports") => Some(NotIncluded6),
+        (
+            "output",
+            "outbound redirection is disabled (kuma redirect.outbound.enabled is false)",
+        ) => Some(OutboundDisabled),
+        ("output", "outbound port not in kuma redirect.outbound.includePorts") => {
+            Some(NotIncludedPort)
+        }
+        ("output", "log every packet reaching output (kuma log.enabled)")
+        | ("prerouting", "log every packet reaching prerouting (kuma log.enabled)") => Some(Log),
         _ => None,
     };
     exact.or_else(|| {
-        let prefixed: [(&str, &str, Kind); 11] = [
+        let prefixed: [(&str, &str, Kind); 19] = [
+            (
+                "prerouting",
+                "arriving on a virtual interface: IPv4 TCP to the proxy's outbound port (",
+                RerouteIfaceV4,
+            ),
+            (
+                "prerouting",
+                "arriving on a virtual interface: TCP to the proxy's outbound port (",
+                RerouteIface,
+            ),
+            (
+                "prerouting",
+                "arriving on a virtual interface: IPv4 TCP to the redirected ranges to the proxy's outbound port (",
+                RerouteIface4,
+            ),
+            (
+                "prerouting",
+                "arriving on a virtual interface: IPv6 TCP to the redirected ranges to the proxy's outbound port (",
+                RerouteIface6,
+            ),
+            (
+                "prerouting",
+                "arriving on a virtual interface: anything else not redirected (",
+                RerouteIfaceRest,
+            ),
+            (
+                "prerouting",
+                "arriving on an excluded interface: not redirected (",
+                SkipIfaceIn,
+            ),
+            (
+                "output",
+                "leaving through an excluded interface: not redirected (",
+                SkipIfaceOut,
+            ),
+            ("prerouting", "virtual network: IPv", Vnet),
             ("inbound_redirect", "IPv6 is not redirected (", Ipv6Off),
             ("output", "IPv6 is not redirected (", Ipv6Off),
             (
