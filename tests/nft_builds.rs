@@ -241,11 +241,8 @@ fn every_table_lists_and_round_trips_with_each_nft_build() {
                 s.key == ruleset::KeyType::UidPort
                     && s.elements.as_ref().is_some_and(|e| !e.is_empty())
             });
-            let min = match (t.render_fresh().contains("socket cgroupv2"), uid_ranges) {
-                (_, true) => Some(MIN_UID_RANGES.max(MIN_CGROUPV2)),
-                (true, false) => Some(MIN_CGROUPV2),
-                (false, false) => None,
-            };
+            let cgroupv2 = t.render_fresh().contains("socket cgroupv2");
+            let min = (cgroupv2.then_some(MIN_CGROUPV2)).max(uid_ranges.then_some(MIN_UID_RANGES));
             let ns = support::Netns::new("mtnfb");
             let mut n =
                 Nft::open(&File::open(ns.path()).expect("open netns")).expect("netlink socket");
