@@ -309,6 +309,38 @@ fn a_re_add_without_the_init_phase_removes_the_cgroup_sets_in_the_kernel() {
         "{:?}",
         got.rules
     );
+    // ADDed again with the init phase: the sets come back in the same
+    // transaction that marks the pod started (the phase never opens for a
+    // running pod).
+    let cg = support::PodCgroups::new(support::Layout::Cgroupfs, support::Qos::Burstable);
+    let pod = meshnft::cni::PodCgroup {
+        abs: Some(cg.pod_dir().to_path_buf()),
+        levels,
+        ..Default::default()
+    };
+    let re_add = meshnft::cni::podtable::write(&mut open(), &mut s, &pod, "re-ADD", "ns/pod");
+    assert!(re_add.expect("re-ADD with the init phase"));
+    // The kernel lists the sets created last last; CHECK takes the table
+    // for the one a first ADD writes (it compares sets by name).
+    let got = open().read(TABLE_NAME).expect("read").expect("table");
+    let scratch = support::Netns::new("mtnfb");
+    let mut first =
+        Nft::open(&File::open(scratch.path()).expect("open netns")).expect("netlink socket");
+    first
+        .commit(encode::fresh(&with))
+        .expect("first ADD in a scratch netns");
+    let want = first.read(TABLE_NAME).expect("read").expect("table");
+    assert_eq!(
+        meshnft::cni::check::compare(&want, &got),
+        Vec::<String>::new()
+    );
+    let started = open()
+        .read_elems(TABLE_NAME, "proxy_started")
+        .expect("elements");
+    let id =
+        std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(cg.pod_dir()).expect("pod cgroup"));
+    assert_eq!(started.len(), 1);
+    assert_eq!(started[0].key, id.to_ne_bytes().to_vec());
 }
 
 fn fmt(v: (u32, u32, u32)) -> String {
