@@ -115,10 +115,16 @@ pub fn build(s: &Settings, levels: Option<Levels>, comment: &str) -> Table {
     let mut rules = Rules::default();
     super::inbound::inbound(s, &mut rules);
     super::output::outbound(s, levels, &mut rules);
+    // The cgroup sets only beside the rules that use them: nft before
+    // 0.9.9 cannot list a `cgroupsv2` set, so the table without the init
+    // phase (Linux < 5.13, no pod cgroup) stays listable by it.
+    let cgroups = levels.is_some() && s.init_phase.enabled;
+    let mut sets = super::sets::sets(s);
+    sets.retain(|x| cgroups || x.key != KeyType::Cgroup);
     Table {
         name: crate::nft::TABLE_NAME,
         comment: sanitize_comment(comment),
-        sets: super::sets::sets(s),
+        sets,
         chains: vec![
             chain("inbound_redirect", None),
             chain("outbound_redirect", None),
