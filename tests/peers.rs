@@ -624,13 +624,14 @@ struct Scenario {
 /// network's, a host network's stand-in), made after ADD as a runtime or
 /// a second CNI network would. The pod's end has `pod_addr`, the other
 /// `beyond_addr` (both with their prefix length) and a default route via
-/// the pod's end. The timeline reaches it with [`Source::Beyond`],
+/// the pod's end; with `v6` (pod's, other's), IPv6 the same way. The timeline reaches it with [`Source::Beyond`],
 /// [`Dest::PodAt`] and [`Dest::Beyond`].
 #[derive(Clone, Copy)]
 struct Second {
     iface: &'static str,
     pod_addr: &'static str,
     beyond_addr: &'static str,
+    v6: Option<(&'static str, &'static str)>,
 }
 
 impl Second {
@@ -656,6 +657,14 @@ impl Second {
         beyond.exec_ok(&["ip", "link", "set", "beyond0", "up"]);
         let via = self.pod_addr.split('/').next().unwrap_or_default();
         beyond.exec_ok(&["ip", "route", "add", "default", "via", via]);
+        if let Some((pod6, beyond6)) = self.v6 {
+            pod.exec_ok(&["ip", "-6", "addr", "add", pod6, "dev", self.iface, "nodad"]);
+            beyond.exec_ok(&[
+                "ip", "-6", "addr", "add", beyond6, "dev", "beyond0", "nodad",
+            ]);
+            let via = pod6.split('/').next().unwrap_or_default();
+            beyond.exec_ok(&["ip", "-6", "route", "add", "default", "via", via]);
+        }
         beyond
     }
 }
@@ -1504,12 +1513,14 @@ const EX0: Second = Second {
     iface: "ex0",
     pod_addr: "198.18.201.1/30",
     beyond_addr: "198.18.201.2/30",
+    v6: None,
 };
 /// A KubeVirt VM's interface (`k6t-eth0` in the pod, the VM behind it).
 const K6T: Second = Second {
     iface: "k6t-eth0",
     pod_addr: "198.18.200.1/30",
     beyond_addr: "198.18.200.2/30",
+    v6: None,
 };
 
 /// Istio's interface annotations (issue 53), the pod given a second
@@ -1559,8 +1570,30 @@ fn istio_interfaces_side_by_side() {
         ],
         ..Default::default()
     };
+    // Dual stack: istio-iptables writes the KubeVirt rule for IPv6 too.
+    let vm6 = Scenario {
+        title: "Istio: a KubeVirt interface, dual stack (ISTIO_DUAL_STACK=true, the VM with IPv6 too):",
+        name: "vm6",
+        annotations: &[("istio.io/reroute-virtual-interfaces", "k6t-eth0")],
+        proxy_env: &[("ISTIO_DUAL_STACK", "true")],
+        second: Some(Second {
+            v6: Some(("2001:db8:200::1/64", "2001:db8:200::2/64")),
+            ..K6T
+        }),
+        timeline: timeline![
+            proxy starts;
+            "istio-proxy (uid 1337) -> [2001:db8:2::1]:80", PROXY, srv(SRV6_A, 80) => Direct;
+            "vm -> 198.19.0.1:80 (through k6t-eth0)", Source::Beyond, srv(SRV4_A, 80) => ProxyOut;
+            "vm -> [2001:db8:2::1]:80 (through k6t-eth0)", Source::Beyond, srv(SRV6_A, 80)
+                => ProxyOut;
+            "app -> [2001:db8:2::1]:80", APP, srv(SRV6_A, 80) => ProxyOut;
+            "node -> [pod]:8080", NODE, pod6(8080) => ProxyIn;
+        ],
+        ..Default::default()
+    };
     side_by_side(&[
         excluded,
+        vm6,
         vm(
             "Istio: a KubeVirt interface (istio.io/reroute-virtual-interfaces: k6t-eth0, the VM behind it):",
             "vm",
@@ -1960,6 +1993,7 @@ const DOCK0: Second = Second {
     iface: "dock0",
     pod_addr: "198.18.210.1/24",
     beyond_addr: "198.18.210.2/24",
+    v6: None,
 };
 
 /// Kuma's redirect keys of issue 53, in the YAML kuma-cp renders (both
