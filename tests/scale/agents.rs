@@ -1,6 +1,53 @@
 //! The agents: N `meshnft-node install --simulated-node` processes.
 
 use super::*;
+use meshnft::pod::k8s::PodInfo;
+
+/// A pod the probes ask an agent for, and what its answer must carry.
+pub(crate) struct Lookup {
+    pub(crate) req: Request,
+    /// [`expected_info`] of the pod.
+    pub(crate) want: PodInfo,
+}
+
+impl Lookup {
+    /// Pod number `k`, `ns/name` on node `node_i`.
+    pub(crate) fn of(ns: String, name: String, node_i: usize, k: u64) -> Lookup {
+        let want = expected_info(&ns, &name, node_i, k);
+        Lookup {
+            req: Request {
+                namespace: ns,
+                name,
+                uid: None,
+            },
+            want,
+        }
+    }
+
+    /// None when `got` is the pod asked for, as the plugin reads it from the API: the same
+    /// annotations, labels and containers, and its namespace's annotations (Linkerd's
+    /// injection, which every pod namespace of the run has); else what differs.
+    pub(crate) fn differs(&self, got: &PodInfo) -> Option<String> {
+        let mut got = got.clone();
+        let ns_ok = got
+            .namespace_annotations
+            .get("linkerd.io/inject")
+            .is_some_and(|v| v == "enabled");
+        got.namespace_annotations = self.want.namespace_annotations.clone();
+        if ns_ok && got == self.want {
+            return None;
+        }
+        Some(format!(
+            "not the pod asked for: {}{got:?}, expected {:?}",
+            if ns_ok {
+                ""
+            } else {
+                "its namespace without linkerd.io/inject=enabled; "
+            },
+            self.want
+        ))
+    }
+}
 
 // ---- the agents ---------------------------------------------------------------------------------
 
@@ -84,7 +131,7 @@ impl Agents {
     /// own.)
     pub(crate) fn start_all(
         &mut self,
-        want: impl Fn(usize) -> Request,
+        want: impl Fn(usize) -> Lookup,
         secs: f64,
     ) -> Vec<Result<f64, String>> {
         std::thread::scope(|s| {
@@ -151,7 +198,7 @@ impl Agents {
     /// seconds from now to each answer.
     pub(crate) fn answers(
         &self,
-        want: impl Fn(usize) -> Request,
+        want: impl Fn(usize) -> Lookup,
         secs: f64,
     ) -> Vec<Result<f64, String>> {
         let now = Instant::now();
@@ -164,12 +211,13 @@ impl Agents {
     }
 }
 
-/// A thread asking agent `a` for pod `req` every 100 ms until it answers with the pod, up to
-/// `secs` after `since`: the seconds from `since` to the answer, or the last error.
+/// A thread asking agent `a` for pod `want.req` every 100 ms until it answers with the pod, up
+/// to `secs` after `since`: the seconds from `since` to the answer, or the last error. An
+/// answer that is not that pod ([`Lookup::differs`]) is an error at once.
 fn probe<'s>(
     s: &'s std::thread::Scope<'s, '_>,
     a: &Agent,
-    req: Request,
+    want: Lookup,
     since: Instant,
     secs: f64,
 ) -> std::thread::ScopedJoinHandle<'s, Result<f64, String>> {
@@ -178,9 +226,13 @@ fn probe<'s>(
     std::thread::Builder::new()
         .stack_size(256 << 10)
         .spawn_scoped(s, move || {
+            let req = &want.req;
             loop {
-                let last = match ask(&sock, &req, Duration::from_secs(3)) {
-                    Ok(Answer::Pod(_)) => return Ok(since.elapsed().as_secs_f64()),
+                let last = match ask(&sock, req, Duration::from_secs(3)) {
+                    Ok(Answer::Pod(p)) => match want.differs(&p) {
+                        None => return Ok(since.elapsed().as_secs_f64()),
+                        Some(why) => return Err(format!("{}/{}: {why}", req.namespace, req.name)),
+                    },
                     Ok(Answer::Unknown(why)) => format!("unknown: {why}"),
                     Err(e) => e.to_string(),
                 };
