@@ -26,7 +26,9 @@ impl Lookup {
 
     /// None when `got` is the pod asked for, as the plugin reads it from the API: the same
     /// annotations, labels and containers, and its namespace's annotations (Linkerd's
-    /// injection, which every pod namespace of the run has); else what differs.
+    /// injection, which every pod namespace of the run has); else what differs. The answer has
+    /// no name or UID: two pods of one namespace and layout (pod numbers 3 apart, both
+    /// meshed or both not) read alike, any other pod does not.
     pub(crate) fn differs(&self, got: &PodInfo) -> Option<String> {
         let mut got = got.clone();
         let ns_ok = got
@@ -209,6 +211,31 @@ impl Agents {
             probes.into_iter().map(joined).collect()
         })
     }
+}
+
+/// [`Lookup::differs`] against the plugin's readings of other pods of the run: another layout,
+/// an unmeshed pod, its namespace without Linkerd's injection; the pod asked for passes.
+#[test]
+fn a_lookup_takes_only_the_pod_asked_for() {
+    let want = Lookup::of("scale-0".into(), node_name(0) + "-0", 0, 0);
+    let mut same = expected_info("scale-0", &(node_name(0) + "-0"), 0, 0);
+    same.namespace_annotations = [
+        ("linkerd.io/inject".to_string(), "enabled".to_string()),
+        ("owner".to_string(), "team-00@example.com".to_string()),
+    ]
+    .into();
+    assert_eq!(want.differs(&same), None);
+    for k in [1, 2, 9] {
+        let mut other = expected_info("scale-0", &(node_name(0) + "-0"), 0, k);
+        other.namespace_annotations = same.namespace_annotations.clone();
+        assert!(want.differs(&other).is_some(), "pod number {k} taken for 0");
+    }
+    let mut bare = same.clone();
+    bare.namespace_annotations.clear();
+    assert!(
+        want.differs(&bare).is_some(),
+        "a namespace without injection"
+    );
 }
 
 /// A thread asking agent `a` for pod `want.req` every 100 ms until it answers with the pod, up
