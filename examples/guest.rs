@@ -37,6 +37,8 @@ use std::time::Duration;
 use support::{Listener, Netns, SRV4_A, SRV4_B, SRV6_A, SRV6_B};
 
 const MESHNFT: &str = "/bin/meshnft";
+/// Where the SIGKILL checks take their random kill delays from.
+const RANDOM: &str = "/dev/urandom";
 const INIT_UID: u32 = 1000;
 const PROXY_UID: u32 = 2102;
 const APP_UID: u32 = 1001;
@@ -1155,8 +1157,16 @@ fn sigkill(r: &mut Report) {
         },
     );
     drop(pod);
+    // The kill delays: a failed read would leave them all 0 (every kill at the spawn), and
+    // the check would pass without killing one ADD midway. It fails instead.
     let mut rnd = [0u8; 4 * 24];
-    let _ = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut rnd));
+    if let Err(e) = std::fs::File::open(RANDOM).and_then(|mut f| f.read_exact(&mut rnd)) {
+        r.check(
+            "sigkill: random kill delays",
+            Err(format!("reading {RANDOM}: {e}")),
+        );
+        return;
+    }
     let (mut none, mut whole_a, mut whole_b, mut bad) = (0, 0, 0, Vec::new());
     for (i, w) in rnd.chunks(4).enumerate() {
         let frac = f64::from(u32::from_le_bytes([w[0], w[1], w[2], w[3]])) / f64::from(u32::MAX);

@@ -10,6 +10,7 @@
 #                                 the CNI project's libcni, built offline into the test driver
 #   ruby, shellcheck              static checks of the scripts and the Vagrantfile (vagrant/)
 #   musl-tools                    musl-gcc, for deploy/Dockerfile's static build stage run outside Docker
+#   file                          scripts/image-build-stage.sh's check that the image's binaries are static
 #   iptables                      iptables-{legacy,nft}-restore and ip6tables-*: the peers bench.sh compares with
 #   time                          GNU time, bench.sh's peak-RSS probe
 #   strace                        bench.sh: the processes the real peer (istio-cni) and meshnft exec
@@ -35,7 +36,7 @@ set -euo pipefail
 
 need=()
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
-for p in nftables iproute2 util-linux iptables time strace gcc libc6-dev containernetworking-plugins golang-go golang-github-appc-cni-dev shellcheck ruby musl-tools runc busybox-static protobuf-compiler qemu-system-x86 cpio xz-utils kmod openssl python3-yaml libseccomp-dev; do
+for p in nftables iproute2 util-linux iptables time strace gcc libc6-dev containernetworking-plugins golang-go golang-github-appc-cni-dev shellcheck ruby musl-tools file runc busybox-static protobuf-compiler qemu-system-x86 cpio xz-utils kmod openssl python3-yaml libseccomp-dev; do
   have_pkg "$p" || need+=("$p")
 done
 if [[ ${1:-} == cross ]]; then

@@ -13,7 +13,9 @@
 # and C compiler (ring's C and assembly), and the binaries are run through
 # qemu-user (qemu-<arch>-static) for the `--version` check. `scripts/deps.sh
 # cross` installs both. The same command on a machine of that architecture
-# builds natively.
+# builds natively. A missing musl target is installed (rustup target add);
+# when it cannot be, a missing cross gcc, qemu-user or file(1), or a binary
+# that is not statically linked, is an error: nothing falls back.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/cargo-env.sh
@@ -38,52 +40,51 @@ args=$(sed -n 's/^RUN cargo build \(.*[^ \\]\) *\\$/\1/p; s/^RUN cargo build \([
 args=${args//\"\$(cat \/rust-target)\"/$arch-unknown-linux-musl}
 target=$(sed -n 's/.*--target \([^ ]*\).*/\1/p' <<<"$args")
 read -r -a argv <<<"$args"
-if [[ -n $target ]] && ! rustup target list --installed 2>/dev/null | grep -qx "$target"; then
-    if ! rustup target add "$target" >/dev/null 2>&1; then
-        if ((cross)); then
-            echo "image-build-stage: the $target target cannot be installed here (rustup target add $target)" >&2
-            exit 1
-        fi
-        echo "image-build-stage: the $target target cannot be installed here; building for the host target instead"
-        filtered=()
-        skip=0
-        for a in "${argv[@]}"; do
-            if ((skip)); then skip=0; continue; fi
-            if [[ $a == --target ]]; then skip=1; continue; fi
-            filtered+=("$a")
-        done
-        argv=("${filtered[@]}")
-        target=""
-    fi
-fi
+[[ -n $target ]] || { echo "image-build-stage: deploy/Dockerfile's cargo build names no --target" >&2; exit 1; }
+command -v file >/dev/null || { echo "image-build-stage: file(1) missing: the static check cannot run (sudo scripts/deps.sh)" >&2; exit 1; }
 run=()
 if ((cross)); then
   gcc=$arch-linux-gnu-gcc
   command -v "$gcc" >/dev/null || { echo "image-build-stage: $gcc missing (sudo scripts/deps.sh cross)" >&2; exit 1; }
+  command -v "qemu-$arch-static" >/dev/null || {
+    echo "image-build-stage: qemu-$arch-static missing: the $arch binaries cannot be run for their --version check (sudo scripts/deps.sh cross)" >&2
+    exit 1
+  }
   mapfile -t vars < <(cross_env "$target" "$arch-linux-gnu")
   export "${vars[@]}"
-  if command -v "qemu-$arch-static" >/dev/null; then
-    run=("qemu-$arch-static")
-  else
-    echo "image-build-stage: qemu-$arch-static missing: the binaries are not run (sudo scripts/deps.sh cross)"
-  fi
+  run=("qemu-$arch-static")
 fi
+# The image's binaries are static musl ones: no other target stands in for it.
+if ! rustup target list --installed 2>/dev/null | grep -qx "$target"; then
+  echo "image-build-stage: installing the $target target (rustup target add $target)"
+  rustup target add "$target" >/dev/null || {
+    echo "image-build-stage: the $target target is missing and 'rustup target add $target' failed: the image's static build cannot run here" >&2
+    exit 1
+  }
+fi
+# A statically linked ELF (file(1)'s words), or the reason it is not.
+static_check() {
+  local what
+  what=$(file -b "$1")
+  grep -Eq 'static(-pie)? linked|statically linked' <<<"$what" || {
+    echo "image-build-stage: $1 is not statically linked: $what" >&2
+    return 1
+  }
+}
 echo "cargo build ${argv[*]}"
 t0=$SECONDS
 cargo build --quiet "${argv[@]}"
 echo "built in $((SECONDS - t0)) s"
 for name in meshnft meshnft-node; do
-  bin=target/${target:+$target/}release/$name
-  if ((!cross)) || ((${#run[@]})); then "${run[@]}" "$bin" --version; fi
-  if [[ -n $target ]] && command -v file >/dev/null; then
-    file "$bin" | grep -Eq 'static(-pie)? linked|statically linked' && echo "static binary: ok"
-    ((cross)) && file -b "$bin" | cut -d, -f1-2
-  fi
+  bin=target/$target/release/$name
+  "${run[@]}" "$bin" --version
+  static_check "$bin"
+  echo "$name: static binary: ok ($(file -b "$bin" | cut -d, -f1-2))"
   echo "$name: $(stat -c %s "$bin") bytes"
 done
 # The plugin is linked with its hot-code order (build.rs, src/meshnft.order):
 # LLD names itself in the binary's .comment section, which strip keeps.
-plugin=target/${target:+$target/}release/meshnft
+plugin=target/$target/release/meshnft
 if grep -aq 'Linker: LLD ' "$plugin"; then
   if ((cross)); then
     # The order file is made on x86_64 by profiling ADD; the names of another

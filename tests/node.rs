@@ -69,6 +69,44 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
+/// The text of `cat PATH`'s `out`: stdout when it succeeded, "" when the file does not exist
+/// (cat's `PATH: No such file or directory`, ENOENT); a panic naming the path and the error
+/// otherwise.
+fn file_text(path: &str, out: &Output) -> String {
+    if out.status.success() {
+        return text(&out.stdout);
+    }
+    let err = text(&out.stderr);
+    let absent = format!("{path}: No such file or directory");
+    if err.lines().any(|l| l.trim_end().ends_with(&absent)) {
+        return String::new();
+    }
+    panic!("{path} exists but cannot be read ({}): {err}", out.status);
+}
+
+/// `read_file` tells a file that is not there from one it cannot read (issue 52): cat's own
+/// outcomes on this host, a missing path, a directory and a file.
+#[test]
+fn read_file_tells_absent_from_unreadable() {
+    let cat = |p: &str| Command::new("cat").arg(p).output().expect("cat");
+    let dir = support::tmpdir("readfile");
+    let (file, missing) = (dir.join("f"), dir.join("missing"));
+    std::fs::write(&file, "one line\n").expect("a file");
+    let (file, missing, d) = (
+        file.display().to_string(),
+        missing.display().to_string(),
+        dir.display().to_string(),
+    );
+    assert_eq!(file_text(&file, &cat(&file)), "one line\n");
+    assert_eq!(file_text(&missing, &cat(&missing)), "");
+    let unreadable = std::panic::catch_unwind(|| file_text(&d, &cat(&d)));
+    assert!(
+        unreadable.is_err(),
+        "a directory read as {:?}, not refused",
+        unreadable
+    );
+}
+
 /// Held by each test while its node is up: one node at a time in this process.
 static ONE_NODE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
@@ -287,9 +325,12 @@ impl Node {
         );
     }
 
-    /// A file of the node's private filesystem view (e.g. `/etc/cni/net.d/...`).
+    /// A file of the node's private filesystem view (e.g. `/etc/cni/net.d/...`): its text, ""
+    /// when it does not exist (ENOENT). Panics when it exists but cannot be read (any other
+    /// error: a directory, permissions, I/O, the node not there), so that a check that a file
+    /// is gone or lacks a line cannot pass on a file it could not read ([`file_text`]).
     fn read_file(&self, path: &str) -> String {
-        text(&self.run(&["cat", path], None).stdout)
+        file_text(path, &self.run(&["cat", path], None))
     }
 
     /// One process of pod `ns/name` (any container: they share the pod's netns), found in

@@ -492,14 +492,6 @@ fn agents_phase(
     let n = size.nodes;
     let mut agents = Agents::new(plan, cp, cluster);
     let s0 = snap(cp, net, &cluster.admin, Some(&mut agents), 0);
-    let oldest = |i: usize| {
-        let (ns, name) = cluster.live[i].front().expect("a pod").clone();
-        Request {
-            namespace: ns,
-            name,
-            uid: None,
-        }
-    };
     // A window that (re)started every agent: each answered, then the settle, each listed, its
     // row and its agents' lines.
     let admin = cluster.admin.clone();
@@ -521,7 +513,7 @@ fn agents_phase(
         out.agent_lines(n, window, &after, agents, answers);
         after
     };
-    let answers = agents.start_all(oldest, patience(n));
+    let answers = agents.start_all(|i| cluster.oldest(i), patience(n));
     let s1 = started(&mut agents, out, "start", "agents started", &s0, &answers);
 
     let (created, deleted) = churn(net, cluster, plan.churn_rate, plan.churn_secs);

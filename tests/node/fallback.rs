@@ -1,8 +1,8 @@
 //! The plugin's API fallback on the real node (issue 38's last target): with every node agent
 //! down, a meshed pod's ADD reads the pod from the API server itself
 //! (crates/core/src/pod/k8s/api.rs `read_pod`: GET pod, GET namespace; 3 attempts of each
-//! while it fails transiently), and that costs at most 2 requests per pod start, with no
-//! retry storm when the API server comes back.
+//! while it fails transiently), and that costs at most 2 requests per pod start with the API
+//! server healthy (docs/benchmarks.md's target), with no retry storm when it comes back.
 //!
 //! One node (meshnft installed from deploy/meshnft.yaml, Linkerd's entry), the agent taken
 //! down as `faults::agent_down` takes it down (its socket moved aside and a dead one in its
@@ -26,8 +26,11 @@
 //!   return. Bound asserted there (see [`away_window`]): every audited request belongs to an
 //!   ADD, so at most 2 per ADD; no 1-second bucket above 2 per pod of the window (every pod's
 //!   single ADD at once, pod and namespace); per pod start at most 4 (the healthy bound, plus
-//!   one ADD in flight as the server came back). Also printed: the ADDs per pod, their times,
-//!   the refusals by reason, the requests by second after the return.
+//!   one ADD in flight as the server came back: its requests reached the server, its answer
+//!   did not, or the server refused it while starting). Not 2 per pod start: that is the
+//!   healthy target, which an ADD failing against a returning server can exceed (measured
+//!   2.00 in the runs of docs/benchmarks.md, not asserted). Also printed: the ADDs per pod,
+//!   their times, the refusals by reason, the requests by second after the return.
 //!
 //! Istio and Kuma are not measured here: their ADD reads the same two objects through the same
 //! `read_pod` (the mesh is the entry's, switched through the ConfigMap in about a minute per

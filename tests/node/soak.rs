@@ -15,10 +15,11 @@
 //! - every fault fired did what it does, and every batch was Ready in time;
 //! - the agent flat: over each of its lives (an agent restarted by a fault starts a new
 //!   segment), the least-squares slope of its floor (the least RSS, fds and tasks of each
-//!   minute); the mean slope of the lives of at least [`MIN_JUDGED`], less two standard errors
-//!   (the larger of the lives' own and the spread between them), below [`LIMITS`] (a short
-//!   run's lives are too short for a slope: its noise is tens of MiB/h); and in every run,
-//!   every sample below [`CEILINGS`].
+//!   minute); the mean slope of the lives of at least [`MIN_JUDGED`] **plus** two standard
+//!   errors (the larger of the lives' own and the spread between them), below [`LIMITS`]: the
+//!   agent has to show it is flat, a leak does not have to show it grows (a short run's lives
+//!   are too short for a slope, and are not judged); and in every run, every sample below
+//!   [`CEILINGS`].
 //!
 //! Written to the output directory: `samples.tsv` (the agent's samples), `pods.tsv` (each
 //! batch), `faults.tsv`, `summary.txt` and `soak.svg` (the agent's RSS and the pods per minute).
@@ -32,7 +33,9 @@
 //! 40-160 in the long one),
 //! `MESHNFT_SOAK_OUT` (the output directory, target/soak), `MESHNFT_SOAK_LEAK` (`record` or
 //! `ipam`: the harness itself leaves one deleted pod's record or lease file behind, to see the
-//! leak check go red). A file `stop` in the output directory, or SIGINT to the long run, ends
+//! leak check go red), `MESHNFT_SOAK_AGENT_LEAK` (bytes: the agent leaks that many per pod
+//! ADD, through its test-only `MESHNFT_AGENT_TEST_LEAK_BYTES_PER_POD` set on the DaemonSet
+//! before the churn, to see the growth verdict go red). A file `stop` in the output directory, or SIGINT to the long run, ends
 //! the churn early; the final checks still run.
 
 use super::faults::{
@@ -66,20 +69,31 @@ const FAULTS: [(&str, &str, bool); 7] = [
 /// restart back-off (10 s doubling to 5 min) resets only after 10 min without a restart.
 const AGENT_RESTART_GAP: f64 = 600.0;
 
-/// Growth limits of the agent, per hour: (RSS in KiB, fds, tasks). A leak of 2 KiB, or of one
-/// fd per 100 pods, at 4,000 pods an hour crosses them; a flat agent's noise over a segment of
-/// a few minutes stays below (see docs/testing.md#soak).
-const LIMITS: (f64, f64, f64) = (8192.0, 40.0, 10.0);
+/// The soak's churn that sizes [`LIMITS`], pods an hour: its slowest long run in
+/// docs/testing.md#soak, 53.4 pods/min (2026-12-06, the agent's hour-long life), × 60.
+const CHURN_PER_HOUR: f64 = 53.4 * 60.0;
+
+/// Growth limits of the agent, per hour: (RSS in KiB, fds, tasks). Flat means the upper end of
+/// the interval, mean slope + 2 standard errors, is below each ([`Growth::grows`]). Sized on
+/// [`CHURN_PER_HOUR`] (3,204 pods/h):
+/// - RSS: a leak of 2 KiB a pod is 2 × 3,204 = 6,408 KiB/h (6.3 MiB/h); the limit, 4,096 KiB/h
+///   (4 MiB/h), is 36 % below it, so such a leak fails from 2,048 pods/h (34 pods/min) on,
+///   whatever its error. The flat agent's hour-long life: +0.58 ± 0.06 MiB/h, upper end 0.70.
+/// - fds: one per 100 pods is 32/h; the limit 20/h (crossed from 2,000 pods/h); the flat
+///   hour: +0.8 ± 0.5/h.
+/// - tasks: 10/h; the flat hour: +0.0.
+const LIMITS: (f64, f64, f64) = (4096.0, 20.0, 10.0);
 
 /// The shortest life of the agent whose slopes are judged, in seconds (with the first
-/// [`WARMUP`] left out, 7 min of samples). Over 2 to 3 min the flat agent's RSS noise (it
-/// wanders between 18 and 29 MiB) gives slopes of ±25 MiB/h: `soak_short` judged a flat agent
-/// "growing" at +24 ± 7 MiB/h over 2.4 min.
+/// [`WARMUP`] left out, 7 min of samples: 7 floor points). A shorter life has too few points
+/// for a slope whose interval could show it flat; `soak_short`'s 2–3 min lives are printed and
+/// held to [`CEILINGS`] only.
 const MIN_JUDGED: f64 = 480.0;
 
 /// What no sample of the agent may exceed, in any run, short or long: (RSS in KiB, fds,
-/// tasks). The long run's flat agent stayed within 17.8–28.8 MiB, 18–48 fds and 4–7 tasks.
-const CEILINGS: (f64, f64, f64) = (48.0 * 1024.0, 128.0, 16.0);
+/// tasks), twice what the agent's hour-long life of docs/testing.md#soak reached (2026-12-06,
+/// huge pages refused: 7.8–10.1 MiB, 17–39 fds, 4–8 tasks), set before any run with them.
+const CEILINGS: (f64, f64, f64) = (20.0 * 1024.0, 80.0, 16.0);
 
 /// What one run is given.
 struct Plan {
@@ -90,6 +104,8 @@ struct Plan {
     faults: Vec<&'static str>,
     out: PathBuf,
     leak: String,
+    /// Bytes the agent leaks per pod ADD (`MESHNFT_SOAK_AGENT_LEAK`; 0: none).
+    agent_leak: usize,
     /// Seconds between two faults: drawn uniformly from this range.
     gap: (f64, f64),
 }
@@ -112,12 +128,8 @@ impl Plan {
                 .map(|d| d.as_secs() ^ u64::from(d.subsec_nanos()))
                 .unwrap_or(1),
         );
-        let wanted = std::env::var("MESHNFT_SOAK_FAULTS").unwrap_or_default();
-        let faults = FAULTS
-            .iter()
-            .map(|f| f.0)
-            .filter(|k| wanted.is_empty() || wanted.split(',').any(|w| w.trim() == *k))
-            .collect();
+        let faults = fault_keys(&std::env::var("MESHNFT_SOAK_FAULTS").unwrap_or_default())
+            .unwrap_or_else(|e| panic!("MESHNFT_SOAK_FAULTS: {e}"));
         Plan {
             pods: env_or("MESHNFT_SOAK_PODS", pods),
             minutes: env_or("MESHNFT_SOAK_MINUTES", minutes),
@@ -128,6 +140,11 @@ impl Plan {
                 .map(PathBuf::from)
                 .unwrap_or_else(|_| Path::new(ROOT).join("target/soak")),
             leak: std::env::var("MESHNFT_SOAK_LEAK").unwrap_or_default(),
+            agent_leak: std::env::var("MESHNFT_SOAK_AGENT_LEAK").map_or(0, |v| {
+                v.trim()
+                    .parse()
+                    .unwrap_or_else(|_| panic!("MESHNFT_SOAK_AGENT_LEAK={v:?}: not a byte count"))
+            }),
             gap: std::env::var("MESHNFT_SOAK_GAP")
                 .ok()
                 .and_then(|g| {
@@ -138,6 +155,45 @@ impl Plan {
                 .unwrap_or(gap),
         }
     }
+}
+
+/// The fault keys of `wanted` (`MESHNFT_SOAK_FAULTS`: keys of [`FAULTS`], comma separated;
+/// empty: all of them), in [`FAULTS`]' order. Err naming each unknown key and the valid ones:
+/// a misspelt key would otherwise leave the run without that fault, or without any.
+fn fault_keys(wanted: &str) -> Result<Vec<&'static str>, String> {
+    let asked: Vec<&str> = wanted
+        .split(',')
+        .map(str::trim)
+        .filter(|w| !w.is_empty())
+        .collect();
+    let unknown: Vec<&str> = asked
+        .iter()
+        .copied()
+        .filter(|w| !FAULTS.iter().any(|f| f.0 == *w))
+        .collect();
+    if !unknown.is_empty() {
+        return Err(format!(
+            "unknown fault {unknown:?}; the faults are {}",
+            FAULTS.iter().map(|f| f.0).collect::<Vec<_>>().join(", ")
+        ));
+    }
+    Ok(FAULTS
+        .iter()
+        .map(|f| f.0)
+        .filter(|k| asked.is_empty() || asked.contains(k))
+        .collect())
+}
+
+#[test]
+fn unknown_fault_keys_are_refused() {
+    assert_eq!(fault_keys("").unwrap().len(), FAULTS.len());
+    assert_eq!(fault_keys(" kubelet, api ").unwrap(), ["kubelet", "api"]);
+    let e = fault_keys("api,kubelets").unwrap_err();
+    assert!(
+        e.contains("\"kubelets\"") && e.contains("agent, frozen, containerd, kubelet, api"),
+        "{e}"
+    );
+    assert!(fault_keys("apu").is_err());
 }
 
 /// xorshift64*: the faults' moments and kinds, from the printed seed.
@@ -561,7 +617,8 @@ fn growth(segs: &[Segment]) -> Option<Growth> {
 }
 
 impl Growth {
-    /// The measures that grow: mean − 2 standard errors above their limit in [`LIMITS`].
+    /// The measures not shown flat: mean + 2 standard errors (the interval's upper end) at or
+    /// above their limit in [`LIMITS`].
     fn grows(&self) -> Vec<String> {
         [
             ("RSS", "KiB/h", self.rss, LIMITS.0),
@@ -569,9 +626,12 @@ impl Growth {
             ("tasks", "/h", self.tasks, LIMITS.2),
         ]
         .into_iter()
-        .filter(|(_, _, (m, e), limit)| m - 2.0 * e > *limit)
+        .filter(|(_, _, (m, e), limit)| m + 2.0 * e >= *limit)
         .map(|(what, unit, (m, e), limit)| {
-            format!("{what} {m:+.1} ± {e:.1} {unit} (limit {limit})")
+            format!(
+                "{what} {m:+.1} ± {e:.1} {unit}: upper end {:+.1}, limit {limit}",
+                m + 2.0 * e
+            )
         })
         .collect()
     }
@@ -591,7 +651,7 @@ impl Growth {
             if g.is_empty() {
                 "flat".to_string()
             } else {
-                format!("GROWS ({})", g.join(", "))
+                format!("NOT SHOWN FLAT ({})", g.join(", "))
             }
         )
     }
@@ -652,6 +712,46 @@ fn known_sandboxes(node: &Node) -> (Vec<String>, Vec<String>) {
     (ids, netns)
 }
 
+/// The network namespaces under containerd's state dir `dir` (paths), or the error listing it.
+fn netns_files(dir: &Path) -> std::io::Result<Vec<String>> {
+    std::fs::read_dir(dir)?
+        .map(|e| e.map(|e| e.path().display().to_string()))
+        .collect()
+}
+
+/// [`netns_files`] for [`left_of`]: panics when the list cannot be read (a listing that failed
+/// would count as nothing left), but for a missing directory before any soak pod (`made`
+/// false: containerd makes it with the first pod netns).
+fn netns_list(dir: &Path, made: bool) -> Vec<String> {
+    match netns_files(dir) {
+        Ok(v) => v,
+        Err(e) if !made && e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => panic!("listing the network namespaces in {}: {e}", dir.display()),
+    }
+}
+
+#[test]
+fn an_unreadable_netns_list_fails() {
+    let dir = support::tmpdir("netnslist");
+    std::fs::write(dir.join("cni-1"), "").expect("a file");
+    assert_eq!(
+        netns_list(&dir, true),
+        [dir.join("cni-1").display().to_string()]
+    );
+    assert!(netns_list(&dir.join("missing"), false).is_empty());
+    for (bad, made) in [
+        (dir.join("missing"), true),
+        (dir.join("cni-1"), true),
+        (dir.join("cni-1"), false),
+    ] {
+        assert!(
+            std::panic::catch_unwind(|| netns_list(&bad, made)).is_err(),
+            "{} listed without an error",
+            bad.display()
+        );
+    }
+}
+
 /// What is left of the soak's deleted pods (`uids`): records (naming one of them, or of a
 /// sandbox containerd does not know), network namespaces no sandbox holds (with whether
 /// meshnft's table is in it), pod cgroups, host-local leases of sandboxes containerd does not
@@ -670,9 +770,7 @@ fn left_of(node: &Node, uids: &[String]) -> Left {
             .map(|id| format!("/run/meshnft/{id} (sandbox unknown to containerd)")),
     );
     let (ids, held) = known_sandboxes(node);
-    let dir = node.dir.join("c/state/netns");
-    for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-        let path = e.path().display().to_string();
+    for path in netns_list(&node.dir.join("c/state/netns"), !uids.is_empty()) {
         if held.contains(&path) {
             continue;
         }
@@ -765,12 +863,48 @@ fn on_own_node(test: &str, plan: Plan) {
     node.kubectl_ok(&["create", "namespace", "seed"]);
     install_manifest(&node, "soak");
     wait_entry(&node, true);
+    if plan.agent_leak > 0 {
+        plant_agent_leak(&node, plan.agent_leak);
+    }
     run(&node, &plan);
     drop(node);
     assert_nothing_left(&dir, &roots, &host.sysctls, &host.run);
     eprintln!(
         "{test}: {:.1} s in all (node up, the soak, node down)",
         t.elapsed().as_secs_f64()
+    );
+}
+
+/// `MESHNFT_SOAK_AGENT_LEAK`: the DaemonSet's containers get the agent's test-only
+/// `MESHNFT_AGENT_TEST_LEAK_BYTES_PER_POD=bytes` (a rollout: the agent restarts with it, before
+/// the churn), and its log is checked for the agent's warning that it leaks.
+fn plant_agent_leak(node: &Node, bytes: usize) {
+    let var = meshnft::node::agent::reports::TEST_LEAK_ENV;
+    eprintln!("soak: MESHNFT_SOAK_AGENT_LEAK: the agent leaks {bytes} bytes per pod ADD ({var})");
+    node.kubectl_ok(&[
+        "-n",
+        "meshnft",
+        "set",
+        "env",
+        "ds/meshnft",
+        &format!("{var}={bytes}"),
+    ]);
+    node.kubectl_ok(&[
+        "-n",
+        "meshnft",
+        "rollout",
+        "status",
+        "ds/meshnft",
+        "--timeout=300s",
+    ]);
+    wait_agent_ready(node, 180);
+    wait_entry(node, true);
+    assert!(
+        support::wait_until(Duration::from_secs(60), || node
+            .kubectl(&["-n", "meshnft", "logs", "ds/meshnft"])
+            .unwrap_or_default()
+            .contains(&format!("{var}={bytes}: leaking"))),
+        "the agent did not say it leaks ({var}={bytes})"
     );
 }
 
@@ -1107,7 +1241,10 @@ fn run(node: &Node, plan: &Plan) {
         CEILINGS.1,
         CEILINGS.2
     );
-    assert!(grown.is_empty(), "the agent grew: {grown:#?}");
+    assert!(
+        grown.is_empty(),
+        "the agent not shown flat (its growth's upper end at or above the limit): {grown:#?}"
+    );
     assert!(figures.created > 0, "no pod created");
 }
 
@@ -1302,8 +1439,8 @@ fn report(
         s,
         "soak: the agent's lives (the least-squares slope per hour ± its standard error of each \
          life's floor: the least value of each {WINDOW:.0} s, the first {WARMUP:.0} s left out; \
-         judged: the lives of at least {:.0} min, whose mean slope grows when it is more than 2 \
-         errors above RSS {:.0} KiB/h, fds {:.0}/h or tasks {:.0}/h; in every run no sample above \
+         judged: the lives of at least {:.0} min, flat when their mean slope plus 2 errors is \
+         below RSS {:.0} KiB/h, fds {:.0}/h and tasks {:.0}/h; in every run no sample above \
          RSS {:.0} MiB, {:.0} fds or {:.0} tasks):",
         MIN_JUDGED / 60.0,
         LIMITS.0,
@@ -1591,33 +1728,25 @@ fn least_squares_slope() {
     assert!(b.abs() < 1.0 && e > 0.0, "{b} {e}");
 }
 
-/// `n` lives of `minutes` each, sampled every 5 s: RSS around 20 MiB with ±1 MiB sample noise,
-/// a transient peak of +8 MiB and a few extra fds now and then, and a step of the floor
-/// (+0 to +2 MiB, different in each life, at a different minute) as the flat agent's
-/// allocator takes; plus `leak` KiB and `fd_leak` fds an hour.
-fn lives(n: u32, minutes: f64, leak: f64, fd_leak: f64) -> Vec<Sample> {
-    let mut rng = Rng(7);
-    let steps: Vec<(f64, f64)> = (0..n)
-        .map(|_| ((rng.unit() - 0.3) * 6144.0, rng.unit() * minutes * 60.0))
-        .collect();
-    lives_with(&steps, minutes, leak, fd_leak)
-}
-
-/// [`lives`] with each life's step of its floor given: (KiB, seconds into the life).
-fn lives_with(steps: &[(f64, f64)], minutes: f64, leak: f64, fd_leak: f64) -> Vec<Sample> {
+/// Lives sampled every 5 s, each `minutes` long with its steps of the floor (KiB, seconds into
+/// the life), as the agent of docs/testing.md#soak's hour-long life looks (huge pages refused):
+/// RSS around 8 MiB with up to 1 MiB of sample noise, a transient peak of +4 MiB now and then,
+/// a few extra fds and tasks at moments, and the floor's steps of a few hundred KiB as the
+/// allocator takes pages; plus `leak` KiB and `fd_leak` fds an hour.
+fn lives_with(steps: &[Vec<(f64, f64)>], minutes: f64, leak: f64, fd_leak: f64) -> Vec<Sample> {
     let mut rng = Rng(11);
     let mut out = Vec::new();
     let mut t = 0.0;
-    for (pid, &(step, at)) in (1..).zip(steps) {
+    for (pid, steps) in (1..).zip(steps) {
         let t0 = t;
         while t - t0 < minutes * 60.0 {
             let age = t - t0;
-            let peak = if rng.unit() < 0.05 { 8192.0 } else { 0.0 };
-            let step = if age > at { step } else { 0.0 };
+            let peak = if rng.unit() < 0.05 { 4096.0 } else { 0.0 };
+            let step: f64 = steps.iter().filter(|s| age > s.1).map(|s| s.0).sum();
             out.push(Sample {
                 t,
                 pid,
-                rss_kib: 20480.0 + rng.unit() * 1024.0 + peak + step + leak * age / 3600.0,
+                rss_kib: 8192.0 + rng.unit() * 1024.0 + peak + step + leak * age / 3600.0,
                 fds: 18.0
                     + if rng.unit() < 0.1 { 4.0 } else { 0.0 }
                     + (fd_leak * age / 3600.0).floor(),
@@ -1630,54 +1759,64 @@ fn lives_with(steps: &[(f64, f64)], minutes: f64, leak: f64, fd_leak: f64) -> Ve
     out
 }
 
-/// The verdict on a flat agent and on leaking ones (issue 39's soak): per-minute floors
-/// ignore peaks and a lookup's fds; a run's lives are judged together, each life's step of
-/// its floor weighed by the spread between lives.
+/// The verdict (issue 52): flat only when the interval's upper end is below the limit, so a
+/// leak of 2 KiB a pod at the soak's churn fails, and a flat agent has to show it.
 #[test]
 fn the_agent_is_judged_on_its_floors_over_its_lives() {
-    let flat = segments(&lives(5, 11.0, 0.0, 0.0));
-    assert_eq!(flat.len(), 5);
-    assert!(flat.iter().all(|s| s.judged));
+    // The measured hour: +0.3 MiB at minute 6, +0.4 at minute 28 (8.0, 8.2-8.4, 8.5-8.8 MiB).
+    let hour = vec![vec![(300.0, 360.0), (400.0, 1680.0)]];
+    let flat = segments(&lives_with(&hour, 60.0, 0.0, 0.0));
+    assert!(flat.len() == 1 && flat[0].judged);
     let g = growth(&flat).expect("judged");
-    eprintln!("{}", g.line());
+    eprintln!("a flat hour: {}", g.line());
     assert!(g.grows().is_empty(), "{}", g.line());
-    // Lives whose floors step up by 5 MiB or down by 2 halfway, no leak: a mean slope of +21
-    // MiB/h that the lives' own regressions take as sure (±3 MiB/h: "grows"); the spread
-    // between the lives (±16 MiB/h) says what it is.
-    let steps = [
-        (5120.0, 330.0),
-        (-2048.0, 330.0),
-        (5120.0, 330.0),
-        (-2048.0, 330.0),
-        (5120.0, 330.0),
-    ];
-    let g = growth(&segments(&lives_with(&steps, 11.0, 0.0, 0.0))).expect("judged");
-    eprintln!("{}", g.line());
+    // A life of 15 min (the red run's length) without a step is flat too.
+    let g = growth(&segments(&lives_with(&[vec![]], 15.0, 0.0, 0.0))).expect("judged");
+    eprintln!("a flat quarter hour: {}", g.line());
     assert!(g.grows().is_empty(), "{}", g.line());
-    // A leak of 2 KiB a pod at 100 pods a minute (12 MiB/h), in every life, grows.
-    let g = growth(&segments(&lives(5, 11.0, 12288.0, 0.0))).expect("judged");
-    assert!(
-        g.grows().iter().any(|m| m.starts_with("RSS")),
-        "{}",
-        g.line()
-    );
-    // So does one fd per 100 pods (60/h), however many come and go with lookups.
-    let g = growth(&segments(&lives(5, 11.0, 0.0, 60.0))).expect("judged");
+    // A leak of 2 KiB a pod at the soak's churn (6.3 MiB/h): red over the hour, and over 15 min.
+    let leak = 2.0 * CHURN_PER_HOUR;
+    for (lives, minutes) in [(hour.clone(), 60.0), (vec![vec![]], 15.0)] {
+        let g = growth(&segments(&lives_with(&lives, minutes, leak, 0.0))).expect("judged");
+        eprintln!("2 KiB a pod over {minutes} min: {}", g.line());
+        assert!(
+            g.grows().iter().any(|m| m.starts_with("RSS")),
+            "{minutes} min: {}",
+            g.line()
+        );
+    }
+    // So is one fd per 100 pods (32/h), however many come and go with lookups.
+    let g = growth(&segments(&lives_with(
+        &hour,
+        60.0,
+        0.0,
+        CHURN_PER_HOUR / 100.0,
+    )))
+    .expect("judged");
     assert!(
         g.grows().iter().any(|m| m.starts_with("fds")),
         "{}",
         g.line()
     );
+    // Short lives whose floors step up by 5 MiB or down by 2 halfway, no leak: a mean slope
+    // of +21 MiB/h ± 16 (the spread between the lives). That is not shown flat: the burden of
+    // proof is the agent's, and such lives cannot carry it.
+    let steps: Vec<Vec<(f64, f64)>> = [5120.0, -2048.0, 5120.0, -2048.0, 5120.0]
+        .into_iter()
+        .map(|s| vec![(s, 330.0)])
+        .collect();
+    let g = growth(&segments(&lives_with(&steps, 11.0, 0.0, 0.0))).expect("judged");
+    eprintln!("stepping lives: {}", g.line());
+    assert!(!g.grows().is_empty(), "{}", g.line());
     // A floor of one life as the peaks and fds see it: each window's least.
-    let f = floors(&lives(1, 3.0, 0.0, 0.0));
+    let f = floors(&lives_with(&[vec![]], 3.0, 0.0, 0.0));
     assert_eq!(f.len(), 2, "{f:?}");
     assert!(
-        f.iter()
-            .all(|p| p.1 < 20480.0 + 2048.0 + 1024.0 && p.2 == 18.0),
+        f.iter().all(|p| p.1 < 8192.0 + 1024.0 && p.2 == 18.0),
         "{f:?}"
     );
     // A short run's only life (3 min) is not judged, however steep.
-    let short = segments(&lives(1, 3.0, 1e6, 1e3));
+    let short = segments(&lives_with(&[vec![]], 3.0, 1e6, 1e3));
     assert!(!short[0].judged && growth(&short).is_none());
 }
 

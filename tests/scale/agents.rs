@@ -1,6 +1,55 @@
 //! The agents: N `meshnft-node install --simulated-node` processes.
 
 use super::*;
+use meshnft::pod::k8s::PodInfo;
+
+/// A pod the probes ask an agent for, and what its answer must carry.
+pub(crate) struct Lookup {
+    pub(crate) req: Request,
+    /// [`expected_info`] of the pod.
+    pub(crate) want: PodInfo,
+}
+
+impl Lookup {
+    /// Pod number `k`, `ns/name` on node `node_i`.
+    pub(crate) fn of(ns: String, name: String, node_i: usize, k: u64) -> Lookup {
+        let want = expected_info(&ns, &name, node_i, k);
+        Lookup {
+            req: Request {
+                namespace: ns,
+                name,
+                uid: None,
+            },
+            want,
+        }
+    }
+
+    /// None when `got` is the pod asked for, as the plugin reads it from the API: the same
+    /// annotations, labels and containers, and its namespace's annotations (Linkerd's
+    /// injection, which every pod namespace of the run has); else what differs. The answer has
+    /// no name or UID: two pods of one namespace and layout (pod numbers 3 apart, both
+    /// meshed or both not) read alike, any other pod does not.
+    pub(crate) fn differs(&self, got: &PodInfo) -> Option<String> {
+        let mut got = got.clone();
+        let ns_ok = got
+            .namespace_annotations
+            .get("linkerd.io/inject")
+            .is_some_and(|v| v == "enabled");
+        got.namespace_annotations = self.want.namespace_annotations.clone();
+        if ns_ok && got == self.want {
+            return None;
+        }
+        Some(format!(
+            "not the pod asked for: {}{got:?}, expected {:?}",
+            if ns_ok {
+                ""
+            } else {
+                "its namespace without linkerd.io/inject=enabled; "
+            },
+            self.want
+        ))
+    }
+}
 
 // ---- the agents ---------------------------------------------------------------------------------
 
@@ -84,7 +133,7 @@ impl Agents {
     /// own.)
     pub(crate) fn start_all(
         &mut self,
-        want: impl Fn(usize) -> Request,
+        want: impl Fn(usize) -> Lookup,
         secs: f64,
     ) -> Vec<Result<f64, String>> {
         std::thread::scope(|s| {
@@ -151,7 +200,7 @@ impl Agents {
     /// seconds from now to each answer.
     pub(crate) fn answers(
         &self,
-        want: impl Fn(usize) -> Request,
+        want: impl Fn(usize) -> Lookup,
         secs: f64,
     ) -> Vec<Result<f64, String>> {
         let now = Instant::now();
@@ -164,12 +213,38 @@ impl Agents {
     }
 }
 
-/// A thread asking agent `a` for pod `req` every 100 ms until it answers with the pod, up to
-/// `secs` after `since`: the seconds from `since` to the answer, or the last error.
+/// [`Lookup::differs`] against the plugin's readings of other pods of the run: another layout,
+/// an unmeshed pod, its namespace without Linkerd's injection; the pod asked for passes.
+#[test]
+fn a_lookup_takes_only_the_pod_asked_for() {
+    let want = Lookup::of("scale-0".into(), node_name(0) + "-0", 0, 0);
+    let mut same = expected_info("scale-0", &(node_name(0) + "-0"), 0, 0);
+    same.namespace_annotations = [
+        ("linkerd.io/inject".to_string(), "enabled".to_string()),
+        ("owner".to_string(), "team-00@example.com".to_string()),
+    ]
+    .into();
+    assert_eq!(want.differs(&same), None);
+    for k in [1, 2, 9] {
+        let mut other = expected_info("scale-0", &(node_name(0) + "-0"), 0, k);
+        other.namespace_annotations = same.namespace_annotations.clone();
+        assert!(want.differs(&other).is_some(), "pod number {k} taken for 0");
+    }
+    let mut bare = same.clone();
+    bare.namespace_annotations.clear();
+    assert!(
+        want.differs(&bare).is_some(),
+        "a namespace without injection"
+    );
+}
+
+/// A thread asking agent `a` for pod `want.req` every 100 ms until it answers with the pod, up
+/// to `secs` after `since`: the seconds from `since` to the answer, or the last error. An
+/// answer that is not that pod ([`Lookup::differs`]) is an error at once.
 fn probe<'s>(
     s: &'s std::thread::Scope<'s, '_>,
     a: &Agent,
-    req: Request,
+    want: Lookup,
     since: Instant,
     secs: f64,
 ) -> std::thread::ScopedJoinHandle<'s, Result<f64, String>> {
@@ -178,9 +253,13 @@ fn probe<'s>(
     std::thread::Builder::new()
         .stack_size(256 << 10)
         .spawn_scoped(s, move || {
+            let req = &want.req;
             loop {
-                let last = match ask(&sock, &req, Duration::from_secs(3)) {
-                    Ok(Answer::Pod(_)) => return Ok(since.elapsed().as_secs_f64()),
+                let last = match ask(&sock, req, Duration::from_secs(3)) {
+                    Ok(Answer::Pod(p)) => match want.differs(&p) {
+                        None => return Ok(since.elapsed().as_secs_f64()),
+                        Some(why) => return Err(format!("{}/{}: {why}", req.namespace, req.name)),
+                    },
                     Ok(Answer::Unknown(why)) => format!("unknown: {why}"),
                     Err(e) => e.to_string(),
                 };

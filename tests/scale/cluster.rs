@@ -18,8 +18,8 @@ pub(crate) struct Cluster {
     /// Namespaces in all, and how many of them (the first) hold pods.
     pub(crate) namespaces: usize,
     pods_in: usize,
-    /// Per node, its live pods (namespace, name), oldest first.
-    pub(crate) live: Vec<VecDeque<(String, String)>>,
+    /// Per node, its live pods (namespace, name, number), oldest first.
+    pub(crate) live: Vec<VecDeque<(String, String, u64)>>,
     /// The next pod number.
     next: u64,
 }
@@ -38,13 +38,15 @@ impl Cluster {
     }
 
     /// The newest live pod of node `i`, as a lookup.
-    pub(crate) fn newest(&self, i: usize) -> Request {
-        let (ns, name) = self.live[i].back().expect("a live pod").clone();
-        Request {
-            namespace: ns,
-            name,
-            uid: None,
-        }
+    pub(crate) fn newest(&self, i: usize) -> Lookup {
+        let (ns, name, k) = self.live[i].back().expect("a live pod").clone();
+        Lookup::of(ns, name, i, k)
+    }
+
+    /// The oldest live pod of node `i`, as a lookup.
+    pub(crate) fn oldest(&self, i: usize) -> Lookup {
+        let (ns, name, k) = self.live[i].front().expect("a live pod").clone();
+        Lookup::of(ns, name, i, k)
     }
 }
 
@@ -237,7 +239,7 @@ pub(crate) fn setup(plan: &Plan, cp: &ControlPlane, net: &Net, n: usize) -> Clus
             cluster.next += 1;
             let ns = format!("scale-{}", (i + j) % pods_in);
             let name = format!("{}-{j}", node_name(i));
-            cluster.live[i].push_back((ns.clone(), name.clone()));
+            cluster.live[i].push_back((ns.clone(), name.clone(), k));
             todo.push((ns, name, i, k));
         }
     }
@@ -297,7 +299,7 @@ pub(crate) fn churn(net: &Net, cluster: &mut Cluster, rate: f64, secs: f64) -> (
         cluster.next += 1;
         let ns = format!("scale-{}", k as usize % cluster.pods_in);
         let name = format!("{}-c{k}", node_name(i));
-        cluster.live[i].push_back((ns.clone(), name.clone()));
+        cluster.live[i].push_back((ns.clone(), name.clone(), k));
         let old = cluster.live[i].pop_front().expect("a pod to delete");
         work.push((ns, name, i, k, old));
     }
@@ -306,7 +308,7 @@ pub(crate) fn churn(net: &Net, cluster: &mut Cluster, rate: f64, secs: f64) -> (
         let gate = Arc::new(tokio::sync::Semaphore::new(4 * WRITERS));
         let mut every = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
         let mut tasks = Vec::with_capacity(work.len());
-        for (ns, name, i, k, (old_ns, old_name)) in work {
+        for (ns, name, i, k, (old_ns, old_name, _)) in work {
             every.tick().await;
             let permit = gate.clone().acquire_owned().await.expect("the semaphore");
             let c = c.clone();

@@ -2,6 +2,7 @@
 //! and deleted.
 
 use super::*;
+use meshnft::pod::k8s::{PodInfo, PodSource};
 
 // ---- objects --------------------------------------------------------------------------------
 
@@ -232,6 +233,16 @@ fn pod_object(ns: &str, name: &str, node: &str, k: u64) -> Pod {
         }
     }))
     .expect("a pod")
+}
+
+/// What an agent must answer for pod `k` of the run, `ns/name` on node `node_i`: the plugin's
+/// reading of the very object [`create_pod`] created ([`pod_object`]), its namespace's
+/// annotations left out (compared apart: the agent answers all of them, kubectl's
+/// last-applied-configuration among them).
+pub(crate) fn expected_info(ns: &str, name: &str, node_i: usize, k: u64) -> PodInfo {
+    let pod = serde_json::to_value(pod_object(ns, name, &node_name(node_i), k)).expect("a pod");
+    meshnft::pod::k8s::doc::pod_info_from_json(pod, Default::default(), PodSource::Api)
+        .expect("the plugin's reading of a pod")
 }
 
 /// The status kubelet would have written for `pod` (number `k` of the run) once Running on node

@@ -26,6 +26,37 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// **Test only.** The environment variable that makes the agent leak this
+/// many bytes (a decimal count, at most [`TEST_LEAK_MAX`]) for every pod
+/// whose successful ADD the plugin reports: the soak's planted leak
+/// (tests/node/soak.rs, `MESHNFT_SOAK_AGENT_LEAK`), to see its judge fail
+/// on a known growth. Unset, empty or 0 (as in every deployment): nothing
+/// leaks. Read once, when the agent starts receiving reports; not an option
+/// of the command line and not in the chart.
+pub const TEST_LEAK_ENV: &str = "MESHNFT_AGENT_TEST_LEAK_BYTES_PER_POD";
+
+/// The largest leak per pod [`TEST_LEAK_ENV`] takes: 1 MiB.
+pub const TEST_LEAK_MAX: usize = 1 << 20;
+
+/// The bytes per pod of [`TEST_LEAK_ENV`] in `value`: 0 when unset or
+/// empty; an error naming the variable when it is not a count up to
+/// [`TEST_LEAK_MAX`].
+pub fn test_leak_bytes(value: Option<&str>) -> Result<usize, String> {
+    let Some(v) = value.map(str::trim).filter(|v| !v.is_empty()) else {
+        return Ok(0);
+    };
+    v.parse::<usize>()
+        .ok()
+        .filter(|n| *n <= TEST_LEAK_MAX)
+        .ok_or_else(|| format!("{TEST_LEAK_ENV}={v:?}: not a byte count up to {TEST_LEAK_MAX}"))
+}
+
+/// Leaks `bytes` bytes, each written (so that they are resident: RSS grows
+/// by them, and the heap count with them). [`TEST_LEAK_ENV`] only.
+fn leak(bytes: usize) {
+    std::mem::forget(vec![0xa5u8; bytes]);
+}
+
 /// Event reason of a verb that failed (the pod's sandbox was refused).
 pub const REASON_FAILED: &str = "MeshnftFailed";
 /// Event reason of a verb that succeeded with warnings.
@@ -261,6 +292,17 @@ pub async fn serve(path: PathBuf, shared: Arc<Shared>, events: Option<ByNote>, r
             }
         });
     }
+    let leak_per_pod = test_leak_bytes(std::env::var(TEST_LEAK_ENV).ok().as_deref())
+        .unwrap_or_else(|e| {
+            tracing::warn!("agent: {e}: ignored");
+            0
+        });
+    if leak_per_pod > 0 {
+        tracing::warn!(
+            "agent: {TEST_LEAK_ENV}={leak_per_pod}: leaking {leak_per_pod} bytes per pod ADD \
+             on purpose (a test of the soak's judge; never in production)"
+        );
+    }
     let mut buf = vec![0u8; report::MAX_REPORT + 1];
     loop {
         let got = sock
@@ -294,6 +336,9 @@ pub async fn serve(path: PathBuf, shared: Arc<Shared>, events: Option<ByNote>, r
             }
         };
         count(&shared, &r);
+        if leak_per_pod > 0 && r.verb == Verb::Add && r.code == 0 {
+            leak(leak_per_pod);
+        }
         if credentials_refused(&r) {
             shared.credentials_refused();
         }
@@ -373,6 +418,17 @@ mod tests {
 
     /// The plugin's own wording of a refused kubeconfig (crates/core's API client) wakes the
     /// installer; another failure, or a success that mentions it, does not.
+    #[test]
+    fn the_test_leak_is_inert_unless_set() {
+        assert_eq!(test_leak_bytes(None), Ok(0));
+        assert_eq!(test_leak_bytes(Some(" ")), Ok(0));
+        assert_eq!(test_leak_bytes(Some("2048")), Ok(2048));
+        for bad in ["-1", "2k", "1048577"] {
+            let e = test_leak_bytes(Some(bad)).unwrap_err();
+            assert!(e.contains(TEST_LEAK_ENV), "{e}");
+        }
+    }
+
     #[test]
     fn a_refused_kubeconfig_is_told_apart() {
         let mut r = report(7, &[]);

@@ -105,14 +105,36 @@ pub fn uid_exclusions<'a>(
             ));
         }
     }
-    Ok(disjoint(&out))
+    let elements = disjoint(&out);
+    if elements.len() > MAX_UID_EXCLUSION_ELEMENTS {
+        return Err(err(
+            &format!(
+                "{} (UIDs, ports) pairs made {} disjoint set elements",
+                out.len(),
+                elements.len()
+            ),
+            &format!(
+                "more than the {MAX_UID_EXCLUSION_ELEMENTS} elements meshnft writes \
+                 (overlapping UID ranges with different ports cut each other)"
+            ),
+        ));
+    }
+    Ok(elements)
 }
 
 /// The most (UID range, port range) pairs [`uid_exclusions`] reads, each
-/// entry's port list expanded, before overlaps are made disjoint (which can
-/// at most double them): Kuma's users write a handful; the bound keeps
-/// that quadratic work short and the set small.
+/// entry's port list expanded, before overlaps are made disjoint: Kuma's
+/// users write a handful; the bound keeps `disjoint`'s work (pairs times
+/// UID cuts) short. The set's size is bounded apart, by
+/// [`MAX_UID_EXCLUSION_ELEMENTS`]: making overlapping pairs disjoint can
+/// multiply them (n pairs can cut each other into about n²/4 elements).
 pub const MAX_UID_EXCLUSIONS: usize = 256;
+
+/// The most elements of `skip_outbound_uid_ports` [`uid_exclusions`] gives,
+/// after `disjoint`: more is refused (code 7, naming the key), not
+/// written. Pairs that do not overlap stay as they are, so any 256 of them
+/// fit.
+pub const MAX_UID_EXCLUSION_ELEMENTS: usize = 1024;
 
 /// The same union of (UID range, port range) boxes as disjoint boxes, in
 /// order: an interval set of a concatenation refuses overlapping elements
@@ -120,7 +142,8 @@ pub const MAX_UID_EXCLUSIONS: usize = 256;
 /// The UID axis is cut where a box starts or ends; each piece gets the
 /// merged port ranges of the boxes covering it; neighbouring pieces with the
 /// same ports, then with the same port range, are joined again (boxes that
-/// did not overlap come out as they went in).
+/// did not overlap come out as they went in). Overlapping boxes can come out
+/// as many more elements than went in (see [`MAX_UID_EXCLUSION_ELEMENTS`]).
 fn disjoint(boxes: &[UidPorts]) -> Vec<UidPorts> {
     let mut cuts: Vec<u64> = boxes
         .iter()
@@ -585,5 +608,59 @@ impl KumaPod {
                 false,
             )?,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The worst case found for [`disjoint`] within [`MAX_UID_EXCLUSIONS`]: 128 entries of
+    /// every UID 0-254 with one port each (10, 20, ..., 1280), and 128 of one even UID each
+    /// (0, 2, ..., 254) with a port range from 1 up to between two of those ports. Each
+    /// single-UID piece merges the ports below its range's end into one range, so every
+    /// port of the first 128 is cut at every even UID above it: about 128²/2 elements.
+    fn worst_case(n: u32) -> Vec<String> {
+        let mut entries: Vec<String> = (1..=n).map(|a| format!("{}:0-254", 10 * a)).collect();
+        entries.extend((0..n).map(|b| format!("1-{}:{}", 10 * b + 15, 2 * b)));
+        entries
+    }
+
+    #[test]
+    fn overlapping_pairs_are_capped_by_their_elements() {
+        let entries = worst_case(128);
+        assert_eq!(entries.len(), MAX_UID_EXCLUSIONS);
+        let pairs = entries
+            .iter()
+            .flat_map(|e| uid_exclusions("k", [e.as_str()], false).expect("one entry"))
+            .collect::<Vec<_>>();
+        assert_eq!(pairs.len(), MAX_UID_EXCLUSIONS);
+        let n = disjoint(&pairs).len();
+        eprintln!("{} pairs: {n} disjoint elements", pairs.len());
+        assert!(n > 8 * MAX_UID_EXCLUSION_ELEMENTS, "{n}");
+        let e = uid_exclusions(
+            "kuma.redirect.outbound.excludePortsForUIDs",
+            entries.iter().map(String::as_str),
+            true,
+        )
+        .unwrap_err();
+        assert!(
+            e.msg.contains("kuma.redirect.outbound.excludePortsForUIDs")
+                && e.msg.contains(&format!("{n} disjoint set elements"))
+                && e.msg.contains(&MAX_UID_EXCLUSION_ELEMENTS.to_string()),
+            "{e}"
+        );
+        // Within the cap: the same shape, smaller.
+        let small = worst_case(40);
+        let got = uid_exclusions("k", small.iter().map(String::as_str), false).expect("fits");
+        assert!(
+            got.len() > 80 && got.len() <= MAX_UID_EXCLUSION_ELEMENTS,
+            "{}",
+            got.len()
+        );
+        // 256 pairs that do not overlap stay 256 elements, and fit.
+        let apart: Vec<String> = (0..256).map(|i| format!("{}:{}", 1 + i, 2 * i)).collect();
+        let got = uid_exclusions("k", apart.iter().map(String::as_str), false).expect("fits");
+        assert_eq!(got.len(), 256);
     }
 }
