@@ -53,7 +53,8 @@ fi
 ALL_STEPS=(static fmt clippy doc image image-arm64 build manifest image-index main node scale demo bench fuzz kernels kind vagrant)
 # selected NAME: whether MESHNFT_STEPS (unset or empty: every step) names step NAME.
 selected() { [[ -z ${MESHNFT_STEPS:-} || ,${MESHNFT_STEPS// /}, == *,"$1",* ]]; }
-IFS=, read -ra wanted <<<"${MESHNFT_STEPS// /}"
+steps=${MESHNFT_STEPS:-}
+IFS=, read -ra wanted <<<"${steps// /}"
 for s in "${wanted[@]}"; do
   if [[ " ${ALL_STEPS[*]} " != *" $s "* ]]; then
     echo "test.sh: MESHNFT_STEPS names '$s', which is no step; the steps: ${ALL_STEPS[*]}" >&2
@@ -68,7 +69,9 @@ mkdir "$logdir/rows"
 export MESHNFT_SKIP_LOG=$logdir/skips
 : >"$MESHNFT_SKIP_LOG"
 go_pid="" pre_pid=""
-declare -A bg_pids=()
+declare -A bg_pids=() bg_rows=()
+# The logs are removed at the end only when everything passed.
+keep_logs=1
 cleanup() {
   [[ -n $go_pid ]] && kill "$go_pid" 2>/dev/null
   [[ -n $pre_pid ]] && kill "$pre_pid" 2>/dev/null
@@ -78,7 +81,7 @@ cleanup() {
     echo "test.sh: waiting for the background step $n to end" >&2
     wait "${bg_pids[$n]}" 2>/dev/null || true
   done
-  if [[ -n ${keep_logs:-} ]]; then echo "test.sh: the steps' logs are kept in $logdir" >&2; else rm -rf "$logdir"; fi
+  if ((keep_logs)); then echo "test.sh: the steps' logs are kept in $logdir" >&2; else rm -rf "$logdir"; fi
 }
 trap cleanup EXIT
 
@@ -119,12 +122,12 @@ not_run() {
   echo "==> $1: $2${3:+ ($3)}"
 }
 # blocked NAME: true (and the step's row written) when a background build the step needs
-# failed; the step is then not run.
+# failed (which fails the run); the step is then not run.
 blocked() {
   local b
   for b in ${STEP_NEEDS[$1]:-}; do
     if [[ -n ${failed_builds[$b]:-} ]]; then
-      not_run "$1" failed "not run: $b failed"
+      not_run "$1" "not run" "wait-$b failed"
       return 0
     fi
   done
@@ -167,6 +170,7 @@ step_bg() {
     finish "$name" "$t" "$?" "$f" >"$logdir/$name.done"
   ) &
   bg_pids[$name]=$!
+  bg_rows[$name]=$f
 }
 # step_wait NAME: waits for the background step NAME, then prints its output and its time.
 step_wait() {
@@ -177,7 +181,12 @@ step_wait() {
   unset "bg_pids[$name]"
   echo "==> $name's output (it ran in the background):"
   cat "$logdir/$name.log"
-  cat "$logdir/$name.done" 2>/dev/null || echo "==> $name: ended without its row"
+  if [[ ! -s ${bg_rows[$name]} ]]; then
+    printf -- '-\tfailed\tended without its row\n' >"${bg_rows[$name]}"
+    echo "==> $name: ended without its row (failed)"
+  else
+    cat "$logdir/$name.done"
+  fi
 }
 # wait_build NAME PID LOG [again]: waits (in this shell) for the background build NAME, prints
 # its LOG, and records the wait as the row `wait-NAME`. A failed build fails the run and blocks
@@ -503,7 +512,7 @@ MESHNFT_STEPS="" step leaks do_leaks
 echo
 echo "==> cost per step (wall seconds; the whole run: $(took "$run_t0") s)"
 printf '  %-18s %7s  %s\n' step seconds status
-failed_steps=() not_selected=()
+failed_steps=() not_selected=() not_run=()
 for r in "$logdir"/rows/*; do
   name=${r##*/}
   name=${name#*-}
@@ -511,6 +520,7 @@ for r in "$logdir"/rows/*; do
   printf '  %-18s %7s  %s%s\n' "$name" "$secs" "$status" "${note:+ ($note)}"
   [[ $status == failed* ]] && failed_steps+=("$name")
   [[ $status == "skipped (not selected)" ]] && not_selected+=("$name")
+  [[ $status == "not run" ]] && not_run+=("$name")
 done
 
 # Every test binary's `test result:` line, the failures libtest lists, and the seed scripts'
@@ -526,9 +536,9 @@ read -r passed failed < <(awk '
   END { print p + 0, f + 0 }' /dev/null "${logs[@]}")
 untested_failures=0
 for s in "${failed_steps[@]}"; do
-  log=$logdir/$s.log
-  [[ $s == wait:* ]] && log=$logdir/wait-${s#wait: }.log
-  n=$(awk '/^test result:.* [1-9][0-9]* failed/ || /^(kind seed|e2e|linkerd seed): [0-9]+ passed, [1-9]/ { n++ } END { print n + 0 }' /dev/null "$log" 2>/dev/null)
+  n=0
+  [[ ! -f $logdir/$s.log ]] ||
+    n=$(awk '/^test result:.* [1-9][0-9]* failed/ || /^(kind seed|e2e|linkerd seed): [0-9]+ passed, [1-9]/ { n++ } END { print n + 0 }' "$logdir/$s.log")
   ((n)) || untested_failures=$((untested_failures + 1))
 done
 # The failed tests' names: libtest's last `failures:` list before each `test result:` (with
@@ -550,8 +560,11 @@ if ((skips)); then
   echo "==> skipped ($skips):"
   awk -F'\t' '{ printf "  %s: %s\n", $1, $2 }' "$MESHNFT_SKIP_LOG"
 fi
+if ((${#not_run[@]})); then
+  echo "==> not run, a build they need failed: ${not_run[*]}"
+fi
 if ((${#not_selected[@]})); then
-  echo "==> not selected (MESHNFT_STEPS=$MESHNFT_STEPS): ${not_selected[*]}"
+  echo "==> not selected (MESHNFT_STEPS=${MESHNFT_STEPS:-}): ${not_selected[*]}"
 fi
 if ((${#failed_tests[@]})); then
   echo "==> failed tests (${#failed_tests[@]}):"
@@ -559,10 +572,10 @@ if ((${#failed_tests[@]})); then
 fi
 if ((${#failed_steps[@]})); then
   echo "==> failed steps (${#failed_steps[@]}): ${failed_steps[*]}"
-  keep_logs=1
 fi
 # One closing line for the whole run: every cargo test binary and the kind, Vagrant and Linkerd
 # seed checks summed; a skipped test is not a pass.
 echo "$passed passed, $failed failed, $skips skipped"
 if ((${#failed_steps[@]} || failed)); then exit 1; fi
+keep_logs=0
 exit 0
