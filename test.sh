@@ -254,9 +254,10 @@ step image scripts/image-build-stage.sh
 # The other platform of the image (the real node installs the two-platform index): cross-built
 # for aarch64 (rustup's musl target, Debian's cross gcc), run under qemu-user. docs/testing.md#arm64.
 do_image_arm64() {
-  local astart=$SECONDS
-  scripts/image-build-stage.sh --arch arm64
+  local astart=$SECONDS rc=0
+  scripts/image-build-stage.sh --arch arm64 || rc=$?
   echo "==> arm64 build stage: $((SECONDS - astart)) s"
+  return "$rc"
 }
 step image-arm64 do_image_arm64
 step build cargo build --quiet --tests
@@ -329,9 +330,10 @@ step main do_main "$@"
 # libvirt, wait for it. docs/testing.md#cost.
 do_node() {
   echo "==> the real node: meshnft's DaemonSet and the seed pods on kubelet + containerd (tests/node.rs)"
-  local node_t0=$EPOCHREALTIME
-  MESHNFT_REQUIRE_ROOT=1 scripts/without-nft.sh cargo test --test node -- --nocapture
+  local node_t0=$EPOCHREALTIME rc=0
+  MESHNFT_REQUIRE_ROOT=1 scripts/without-nft.sh cargo test --test node -- --nocapture || rc=$?
   echo "real node suite: $(took "$node_t0") s"
+  return "$rc"
 }
 step_bg node do_node
 
@@ -339,9 +341,10 @@ step_bg node do_node
 # watches then real agents, on a control plane of its own; docs/testing.md#scale), timed.
 do_scale() {
   echo "==> the scale harness, its short step: 50 simulated nodes (tests/scale.rs)"
-  local scale_t0=$EPOCHREALTIME
-  MESHNFT_REQUIRE_ROOT=1 scripts/without-nft.sh cargo test --test scale -- --nocapture
+  local scale_t0=$EPOCHREALTIME rc=0
+  MESHNFT_REQUIRE_ROOT=1 scripts/without-nft.sh cargo test --test scale -- --nocapture || rc=$?
   echo "scale suite: $(took "$scale_t0") s"
+  return "$rc"
 }
 step scale do_scale
 
@@ -371,9 +374,10 @@ if [[ -n $pre_pid ]]; then
 fi
 do_fuzz() {
   echo "==> fuzz, briefly (scripts/fuzz.sh --seconds 5)"
-  local fstart=$SECONDS
-  scripts/fuzz.sh --seconds 5
+  local fstart=$SECONDS rc=0
+  scripts/fuzz.sh --seconds 5 || rc=$?
   echo "==> fuzz: $((SECONDS - fstart)) s (cargo-fuzz, the build, every target)"
+  return "$rc"
 }
 step fuzz do_fuzz
 
@@ -387,9 +391,10 @@ do_kernels() {
     return 0
   fi
   echo "==> kernel matrix (scripts/kernels.sh)"
-  local kstart=$SECONDS
-  scripts/kernels.sh
+  local kstart=$SECONDS rc=0
+  scripts/kernels.sh || rc=$?
   echo "==> kernel matrix: $((SECONDS - kstart)) s (fetch, static builds, five guests)"
+  return "$rc"
 }
 step kernels do_kernels
 
