@@ -34,7 +34,9 @@
 #   Go     linkerd2's go.mod gets `replace github.com/linkerd/linkerd2-proxy-api =>` the
 #          unpacked proxy-api snapshot (the Go module proxy refuses that module); static,
 #          CGO_ENABLED=0.
-#   Rust   the toolchain each workspace's rust-toolchain.toml pins (1.90.0, by rustup),
+#   Rust   the toolchain each workspace's rust-toolchain.toml pins (1.90.0), installed here by
+#          `rustup toolchain install` with the profile (else minimal), components and targets
+#          the file lists, before any build (rustup no longer installs it on first use),
 #          `--cfg tokio_unstable` as their Dockerfiles set it, the git source
 #          linkerd/linkerd-kubert patched (`cargo --config patch...`) to the unpacked
 #          kubert snapshots. Release profile, but without LTO and with 16 codegen units:
@@ -43,15 +45,18 @@
 #          <cache>/linkerd-build/, so a new snapshot rebuilds incrementally.
 #
 # Usage: scripts/linkerd.sh [--cached-only]   prints <cache>/linkerd-<version> on stdout;
-# with --cached-only it builds nothing and exits 3 when the parts are not built.
+# with --cached-only it builds nothing and exits 3 when the parts are not built;
+# scripts/linkerd.sh --toolchains-only unpacks the sources and installs the Rust toolchains
+# they pin (below), then stops.
 # MESHNFT_CACHE_DIR overrides <cache> (default /var/cache/meshnft); MESHNFT_PEERS_SRC the
 # archives' directory (default ../shared/peers beside this repository). Cold: see
 # docs/linkerd.md (the times are printed on stderr).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-cached_only=0
+cached_only=0 toolchains_only=0
 if [[ ${1:-} == --cached-only ]]; then cached_only=1; shift; fi
+if [[ ${1:-} == --toolchains-only ]]; then toolchains_only=1; shift; fi
 
 cache=${MESHNFT_CACHE_DIR:-/var/cache/meshnft}
 if ! mkdir -p "$cache" 2>/dev/null || [[ ! -w $cache ]]; then
@@ -84,7 +89,7 @@ done
 all+=$(cat "$await_src/go.mod" "$await_src/main.go" | sha256sum | cut -d' ' -f1)
 version=$(printf '%s' "$all" | sha256sum | cut -c1-12)
 out=$cache/linkerd-$version
-if [[ -s $out/images ]]; then
+if [[ -s $out/images ]] && ((!toolchains_only)); then
   echo "$out"
   exit 0
 fi
@@ -117,6 +122,49 @@ if [[ $(cat "$srcdir/.archives" 2>/dev/null) != "$all" ]]; then
 fi
 [[ $(cat "$srcdir/linkerd2/.proxy-version") == v2.366.0 ]] ||
   die "linkerd2's .proxy-version is $(cat "$srcdir/linkerd2/.proxy-version"), the proxy snapshot is v2.366.0"
+
+# toolchain_field FILE KEY: KEY's value in the [toolchain] table of rust-toolchain.toml FILE: a
+# string as is, an array of strings comma-joined; empty when absent.
+toolchain_field() {
+  local text re
+  text=$(sed 's/#.*//' "$1" | tr '\n' ' ')
+  re="(^|[[:space:]])$2[[:space:]]*=[[:space:]]*"
+  if [[ $text =~ $re\"([^\"]*)\" ]]; then
+    echo "${BASH_REMATCH[2]}"
+  elif [[ $text =~ $re\[([^]]*)\] ]]; then
+    tr -d '" ' <<<"${BASH_REMATCH[2]}" | sed 's/,$//'
+  fi
+}
+# install_toolchain DIR: the toolchain DIR/rust-toolchain.toml pins, with its profile (else
+# minimal), components and targets, installed by rustup when it is not (rustup 1.28 and later
+# stop with "toolchain '...' is not installed" instead of installing it on first use).
+install_toolchain() {
+  local f=$1/rust-toolchain.toml channel profile components targets t
+  [[ -f $f ]] || die "$f: no rust-toolchain.toml (the snapshot pins its toolchain there)"
+  channel=$(toolchain_field "$f" channel)
+  [[ -n $channel ]] || die "$f names no channel"
+  profile=$(toolchain_field "$f" profile)
+  components=$(toolchain_field "$f" components)
+  targets=$(toolchain_field "$f" targets)
+  if ! rustup toolchain list | grep -q "^$channel-"; then
+    t=$EPOCHREALTIME
+    rustup toolchain install "$channel" --profile "${profile:-minimal}" --no-self-update \
+      ${components:+--component "$components"} ${targets:+--target "$targets"} >&2 ||
+      die "rustup could not install the toolchain $channel that $f pins"
+    log "Rust $channel installed (${profile:-minimal}${components:+, $components}${targets:+, $targets}) in $(took "$t") s"
+  else
+    local -a list
+    IFS=, read -ra list <<<"$components"
+    ((${#list[@]} == 0)) || rustup component add --toolchain "$channel" "${list[@]}" >&2
+    IFS=, read -ra list <<<"$targets"
+    ((${#list[@]} == 0)) || rustup target add --toolchain "$channel" "${list[@]}" >&2
+  fi
+}
+for d in linkerd2-proxy linkerd2 linkerd2-proxy-init; do install_toolchain "$srcdir/$d"; done
+if ((toolchains_only)); then
+  rustup toolchain list >&2
+  exit 0
+fi
 
 tmp=$(mktemp -d "$cache/.linkerd.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT

@@ -132,7 +132,7 @@ impl Host {
     /// `None` (said on stderr) when `MESHNFT_NODE=0` skips node test `test`.
     fn before(test: &str) -> Option<Host> {
         if std::env::var("MESHNFT_NODE").as_deref() == Ok("0") {
-            eprintln!("SKIP {test}: MESHNFT_NODE=0");
+            support::skip(test, "MESHNFT_NODE=0");
             return None;
         }
         let one = one_node_at_a_time();

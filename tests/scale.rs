@@ -337,7 +337,7 @@ fn scale_plot() {
 fn run(plan: Plan) {
     for k in ["MESHNFT_NODE", "MESHNFT_SCALE"] {
         if std::env::var(k).as_deref() == Ok("0") {
-            eprintln!("SKIP {}: {k}=0", plan.test);
+            support::skip(plan.test, &format!("{k}=0"));
             return;
         }
     }

@@ -46,7 +46,7 @@ const WEB_URL: &str = "http://web.l5d.svc.cluster.local:8080/";
 fn linkerd_parts() -> Option<PathBuf> {
     let mode = std::env::var("MESHNFT_LINKERD").unwrap_or_default();
     if mode == "0" {
-        eprintln!("SKIP real_linkerd: MESHNFT_LINKERD=0");
+        support::skip("real_linkerd", "MESHNFT_LINKERD=0");
         return None;
     }
     let mut cmd = Command::new(script("linkerd.sh"));
@@ -59,8 +59,9 @@ fn linkerd_parts() -> Option<PathBuf> {
         .output()
         .expect("run scripts/linkerd.sh");
     if out.status.code() == Some(3) && mode != "1" {
-        eprintln!(
-            "SKIP real_linkerd: Linkerd's parts are not built on this machine (MESHNFT_LINKERD=1 builds them: docs/linkerd.md)"
+        support::skip(
+            "real_linkerd",
+            "Linkerd's parts are not built on this machine (MESHNFT_LINKERD=1 builds them: docs/linkerd.md)",
         );
         return None;
     }

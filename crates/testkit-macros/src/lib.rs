@@ -12,7 +12,8 @@
 //!
 //! expands to a `#[test]` whose body first calls
 //! `::meshnft_testkit::root_or_skip("add_writes_the_table")` and returns when
-//! it says no (not root: a `SKIP` line on stderr; with
+//! it says no (not root: a `SKIP` line on stderr and a record in the file
+//! `MESHNFT_SKIP_LOG` names, `meshnft_testkit::skip`; with
 //! `MESHNFT_REQUIRE_ROOT=1` it panics instead, which is what CI sets).
 //!
 //! Written on `proc_macro` alone (no `syn`): it only needs the function's

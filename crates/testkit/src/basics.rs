@@ -1,4 +1,4 @@
-//! What every other part of the harness uses: root or skip, unique names,
+//! What every other part of the harness uses: root or skip ([`crate::skip()`]), unique names,
 //! commands run to completion (with `nft` as the oracle, [`nft_bin`]), and
 //! polling.
 
@@ -24,9 +24,10 @@ pub(super) fn oracle_argv<'a>(argv: &[&'a str], nft: &'a str) -> Vec<&'a str> {
 
 /// Returns true when running as euid 0.
 ///
-/// Otherwise prints `SKIP <test>: needs root (run with sudo); set MESHNFT_REQUIRE_ROOT=1
-/// to make this a failure` to stderr and returns false, so the caller can `return`
-/// early. With `MESHNFT_REQUIRE_ROOT=1` in the environment a non-root run panics instead.
+/// Otherwise skips `test` ([`crate::skip()`]: `SKIP <test>: needs root (run with sudo); set
+/// MESHNFT_REQUIRE_ROOT=1 to make this a failure` on stderr, and a record in
+/// `MESHNFT_SKIP_LOG`) and returns false, so the caller can `return` early. With
+/// `MESHNFT_REQUIRE_ROOT=1` in the environment a non-root run panics instead.
 pub fn root_or_skip(test: &str) -> bool {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } == 0 {
@@ -35,8 +36,9 @@ pub fn root_or_skip(test: &str) -> bool {
     if std::env::var("MESHNFT_REQUIRE_ROOT").as_deref() == Ok("1") {
         panic!("{test}: needs root and MESHNFT_REQUIRE_ROOT=1 is set");
     }
-    eprintln!(
-        "SKIP {test}: needs root (run with sudo); set MESHNFT_REQUIRE_ROOT=1 to make this a failure"
+    crate::skip(
+        test,
+        "needs root (run with sudo); set MESHNFT_REQUIRE_ROOT=1 to make this a failure",
     );
     false
 }

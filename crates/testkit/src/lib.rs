@@ -26,6 +26,7 @@
 //! One file per concern; the tests use it as one module (`support::Netns`,
 //! `support::run_ok`, ...):
 //! - `basics`: root or skip, unique names, commands, polling;
+//! - `skip`: a skipped test said on stderr and recorded for `test.sh` ([`skip()`]);
 //! - `netns`: throwaway network namespaces;
 //! - `cgroups`: the cgroup2 mount and kubelet-like pod cgroup trees;
 //! - `processes`: processes in a netns + cgroup, TCP/UDP probes;
@@ -59,9 +60,10 @@ mod node;
 mod plugin;
 mod processes;
 mod readback;
+mod skip;
 
 pub use self::{
     basics::*, cgroups::*, cnidriver::*, entries::*, fixture::*, listener::*, netns::*, node::*,
-    plugin::*, processes::*, readback::*,
+    plugin::*, processes::*, readback::*, skip::*,
 };
 pub use meshnft_testkit_macros::root_test;

@@ -380,7 +380,7 @@ mod tests {
     #[test]
     fn usual_mount_agrees_with_mountinfo() {
         let Ok(Some(slow)) = mountinfo_mount() else {
-            eprintln!("skipped: no cgroup2 mount here");
+            meshnft_testkit::skip("usual_mount_agrees_with_mountinfo", "no cgroup2 mount here");
             return;
         };
         match usual_mount() {
