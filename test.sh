@@ -20,7 +20,8 @@
 #   build        cargo build --tests
 #   manifest     helm lint, deploy/meshnft.yaml is what the chart renders
 #   image-index  the two-platform image, imported into a throwaway containerd
-#   main         cargo test of every test target but node and scale (root tests required, nft hidden)
+#   main         cargo test of every test target but node and scale (root tests required, nft hidden),
+#                after scripts/nft-builds.sh (the three nft builds tests/nft_builds.rs lists tables with)
 #   node         the real node suite (tests/node.rs), in the background while the next ones run
 #   scale        the scale harness's short step (tests/scale.rs)
 #   demo bench fuzz kernels kind vagrant
@@ -317,6 +318,11 @@ do_main() {
   mapfile -t names < <(main_tests)
   for t in "${names[@]}"; do targets+=(--test "$t"); done
   ((${#targets[@]} > 10)) || { echo "test.sh: cargo metadata listed too few test targets: ${targets[*]}" >&2; return 1; }
+  # The nft of Debian bullseye, bookworm and trixie for tests/nft_builds.rs (cached in
+  # /var/cache/meshnft/nft: cold about 17 s, then 0.3 s).
+  local t=$EPOCHREALTIME
+  scripts/nft-builds.sh >/dev/null || { echo "test.sh: scripts/nft-builds.sh failed" >&2; return 1; }
+  echo "==> nft builds (scripts/nft-builds.sh): $(took "$t") s"
   echo "==> cargo test (root tests required) of the libraries, binaries and $((${#targets[@]} / 2)) test targets (not node, scale: steps of their own), with nft hidden from meshnft (scripts/without-nft.sh)"
   MESHNFT_REQUIRE_ROOT=1 scripts/without-nft.sh cargo test --no-fail-fast --lib --bins "${targets[@]}" "$@"
 }
