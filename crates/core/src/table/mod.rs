@@ -13,6 +13,7 @@
 //! operator commands and the node agent.
 
 pub mod comment;
+pub mod dns;
 pub mod inbound;
 pub mod output;
 pub mod phase;

@@ -89,7 +89,9 @@ pub fn outbound(s: &Settings, levels: Option<Levels>, r: &mut Rules) {
             if s.mesh.skip_nets_first {
                 skip_nets(r);
             }
+            super::dns::udp_jump(s, r);
             filters(s, r);
+            super::dns::tcp_jump(s, r);
             proxy_loopback(s, lb, &ids[0], r);
             own_traffic(&ids, r);
             if !s.mesh.skip_nets_first {
@@ -107,6 +109,7 @@ pub fn outbound(s: &Settings, levels: Option<Levels>, r: &mut Rules) {
         ],
         "outbound TCP to the proxy",
     );
+    super::dns::rules(s, phase, &ids, r);
 }
 
 /// The proxy's own traffic (each identity), then loopback: not redirected.

@@ -115,17 +115,23 @@ pub fn build(s: &Settings, levels: Option<Levels>, comment: &str) -> Table {
     let mut rules = Rules::default();
     super::inbound::inbound(s, &mut rules);
     super::output::outbound(s, levels, &mut rules);
+    let (dns_regular, dns_base) = super::dns::chains(s);
+    let mut chains = vec![
+        chain("inbound_redirect", None),
+        chain("outbound_redirect", None),
+        chain("init_phase_bypass", None),
+    ];
+    chains.extend(dns_regular);
+    chains.extend([
+        chain("prerouting", Some(Hook::NatPrerouting)),
+        chain("output", Some(Hook::NatOutput)),
+    ]);
+    chains.extend(dns_base);
     Table {
         name: crate::nft::TABLE_NAME,
         comment: sanitize_comment(comment),
         sets: super::sets::sets(s),
-        chains: vec![
-            chain("inbound_redirect", None),
-            chain("outbound_redirect", None),
-            chain("init_phase_bypass", None),
-            chain("prerouting", Some(Hook::NatPrerouting)),
-            chain("output", Some(Hook::NatOutput)),
-        ],
+        chains,
         rules: rules.0,
     }
 }

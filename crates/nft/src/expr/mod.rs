@@ -9,6 +9,7 @@
 mod byteorder;
 mod cmp;
 mod counter;
+mod ct;
 mod dynset;
 mod immediate;
 mod lookup;
@@ -20,6 +21,7 @@ mod socket;
 pub use byteorder::{Byteorder, ByteorderOp};
 pub use cmp::{Cmp, CmpOp};
 pub use counter::Counter;
+pub use ct::{Ct, CtKey, CtOp};
 pub use dynset::Dynset;
 pub use immediate::{Immediate, ImmediateData};
 pub use lookup::Lookup;
@@ -58,6 +60,8 @@ pub enum Expr {
     Socket(Socket),
     /// `counter`: packets and bytes.
     Counter(Counter),
+    /// `ct`: load or set a field of the packet's conntrack entry.
+    Ct(Ct),
     /// `immediate`: load a constant or a verdict.
     Immediate(Immediate),
     /// `redir`: NAT redirect to the local host.
@@ -78,6 +82,7 @@ impl Expr {
             Expr::Dynset(_) => "dynset",
             Expr::Socket(_) => "socket",
             Expr::Counter(_) => "counter",
+            Expr::Ct(_) => "ct",
             Expr::Immediate(_) => "immediate",
             Expr::Redir(_) => "redir",
             Expr::Other(n) => n,
@@ -102,6 +107,7 @@ impl Expr {
             Expr::Dynset(e) => e.encode(m, set_id(&e.set)),
             Expr::Socket(e) => e.encode(m),
             Expr::Counter(e) => e.encode(m),
+            Expr::Ct(e) => e.encode(m),
             Expr::Immediate(e) => e.encode(m),
             Expr::Redir(e) => e.encode(m),
             Expr::Other(_) => {}
@@ -128,6 +134,7 @@ impl Expr {
             "dynset" => Dynset::decode(&data).map(Expr::Dynset),
             "socket" => Socket::decode(&data).map(Expr::Socket),
             "counter" => Some(Expr::Counter(Counter::decode(&data))),
+            "ct" => Ct::decode(&data).map(Expr::Ct),
             "immediate" => Immediate::decode(&data).map(Expr::Immediate),
             "redir" => Redir::decode(&data).map(Expr::Redir),
             _ => None,
@@ -176,6 +183,10 @@ impl std::fmt::Display for Expr {
                 s.dreg, s.level
             ),
             Expr::Counter(_) => write!(f, "[ counter ]"),
+            Expr::Ct(c) => match c.op {
+                CtOp::Load(r) => write!(f, "[ ct load {:?} => reg {r} ]", c.key),
+                CtOp::Set(r) => write!(f, "[ ct set {:?} with reg {r} ]", c.key),
+            },
             Expr::Immediate(i) => match &i.data {
                 ImmediateData::Value(v) => write!(f, "[ immediate reg {} 0x{} ]", i.dreg, hex(v)),
                 ImmediateData::Verdict(v) => write!(f, "[ immediate reg {} {v} ]", i.dreg),

@@ -3,8 +3,9 @@
 //! the kernel's expressions, as nft 1.0.6 generates them.
 
 use crate::expr::{
-    Byteorder, ByteorderOp, Cmp, CmpOp, Counter, Dynset, Expr, Immediate, ImmediateData, Lookup,
-    Meta, MetaKey, Payload, PayloadBase, REG_1, REG_2, REG_VERDICT, REG32_01, Redir, Socket,
+    Byteorder, ByteorderOp, Cmp, CmpOp, Counter, Ct, CtKey, CtOp, Dynset, Expr, Immediate,
+    ImmediateData, Lookup, Meta, MetaKey, Payload, PayloadBase, REG_1, REG_2, REG_VERDICT,
+    REG32_01, Redir, Socket,
 };
 use crate::verdict::Verdict;
 use std::fmt;
@@ -15,6 +16,10 @@ use std::net::IpAddr;
 pub enum Key {
     /// `tcp dport`.
     TcpDport,
+    /// `udp dport`.
+    UdpDport,
+    /// `udp sport`.
+    UdpSport,
     /// `ip saddr`.
     IpSaddr,
     /// `ip daddr`.
@@ -47,6 +52,8 @@ impl fmt::Display for Key {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Key::TcpDport => write!(f, "tcp dport"),
+            Key::UdpDport => write!(f, "udp dport"),
+            Key::UdpSport => write!(f, "udp sport"),
             Key::IpSaddr => write!(f, "ip saddr"),
             Key::IpDaddr => write!(f, "ip daddr"),
             Key::Ip6Saddr => write!(f, "ip6 saddr"),
@@ -98,6 +105,12 @@ impl Key {
             Key::TcpDport => {
                 tcp(out);
                 out.push(payload(REG_1, Transport, 2, 2));
+            }
+            Key::UdpDport | Key::UdpSport => {
+                out.push(meta(MetaKey::L4proto));
+                out.push(cmp_eq(vec![IPPROTO_UDP]));
+                let off = if self == Key::UdpSport { 0 } else { 2 };
+                out.push(payload(REG_1, Transport, off, 2));
             }
             Key::IpSaddr | Key::IpDaddr => {
                 nfproto(out, NFPROTO_IPV4);
@@ -227,8 +240,12 @@ pub enum Stmt {
     },
     /// A verdict.
     Verdict(Verdict),
-    /// `redirect to :PORT` (after a `meta l4proto tcp`).
+    /// `redirect to :PORT` (after a `meta l4proto tcp|udp` or a `tcp`/`udp`
+    /// port match, which give nft the transport protocol).
     Redirect(u16),
+    /// `ct zone set N`: the conntrack zone of a packet not yet tracked
+    /// (in a chain at priority raw, before conntrack).
+    CtZoneSet(u16),
 }
 
 fn proto_name(p: u8) -> String {
@@ -268,6 +285,7 @@ impl fmt::Display for Stmt {
             Stmt::Vmap { key, map } => write!(f, "{key} vmap @{map}"),
             Stmt::Verdict(v) => write!(f, "{v}"),
             Stmt::Redirect(p) => write!(f, "redirect to :{p}"),
+            Stmt::CtZoneSet(z) => write!(f, "ct zone set {z}"),
         }
     }
 }
@@ -357,6 +375,17 @@ impl Stmt {
                 }));
                 out.push(Expr::Redir(Redir {
                     reg_proto_min: REG_1,
+                }));
+            }
+            Stmt::CtZoneSet(z) => {
+                // The zone is 16 bits in host byte order (nft's `ct zone`).
+                out.push(Expr::Immediate(Immediate {
+                    dreg: REG_1,
+                    data: ImmediateData::Value(z.to_ne_bytes().to_vec()),
+                }));
+                out.push(Expr::Ct(Ct {
+                    key: CtKey::Zone,
+                    op: CtOp::Set(REG_1),
                 }));
             }
         }

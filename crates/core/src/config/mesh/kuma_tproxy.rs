@@ -256,6 +256,11 @@ struct TpFlow {
 #[derive(Debug, Default, Deserialize)]
 struct TpDns {
     enabled: Option<Value>,
+    port: Option<Value>,
+    #[serde(rename = "captureall")]
+    capture_all: Option<Value>,
+    #[serde(rename = "skipconntrackzonesplit")]
+    skip_conntrack_zone_split: Option<Value>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -554,6 +559,15 @@ impl KumaPod {
             "redirect.outbound.excludePortsForUIDs",
             &outb.exclude_ports_for_uids,
         )?;
+        let dns = r.dns.unwrap_or_default();
+        let builtin_dns = flag(key, "redirect.dns.enabled", &dns.enabled, false)?;
+        flag(key, "redirect.dns.captureAll", &dns.capture_all, false)?;
+        // kuma-cp writes `port: 0` when DNS is off: the port counts only when on.
+        let dns_port = if builtin_dns {
+            port("redirect.dns.port", &dns.port, super::dns::DNS_PROXY_PORT)?
+        } else {
+            super::dns::DNS_PROXY_PORT
+        };
         Ok(KumaPod {
             uid,
             inbound_port,
@@ -579,10 +593,12 @@ impl KumaPod {
             )?,
             probe_proxy_port: None,
             gateway,
-            builtin_dns: flag(
+            builtin_dns,
+            dns_port,
+            dns_skip_zone_split: flag(
                 key,
-                "redirect.dns.enabled",
-                &r.dns.unwrap_or_default().enabled,
+                "redirect.dns.skipConntrackZoneSplit",
+                &dns.skip_conntrack_zone_split,
                 false,
             )?,
         })

@@ -27,6 +27,7 @@
 //! checks that every mesh answers every question, and a default method
 //! (no nested blocks, no `::6` on lo) is written once.
 
+pub mod dns;
 pub mod istio;
 pub mod kuma;
 pub mod kuma_tproxy;
@@ -230,6 +231,8 @@ pub struct MeshRules {
     pub istio: Option<IstioPod>,
     /// Kuma's validated values, likewise.
     pub kuma: Option<KumaPod>,
+    /// DNS capture ([`dns::DnsCapture`]); `None`: DNS is not captured.
+    pub dns: Option<dns::DnsCapture>,
 }
 
 /// Every port: a pod without inbound redirection skips them all.

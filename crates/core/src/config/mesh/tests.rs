@@ -982,3 +982,100 @@ fn every_env_name_read_is_kept() {
         );
     }
 }
+
+#[test]
+fn dns_capture_keys() {
+    use super::dns::{DNS_PROXY_PORT, DnsCapture};
+    let kuma = |port, zones| {
+        Some(DnsCapture {
+            port,
+            tcp: false,
+            zones,
+        })
+    };
+    // Kuma: off by default; the block's keys; UDP only, zones by default.
+    let s = base("kuma");
+    assert_eq!(s.mesh.dns, None);
+    let s = settings_of(entry(json!({"mesh": "kuma", "kuma": {"redirect": {"dns": {
+        "enabled": true, "port": 25053, "captureAll": true, "skipConntrackZoneSplit": true
+    }}}})))
+    .unwrap();
+    assert_eq!(s.mesh.dns, kuma(25053, false));
+    let s = settings_of(entry(
+        json!({"mesh": "kuma", "kuma": {"redirect": {"dns": {"enabled": true}}}}),
+    ))
+    .unwrap();
+    assert_eq!(s.mesh.dns, kuma(DNS_PROXY_PORT, true));
+    for (dns, field) in [
+        (
+            json!({"enabled": true, "port": 0}),
+            "kuma.redirect.dns.port",
+        ),
+        (json!({"captureAll": "yes"}), "kuma.redirect.dns.captureAll"),
+        (json!({"bogus": 1}), "kuma.redirect.dns"),
+    ] {
+        let e = settings_of(entry(
+            json!({"mesh": "kuma", "kuma": {"redirect": {"dns": dns}}}),
+        ))
+        .unwrap_err();
+        assert!(e.to_string().contains(field), "{field}: {e}");
+    }
+    // The per-key annotations.
+    let s = base("kuma");
+    let out = pod(&[
+        (KUMA_ANN_BUILTIN_DNS, "enabled"),
+        (kuma::KUMA_ANN_BUILTIN_DNS_PORT, "25053"),
+    ])
+    .apply(&s)
+    .unwrap();
+    assert_eq!(out.mesh.dns, kuma(25053, true));
+    let e = pod(&[
+        (KUMA_ANN_BUILTIN_DNS, "enabled"),
+        (kuma::KUMA_ANN_BUILTIN_DNS_PORT, "0"),
+    ])
+    .apply(&s)
+    .unwrap_err();
+    assert!(e.to_string().contains("kuma.io/builtin-dns-port"), "{e}");
+    // The ConfigMap YAML: kuma-cp writes `port: 0` with DNS off.
+    let yaml = |dns: &str| format!("redirect:\n  dns:\n{dns}");
+    let out = pod(&[(
+        KUMA_ANN_TP_CONFIG,
+        &yaml("    enabled: true\n    port: 15054\n    captureAll: false\n    skipConntrackZoneSplit: true\n"),
+    )])
+    .apply(&s)
+    .unwrap();
+    assert_eq!(out.mesh.dns, kuma(15054, false));
+    let out = pod(&[(
+        KUMA_ANN_TP_CONFIG,
+        &yaml("    enabled: false\n    port: 0\n    captureAll: false\n"),
+    )])
+    .apply(&s)
+    .unwrap();
+    assert_eq!(out.mesh.dns, None);
+    let e = pod(&[(
+        KUMA_ANN_TP_CONFIG,
+        &yaml("    enabled: true\n    port: 0\n"),
+    )])
+    .apply(&s)
+    .unwrap_err();
+    assert!(e.to_string().contains("redirect.dns.port"), "{e}");
+    // Istio: the proxy's ISTIO_META_DNS_CAPTURE (Go booleans), UDP and TCP.
+    let s = base("istio");
+    assert_eq!(s.mesh.dns, None);
+    for (v, on) in [
+        ("true", true),
+        ("1", true),
+        ("false", false),
+        ("yes", false),
+    ] {
+        let mut proxy = c("istio-proxy");
+        proxy.env.insert("ISTIO_META_DNS_CAPTURE".into(), v.into());
+        let out = api_pod(&[STATUS], vec![], vec![proxy]).apply(&s).unwrap();
+        let want = on.then_some(DnsCapture {
+            port: DNS_PROXY_PORT,
+            tcp: true,
+            zones: true,
+        });
+        assert_eq!(out.mesh.dns, want, "ISTIO_META_DNS_CAPTURE={v}");
+    }
+}
