@@ -664,3 +664,216 @@ fn kuma_re_add_without_uid_exclusions_flushes_them() {
     invoke("DEL", &env, &without).quiet_ok();
     assert!(!has_table(&pod));
 }
+
+/// A UDP DNS stand-in: `serve TAG HOST PORT` answers every datagram with
+/// `TAG SOURCE` (the query's source as the server saw it); `query HOST PORT
+/// SPORT` sends one query from source port SPORT (0: any) on a connected
+/// socket and prints the answer, or `timeout` after 3 s (a connected socket
+/// takes only the answer of the address it sent to: an answer the kernel
+/// did not translate back is not taken).
+const DNS_PY: &str = r#"
+import socket, sys
+m, host, port = sys.argv[1], sys.argv[3], int(sys.argv[4])
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+if m == "serve":
+    s.bind((host, port))
+    print("ready", flush=True)
+    while True:
+        d, a = s.recvfrom(512)
+        s.sendto(("%s %s:%d" % (sys.argv[2], a[0], a[1])).encode(), a)
+s.bind(("0.0.0.0", int(sys.argv[2])))
+s.connect((host, port))
+s.settimeout(3)
+s.send(b"q")
+try:
+    print(s.recv(512).decode().split()[0])
+except socket.timeout:
+    print("timeout")
+"#;
+
+/// A UDP DNS server `tag` on `host:port` in `netns` (cgroup `cg`, as `uid`),
+/// answering once it is bound.
+fn dns_server(
+    netns: &Path,
+    cg: Option<&Path>,
+    uid: u32,
+    tag: &str,
+    host: &str,
+    port: u16,
+) -> ChildGuard {
+    use std::io::BufRead;
+    let port = port.to_string();
+    let mut c = spawn_guarded(
+        netns,
+        cg,
+        uid,
+        uid,
+        &["python3", "-c", DNS_PY, "serve", tag, host, &port],
+    );
+    let out = c.stdout.take().expect("stdout");
+    let mut line = String::new();
+    std::io::BufReader::new(out)
+        .read_line(&mut line)
+        .expect("read");
+    assert_eq!(line.trim(), "ready", "{tag} did not start");
+    c
+}
+
+impl MeshPod<'_> {
+    /// One UDP query from `container` as `uid` to `host:53` from source
+    /// port `sport` (0: any): the tag of the server that answered, or
+    /// `timeout`.
+    fn udp_dns(&self, container: &str, uid: u32, host: impl Into<IpAddr>, sport: u16) -> String {
+        let cg = self.cg.container(container);
+        let (host, sport) = (host.into().to_string(), sport.to_string());
+        let out = run_in(
+            self.pod.path(),
+            Some(&cg),
+            uid,
+            uid,
+            &["python3", "-c", DNS_PY, "query", &sport, &host, "53"],
+        );
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    /// One TCP query from `container` as `uid` to `host:53`: the tag of the
+    /// listener that took it.
+    fn tcp_dns(&self, container: &str, uid: u32, host: impl Into<IpAddr>) -> String {
+        match self.probe(container, uid, uid, host, 53) {
+            Ok(line) => line.split_whitespace().next().unwrap_or("").to_string(),
+            Err(e) => e,
+        }
+    }
+}
+
+/// The DNS stand-ins around `p`: a resolver outside the pod (UDP and TCP
+/// on 198.19.0.1:53) and the proxy's DNS listener on 15053 in the pod (UDP
+/// on 127.0.0.1, where `redirect` sends a local packet, as the proxy's
+/// `uid` in `proxy`'s cgroup, so that its answers leave from the address
+/// the query was redirected to, as kuma-dp's and istio-agent's do; and TCP).
+fn dns_stand_ins(p: &MeshPod, proxy: &str, uid: u32) -> Vec<Box<dyn std::any::Any>> {
+    let node = p.n.node.netns.path();
+    let any4 = IpAddr::from([0, 0, 0, 0]);
+    let cg = p.cg.container(proxy);
+    vec![
+        Box::new(dns_server(node, None, 0, "resolver", "198.19.0.1", 53)),
+        Box::new(Listener::start(node, "resolver", &[sa(SRV4_A, 53)])),
+        Box::new(dns_server(
+            p.pod.path(),
+            Some(&cg),
+            uid,
+            "dns-proxy",
+            "127.0.0.1",
+            15053,
+        )),
+        Box::new(Listener::start(
+            p.pod.path(),
+            "dns-proxy",
+            &[sa(any4, 15053)],
+        )),
+    ]
+}
+
+/// Kuma's builtin DNS (kuma-cp's default, per-key annotations): until the
+/// proxy's first packet an init container's UDP and TCP queries reach the
+/// resolver and it is recorded; then the app's UDP queries (to the resolver
+/// and to a loopback resolver) land on kuma-dp's DNS port, its TCP queries
+/// reach the resolver (Kuma 3 leaves TCP 53 alone), kuma-dp's own queries
+/// reach the resolver, an init container run after the proxy started is
+/// captured; and kuma-dp's upstream query from the very source port of an
+/// application's redirected query still reaches the resolver (the
+/// conntrack zones).
+#[support::root_test]
+fn kuma_builtin_dns() {
+    let name = "kuma-dns";
+    let spec = apiserver::pod(
+        "default",
+        name,
+        &[("init", None), ("late-init", None)],
+        &["kuma-sidecar", "app"],
+        &[KUMA_INJECTED, ("kuma.io/builtin-dns", "enabled")],
+        &[],
+    );
+    let n = MeshNode::start("kuma", &[spec]);
+    let p = MeshPod::new(&n, name);
+    p.add();
+    let _dns = dns_stand_ins(&p, "kuma-sidecar", KUMA_UID);
+    // The init phase: the resolver, the container recorded.
+    assert_eq!(p.udp_dns("init", INIT_UID, SRV4_A, 0), "resolver");
+    assert_eq!(p.tcp_dns("init", INIT_UID, SRV4_A), "resolver");
+    assert!(p.bypassed("init"));
+    assert!(!p.phase_closed());
+    // kuma-dp's own query: the resolver; it ends the init phase.
+    assert_eq!(p.udp_dns("kuma-sidecar", KUMA_UID, SRV4_A, 0), "resolver");
+    assert!(p.phase_closed(), "{}", list_table(&p.pod).unwrap());
+    // The app: UDP captured (loopback resolvers too), TCP not.
+    assert_eq!(p.udp_dns("app", APP_UID, SRV4_A, 0), "dns-proxy");
+    assert_eq!(p.udp_dns("app", APP_UID, LO4, 0), "dns-proxy");
+    assert_eq!(p.tcp_dns("app", APP_UID, SRV4_A), "resolver");
+    // An init container started after the proxy: captured, not recorded.
+    assert_eq!(p.udp_dns("late-init", INIT_UID, SRV4_A, 0), "dns-proxy");
+    assert!(!p.bypassed("late-init"));
+    // The zones: the app's redirected query from port 40053, then kuma-dp's
+    // upstream query from port 40053 to the same resolver.
+    assert_eq!(p.udp_dns("app", APP_UID, SRV4_A, 40053), "dns-proxy");
+    assert_eq!(
+        p.udp_dns("kuma-sidecar", KUMA_UID, SRV4_A, 40053),
+        "resolver",
+        "kuma-dp's upstream query took the app's conntrack entry"
+    );
+    p.check_and_del();
+}
+
+/// Istio's DNS proxying (`ISTIO_META_DNS_CAPTURE=true` on istio-proxy),
+/// as istio-cni captures it: until the proxy's first packet an init
+/// container's UDP and TCP queries reach the resolver; then the app's UDP
+/// and TCP queries (loopback too) land on the agent's DNS port 15053, the
+/// proxy's own (UID or GID) reach the resolver; and the proxy's upstream
+/// query from the source port of an app's redirected query still reaches
+/// the resolver (the conntrack zones).
+#[support::root_test]
+fn istio_dns_capture() {
+    let name = "istio-dns";
+    let mut spec = apiserver::pod(
+        "default",
+        name,
+        &[("istio-validation", None), ("init", None)],
+        &["app", "istio-proxy"],
+        &[ISTIO_STATUS],
+        &[],
+    );
+    if let Some(c) = spec
+        .spec
+        .as_mut()
+        .and_then(|s| s.containers.iter_mut().find(|c| c.name == "istio-proxy"))
+    {
+        c.env = Some(vec![k8s_openapi::api::core::v1::EnvVar {
+            name: "ISTIO_META_DNS_CAPTURE".into(),
+            value: Some("true".into()),
+            ..Default::default()
+        }]);
+    }
+    let n = MeshNode::start("istio", &[spec]);
+    let p = MeshPod::new(&n, name);
+    p.add();
+    let _dns = dns_stand_ins(&p, "istio-proxy", ISTIO_UID);
+    assert_eq!(p.udp_dns("init", INIT_UID, SRV4_A, 0), "resolver");
+    assert_eq!(p.tcp_dns("init", INIT_UID, SRV4_A), "resolver");
+    assert!(p.bypassed("init"));
+    assert_eq!(p.udp_dns("istio-proxy", ISTIO_UID, SRV4_A, 0), "resolver");
+    assert_eq!(p.tcp_dns("istio-proxy", ISTIO_UID, SRV4_A), "resolver");
+    assert!(p.phase_closed(), "{}", list_table(&p.pod).unwrap());
+    assert_eq!(p.udp_dns("app", APP_UID, SRV4_A, 0), "dns-proxy");
+    assert_eq!(p.udp_dns("app", APP_UID, LO4, 0), "dns-proxy");
+    assert_eq!(p.tcp_dns("app", APP_UID, SRV4_A), "dns-proxy");
+    assert_eq!(p.tcp_dns("app", APP_UID, LO4), "dns-proxy");
+    assert_eq!(p.udp_dns("app", APP_UID, SRV4_A, 40054), "dns-proxy");
+    assert_eq!(
+        p.udp_dns("istio-proxy", ISTIO_UID, SRV4_A, 40054),
+        "resolver",
+        "the proxy's upstream query took the app's conntrack entry"
+    );
+    p.check_and_del();
+}
