@@ -720,6 +720,33 @@ fn dns_server(
     c
 }
 
+/// What `explain` says of a UDP query to 198.19.0.1:53 from `container`
+/// as `uid`, and `inspect`'s counter of the `dns_output` rule `comment`.
+fn explain_dns(p: &MeshPod, container: &str, uid: u32) -> serde_json::Value {
+    let cg = p.cg.container(container);
+    let uid = uid.to_string();
+    op(
+        p,
+        &[
+            "explain",
+            "--direction",
+            "out",
+            "--proto",
+            "udp",
+            "--dst",
+            "198.19.0.1",
+            "--dport",
+            "53",
+            "--uid",
+            &uid,
+            "--gid",
+            &uid,
+            "--cgroup",
+            cg.to_str().unwrap(),
+        ],
+    )
+}
+
 impl MeshPod<'_> {
     /// One UDP query from `container` as `uid` to `host:53` from source
     /// port `sport` (0: any): the tag of the server that answered, or
@@ -808,8 +835,32 @@ fn kuma_builtin_dns() {
     // kuma-dp's own query: the resolver; it ends the init phase.
     assert_eq!(p.udp_dns("kuma-sidecar", KUMA_UID, SRV4_A, 0), "resolver");
     assert!(p.phase_closed(), "{}", list_table(&p.pod).unwrap());
-    // The app: UDP captured (loopback resolvers too), TCP not.
+    // The app: UDP captured (loopback resolvers too), TCP not; explain
+    // and inspect say so.
     assert_eq!(p.udp_dns("app", APP_UID, SRV4_A, 0), "dns-proxy");
+    let d = explain_dns(&p, "app", APP_UID);
+    assert_eq!(
+        d["outcome"],
+        json!({"kind": "redirect", "port": 15053}),
+        "{d:#}"
+    );
+    let inspect = op(&p, &["inspect"]);
+    let counted = |chain: &str, comment: &str| {
+        inspect["counters"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["chain"] == chain && c["comment"] == comment)
+            .and_then(|c| c["packets"].as_u64())
+            .unwrap_or_else(|| panic!("no counter {chain}/{comment}: {inspect:#}"))
+    };
+    assert!(counted("dns_output", "DNS over UDP to the proxy's DNS port 15053") >= 1);
+    assert!(
+        counted(
+            "dns_zone_output",
+            "an application's DNS query: conntrack zone 2"
+        ) >= 1
+    );
     assert_eq!(p.udp_dns("app", APP_UID, LO4, 0), "dns-proxy");
     assert_eq!(p.tcp_dns("app", APP_UID, SRV4_A), "resolver");
     // An init container started after the proxy: captured, not recorded.

@@ -67,6 +67,24 @@ pub enum Kind {
     NotIncluded4,
     /// The same for IPv6.
     NotIncluded6,
+    /// DNS capture: `udp dport 53 jump dns_output` in `output`.
+    DnsJumpUdp,
+    /// DNS capture (Istio): `tcp dport 53 jump dns_output` in `output`.
+    DnsJumpTcp,
+    /// `dns_output`: `meta nfproto ipv6 accept` (IPv6 not redirected).
+    DnsIpv6Off,
+    /// `dns_output`: the proxy's UID (GID): `accept`.
+    DnsProxyOwn,
+    /// `dns_output`: `socket cgroupv2 level P != @proxy_started jump
+    /// init_phase_bypass`.
+    DnsGate,
+    /// `dns_output`: `meta l4proto udp redirect to :DNS`.
+    DnsRedirectUdp,
+    /// `dns_output` (Istio): `meta l4proto tcp redirect to :DNS`.
+    DnsRedirectTcp,
+    /// The conntrack zone chains' rules (`ct zone set N`, priority raw):
+    /// no NAT decision, never walked.
+    DnsZone,
 }
 
 /// Recognises a rule by its chain and comment.
@@ -99,10 +117,19 @@ pub fn classify(chain: &str, comment: &str) -> Option<Kind> {
         ("output", "inbound passthrough from the proxy (source ::6)") => Some(Passthrough6),
         ("output", "IPv4 destination not in the redirected ranges or ports") => Some(NotIncluded4),
         ("output", "IPv6 destination not in the redirected ranges or ports") => Some(NotIncluded6),
+        ("output", "DNS over UDP to the DNS capture") => Some(DnsJumpUdp),
+        ("output", "DNS over TCP to the DNS capture") => Some(DnsJumpTcp),
+        ("dns_output", "IPv6 DNS is not captured (IPv6 is not redirected)") => Some(DnsIpv6Off),
+        (
+            "dns_zone_prerouting" | "dns_zone_output",
+            "IPv6 DNS is not captured (IPv6 is not redirected)",
+        )
+        | ("dns_zone_prerouting", "a resolver's DNS answer: conntrack zone 1")
+        | ("dns_zone_output", "an application's DNS query: conntrack zone 2") => Some(DnsZone),
         _ => None,
     };
     exact.or_else(|| {
-        let prefixed: [(&str, &str, Kind); 11] = [
+        let prefixed: [(&str, &str, Kind); 17] = [
             ("inbound_redirect", "IPv6 is not redirected (", Ipv6Off),
             ("output", "IPv6 is not redirected (", Ipv6Off),
             (
@@ -136,6 +163,32 @@ pub fn classify(chain: &str, comment: &str) -> Option<Kind> {
                 ProxyStarts,
             ),
             ("output", "the proxy's own traffic (", ProxyOwn),
+            ("dns_output", "the proxy's own DNS goes out (", DnsProxyOwn),
+            (
+                "dns_output",
+                "init phase: DNS goes to the pod's resolver until the proxy has started (",
+                DnsGate,
+            ),
+            (
+                "dns_output",
+                "DNS over UDP to the proxy's DNS port ",
+                DnsRedirectUdp,
+            ),
+            (
+                "dns_output",
+                "DNS over TCP to the proxy's DNS port ",
+                DnsRedirectTcp,
+            ),
+            (
+                "dns_zone_output",
+                "the proxy's upstream DNS query: conntrack zone 1 (",
+                DnsZone,
+            ),
+            (
+                "dns_zone_output",
+                "the proxy's DNS answer to an application: conntrack zone 2 (",
+                DnsZone,
+            ),
             ("output", "explicit per-container verdict (", PinLookup),
             ("output", "init phase: the proxy has not started (", Gate),
         ];

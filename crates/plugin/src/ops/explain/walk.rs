@@ -143,6 +143,35 @@ impl Walk<'_> {
             ToProxy => Some(Act::Goto("outbound_redirect".into())),
             Passthrough4 | Passthrough6 | ProxyLoopback4 | ProxyLoopback6 | NotIncluded4
             | NotIncluded6 => self.eval_mesh(r, k),
+            DnsJumpUdp | DnsJumpTcp | DnsIpv6Off | DnsProxyOwn | DnsGate | DnsRedirectUdp
+            | DnsRedirectTcp | DnsZone => self.eval_dns(r, k),
+        }
+    }
+
+    /// The DNS capture's rules of kind `k` (`output`'s jumps, `dns_output`).
+    fn eval_dns(&self, r: &RuleView, k: Kind) -> Option<Act> {
+        use Kind::*;
+        let f = self.f;
+        let dns = f.dport == 53;
+        match k {
+            DnsJumpUdp => (!self.is_tcp() && dns).then(|| Act::Jump("dns_output".into())),
+            DnsJumpTcp => (self.is_tcp() && dns).then(|| Act::Jump("dns_output".into())),
+            DnsIpv6Off => (!f.dst.is_ipv4()).then_some(Act::Accept),
+            DnsProxyOwn => self.is_proxy(r).then_some(Act::Accept),
+            DnsGate => {
+                let id = self.cgroup_at(r.level)?;
+                (!self.proxy_started.contains(&id)).then(|| Act::Jump("init_phase_bypass".into()))
+            }
+            DnsRedirectUdp | DnsRedirectTcp => {
+                if self.is_tcp() != (k == DnsRedirectTcp) {
+                    return None;
+                }
+                Some(match r.redirect_port {
+                    Some(p) => Act::Redirect(p),
+                    None => Act::Unknown("redirect rule without a port".into()),
+                })
+            }
+            _ => None,
         }
     }
 
