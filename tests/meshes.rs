@@ -808,8 +808,8 @@ fn dns_stand_ins(p: &MeshPod, proxy: &str, uid: u32) -> Vec<Box<dyn std::any::An
 /// resolver and it is recorded; then the app's UDP queries (to the resolver
 /// and to a loopback resolver) land on kuma-dp's DNS port, its TCP queries
 /// reach the resolver (Kuma 3 leaves TCP 53 alone), kuma-dp's own queries
-/// reach the resolver, an init container run after the proxy started is
-/// captured; and kuma-dp's upstream query from the very source port of an
+/// and those of a UID excluded for UDP reach the resolver, an init
+/// container run after the proxy started is captured; and kuma-dp's upstream query from the very source port of an
 /// application's redirected query still reaches the resolver (the
 /// conntrack zones).
 #[support::root_test]
@@ -820,7 +820,14 @@ fn kuma_builtin_dns() {
         name,
         &[("init", None), ("late-init", None)],
         &["kuma-sidecar", "app"],
-        &[KUMA_INJECTED, ("kuma.io/builtin-dns", "enabled")],
+        &[
+            KUMA_INJECTED,
+            ("kuma.io/builtin-dns", "enabled"),
+            (
+                "traffic.kuma.io/exclude-outbound-ports-for-uids",
+                "udp:53:1003;tcp:53:1004",
+            ),
+        ],
         &[],
     );
     let n = MeshNode::start("kuma", &[spec]);
@@ -863,6 +870,10 @@ fn kuma_builtin_dns() {
     );
     assert_eq!(p.udp_dns("app", APP_UID, LO4, 0), "dns-proxy");
     assert_eq!(p.tcp_dns("app", APP_UID, SRV4_A), "resolver");
+    // An excluded UID's UDP queries go out, as Kuma inserts the exclusion
+    // before its DNS redirect; a TCP-only exclusion does not exclude DNS.
+    assert_eq!(p.udp_dns("app", 1003, SRV4_A, 0), "resolver");
+    assert_eq!(p.udp_dns("app", 1004, SRV4_A, 0), "dns-proxy");
     // An init container started after the proxy: captured, not recorded.
     assert_eq!(p.udp_dns("late-init", INIT_UID, SRV4_A, 0), "dns-proxy");
     assert!(!p.bypassed("late-init"));

@@ -79,6 +79,22 @@ pub fn outbound(s: &Settings, levels: Option<Levels>, r: &mut Rules) {
             "outbound from an excluded UID to its ports ignored",
         );
     }
+    if super::sets::uid_udp_port_elems(s).is_some() {
+        // The same for UDP, before Kuma's DNS redirect (DNS capture only).
+        r.push(
+            "output",
+            vec![
+                Stmt::InSet {
+                    key: Key::SkuidUdpDport,
+                    set: super::sets::SKIP_OUTBOUND_UID_UDP_PORTS,
+                    negate: false,
+                },
+                Stmt::Counter,
+                ret(),
+            ],
+            "outbound UDP from an excluded UID to its ports ignored",
+        );
+    }
     match &s.mesh.loopback_inbound {
         None => {
             own_traffic(&ids, r);

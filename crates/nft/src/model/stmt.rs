@@ -35,6 +35,8 @@ pub enum Key {
     /// `meta skuid . tcp dport`: the socket owner's UID, big-endian, and the
     /// destination port (for `uid . inet_service` interval sets).
     SkuidTcpDport,
+    /// `meta skuid . udp dport`, the same for UDP.
+    SkuidUdpDport,
     /// `socket cgroupv2 level N`.
     Cgroup(u8),
 }
@@ -61,6 +63,7 @@ impl fmt::Display for Key {
             Key::IpDaddrTcpDport => write!(f, "ip daddr . tcp dport"),
             Key::Ip6DaddrTcpDport => write!(f, "ip6 daddr . tcp dport"),
             Key::SkuidTcpDport => write!(f, "meta skuid . tcp dport"),
+            Key::SkuidUdpDport => write!(f, "meta skuid . udp dport"),
             Key::Cgroup(l) => write!(f, "socket cgroupv2 level {l}"),
         }
     }
@@ -134,8 +137,13 @@ impl Key {
                 out.push(payload(REG_1, Network, 24, 16));
                 out.push(payload(REG_2, Transport, 2, 2));
             }
-            Key::SkuidTcpDport => {
-                tcp(out);
+            Key::SkuidTcpDport | Key::SkuidUdpDport => {
+                if self == Key::SkuidTcpDport {
+                    tcp(out);
+                } else {
+                    out.push(meta(MetaKey::L4proto));
+                    out.push(cmp_eq(vec![IPPROTO_UDP]));
+                }
                 out.push(meta(MetaKey::Skuid));
                 out.push(Expr::Byteorder(Byteorder {
                     sreg: REG_1,

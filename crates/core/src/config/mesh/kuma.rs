@@ -203,6 +203,10 @@ pub struct KumaPod {
     /// [`super::kuma_tproxy::uid_exclusions`]).
     #[serde(default)]
     pub exclude_outbound_uid_ports: Vec<super::kuma_tproxy::UidPorts>,
+    /// Their UDP side ([`super::kuma_tproxy::uid_exclusions_udp`]): written
+    /// with DNS capture only (meshnft redirects no other UDP).
+    #[serde(default)]
+    pub exclude_outbound_uid_udp_ports: Vec<super::kuma_tproxy::UidPorts>,
 }
 
 impl KumaPod {
@@ -282,14 +286,14 @@ impl KumaPod {
         }
         let uid_field = "kuma.redirect.outbound.excludePortsForUIDs";
         let uid_ports = match &outb.exclude_ports_for_uids {
-            None => Vec::new(),
+            None => (Vec::new(), Vec::new()),
             Some(v) => {
                 let entries = uid_entries(uid_field, v)?;
-                super::kuma_tproxy::uid_exclusions(
-                    uid_field,
-                    entries.iter().map(String::as_str),
-                    true,
-                )?
+                let e = || entries.iter().map(String::as_str);
+                (
+                    super::kuma_tproxy::uid_exclusions(uid_field, e(), true)?,
+                    super::kuma_tproxy::uid_exclusions_udp(uid_field, e(), true)?,
+                )
             }
         };
         let ipv6 = match &c.ip_family_mode {
@@ -337,7 +341,8 @@ impl KumaPod {
             builtin_dns: dns.enabled.unwrap_or(false),
             dns_port: single_port("kuma.redirect.dns.port", &dns.port, DNS_PROXY_PORT)?,
             dns_skip_zone_split: dns.skip_conntrack_zone_split.unwrap_or(false),
-            exclude_outbound_uid_ports: uid_ports,
+            exclude_outbound_uid_ports: uid_ports.0,
+            exclude_outbound_uid_udp_ports: uid_ports.1,
         })
     }
 }
@@ -517,6 +522,11 @@ impl MeshModule for Kuma {
             KUMA_ANN_EXCLUDE_OUTBOUND_PORTS_FOR_UIDS,
             &mut k.exclude_outbound_uid_ports,
             |key, v| super::kuma_tproxy::uid_exclusions(key, v.split(';'), false),
+        )?;
+        ann.set(
+            KUMA_ANN_EXCLUDE_OUTBOUND_PORTS_FOR_UIDS,
+            &mut k.exclude_outbound_uid_udp_ports,
+            |key, v| super::kuma_tproxy::uid_exclusions_udp(key, v.split(';'), false),
         )?;
         ann.set(KUMA_ANN_GATEWAY, &mut k.gateway, kuma_enabled)?;
         ann.set(KUMA_ANN_BUILTIN_DNS, &mut k.builtin_dns, kuma_enabled)?;

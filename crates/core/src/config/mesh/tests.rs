@@ -1036,6 +1036,20 @@ fn dns_capture_keys() {
     .apply(&s)
     .unwrap_err();
     assert!(e.to_string().contains("kuma.io/builtin-dns-port"), "{e}");
+    // The UDP side of the per-UID exclusions (kept apart from the TCP one).
+    let out = pod(&[
+        (KUMA_ANN_BUILTIN_DNS, "enabled"),
+        (
+            KUMA_ANN_EXCLUDE_OUTBOUND_PORTS_FOR_UIDS,
+            "udp:53:1003;tcp:22:1004;1005",
+        ),
+    ])
+    .apply(&s)
+    .unwrap();
+    let k = out.mesh.kuma.clone().unwrap();
+    let uids = |v: &[super::kuma_tproxy::UidPorts]| v.iter().map(|(u, _)| u.lo).collect::<Vec<_>>();
+    assert_eq!(uids(&k.exclude_outbound_uid_udp_ports), vec![1003, 1005]);
+    assert_eq!(uids(&k.exclude_outbound_uid_ports), vec![1004, 1005]);
     // The ConfigMap YAML: kuma-cp writes `port: 0` with DNS off.
     let yaml = |dns: &str| format!("redirect:\n  dns:\n{dns}");
     let out = pod(&[(

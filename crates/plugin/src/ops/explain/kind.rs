@@ -67,6 +67,9 @@ pub enum Kind {
     NotIncluded4,
     /// The same for IPv6.
     NotIncluded6,
+    /// Kuma with DNS capture: `meta skuid . udp dport
+    /// @skip_outbound_uid_udp_ports return`.
+    SkipOutboundUidUdpPort,
     /// DNS capture: `udp dport 53 jump dns_output` in `output`.
     DnsJumpUdp,
     /// DNS capture (Istio): `tcp dport 53 jump dns_output` in `output`.
@@ -118,6 +121,9 @@ pub fn classify(chain: &str, comment: &str) -> Option<Kind> {
         ("output", "IPv4 destination not in the redirected ranges or ports") => Some(NotIncluded4),
         ("output", "IPv6 destination not in the redirected ranges or ports") => Some(NotIncluded6),
         ("output", "DNS over UDP to the DNS capture") => Some(DnsJumpUdp),
+        ("output", "outbound UDP from an excluded UID to its ports ignored") => {
+            Some(SkipOutboundUidUdpPort)
+        }
         ("output", "DNS over TCP to the DNS capture") => Some(DnsJumpTcp),
         ("dns_output", "IPv6 DNS is not captured (IPv6 is not redirected)") => Some(DnsIpv6Off),
         (

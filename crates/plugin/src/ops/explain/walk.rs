@@ -143,6 +143,9 @@ impl Walk<'_> {
             ToProxy => Some(Act::Goto("outbound_redirect".into())),
             Passthrough4 | Passthrough6 | ProxyLoopback4 | ProxyLoopback6 | NotIncluded4
             | NotIncluded6 => self.eval_mesh(r, k),
+            SkipOutboundUidUdpPort => (!self.is_tcp()
+                && t.has_uid_port("skip_outbound_uid_udp_ports", f.uid, f.dport))
+            .then_some(Act::Return),
             DnsJumpUdp | DnsJumpTcp | DnsIpv6Off | DnsProxyOwn | DnsGate | DnsRedirectUdp
             | DnsRedirectTcp | DnsZone => self.eval_dns(r, k),
         }
