@@ -15,6 +15,7 @@
 pub mod comment;
 pub mod dns;
 pub mod inbound;
+pub mod invalid;
 pub mod output;
 pub mod phase;
 pub mod readback;

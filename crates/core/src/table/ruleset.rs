@@ -115,6 +115,7 @@ pub fn build(s: &Settings, levels: Option<Levels>, comment: &str) -> Table {
     let mut rules = Rules::default();
     super::inbound::inbound(s, &mut rules);
     super::output::outbound(s, levels, &mut rules);
+    super::invalid::rules(s, &mut rules);
     let (dns_regular, dns_base) = super::dns::chains(s);
     let mut chains = vec![
         chain("inbound_redirect", None),
@@ -127,6 +128,7 @@ pub fn build(s: &Settings, levels: Option<Levels>, comment: &str) -> Table {
         chain("output", Some(Hook::NatOutput)),
     ]);
     chains.extend(dns_base);
+    chains.extend(super::invalid::chains(s));
     Table {
         name: crate::nft::TABLE_NAME,
         comment: sanitize_comment(comment),

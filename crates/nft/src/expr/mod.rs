@@ -6,6 +6,7 @@
 //! registers (`NFT_REG_1`..`NFT_REG_4`, also addressable as 4-byte
 //! `NFT_REG32_00`..`NFT_REG32_15`); register 0 holds the verdict.
 
+mod bitwise;
 mod byteorder;
 mod cmp;
 mod counter;
@@ -18,6 +19,7 @@ mod payload;
 mod redir;
 mod socket;
 
+pub use bitwise::Bitwise;
 pub use byteorder::{Byteorder, ByteorderOp};
 pub use cmp::{Cmp, CmpOp};
 pub use counter::Counter;
@@ -60,6 +62,8 @@ pub enum Expr {
     Socket(Socket),
     /// `counter`: packets and bytes.
     Counter(Counter),
+    /// `bitwise`: mask and xor a register.
+    Bitwise(Bitwise),
     /// `ct`: load or set a field of the packet's conntrack entry.
     Ct(Ct),
     /// `immediate`: load a constant or a verdict.
@@ -83,6 +87,7 @@ impl Expr {
             Expr::Socket(_) => "socket",
             Expr::Counter(_) => "counter",
             Expr::Ct(_) => "ct",
+            Expr::Bitwise(_) => "bitwise",
             Expr::Immediate(_) => "immediate",
             Expr::Redir(_) => "redir",
             Expr::Other(n) => n,
@@ -108,6 +113,7 @@ impl Expr {
             Expr::Socket(e) => e.encode(m),
             Expr::Counter(e) => e.encode(m),
             Expr::Ct(e) => e.encode(m),
+            Expr::Bitwise(e) => e.encode(m),
             Expr::Immediate(e) => e.encode(m),
             Expr::Redir(e) => e.encode(m),
             Expr::Other(_) => {}
@@ -135,6 +141,7 @@ impl Expr {
             "socket" => Socket::decode(&data).map(Expr::Socket),
             "counter" => Some(Expr::Counter(Counter::decode(&data))),
             "ct" => Ct::decode(&data).map(Expr::Ct),
+            "bitwise" => Bitwise::decode(&data).map(Expr::Bitwise),
             "immediate" => Immediate::decode(&data).map(Expr::Immediate),
             "redir" => Redir::decode(&data).map(Expr::Redir),
             _ => None,
@@ -183,6 +190,14 @@ impl std::fmt::Display for Expr {
                 s.dreg, s.level
             ),
             Expr::Counter(_) => write!(f, "[ counter ]"),
+            Expr::Bitwise(b) => write!(
+                f,
+                "[ bitwise reg {} = ( reg {} & 0x{} ) ^ 0x{} ]",
+                b.dreg,
+                b.sreg,
+                hex(&b.mask),
+                hex(&b.xor)
+            ),
             Expr::Ct(c) => match c.op {
                 CtOp::Load(r) => write!(f, "[ ct load {:?} => reg {r} ]", c.key),
                 CtOp::Set(r) => write!(f, "[ ct set {:?} with reg {r} ]", c.key),

@@ -211,6 +211,9 @@ pub enum Hook {
     RawPrerouting,
     /// `type filter hook output priority raw` (-300: before conntrack).
     RawOutput,
+    /// `type filter hook prerouting priority mangle` (-150: after
+    /// conntrack, as iptables' mangle PREROUTING).
+    ManglePrerouting,
 }
 
 impl Hook {
@@ -222,6 +225,7 @@ impl Hook {
             Hook::FilterOutput => ("filter", 3, 0),
             Hook::RawPrerouting => ("filter", 0, -300),
             Hook::RawOutput => ("filter", 3, -300),
+            Hook::ManglePrerouting => ("filter", 0, -150),
         }
     }
 
@@ -233,6 +237,7 @@ impl Hook {
             Hook::FilterOutput => "type filter hook output priority 0; policy accept;",
             Hook::RawPrerouting => "type filter hook prerouting priority raw; policy accept;",
             Hook::RawOutput => "type filter hook output priority raw; policy accept;",
+            Hook::ManglePrerouting => "type filter hook prerouting priority mangle; policy accept;",
         }
     }
 }

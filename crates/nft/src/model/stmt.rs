@@ -3,7 +3,7 @@
 //! the kernel's expressions, as nft 1.0.6 generates them.
 
 use crate::expr::{
-    Byteorder, ByteorderOp, Cmp, CmpOp, Counter, Ct, CtKey, CtOp, Dynset, Expr, Immediate,
+    Bitwise, Byteorder, ByteorderOp, Cmp, CmpOp, Counter, Ct, CtKey, CtOp, Dynset, Expr, Immediate,
     ImmediateData, Lookup, Meta, MetaKey, Payload, PayloadBase, REG_1, REG_2, REG_VERDICT,
     REG32_01, Redir, Socket,
 };
@@ -254,6 +254,9 @@ pub enum Stmt {
     /// `ct zone set N`: the conntrack zone of a packet not yet tracked
     /// (in a chain at priority raw, before conntrack).
     CtZoneSet(u16),
+    /// `ct state invalid`: the packet's conntrack state has the invalid
+    /// bit (`NF_CT_STATE_INVALID_BIT`, 1).
+    CtStateInvalid,
 }
 
 fn proto_name(p: u8) -> String {
@@ -294,6 +297,7 @@ impl fmt::Display for Stmt {
             Stmt::Verdict(v) => write!(f, "{v}"),
             Stmt::Redirect(p) => write!(f, "redirect to :{p}"),
             Stmt::CtZoneSet(z) => write!(f, "ct zone set {z}"),
+            Stmt::CtStateInvalid => write!(f, "ct state invalid"),
         }
     }
 }
@@ -383,6 +387,24 @@ impl Stmt {
                 }));
                 out.push(Expr::Redir(Redir {
                     reg_proto_min: REG_1,
+                }));
+            }
+            Stmt::CtStateInvalid => {
+                // nft 1.0.6: load, mask the bit, compare with zero.
+                out.push(Expr::Ct(Ct {
+                    key: CtKey::State,
+                    op: CtOp::Load(REG_1),
+                }));
+                out.push(Expr::Bitwise(Bitwise {
+                    sreg: REG_1,
+                    dreg: REG_1,
+                    mask: 1u32.to_ne_bytes().to_vec(),
+                    xor: vec![0; 4],
+                }));
+                out.push(Expr::Cmp(Cmp {
+                    sreg: REG_1,
+                    op: CmpOp::Neq,
+                    data: vec![0; 4],
                 }));
             }
             Stmt::CtZoneSet(z) => {

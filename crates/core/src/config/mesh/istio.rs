@@ -159,6 +159,9 @@ pub struct IstioPod {
     /// 53 go to the agent's DNS port ([`super::dns`]).
     #[serde(default)]
     pub dns_capture: bool,
+    /// The proxy's env `INVALID_DROP=true`: `ct state invalid drop`.
+    #[serde(default)]
+    pub drop_invalid: bool,
 }
 
 impl IstioPod {
@@ -211,6 +214,7 @@ impl IstioPod {
                 tcp: true,
                 zones: true,
             }),
+            drop_invalid: self.drop_invalid,
         };
     }
 
@@ -272,6 +276,7 @@ impl IstioPod {
             )?,
             ipv6: c.ipv6.unwrap_or(false),
             dns_capture: false,
+            drop_invalid: false,
         })
     }
 }
@@ -456,7 +461,6 @@ fn refused(ann: &Annotations) -> Result<()> {
 
 /// The proxy container's IDs (`securityContext`) and environment over `k`.
 fn proxy_values(c: &Container, k: &mut IstioPod) -> Result<()> {
-    let proxy = PROXY_CONTAINER;
     if let Some(u) = container_id("istio-proxy securityContext.runAsUser", c.run_as_user)? {
         k.uid = u;
     }
@@ -467,13 +471,8 @@ fn proxy_values(c: &Container, k: &mut IstioPod) -> Result<()> {
     if env("ISTIO_DUAL_STACK") == Some(true) {
         k.ipv6 = true;
     }
-    if env("INVALID_DROP") == Some(true) {
-        return Err(Error::new(
-            Code::InvalidConfig,
-            format!(
-                "invalid pod: {proxy} env INVALID_DROP=true: dropping invalid packets is not supported by meshnft"
-            ),
-        ));
+    if let Some(on) = env("INVALID_DROP") {
+        k.drop_invalid = on;
     }
     // istio-cni's CNI path: `CaptureAllDNS`, UDP and TCP, when the proxy
     // proxies DNS (`ISTIO_META_DNS_CAPTURE`, Go's boolean syntax).

@@ -87,7 +87,8 @@ pub const KUMA_ANN_GATEWAY: &str = "kuma.io/gateway";
 pub const KUMA_ANN_BUILTIN_DNS: &str = "kuma.io/builtin-dns";
 /// kuma-dp's DNS port (default 15053).
 pub const KUMA_ANN_BUILTIN_DNS_PORT: &str = "kuma.io/builtin-dns-port";
-/// `true`: drop invalid packets: refused (no such rule in meshnft).
+/// `true`: drop packets in conntrack state invalid (`ct state invalid
+/// drop`, as Kuma's mangle PREROUTING rule).
 pub const KUMA_ANN_DROP_INVALID: &str = "traffic.kuma.io/drop-invalid-packets";
 /// `true`: iptables LOG rules: validated, not written (meshnft logs nothing
 /// per packet; its rules carry counters).
@@ -116,6 +117,9 @@ pub struct KumaConf {
     /// Inbound port of kuma-dp's application probe proxy, excluded inbound
     /// (default 9001; 0 for none).
     pub application_probe_proxy_port: Option<Value>,
+    /// `ct state invalid drop` (default false); a pod's
+    /// `traffic.kuma.io/drop-invalid-packets` wins.
+    pub drop_invalid_packets: Option<bool>,
 }
 
 /// `kuma.redirect`.
@@ -191,6 +195,9 @@ pub struct KumaPod {
     /// Builtin DNS: UDP to port 53 goes to `dns_port`; applications' TCP
     /// to port 53 is left alone.
     pub builtin_dns: bool,
+    /// `traffic.kuma.io/drop-invalid-packets` (`dropInvalidPackets`).
+    #[serde(default)]
+    pub drop_invalid: bool,
     /// kuma-dp's DNS port.
     #[serde(default = "dns_port_default")]
     pub dns_port: u16,
@@ -248,6 +255,7 @@ impl KumaPod {
                 tcp: false,
                 zones: !self.dns_skip_zone_split,
             }),
+            drop_invalid: self.drop_invalid,
         };
     }
 
@@ -339,6 +347,7 @@ impl KumaPod {
             probe_proxy_port: probe,
             gateway: false,
             builtin_dns: dns.enabled.unwrap_or(false),
+            drop_invalid: c.drop_invalid_packets.unwrap_or(false),
             dns_port: single_port("kuma.redirect.dns.port", &dns.port, DNS_PROXY_PORT)?,
             dns_skip_zone_split: dns.skip_conntrack_zone_split.unwrap_or(false),
             exclude_outbound_uid_ports: uid_ports.0,
@@ -466,6 +475,7 @@ impl MeshModule for Kuma {
             return Ok(out);
         }
         refused(&ann)?;
+        ann.set(KUMA_ANN_DROP_INVALID, &mut k.drop_invalid, kuma_enabled)?;
         ann.set(KUMA_ANN_SIDECAR_UID, &mut k.uid, parse_uid)?;
         ann.set(
             KUMA_ANN_INBOUND_PORT,
@@ -579,15 +589,6 @@ impl MeshModule for Kuma {
 /// The annotation asking for what meshnft has no datapath for (dropping
 /// invalid packets), and the iptables logs flag (validated, not written).
 fn refused(ann: &Annotations) -> Result<()> {
-    if let Some((key, v)) = ann.get(KUMA_ANN_DROP_INVALID)
-        && kuma_enabled(key, v)?
-    {
-        return Err(annotation_error(
-            key,
-            v,
-            "dropping invalid packets is not supported by meshnft",
-        ));
-    }
     if let Some((key, v)) = ann.get(KUMA_ANN_IPTABLES_LOGS) {
         kuma_enabled(key, v)?;
     }

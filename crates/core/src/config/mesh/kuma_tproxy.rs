@@ -466,13 +466,7 @@ impl KumaPod {
         };
         let field = |path: &str| format!("{key}: {path}");
         let refuse = |path: &str, v: &str, why: &str| Err(annotation_error(&field(path), v, why));
-        if flag(key, "dropInvalidPackets", &c.drop_invalid_packets, false)? {
-            return refuse(
-                "dropInvalidPackets",
-                "true",
-                "dropping invalid packets is not supported by meshnft",
-            );
-        }
+        let drop_invalid = flag(key, "dropInvalidPackets", &c.drop_invalid_packets, false)?;
         if flag(key, "dryRun", &c.dry_run, false)? {
             return refuse(
                 "dryRun",
@@ -622,6 +616,7 @@ impl KumaPod {
             probe_proxy_port: None,
             gateway,
             builtin_dns,
+            drop_invalid,
             dns_port,
             dns_skip_zone_split: flag(
                 key,

@@ -233,6 +233,10 @@ pub struct MeshRules {
     pub kuma: Option<KumaPod>,
     /// DNS capture ([`dns::DnsCapture`]); `None`: DNS is not captured.
     pub dns: Option<dns::DnsCapture>,
+    /// `ct state invalid drop` in a prerouting chain at priority mangle
+    /// (Istio's `INVALID_DROP`, Kuma's `dropInvalidPackets`), as their
+    /// mangle-table PREROUTING rule.
+    pub drop_invalid: bool,
 }
 
 /// Every port: a pod without inbound redirection skips them all.

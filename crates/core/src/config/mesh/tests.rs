@@ -533,12 +533,6 @@ fn istio_bad_values_name_the_annotation() {
         );
     }
     let mut proxy = c("istio-proxy");
-    proxy.env.insert("INVALID_DROP".into(), "true".into());
-    let e = api_pod(&[STATUS], vec![], vec![proxy])
-        .apply(&s)
-        .unwrap_err();
-    assert!(e.msg.contains("INVALID_DROP"), "{e}");
-    let mut proxy = c("istio-proxy");
     proxy.run_as_user = Some(-3);
     let e = api_pod(&[STATUS], vec![], vec![proxy])
         .apply(&s)
@@ -626,13 +620,13 @@ fn kuma_bad_values_name_the_annotation() {
         (KUMA_ANN_EXCLUDE_OUTBOUND_PORTS_FOR_UIDS, "80, 81:1000"),
         (KUMA_ANN_GATEWAY, "provided"),
         (KUMA_ANN_BUILTIN_DNS, "on"),
-        (KUMA_ANN_DROP_INVALID, "true"),
+        (KUMA_ANN_DROP_INVALID, "yes"),
         (KUMA_ANN_IPTABLES_LOGS, "verbose"),
         (KUMA_ANN_TP_CONFIG, "{{{"),
         (KUMA_ANN_TP_CONFIG, "- a list"),
         (KUMA_ANN_TP_CONFIG, "kumaDPUser: kuma-dp"),
         (KUMA_ANN_TP_CONFIG, "kumaDPUser: \"0\""),
-        (KUMA_ANN_TP_CONFIG, "dropInvalidPackets: true"),
+        (KUMA_ANN_TP_CONFIG, "dropInvalidPackets: 'yes'"),
         (KUMA_ANN_TP_CONFIG, "dryRun: true"),
         (KUMA_ANN_TP_CONFIG, "ipFamilyMode: ipv6"),
         (KUMA_ANN_TP_CONFIG, "redirect: {outbound: {enabled: false}}"),
@@ -1092,4 +1086,40 @@ fn dns_capture_keys() {
         });
         assert_eq!(out.mesh.dns, want, "ISTIO_META_DNS_CAPTURE={v}");
     }
+}
+
+#[test]
+fn drop_invalid_keys() {
+    // Istio: the proxy's INVALID_DROP (Go booleans).
+    let s = base("istio");
+    assert!(!s.mesh.drop_invalid);
+    for (v, on) in [("true", true), ("1", true), ("false", false)] {
+        let mut proxy = c("istio-proxy");
+        proxy.env.insert("INVALID_DROP".into(), v.into());
+        let out = api_pod(&[STATUS], vec![], vec![proxy]).apply(&s).unwrap();
+        assert_eq!(out.mesh.drop_invalid, on, "INVALID_DROP={v}");
+    }
+    // Kuma: the annotation and the ConfigMap YAML.
+    let s = base("kuma");
+    assert!(!s.mesh.drop_invalid);
+    for (ann, on) in [("true", true), ("enabled", true), ("disabled", false)] {
+        let out = pod(&[(KUMA_ANN_DROP_INVALID, ann)]).apply(&s).unwrap();
+        assert_eq!(out.mesh.drop_invalid, on, "{ann}");
+    }
+    let s = settings_of(entry(
+        json!({"mesh": "kuma", "kuma": {"dropInvalidPackets": true}}),
+    ))
+    .unwrap();
+    assert!(s.mesh.drop_invalid);
+    assert!(
+        !pod(&[(KUMA_ANN_DROP_INVALID, "false")])
+            .apply(&s)
+            .unwrap()
+            .mesh
+            .drop_invalid
+    );
+    let out = pod(&[(KUMA_ANN_TP_CONFIG, "dropInvalidPackets: true\n")])
+        .apply(&s)
+        .unwrap();
+    assert!(out.mesh.drop_invalid);
 }

@@ -85,6 +85,9 @@ pub enum Kind {
     DnsRedirectUdp,
     /// `dns_output` (Istio): `meta l4proto tcp redirect to :DNS`.
     DnsRedirectTcp,
+    /// `drop_invalid` (priority mangle): `ct state invalid drop`; no NAT
+    /// decision, never walked.
+    InvalidDrop,
     /// The conntrack zone chains' rules (`ct zone set N`, priority raw):
     /// no NAT decision, never walked.
     DnsZone,
@@ -132,6 +135,11 @@ pub fn classify(chain: &str, comment: &str) -> Option<Kind> {
         )
         | ("dns_zone_prerouting", "a resolver's DNS answer: conntrack zone 1")
         | ("dns_zone_output", "an application's DNS query: conntrack zone 2") => Some(DnsZone),
+        (
+            "drop_invalid",
+            "IPv6 is not redirected: its invalid packets are not dropped"
+            | "a packet in conntrack state invalid is dropped",
+        ) => Some(InvalidDrop),
         _ => None,
     };
     exact.or_else(|| {

@@ -148,6 +148,7 @@ impl Walk<'_> {
             .then_some(Act::Return),
             DnsJumpUdp | DnsJumpTcp | DnsIpv6Off | DnsProxyOwn | DnsGate | DnsRedirectUdp
             | DnsRedirectTcp | DnsZone => self.eval_dns(r, k),
+            InvalidDrop => None,
         }
     }
 
