@@ -79,10 +79,30 @@ fn cases() -> Vec<(&'static str, String)> {
             render("istio-defaults", Some(3)),
         ),
         ("istio-full-level5.nft", render("istio-full", Some(5))),
+        (
+            "istio-interfaces-level3.nft",
+            render("istio-interfaces", Some(3)),
+        ),
+        (
+            "istio-kubevirt-level3.nft",
+            render("istio-kubevirt", Some(3)),
+        ),
         ("kuma-defaults-level3.nft", render("kuma-defaults", Some(3))),
         ("kuma-dns-level3.nft", render("kuma-dns", Some(3))),
         ("istio-dns-level3.nft", istio_dns(Some(3)).render()),
         ("kuma-full-level5.nft", render("kuma-full", Some(5))),
+        (
+            "kuma-include-vnet-level3.nft",
+            render("kuma-include-vnet", Some(3)),
+        ),
+        (
+            "kuma-outbound-disabled-level3.nft",
+            render("kuma-outbound-disabled", Some(3)),
+        ),
+        (
+            "kuma-dns-vnet-outbound-disabled-level3.nft",
+            render("kuma-dns-vnet-outbound-disabled", Some(3)),
+        ),
         (
             "kuma-uid-exclusions-level3.nft",
             render("kuma-uid-exclusions", Some(3)),

@@ -16,7 +16,12 @@
 //! destination; an excluded outbound port and CIDR (pod annotations) go out
 //! directly; inbound goes to 15006 except the excluded ports; the proxy to
 //! its own pod address over loopback goes to 15006. Also Istio's native
-//! sidecar layout, unmeshed pods and refused annotations.
+//! sidecar layout, unmeshed pods and refused annotations. And the redirect
+//! keys of issue 53, each with a second interface or the YAML where it
+//! needs one: Istio's excluded interfaces (in and out), a KubeVirt VM's
+//! interface (its TCP to the outbound port), Kuma's disabled outbound,
+//! `includePorts` and a virtual network (a veth standing for a Docker
+//! bridge inside the pod).
 //!
 //! Root only (`sudo cargo test`); skipped with a message otherwise.
 
@@ -559,6 +564,18 @@ fn unmeshed_pods_and_refused_annotations() {
             ],
             &[],
         ),
+        // Not an interface name: refused, naming the annotation.
+        apiserver::pod(
+            "default",
+            "badif",
+            &[],
+            &["app", "istio-proxy"],
+            &[
+                ISTIO_STATUS,
+                ("traffic.sidecar.istio.io/excludeInterfaces", "eth 1"),
+            ],
+            &[],
+        ),
     ];
     let n = MeshNode::start("istio", &istio);
     for name in ["plain", "nostatus", "optout"] {
@@ -571,6 +588,18 @@ fn unmeshed_pods_and_refused_annotations() {
     let e = p.cni("add").expect_err("TPROXY must be refused");
     assert!(
         e.contains("sidecar.istio.io/interceptionMode") && e.contains("TPROXY"),
+        "{e}"
+    );
+    assert!(!has_table(&p.pod));
+    let _ = p.cni("del");
+    let p = MeshPod::new(&n, "badif");
+    let e = p
+        .cni("add")
+        .expect_err("a bad interface name must be refused");
+    let err = support::cni_error(&e).unwrap_or_else(|| panic!("no CNI error in {e}"));
+    assert_eq!(err["code"], 7, "{err}");
+    assert!(
+        e.contains("traffic.sidecar.istio.io/excludeInterfaces") && e.contains("eth 1"),
         "{e}"
     );
     assert!(!has_table(&p.pod));
@@ -1035,5 +1064,292 @@ fn kuma_drop_invalid_packets() {
         .find(|c| c["chain"] == "drop_invalid")
         .and_then(|c| c["packets"].as_u64());
     assert!(dropped >= Some(1), "{inspect:#}");
+    p.check_and_del();
+}
+
+/// A second interface `name` in the pod netns: a veth to `other` (a VM's,
+/// a Docker container's or a peer's netns), `pod_addr` on the pod's end,
+/// `other_addr` on the other (`peer0`, its default route via the pod's end).
+/// Both ends go with their netns.
+fn second_interface(p: &MeshPod, name: &str, other: &Netns, pod_addr: &str, other_addr: &str) {
+    p.pod.exec_ok(&[
+        "ip",
+        "link",
+        "add",
+        name,
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "peer0",
+        "netns",
+        other.name(),
+    ]);
+    p.pod.exec_ok(&["ip", "addr", "add", pod_addr, "dev", name]);
+    p.pod.exec_ok(&["ip", "link", "set", name, "up"]);
+    other.exec_ok(&["ip", "addr", "add", other_addr, "dev", "peer0"]);
+    other.exec_ok(&["ip", "link", "set", "peer0", "up"]);
+    let via = pod_addr.split('/').next().unwrap_or_default();
+    other.exec_ok(&["ip", "route", "add", "default", "via", via]);
+}
+
+/// The Istio pod `name` of `n`, added; its IPv4 address.
+fn istio_started<'a>(n: &'a MeshNode, name: &str) -> (MeshPod<'a>, Ipv4Addr) {
+    let p = MeshPod::new(n, name);
+    let pod4 = p.add();
+    (p, pod4)
+}
+
+/// Istio's `excludeInterfaces` (issue 53): traffic arriving on or leaving
+/// through an excluded interface is not redirected, as istio-iptables'
+/// `-i IF -j RETURN` / `-o IF -j RETURN`; other interfaces still are.
+#[support::root_test]
+fn istio_excluded_interfaces() {
+    let name = "istio-exif";
+    let spec = apiserver::pod(
+        "default",
+        name,
+        &[],
+        &["app", "istio-proxy"],
+        &[
+            ISTIO_STATUS,
+            ("traffic.sidecar.istio.io/excludeInterfaces", "ex0"),
+        ],
+        &[],
+    );
+    let n = MeshNode::start("istio", &[spec]);
+    let (p, pod4) = istio_started(&n, name);
+    let peer = Netns::new("mtpeer");
+    second_interface(&p, "ex0", &peer, "198.18.201.1/30", "198.18.201.2/30");
+    let _srv = Listener::start(
+        peer.path(),
+        "server",
+        &[sa(Ipv4Addr::new(198, 18, 201, 2), 80)],
+    );
+    let _l = p.sidecar(&[8080]);
+    p.direct("istio-proxy", ISTIO_UID, ISTIO_UID, SRV4_A, 80);
+    assert!(p.phase_closed(), "{}", list_table(&p.pod).unwrap());
+    // Out through ex0: directly; through eth0: to the proxy.
+    p.direct("app", APP_UID, APP_UID, Ipv4Addr::new(198, 18, 201, 2), 80);
+    p.redirected("proxy-out", "app", APP_UID, APP_UID, SRV4_A, 80);
+    // In on ex0: to the app itself; in on eth0: to the proxy.
+    expect_reply(
+        support::tcp_probe(
+            peer.path(),
+            None,
+            0,
+            0,
+            IpAddr::from([198, 18, 201, 1]),
+            8080,
+        ),
+        "app",
+        None,
+    );
+    p.inbound_redirected(pod4, 8080);
+    let d = op(
+        &p,
+        &[
+            "explain",
+            "--direction",
+            "out",
+            "--dst",
+            "198.18.201.2",
+            "--dport",
+            "80",
+            "--uid",
+            "1001",
+            "--iface",
+            "ex0",
+        ],
+    );
+    assert_eq!(d["outcome"]["kind"], json!("direct"), "{d:#}");
+    p.check_and_del();
+}
+
+/// Istio's `kubevirtInterfaces` / `istio.io/reroute-virtual-interfaces`
+/// (issue 53): TCP a VM sends through its interface into the pod goes to
+/// the proxy's outbound port with its original destination, as
+/// istio-iptables' `-i IF -j ISTIO_REDIRECT`.
+#[support::root_test]
+fn istio_kubevirt_interfaces() {
+    let name = "istio-vm";
+    let spec = apiserver::pod(
+        "default",
+        name,
+        &[],
+        &["app", "istio-proxy"],
+        &[
+            ISTIO_STATUS,
+            ("istio.io/reroute-virtual-interfaces", "k6t-eth0"),
+        ],
+        &[],
+    );
+    let n = MeshNode::start("istio", &[spec]);
+    let (p, _pod4) = istio_started(&n, name);
+    let vm = Netns::new("mtvm");
+    second_interface(&p, "k6t-eth0", &vm, "198.18.200.1/30", "198.18.200.2/30");
+    let _l = p.sidecar(&[8080]);
+    // The VM's connection to a server outside: to the proxy's outbound
+    // port, its destination kept (the pod does not forward: without the
+    // rule it would fail).
+    expect_reply(
+        support::tcp_probe(vm.path(), None, 0, 0, SRV4_A.into(), 80),
+        "proxy-out",
+        Some(&format!("{SRV4_A}:80")),
+    );
+    // The example's istio block has "ipv6": true (istio-iptables' ip6tables
+    // rules of a dual-stack pod): the VM's IPv6 TCP goes to the proxy too.
+    p.pod.exec_ok(&[
+        "ip",
+        "-6",
+        "addr",
+        "add",
+        "2001:db8:200::1/64",
+        "dev",
+        "k6t-eth0",
+    ]);
+    vm.exec_ok(&[
+        "ip",
+        "-6",
+        "addr",
+        "add",
+        "2001:db8:200::2/64",
+        "dev",
+        "peer0",
+    ]);
+    vm.exec_ok(&[
+        "ip",
+        "-6",
+        "route",
+        "add",
+        "default",
+        "via",
+        "2001:db8:200::1",
+    ]);
+    expect_reply(
+        support::tcp_probe(vm.path(), None, 0, 0, support::SRV6_A.into(), 80),
+        "proxy-out",
+        Some(&format!("[{}]:80", support::SRV6_A)),
+    );
+    let d = op(
+        &p,
+        &[
+            "explain",
+            "--direction",
+            "in",
+            "--dst",
+            "198.19.0.1",
+            "--dport",
+            "80",
+            "--iface",
+            "k6t-eth0",
+        ],
+    );
+    assert_eq!(
+        d["outcome"],
+        json!({"kind": "redirect", "port": 15001}),
+        "{d:#}"
+    );
+    p.check_and_del();
+}
+
+/// Kuma's transparent-proxy YAML for the issue-53 keys.
+fn kuma_yaml_pod(name: &str, yaml: &str) -> Pod {
+    apiserver::pod(
+        "default",
+        name,
+        &[],
+        &["kuma-sidecar", "app"],
+        &[
+            KUMA_INJECTED,
+            ("traffic.kuma.io/transparent-proxy-config", yaml),
+        ],
+        &[],
+    )
+}
+
+/// Kuma's `redirect.outbound.enabled: false` (issue 53): outbound TCP goes
+/// out directly, the app's too; inbound is still redirected. With
+/// `log.enabled`, the `log` rules see the connections (their counters).
+#[support::root_test]
+fn kuma_outbound_disabled() {
+    let name = "kuma-out-off";
+    let n = MeshNode::start(
+        "kuma",
+        &[kuma_yaml_pod(
+            name,
+            "log:\n  enabled: true\nredirect:\n  outbound:\n    enabled: false\n",
+        )],
+    );
+    let p = MeshPod::new(&n, name);
+    let pod4 = p.add();
+    let _l = p.sidecar(&[8080]);
+    p.direct("kuma-sidecar", KUMA_UID, KUMA_UID, SRV4_A, 80);
+    assert!(p.phase_closed(), "{}", list_table(&p.pod).unwrap());
+    p.direct("app", APP_UID, APP_UID, SRV4_A, 80);
+    p.direct("app", APP_UID, APP_UID, SRV4_B, 9100);
+    p.inbound_redirected(pod4, 8080);
+    // Both log rules counted packets (nat sees a connection's first one).
+    let t = list_table(&p.pod).unwrap();
+    for chain in ["PREROUTING", "OUTPUT"] {
+        let line = t
+            .lines()
+            .find(|l| l.contains(&format!("log prefix \"{chain}:\" level debug")))
+            .unwrap_or_else(|| panic!("no {chain} log rule: {t}"));
+        assert!(!line.contains("packets 0 "), "{line}");
+    }
+    p.check_and_del();
+}
+
+/// Kuma's `includePorts` (issue 53): only the listed ports are redirected,
+/// inbound and outbound; excluded ports are not read then.
+#[support::root_test]
+fn kuma_include_ports() {
+    let name = "kuma-include";
+    let yaml = "redirect:\n  inbound:\n    includePorts: [8080]\n    excludePorts: [8080]\n  outbound:\n    includePorts: [80]\n";
+    let n = MeshNode::start("kuma", &[kuma_yaml_pod(name, yaml)]);
+    let p = MeshPod::new(&n, name);
+    let pod4 = p.add();
+    let _l = p.sidecar(&[8080, 8081]);
+    p.direct("kuma-sidecar", KUMA_UID, KUMA_UID, SRV4_A, 9100);
+    assert!(p.phase_closed(), "{}", list_table(&p.pod).unwrap());
+    p.redirected("proxy-out", "app", APP_UID, APP_UID, SRV4_A, 80);
+    p.direct("app", APP_UID, APP_UID, SRV4_A, 9100);
+    p.inbound_redirected(pod4, 8080);
+    expect_reply(p.inbound(pod4, 8081), "app", None);
+    p.check_and_del();
+}
+
+/// Kuma's `redirect.vnet.networks` (issue 53): TCP a container on a
+/// virtual network inside the pod (a Docker bridge's veth here) sends out
+/// of that network goes to the proxy's outbound port; to the network itself
+/// it goes on to the inbound rules.
+#[support::root_test]
+fn kuma_virtual_network() {
+    let name = "kuma-vnet";
+    let yaml = "redirect:\n  vnet:\n    networks: ['dock+:198.18.210.0/24']\n";
+    let n = MeshNode::start("kuma", &[kuma_yaml_pod(name, yaml)]);
+    let p = MeshPod::new(&n, name);
+    let _pod4 = p.add();
+    let inner = Netns::new("mtdock");
+    second_interface(&p, "dock0", &inner, "198.18.210.1/24", "198.18.210.2/24");
+    let _l = p.sidecar(&[8080]);
+    expect_reply(
+        support::tcp_probe(inner.path(), None, 0, 0, SRV4_A.into(), 80),
+        "proxy-out",
+        Some(&format!("{SRV4_A}:80")),
+    );
+    expect_reply(
+        support::tcp_probe(
+            inner.path(),
+            None,
+            0,
+            0,
+            IpAddr::from([198, 18, 210, 1]),
+            8080,
+        ),
+        "proxy-in",
+        Some("198.18.210.1:8080"),
+    );
     p.check_and_del();
 }

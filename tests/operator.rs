@@ -1231,14 +1231,14 @@ fn stale_state_records_are_refused(p: &Pod, bare: &Netns, c: &Path) {
     );
 }
 
-/// A table written without the pod cgroup has no verdict rule: a pin would never apply.
+/// A table written without the pod cgroup has no verdict map: a pin would never apply.
 fn a_pin_that_would_never_apply_is_refused() {
     let q = Pod::new("nouid-sandbox", false);
     let qc = q.cg.container("c");
     cli_fails(
         &["pin", "--netns", q.netns(), "--cgroup", s(&qc), "--bypass"],
         1,
-        "has no rule that consults init_phase",
+        "has no init_phase map: it was written without the init phase",
     );
     let v = q.inspect();
     assert_eq!(v["init_phase"]["state"], "off");

@@ -300,6 +300,8 @@ enum Source {
     Node,
     /// The node, its socket bound to one of its addresses first.
     NodeFrom(IpAddr),
+    /// The netns behind the pod's second interface ([`Second`]), as root.
+    Beyond,
 }
 
 /// Where a connection goes.
@@ -315,12 +317,19 @@ enum Dest {
     Pod6(u16),
     /// A loopback address of the pod, and a port.
     Lo(IpAddr, u16),
+    /// The pod's address on its second interface ([`Second`]), and a port.
+    PodAt(IpAddr, u16),
+    /// A server in the netns behind the pod's second interface: its
+    /// address there, and a port.
+    Beyond(IpAddr, u16),
 }
 
 impl Dest {
     fn addr(self, v4: Ipv4Addr, v6: Ipv6Addr) -> SocketAddr {
         match self {
-            Dest::Server(a, p) | Dest::Lo(a, p) => SocketAddr::new(a, p),
+            Dest::Server(a, p) | Dest::Lo(a, p) | Dest::PodAt(a, p) | Dest::Beyond(a, p) => {
+                SocketAddr::new(a, p)
+            }
             Dest::Pod4(p) => SocketAddr::new(v4.into(), p),
             Dest::Pod6(p) => SocketAddr::new(v6.into(), p),
         }
@@ -330,8 +339,8 @@ impl Dest {
     /// that is not redirected is told from one that is.
     fn pod_port(self) -> Option<u16> {
         match self {
-            Dest::Pod4(p) | Dest::Pod6(p) | Dest::Lo(_, p) => Some(p),
-            Dest::Server(..) => None,
+            Dest::Pod4(p) | Dest::Pod6(p) | Dest::Lo(_, p) | Dest::PodAt(_, p) => Some(p),
+            Dest::Server(..) | Dest::Beyond(..) => None,
         }
     }
 }
@@ -605,7 +614,59 @@ struct Scenario {
     /// Linkerd: keys merged into the `linkerd` block of the shared entry
     /// (a JSON object; empty means none).
     entry: &'static str,
+    /// A second interface of the pod, made after ADD.
+    second: Option<Second>,
     timeline: Vec<Line>,
+}
+
+/// A second interface of the pod (issue 53's interface keys): a veth
+/// `iface` from the pod into a netns of its own (a VM's, a Docker
+/// network's, a host network's stand-in), made after ADD as a runtime or
+/// a second CNI network would. The pod's end has `pod_addr`, the other
+/// `beyond_addr` (both with their prefix length) and a default route via
+/// the pod's end; with `v6` (pod's, other's), IPv6 the same way. The timeline reaches it with [`Source::Beyond`],
+/// [`Dest::PodAt`] and [`Dest::Beyond`].
+#[derive(Clone, Copy)]
+struct Second {
+    iface: &'static str,
+    pod_addr: &'static str,
+    beyond_addr: &'static str,
+    v6: Option<(&'static str, &'static str)>,
+}
+
+impl Second {
+    /// The netns behind `iface`, the veth made and addressed.
+    fn make(self, pod: &Netns) -> Netns {
+        let beyond = Netns::new("mtbeyond");
+        pod.exec_ok(&[
+            "ip",
+            "link",
+            "add",
+            self.iface,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "beyond0",
+            "netns",
+            beyond.name(),
+        ]);
+        pod.exec_ok(&["ip", "addr", "add", self.pod_addr, "dev", self.iface]);
+        pod.exec_ok(&["ip", "link", "set", self.iface, "up"]);
+        beyond.exec_ok(&["ip", "addr", "add", self.beyond_addr, "dev", "beyond0"]);
+        beyond.exec_ok(&["ip", "link", "set", "beyond0", "up"]);
+        let via = self.pod_addr.split('/').next().unwrap_or_default();
+        beyond.exec_ok(&["ip", "route", "add", "default", "via", via]);
+        if let Some((pod6, beyond6)) = self.v6 {
+            pod.exec_ok(&["ip", "-6", "addr", "add", pod6, "dev", self.iface, "nodad"]);
+            beyond.exec_ok(&[
+                "ip", "-6", "addr", "add", beyond6, "dev", "beyond0", "nodad",
+            ]);
+            let via = pod6.split('/').next().unwrap_or_default();
+            beyond.exec_ok(&["ip", "-6", "route", "add", "default", "via", via]);
+        }
+        beyond
+    }
 }
 
 impl Scenario {
@@ -693,6 +754,8 @@ struct PeerPod {
     _app: Option<Listener>,
     /// Servers on the node beyond [`node_listener`]'s.
     _more_servers: Option<Listener>,
+    /// Servers behind the pod's second interface.
+    _beyond_servers: Option<Listener>,
     /// The API stand-in, alive until the pod goes.
     _api: FakeApi,
     /// The node's server, alive until the pod goes.
@@ -700,6 +763,8 @@ struct PeerPod {
     /// kuma-cni's surroundings, while its pod lives.
     _kuma: Option<KumaNode>,
     pod: Netns,
+    /// The netns behind the pod's second interface ([`Second`]).
+    beyond: Option<Netns>,
     pod4: Ipv4Addr,
     pod6: Ipv6Addr,
     cg: PodCgroups,
@@ -892,6 +957,20 @@ impl PeerPod {
             .flat_map(|&p| [sa(any4, p), sa(any6, p)])
             .collect();
         let app = (!app_addrs.is_empty()).then(|| Listener::start(pod.path(), "app", &app_addrs));
+        let beyond = sc.second.map(|s| s.make(&pod));
+        let mut beyond_addrs: Vec<SocketAddr> = sc
+            .dests()
+            .filter_map(|d| match d {
+                Dest::Beyond(a, p) => Some(SocketAddr::new(a, p)),
+                _ => None,
+            })
+            .collect();
+        beyond_addrs.sort();
+        beyond_addrs.dedup();
+        let beyond_servers = beyond
+            .as_ref()
+            .filter(|_| !beyond_addrs.is_empty())
+            .map(|b| Listener::start(b.path(), "server", &beyond_addrs));
         assert!(
             pod.wait_no_tentative(std::time::Duration::from_secs(10)),
             "IPv6 addresses still tentative in the pod"
@@ -902,10 +981,12 @@ impl PeerPod {
             listeners: None,
             _app: app,
             _more_servers: more_servers,
+            _beyond_servers: beyond_servers,
             _api: api,
             _server: server,
             _kuma: kuma,
             pod,
+            beyond,
             pod4,
             pod6,
             cg,
@@ -942,6 +1023,13 @@ impl PeerPod {
                 support::tcp_probe(self.node.netns.path(), None, 0, 0, dst.ip(), dst.port())
             }
             Source::NodeFrom(src) => probe_from(&self.node.netns, None, 0, 0, src, dst),
+            Source::Beyond => {
+                let b = self
+                    .beyond
+                    .as_ref()
+                    .expect("Source::Beyond needs a second interface");
+                support::tcp_probe(b.path(), None, 0, 0, dst.ip(), dst.port())
+            }
         };
         Some(Landed::classify(r, dst))
     }
@@ -1419,6 +1507,106 @@ fn annotations_side_by_side() {
     side_by_side(&[exclusions, inclusions, empty, dual]);
 }
 
+/// The excluded interface's ends (`ex0` in the pod, a host network's
+/// stand-in behind it).
+const EX0: Second = Second {
+    iface: "ex0",
+    pod_addr: "198.18.201.1/30",
+    beyond_addr: "198.18.201.2/30",
+    v6: None,
+};
+/// A KubeVirt VM's interface (`k6t-eth0` in the pod, the VM behind it).
+const K6T: Second = Second {
+    iface: "k6t-eth0",
+    pod_addr: "198.18.200.1/30",
+    beyond_addr: "198.18.200.2/30",
+    v6: None,
+};
+
+/// Istio's interface annotations (issue 53), the pod given a second
+/// interface after ADD ([`Second`]):
+///
+/// * `traffic.sidecar.istio.io/excludeInterfaces: ex0`: out through `ex0`
+///   and in on it, nothing is redirected; through `eth0` all is.
+/// * `istio.io/reroute-virtual-interfaces: k6t-eth0`, and the deprecated
+///   `traffic.sidecar.istio.io/kubevirtInterfaces` it replaces: TCP a VM
+///   sends into the pod through `k6t-eth0` goes to the proxy's outbound
+///   port, its original destination kept.
+#[support::root_test]
+fn istio_interfaces_side_by_side() {
+    let excluded = Scenario {
+        title: "Istio: an excluded interface (ex0, a second interface into another netns):",
+        name: "exif",
+        annotations: &[("traffic.sidecar.istio.io/excludeInterfaces", "ex0")],
+        second: Some(EX0),
+        timeline: timeline![
+            proxy starts;
+            "istio-proxy (uid 1337) -> 198.19.0.1:80", PROXY, srv(SRV4_A, 80) => Direct;
+            "app -> 198.18.201.2:80 (out through ex0)", APP,
+                Dest::Beyond([198, 18, 201, 2].into(), 80) => Direct;
+            "app -> 198.19.0.1:80 (out through eth0)", APP, srv(SRV4_A, 80) => ProxyOut;
+            "beyond ex0 -> 198.18.201.1:8080 (in on ex0)", Source::Beyond,
+                Dest::PodAt([198, 18, 201, 1].into(), 8080) => App;
+            "node -> pod:8080 (in on eth0)", NODE, pod4(8080) => ProxyIn;
+        ],
+        ..Default::default()
+    };
+    let vm = |title, name, key| Scenario {
+        title,
+        name,
+        annotations: match key {
+            "reroute" => &[("istio.io/reroute-virtual-interfaces", "k6t-eth0")],
+            _ => &[("traffic.sidecar.istio.io/kubevirtInterfaces", "k6t-eth0")],
+        },
+        second: Some(K6T),
+        timeline: timeline![
+            proxy starts;
+            "istio-proxy (uid 1337) -> 198.19.0.1:80", PROXY, srv(SRV4_A, 80) => Direct;
+            "vm -> 198.19.0.1:80 (through k6t-eth0)", Source::Beyond, srv(SRV4_A, 80) => ProxyOut;
+            "vm -> 198.18.200.1:8080 (the pod's k6t-eth0)", Source::Beyond,
+                Dest::PodAt([198, 18, 200, 1].into(), 8080) => ProxyOut;
+            "app -> 198.19.0.1:80", APP, srv(SRV4_A, 80) => ProxyOut;
+            "node -> pod:8080", NODE, pod4(8080) => ProxyIn;
+        ],
+        ..Default::default()
+    };
+    // Dual stack: istio-iptables writes the KubeVirt rule for IPv6 too.
+    let vm6 = Scenario {
+        title: "Istio: a KubeVirt interface, dual stack (ISTIO_DUAL_STACK=true, the VM with IPv6 too):",
+        name: "vm6",
+        annotations: &[("istio.io/reroute-virtual-interfaces", "k6t-eth0")],
+        proxy_env: &[("ISTIO_DUAL_STACK", "true")],
+        second: Some(Second {
+            v6: Some(("2001:db8:200::1/64", "2001:db8:200::2/64")),
+            ..K6T
+        }),
+        timeline: timeline![
+            proxy starts;
+            "istio-proxy (uid 1337) -> [2001:db8:2::1]:80", PROXY, srv(SRV6_A, 80) => Direct;
+            "vm -> 198.19.0.1:80 (through k6t-eth0)", Source::Beyond, srv(SRV4_A, 80) => ProxyOut;
+            "vm -> [2001:db8:2::1]:80 (through k6t-eth0)", Source::Beyond, srv(SRV6_A, 80)
+                => ProxyOut;
+            "app -> [2001:db8:2::1]:80", APP, srv(SRV6_A, 80) => ProxyOut;
+            "node -> [pod]:8080", NODE, pod6(8080) => ProxyIn;
+        ],
+        ..Default::default()
+    };
+    side_by_side(&[
+        excluded,
+        vm6,
+        vm(
+            "Istio: a KubeVirt interface (istio.io/reroute-virtual-interfaces: k6t-eth0, the VM behind it):",
+            "vm",
+            "reroute",
+        ),
+        vm(
+            "Istio: a KubeVirt interface (the deprecated traffic.sidecar.istio.io/kubevirtInterfaces):",
+            "vm-old",
+            "kubevirt",
+        ),
+    ]);
+}
+
 // ---------------------------------------------------------------------------
 // Linkerd: linkerd-cni (legacy and nft) and meshnft with the same entry
 // ---------------------------------------------------------------------------
@@ -1797,6 +1985,108 @@ fn kuma_annotations_side_by_side() {
         ..Default::default()
     };
     side_by_side(&[exclusions, ipv4, uid, uids]);
+}
+
+/// A Docker network inside the pod (`dock0`, matched as `dock+`, a
+/// container behind it).
+const DOCK0: Second = Second {
+    iface: "dock0",
+    pod_addr: "198.18.210.1/24",
+    beyond_addr: "198.18.210.2/24",
+    v6: None,
+};
+
+/// Kuma's redirect keys of issue 53, in the YAML kuma-cp renders (both
+/// plugins read it):
+///
+/// * `redirect.outbound.enabled: false`: no outbound TCP reaches the
+///   proxy; inbound still does.
+/// * `redirect.inbound.includePorts` / `redirect.outbound.includePorts`:
+///   only the listed ports are redirected, the default exclusions beside
+///   them not read.
+/// * `redirect.vnet.networks: ["dock+:198.18.210.0/24"]`: TCP a container
+///   on the pod's Docker network sends out of it goes to the outbound
+///   port; to the pod's address on it, to the inbound rules.
+#[support::root_test]
+fn kuma_redirect_keys_side_by_side() {
+    let outbound_off = Scenario {
+        title: "Kuma: redirect.outbound.enabled: false:",
+        name: "kuma-out-off",
+        mesh: Mesh::Kuma,
+        rendered: vec![(
+            KUMA_CONFIG,
+            kuma_default_config().replace(
+                "  outbound:\n    enabled: true\n",
+                "  outbound:\n    enabled: false\n",
+            ),
+        )],
+        timeline: timeline![
+            proxy starts;
+            "kuma-sidecar (uid 5678) -> server:80", KUMA_PROXY, srv(SRV4_A, 80) => Direct;
+            "app -> server:80", APP, srv(SRV4_A, 80) => Direct;
+            "app -> [2001:db8:2::1]:80", APP, srv(SRV6_A, 80) => Direct;
+            "init (uid 1000) -> server:80", INIT, srv(SRV4_A, 80) => Direct;
+            "node -> pod:8080", NODE, pod4(8080) => ProxyIn;
+            "node -> [pod]:8080", NODE, pod6(8080) => ProxyIn;
+            "node -> pod:9901 (excluded)", NODE, pod4(9901) => App;
+            "app -> pod:8080 over lo", APP, pod4(8080) => App;
+            "kuma-sidecar -> pod:8080 over lo", KUMA_PROXY, pod4(8080) => App;
+        ],
+        ..Default::default()
+    };
+    let include = Scenario {
+        title: "Kuma: includePorts, inbound [8080] and outbound [80]:",
+        name: "kuma-incl",
+        mesh: Mesh::Kuma,
+        rendered: vec![(
+            KUMA_CONFIG,
+            kuma_config(
+                "dualstack",
+                "    excludePorts: [9901, 9001]\n    includePorts: [8080]\n",
+                "    excludePorts: [9901]\n    includePorts: [80]\n",
+            ),
+        )],
+        timeline: timeline![
+            proxy starts;
+            "kuma-sidecar (uid 5678) -> server:9100", KUMA_PROXY, srv(SRV4_A, 9100) => Direct;
+            "app -> server:80 (included port)", APP, srv(SRV4_A, 80) => ProxyOut;
+            "app -> [2001:db8:2::1]:80 (included port)", APP, srv(SRV6_A, 80) => ProxyOut;
+            "app -> server:9100 (not included)", APP, srv(SRV4_A, 9100) => Direct;
+            "app -> server:9901 (not included)", APP, srv(SRV4_A, 9901) => Direct;
+            "node -> pod:8080 (included port)", NODE, pod4(8080) => ProxyIn;
+            "node -> [pod]:8080 (included port)", NODE, pod6(8080) => ProxyIn;
+            "node -> pod:8081 (not included)", NODE, pod4(8081) => App;
+            "node -> pod:9001 (not included)", NODE, pod4(9001) => App;
+        ],
+        ..Default::default()
+    };
+    let vnet = Scenario {
+        title: "Kuma: redirect.vnet.networks: [\"dock+:198.18.210.0/24\"] (dock0, a container behind it):",
+        name: "kuma-vnet",
+        mesh: Mesh::Kuma,
+        rendered: vec![(
+            KUMA_CONFIG,
+            kuma_config(
+                "dualstack",
+                "    excludePorts: [9901, 9001]\n",
+                "    excludePorts: [9901]\n  vnet:\n    networks: [\"dock+:198.18.210.0/24\"]\n",
+            ),
+        )],
+        second: Some(DOCK0),
+        timeline: timeline![
+            proxy starts;
+            "kuma-sidecar (uid 5678) -> server:80", KUMA_PROXY, srv(SRV4_A, 80) => Direct;
+            "container on dock0 -> server:80", Source::Beyond, srv(SRV4_A, 80) => ProxyOut;
+            "container on dock0 -> 198.18.210.1:8080 (the pod)", Source::Beyond,
+                Dest::PodAt([198, 18, 210, 1].into(), 8080) => ProxyIn;
+            "app -> server:80", APP, srv(SRV4_A, 80) => ProxyOut;
+            "app -> 198.18.210.2:80 (into the network)", APP,
+                Dest::Beyond([198, 18, 210, 2].into(), 80) => ProxyOut;
+            "node -> pod:8080", NODE, pod4(8080) => ProxyIn;
+        ],
+        ..Default::default()
+    };
+    side_by_side(&[outbound_off, include, vnet]);
 }
 
 /// A rendered configuration meshnft cannot honour (`dryRun: true`, with

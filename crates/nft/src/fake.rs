@@ -9,7 +9,7 @@
 //!
 //! What it checks, as nf_tables does: `create table` of an existing table
 //! (`EEXIST`), objects in a table, chain or set that does not exist, and
-//! deleting a table or an element that is not there (`ENOENT`). It does not
+//! deleting a table, a set or an element that is not there (`ENOENT`). It does not
 //! check expressions or set lookups.
 
 use super::dump::Listing;
@@ -95,7 +95,7 @@ impl Fake {
             let tname = match ty {
                 msg::NEWTABLE | msg::DELTABLE => table::decode_name(&a),
                 msg::NEWCHAIN => chain::decode_table(&a).unwrap_or_default(),
-                msg::NEWSET => set::decode_table(&a).unwrap_or_default(),
+                msg::NEWSET | msg::DELSET => set::decode_table(&a).unwrap_or_default(),
                 msg::NEWRULE | msg::DELRULE => rule::decode_table(&a).unwrap_or_default(),
                 _ => setelem::decode_names(&a).0,
             };
@@ -130,6 +130,11 @@ impl Fake {
                     if !t.sets.iter().any(|x| x.name == set.name) {
                         t.sets.push(set);
                     }
+                }
+                msg::DELSET => {
+                    let name = set::decode(&a).name;
+                    let at = t.sets.iter().position(|x| x.name == name);
+                    t.sets.remove(at.ok_or(refuse(libc::ENOENT))?);
                 }
                 msg::NEWRULE => {
                     let mut r = rule::decode(&a);

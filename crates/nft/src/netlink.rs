@@ -54,6 +54,7 @@ pub mod msg {
     pub const GETRULE: u8 = 7;
     pub const NEWSET: u8 = 9;
     pub const GETSET: u8 = 10;
+    pub const DELSET: u8 = 11;
     pub const NEWSETELEM: u8 = 12;
     pub const GETSETELEM: u8 = 13;
     pub const DELSETELEM: u8 = 14;

@@ -151,6 +151,12 @@ impl Transaction {
         )
     }
 
+    /// `delete set` (`DELSET`) of an existing set: fails with `ENOENT` when
+    /// there is none, `EBUSY` while a rule uses it.
+    pub fn delete_set(&mut self, table: &str, set: &str) -> &mut Self {
+        self.push(set::del_msg(table, set), format!("set {set}"))
+    }
+
     /// `delete table inet NAME` (`DELTABLE`): fails with `ENOENT` when
     /// there is none.
     pub fn delete_table(&mut self, name: &str) -> &mut Self {

@@ -48,6 +48,7 @@ pub fn inbound(s: &Settings, r: &mut Rules) {
         vec![tcp(), Stmt::Counter, Stmt::Redirect(s.inbound_port)],
         &format!("to the proxy's inbound port {}", s.inbound_port),
     );
+    super::ifaces::prerouting(s, r);
     r.push(
         "prerouting",
         vec![Stmt::Verdict(Verdict::Jump("inbound_redirect".into()))],

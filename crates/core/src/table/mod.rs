@@ -3,7 +3,8 @@
 //! - [`ruleset`]: the table ADD writes and CHECK expects, built from the
 //!   plugin's [`crate::config::Settings`] and the pod's cgroup levels (a
 //!   [`crate::nft::model::Table`]), from its parts: [`sets`], [`inbound`],
-//!   [`output`], [`phase`] (the init phase) and [`comment`];
+//!   [`output`], [`ifaces`] (the interface rules), [`phase`] (the init
+//!   phase) and [`comment`];
 //! - [`readback`]: the table read back from a network namespace (over
 //!   [`crate::nft::dump`]) as the view the operator commands and a re-ADD
 //!   use.
@@ -14,6 +15,7 @@
 
 pub mod comment;
 pub mod dns;
+pub mod ifaces;
 pub mod inbound;
 pub mod invalid;
 pub mod output;

@@ -62,6 +62,11 @@ pub fn outbound(s: &Settings, levels: Option<Levels>, r: &mut Rules) {
     if let Some(l) = phase {
         phase::proxy_started(s, l, &ids[0], r);
     }
+    super::ifaces::output(s, r);
+    // Kuma inserts its LOG rule first, its exclusions below it.
+    if let Some(level) = s.mesh.log_level {
+        super::ifaces::log("output", level, r);
+    }
     if super::sets::uid_port_elems(s).is_some() {
         // Kuma inserts these at the top of nat OUTPUT, before its own
         // chain: they win over everything but the end of the init phase.
@@ -95,6 +100,30 @@ pub fn outbound(s: &Settings, levels: Option<Levels>, r: &mut Rules) {
             "outbound UDP from an excluded UID to its ports ignored",
         );
     }
+    let nets_first = s.mesh.loopback_inbound.is_some() && s.mesh.skip_nets_first;
+    if nets_first {
+        skip_nets(r);
+    }
+    // DNS capture: after Kuma's exclusions, before Istio's filters, and
+    // before Kuma's outbound switch (Kuma's DNS redirect is in nat OUTPUT,
+    // not in its mesh outbound chain: it captures DNS with outbound
+    // redirection disabled).
+    super::dns::udp_jump(s, r);
+    if s.mesh.outbound_disabled {
+        // Kuma's mesh outbound chain is then one `-p tcp -j RETURN`: no
+        // outbound TCP reaches the proxy, over loopback neither.
+        r.push(
+            "output",
+            vec![tcp(), Stmt::Counter, ret()],
+            "outbound redirection is disabled (kuma redirect.outbound.enabled is false)",
+        );
+        if let (Some(l), Some(_)) = (phase, s.mesh.dns) {
+            // dns_output's init phase gate jumps here.
+            phase::bypass(l, r);
+        }
+        super::dns::rules(s, phase, &ids, r);
+        return;
+    }
     match &s.mesh.loopback_inbound {
         None => {
             own_traffic(&ids, r);
@@ -102,10 +131,6 @@ pub fn outbound(s: &Settings, levels: Option<Levels>, r: &mut Rules) {
             skip_nets(r);
         }
         Some(lb) => {
-            if s.mesh.skip_nets_first {
-                skip_nets(r);
-            }
-            super::dns::udp_jump(s, r);
             filters(s, r);
             super::dns::tcp_jump(s, r);
             proxy_loopback(s, lb, &ids[0], r);
@@ -114,6 +139,7 @@ pub fn outbound(s: &Settings, levels: Option<Levels>, r: &mut Rules) {
                 skip_nets(r);
             }
             include_ranges(s, r);
+            include_ports(s, r);
         }
     }
     phase::gate(s, levels, phase, r);
@@ -265,6 +291,28 @@ fn proxy_loopback(s: &Settings, lb: &LoopbackInbound, main: &ProxyId, r: &mut Ru
             ),
         );
     }
+}
+
+/// Kuma's `redirect.outbound.includePorts` (when not empty): TCP to
+/// another port is left alone, after the proxy's own and loopback rules
+/// (Kuma's mesh outbound chain jumps to its redirect for these ports only).
+fn include_ports(s: &Settings, r: &mut Rules) {
+    if !s.mesh.outbound_only_ports {
+        return;
+    }
+    r.push(
+        "output",
+        vec![
+            Stmt::InSet {
+                key: Key::TcpDport,
+                set: "redirect_outbound_ports",
+                negate: true,
+            },
+            Stmt::Counter,
+            ret(),
+        ],
+        "outbound port not in kuma redirect.outbound.includePorts",
+    );
 }
 
 /// Istio's `includeOutboundIPRanges` (when not `*`): a destination outside

@@ -144,6 +144,50 @@ pub struct RuleView {
     /// `tcp dport != N` operand (Istio's loopback rule leaves its tunnel
     /// port alone).
     pub dport_ne: Option<u16>,
+    /// `iifname "NAME"` operand, in nft's form (`br*` for a prefix).
+    pub iifname: Option<String>,
+    /// `oifname "NAME"` operand, likewise.
+    pub oifname: Option<String>,
+    /// `ip daddr != NET` / `ip6 daddr != NET` operand (Kuma's virtual
+    /// networks): the network's address and prefix length.
+    pub daddr_not_in: Option<(std::net::IpAddr, u8)>,
+}
+
+/// An interface name as `meta iifname/oifname` compares it: 16 NUL-padded
+/// bytes, or a shorter prefix (nft's `PREFIX*`).
+fn ifname_of(data: &[u8]) -> Option<String> {
+    let (bytes, wild) = if data.len() == 16 {
+        let end = data.iter().position(|b| *b == 0).unwrap_or(data.len());
+        (&data[..end], false)
+    } else {
+        (data, true)
+    };
+    let name = std::str::from_utf8(bytes).ok()?;
+    Some(if wild {
+        format!("{name}*")
+    } else {
+        name.to_string()
+    })
+}
+
+/// The destination network of a `payload`, `bitwise`, `cmp neq` triple
+/// (or a full-length `cmp neq`): `None` unless the payload loaded the IPv4
+/// or IPv6 destination address.
+fn daddr_net(
+    daddr_len: Option<u32>,
+    mask: Option<&[u8]>,
+    data: &[u8],
+) -> Option<(std::net::IpAddr, u8)> {
+    let addr = match (daddr_len?, data.len()) {
+        (4, 4) => std::net::IpAddr::from(<[u8; 4]>::try_from(data).ok()?),
+        (16, 16) => std::net::IpAddr::from(<[u8; 16]>::try_from(data).ok()?),
+        _ => return None,
+    };
+    let bits = match mask {
+        Some(m) => m.iter().map(|b| b.count_ones()).sum::<u32>(),
+        None => 8 * u32::try_from(data.len()).ok()?,
+    };
+    Some((addr, u8::try_from(bits).ok()?))
 }
 
 /// A set or map.
@@ -307,10 +351,21 @@ fn rule_view(chain: &str, comment: &str, handle: u64, exprs: &[Expr]) -> RuleVie
     let mut last_meta = None;
     let mut last_imm: Option<&[u8]> = None;
     let mut dport_loaded = false;
+    // The length of the destination address the last payload loaded, and
+    // the mask a bitwise applied to it since.
+    let mut daddr_len: Option<u32> = None;
+    let mut mask: Option<&[u8]> = None;
     for e in exprs {
         if let Expr::Payload(p) = e {
             dport_loaded =
                 p.base == crate::nft::expr::PayloadBase::Transport && p.offset == 2 && p.len == 2;
+            daddr_len = (p.base == crate::nft::expr::PayloadBase::Network
+                && matches!((p.offset, p.len), (16, 4) | (24, 16)))
+            .then_some(p.len);
+            mask = None;
+        }
+        if let Expr::Bitwise(b) = e {
+            mask = Some(&b.mask);
         }
         match e {
             Expr::Counter(c) => {
@@ -327,8 +382,13 @@ fn rule_view(chain: &str, comment: &str, handle: u64, exprs: &[Expr]) -> RuleVie
                 match last_meta {
                     Some(MetaKey::Skuid) => rv.skuid = v,
                     Some(MetaKey::Skgid) => rv.skgid = v,
+                    Some(MetaKey::Iifname) => rv.iifname = ifname_of(&c.data),
+                    Some(MetaKey::Oifname) => rv.oifname = ifname_of(&c.data),
                     _ => {}
                 }
+            }
+            Expr::Cmp(c) if daddr_len.is_some() && c.op == crate::nft::expr::CmpOp::Neq => {
+                rv.daddr_not_in = daddr_net(daddr_len, mask, &c.data);
             }
             Expr::Cmp(c) if dport_loaded && c.op == crate::nft::expr::CmpOp::Neq => {
                 rv.dport_ne = <[u8; 2]>::try_from(&c.data[..])

@@ -116,6 +116,12 @@ pub fn build(s: &Settings, levels: Option<Levels>, comment: &str) -> Table {
     super::inbound::inbound(s, &mut rules);
     super::output::outbound(s, levels, &mut rules);
     super::invalid::rules(s, &mut rules);
+    // The cgroup sets only beside the rules that use them: nft before
+    // 0.9.9 cannot list a `cgroupsv2` set, so the table without the init
+    // phase (Linux < 5.13, no pod cgroup) stays listable by it.
+    let cgroups = levels.is_some() && s.init_phase.enabled;
+    let mut sets = super::sets::sets(s);
+    sets.retain(|x| cgroups || x.key != KeyType::Cgroup);
     let (dns_regular, dns_base) = super::dns::chains(s);
     let mut chains = vec![
         chain("inbound_redirect", None),
@@ -132,7 +138,7 @@ pub fn build(s: &Settings, levels: Option<Levels>, comment: &str) -> Table {
     Table {
         name: crate::nft::TABLE_NAME,
         comment: sanitize_comment(comment),
-        sets: super::sets::sets(s),
+        sets,
         chains,
         rules: rules.0,
     }

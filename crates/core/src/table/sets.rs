@@ -164,6 +164,15 @@ pub fn sets(s: &Settings) -> Vec<Set> {
         });
     }
     sets.extend(init_redirect_sets(s));
+    if s.mesh.kuma.is_some() {
+        // In every Kuma table, like the UID set: a table's sets depend on
+        // its mesh only.
+        sets.push(ports(
+            "redirect_outbound_ports",
+            "kuma redirect.outbound.includePorts: when not empty, only these outbound ports are redirected",
+            &s.mesh.redirect_outbound_ports,
+        ));
+    }
     if let Some([ports_comment, nets4, nets6]) = c.redirect_outbound {
         let include = s.mesh.redirect_outbound_nets.clone().unwrap_or_default();
         sets.push(ports(

@@ -6,6 +6,7 @@ use crate::netlink::{Attr, MsgBuilder};
 // Attribute and value numbers (uapi `linux/netfilter/nf_tables.h`).
 const NFTA_META_DREG: u16 = 1;
 const NFTA_META_KEY: u16 = 2;
+const NFT_META_IIFNAME: u32 = 6;
 const NFT_META_OIFNAME: u32 = 7;
 const NFT_META_SKUID: u32 = 10;
 const NFT_META_SKGID: u32 = 11;
@@ -15,6 +16,8 @@ const NFT_META_L4PROTO: u32 = 16;
 /// `enum nft_meta_keys` values meshnft uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MetaKey {
+    /// `iifname` (6): input interface name, 16 bytes, NUL-padded.
+    Iifname,
     /// `oifname` (7): output interface name, 16 bytes, NUL-padded.
     Oifname,
     /// `skuid` (10): the socket owner's UID, 4 bytes host order.
@@ -32,6 +35,7 @@ pub enum MetaKey {
 impl MetaKey {
     fn num(self) -> u32 {
         match self {
+            MetaKey::Iifname => NFT_META_IIFNAME,
             MetaKey::Oifname => NFT_META_OIFNAME,
             MetaKey::Skuid => NFT_META_SKUID,
             MetaKey::Skgid => NFT_META_SKGID,
@@ -43,6 +47,7 @@ impl MetaKey {
 
     fn from_num(n: u32) -> MetaKey {
         match n {
+            NFT_META_IIFNAME => MetaKey::Iifname,
             NFT_META_OIFNAME => MetaKey::Oifname,
             NFT_META_SKUID => MetaKey::Skuid,
             NFT_META_SKGID => MetaKey::Skgid,

@@ -13,6 +13,7 @@ mod counter;
 mod ct;
 mod dynset;
 mod immediate;
+mod log;
 mod lookup;
 mod meta;
 mod payload;
@@ -26,6 +27,7 @@ pub use counter::Counter;
 pub use ct::{Ct, CtKey, CtOp};
 pub use dynset::Dynset;
 pub use immediate::{Immediate, ImmediateData};
+pub use log::{Log, level_name};
 pub use lookup::Lookup;
 pub use meta::{Meta, MetaKey};
 pub use payload::{Payload, PayloadBase};
@@ -50,6 +52,8 @@ pub enum Expr {
     Meta(Meta),
     /// `cmp`: compare a register with a constant.
     Cmp(Cmp),
+    /// `bitwise`: mask and xor a register (a prefix match, a bit test).
+    Bitwise(Bitwise),
     /// `byteorder`: convert a register's values between host and network order.
     Byteorder(Byteorder),
     /// `payload`: load packet bytes into a register.
@@ -62,14 +66,14 @@ pub enum Expr {
     Socket(Socket),
     /// `counter`: packets and bytes.
     Counter(Counter),
-    /// `bitwise`: mask and xor a register.
-    Bitwise(Bitwise),
     /// `ct`: load or set a field of the packet's conntrack entry.
     Ct(Ct),
     /// `immediate`: load a constant or a verdict.
     Immediate(Immediate),
     /// `redir`: NAT redirect to the local host.
     Redir(Redir),
+    /// `log`: the packet to the kernel log.
+    Log(Log),
     /// An expression this code does not model: its name.
     Other(String),
 }
@@ -80,6 +84,7 @@ impl Expr {
         match self {
             Expr::Meta(_) => "meta",
             Expr::Cmp(_) => "cmp",
+            Expr::Bitwise(_) => "bitwise",
             Expr::Byteorder(_) => "byteorder",
             Expr::Payload(_) => "payload",
             Expr::Lookup(_) => "lookup",
@@ -87,9 +92,9 @@ impl Expr {
             Expr::Socket(_) => "socket",
             Expr::Counter(_) => "counter",
             Expr::Ct(_) => "ct",
-            Expr::Bitwise(_) => "bitwise",
             Expr::Immediate(_) => "immediate",
             Expr::Redir(_) => "redir",
+            Expr::Log(_) => "log",
             Expr::Other(n) => n,
         }
     }
@@ -106,6 +111,7 @@ impl Expr {
         match self {
             Expr::Meta(e) => e.encode(m),
             Expr::Cmp(e) => e.encode(m),
+            Expr::Bitwise(e) => e.encode(m),
             Expr::Byteorder(e) => e.encode(m),
             Expr::Payload(e) => e.encode(m),
             Expr::Lookup(e) => e.encode(m, set_id(&e.set)),
@@ -113,9 +119,9 @@ impl Expr {
             Expr::Socket(e) => e.encode(m),
             Expr::Counter(e) => e.encode(m),
             Expr::Ct(e) => e.encode(m),
-            Expr::Bitwise(e) => e.encode(m),
             Expr::Immediate(e) => e.encode(m),
             Expr::Redir(e) => e.encode(m),
+            Expr::Log(e) => e.encode(m),
             Expr::Other(_) => {}
         }
         m.end();
@@ -134,6 +140,7 @@ impl Expr {
         let e = match name.as_str() {
             "meta" => Meta::decode(&data).map(Expr::Meta),
             "cmp" => Cmp::decode(&data).map(Expr::Cmp),
+            "bitwise" => Bitwise::decode(&data).map(Expr::Bitwise),
             "byteorder" => Byteorder::decode(&data).map(Expr::Byteorder),
             "payload" => Payload::decode(&data).map(Expr::Payload),
             "lookup" => Lookup::decode(&data).map(Expr::Lookup),
@@ -141,9 +148,9 @@ impl Expr {
             "socket" => Socket::decode(&data).map(Expr::Socket),
             "counter" => Some(Expr::Counter(Counter::decode(&data))),
             "ct" => Ct::decode(&data).map(Expr::Ct),
-            "bitwise" => Bitwise::decode(&data).map(Expr::Bitwise),
             "immediate" => Immediate::decode(&data).map(Expr::Immediate),
             "redir" => Redir::decode(&data).map(Expr::Redir),
+            "log" => Log::decode(&data).map(Expr::Log),
             _ => None,
         };
         e.unwrap_or(Expr::Other(name))
@@ -157,6 +164,14 @@ impl std::fmt::Display for Expr {
         match self {
             Expr::Meta(m) => write!(f, "[ meta load {:?} => reg {} ]", m.key, m.dreg),
             Expr::Cmp(c) => write!(f, "[ cmp {:?} reg {} 0x{} ]", c.op, c.sreg, hex(&c.data)),
+            Expr::Bitwise(b) => write!(
+                f,
+                "[ bitwise reg {} = ( reg {} & 0x{} ) ^ 0x{} ]",
+                b.dreg,
+                b.sreg,
+                hex(&b.mask),
+                hex(&b.xor)
+            ),
             Expr::Byteorder(b) => write!(
                 f,
                 "[ byteorder reg {} = {}(reg {}, {}, {}) ]",
@@ -190,14 +205,6 @@ impl std::fmt::Display for Expr {
                 s.dreg, s.level
             ),
             Expr::Counter(_) => write!(f, "[ counter ]"),
-            Expr::Bitwise(b) => write!(
-                f,
-                "[ bitwise reg {} = ( reg {} & 0x{} ) ^ 0x{} ]",
-                b.dreg,
-                b.sreg,
-                hex(&b.mask),
-                hex(&b.xor)
-            ),
             Expr::Ct(c) => match c.op {
                 CtOp::Load(r) => write!(f, "[ ct load {:?} => reg {r} ]", c.key),
                 CtOp::Set(r) => write!(f, "[ ct set {:?} with reg {r} ]", c.key),
@@ -207,6 +214,7 @@ impl std::fmt::Display for Expr {
                 ImmediateData::Verdict(v) => write!(f, "[ immediate reg {} {v} ]", i.dreg),
             },
             Expr::Redir(r) => write!(f, "[ redir proto_min reg {} ]", r.reg_proto_min),
+            Expr::Log(l) => write!(f, "[ log prefix {} level {} ]", l.prefix, l.level),
             Expr::Other(n) => write!(f, "[ {n} ]"),
         }
     }

@@ -12,7 +12,9 @@
 
 mod stmt;
 
-pub use stmt::{Const, IPPROTO_TCP, IPPROTO_UDP, Key, NFPROTO_IPV4, NFPROTO_IPV6, Stmt};
+pub use stmt::{
+    Const, IPPROTO_TCP, IPPROTO_UDP, IfDir, Key, NFPROTO_IPV4, NFPROTO_IPV6, Stmt, network,
+};
 
 use crate::expr::Expr;
 use crate::verdict::Verdict;

@@ -4,7 +4,7 @@
 
 use crate::expr::{
     Bitwise, Byteorder, ByteorderOp, Cmp, CmpOp, Counter, Ct, CtKey, CtOp, Dynset, Expr, Immediate,
-    ImmediateData, Lookup, Meta, MetaKey, Payload, PayloadBase, REG_1, REG_2, REG_VERDICT,
+    ImmediateData, Log, Lookup, Meta, MetaKey, Payload, PayloadBase, REG_1, REG_2, REG_VERDICT,
     REG32_01, Redir, Socket,
 };
 use crate::verdict::Verdict;
@@ -190,6 +190,47 @@ impl fmt::Display for Const {
     }
 }
 
+/// Which interface an [`Stmt::Ifname`] matches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IfDir {
+    /// `iifname`: the interface a packet arrived on.
+    In,
+    /// `oifname`: the interface it leaves through.
+    Out,
+}
+
+/// The bytes `meta iifname/oifname` is compared with: the name NUL-padded to
+/// 16 bytes (`IFNAMSIZ`), or for a wildcard `PREFIX*` the prefix alone (nft
+/// compares only its length).
+fn ifname_bytes(name: &str) -> Vec<u8> {
+    match name.strip_suffix('*') {
+        Some(prefix) => prefix.as_bytes().iter().take(15).copied().collect(),
+        None => {
+            let mut v = [0u8; 16];
+            let b = name.as_bytes();
+            let k = b.len().min(15);
+            v[..k].copy_from_slice(&b[..k]);
+            v.to_vec()
+        }
+    }
+}
+
+/// `addr` with the bits after the first `len` cleared.
+pub fn network(addr: IpAddr, len: u8) -> IpAddr {
+    match addr {
+        IpAddr::V4(a) => {
+            let bits = u32::from(len.min(32));
+            let mask = u32::MAX.checked_shl(32 - bits).unwrap_or(0);
+            IpAddr::from(std::net::Ipv4Addr::from(u32::from(a) & mask))
+        }
+        IpAddr::V6(a) => {
+            let bits = u32::from(len.min(128));
+            let mask = u128::MAX.checked_shl(128 - bits).unwrap_or(0);
+            IpAddr::from(std::net::Ipv6Addr::from(u128::from(a) & mask))
+        }
+    }
+}
+
 /// One statement of a rule, as written in nft syntax.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Stmt {
@@ -210,6 +251,28 @@ pub enum Stmt {
     Oifname(&'static str),
     /// `oifname != "NAME"`.
     OifnameNe(&'static str),
+    /// `iifname "NAME"` or `oifname "NAME"` with a name from the settings
+    /// (at most 15 bytes; a trailing `*` is nft's wildcard: every name
+    /// starting with the rest).
+    Ifname {
+        /// In or out.
+        dir: IfDir,
+        /// The name.
+        name: String,
+    },
+    /// `KEY ADDR/LEN` or `KEY != ADDR/LEN` with `negate`: an address key
+    /// ([`Key::IpDaddr`], [`Key::Ip6Daddr`], ...) against a network
+    /// (`ip daddr != 172.17.0.0/16`); a full-length prefix is one address.
+    InNet {
+        /// What is compared (an address key of `addr`'s family).
+        key: Key,
+        /// The network's address (bits past `len` are ignored).
+        addr: IpAddr,
+        /// The prefix length (1-32 for IPv4, 1-128 for IPv6).
+        len: u8,
+        /// `!=`.
+        negate: bool,
+    },
     /// `KEY VALUE` or `KEY != VALUE` with `negate`: a comparison with a
     /// constant (`ip daddr != 127.0.0.1`, `tcp dport != 15008`). The key is
     /// one of the address keys or `tcp dport`, and the value of its type.
@@ -257,6 +320,14 @@ pub enum Stmt {
     /// `ct state invalid`: the packet's conntrack state has the invalid
     /// bit (`NF_CT_STATE_INVALID_BIT`, 1).
     CtStateInvalid,
+    /// `log prefix "PREFIX" level LEVEL`: the packet to the kernel log
+    /// (a prefix without `"` or `\\`, at most 127 bytes; a syslog level).
+    Log {
+        /// The prefix.
+        prefix: String,
+        /// The syslog level, 0-7.
+        level: u32,
+    },
 }
 
 fn proto_name(p: u8) -> String {
@@ -285,6 +356,32 @@ impl fmt::Display for Stmt {
             Stmt::Skgid(g) => write!(f, "meta skgid {g}"),
             Stmt::Oifname(n) => write!(f, "oifname \"{n}\""),
             Stmt::OifnameNe(n) => write!(f, "oifname != \"{n}\""),
+            Stmt::Ifname { dir, name } => write!(
+                f,
+                "{} \"{name}\"",
+                match dir {
+                    IfDir::In => "iifname",
+                    IfDir::Out => "oifname",
+                }
+            ),
+            Stmt::InNet {
+                key,
+                addr,
+                len,
+                negate,
+            } => {
+                let full = if addr.is_ipv4() { 32 } else { 128 };
+                write!(
+                    f,
+                    "{key} {}{}",
+                    if *negate { "!= " } else { "" },
+                    network(*addr, *len)
+                )?;
+                if *len < full {
+                    write!(f, "/{len}")?;
+                }
+                Ok(())
+            }
             Stmt::Cmp { key, value, negate } => {
                 write!(f, "{key} {}{value}", if *negate { "!= " } else { "" })
             }
@@ -298,6 +395,11 @@ impl fmt::Display for Stmt {
             Stmt::Redirect(p) => write!(f, "redirect to :{p}"),
             Stmt::CtZoneSet(z) => write!(f, "ct zone set {z}"),
             Stmt::CtStateInvalid => write!(f, "ct state invalid"),
+            Stmt::Log { prefix, level } => write!(
+                f,
+                "log prefix \"{prefix}\" level {}",
+                crate::expr::level_name(*level)
+            ),
         }
     }
 }
@@ -342,6 +444,30 @@ impl Stmt {
                     data: v.to_vec(),
                 }));
             }
+            Stmt::Ifname { dir, name } => {
+                out.push(meta(match dir {
+                    IfDir::In => MetaKey::Iifname,
+                    IfDir::Out => MetaKey::Oifname,
+                }));
+                out.push(cmp_eq(ifname_bytes(name)));
+            }
+            Stmt::InNet {
+                key,
+                addr,
+                len,
+                negate,
+            } => {
+                key.load(out);
+                let bytes = Const::Addr(network(*addr, *len)).bytes();
+                if usize::from(*len) < 8 * bytes.len() {
+                    out.push(Expr::Bitwise(Bitwise::prefix(REG_1, bytes.len(), *len)));
+                }
+                out.push(Expr::Cmp(Cmp {
+                    sreg: REG_1,
+                    op: if *negate { CmpOp::Neq } else { CmpOp::Eq },
+                    data: bytes,
+                }));
+            }
             Stmt::Cmp { key, value, negate } => {
                 key.load(out);
                 out.push(Expr::Cmp(Cmp {
@@ -379,6 +505,10 @@ impl Stmt {
             Stmt::Verdict(v) => out.push(Expr::Immediate(Immediate {
                 dreg: REG_VERDICT,
                 data: ImmediateData::Verdict(v.clone()),
+            })),
+            Stmt::Log { prefix, level } => out.push(Expr::Log(Log {
+                prefix: prefix.clone(),
+                level: *level,
             })),
             Stmt::Redirect(p) => {
                 out.push(Expr::Immediate(Immediate {

@@ -4,7 +4,7 @@
 //! `NFTA_SET_DATA_TYPE`, `NFTA_SET_DATA_LEN`, `NFTA_SET_ID` (the
 //! transaction-local id by which later messages of the same batch name a
 //! new set), `NFTA_SET_USERDATA` (nft's byte orders and comment). Messages
-//! `NFT_MSG_NEWSET` (`NLM_F_CREATE`) and `NFT_MSG_GETSET`.
+//! `NFT_MSG_NEWSET` (`NLM_F_CREATE`), `NFT_MSG_GETSET` and `NFT_MSG_DELSET`.
 
 use super::setelem::RawElem;
 use super::udata::{cstr, tlv};
@@ -134,6 +134,15 @@ pub fn new_msg(table: &str, s: &Set, id: u32) -> MsgBuilder {
         m.end().end();
     }
     m.bytes(NFTA_SET_USERDATA, &udata(s));
+    m
+}
+
+/// `DELSET` of set `name` in table `table`: the kernel refuses it with
+/// `ENOENT` when there is none and `EBUSY` while a rule still uses it (a
+/// flush of that rule's chain earlier in the same transaction frees it).
+pub fn del_msg(table: &str, name: &str) -> MsgBuilder {
+    let mut m = MsgBuilder::nft(msg::DELSET, 0);
+    m.str(NFTA_SET_TABLE, table).str(NFTA_SET_NAME, name);
     m
 }
 

@@ -131,8 +131,11 @@ fn hex(b: &[u8]) -> String {
 
 /// A listing as comparable lines, one per object property, each named by
 /// its object: chains with their hooks, sets with their type, flags and
-/// userdata, the elements of static sets, and rules with their comment and
-/// expressions (counters without values; handles dropped).
+/// userdata (by name: the kernel lists sets in the order they were created,
+/// and a re-ADD that adds the init phase's sets to a table written without
+/// them creates them last), the elements of static sets, and rules with
+/// their comment and expressions (counters without values; handles
+/// dropped).
 pub fn normalize(l: &Listing) -> Vec<String> {
     let mut out = Vec::new();
     for c in &l.chains {
@@ -145,7 +148,9 @@ pub fn normalize(l: &Listing) -> Vec<String> {
             None => out.push(format!("chain {}", c.name)),
         }
     }
-    for s in &l.sets {
+    let mut sets: Vec<_> = l.sets.iter().collect();
+    sets.sort_by(|a, b| a.name.cmp(&b.name));
+    for s in sets {
         out.push(format!(
             "set {}: flags {:#x} key type {} len {} data {:?} userdata {}",
             s.name,
@@ -351,5 +356,16 @@ mod tests {
         let mut b4 = a.clone();
         b4.sets[0].elems.clear();
         assert!(compare(&a, &b4).is_empty());
+        // Sets created in another order (the init phase's added by a
+        // re-ADD) are the same table; rules in another order are not.
+        let mut b7 = a.clone();
+        b7.sets.reverse();
+        assert!(compare(&a, &b7).is_empty());
+        let mut b8 = a.clone();
+        b8.rules.push(b8.rules[0].clone());
+        b8.rules[0].comment = "first".into();
+        let mut b9 = b8.clone();
+        b9.rules.swap(0, 1);
+        assert_eq!(compare(&b8, &b9).len(), 4);
     }
 }

@@ -86,9 +86,14 @@ pub fn write<C: NftClient + ?Sized>(
     if re_add {
         let mark = closed_phase_mark(nft, settings, pod, label)?;
         let table = ruleset::build(settings, pod.levels, comment);
+        let stale = stale_cgroup_sets(nft, &table)?;
         let mut tx = encode::replace(&table);
         if let Some(id) = mark {
             mark_started(&mut tx, id);
+        }
+        // After the flush of the chains whose rules used them.
+        for name in &stale {
+            tx.delete_set(nft::TABLE_NAME, name);
         }
         nft.commit(tx)?;
     }
@@ -120,6 +125,32 @@ fn closed_phase_mark<C: NftClient + ?Sized>(
             Ok(id)
         }
     }
+}
+
+/// The cgroup sets (`cgroupsv2`) that the existing table has and `table`
+/// has not: a table written with the init phase, or by meshnft 0.1.0
+/// (which declared them in every table), re-ADDed without it. The
+/// re-ADD deletes them, so that the table without the init phase is what
+/// a first ADD writes (and nft before 0.9.9 can list it).
+///
+/// Errors: 100 when the table cannot be read.
+fn stale_cgroup_sets<C: NftClient + ?Sized>(
+    nft: &mut C,
+    table: &ruleset::Table,
+) -> Result<Vec<String>> {
+    const CGROUP_SETS: [&str; 3] = ["proxy_started", "init_containers", "init_phase"];
+    if table.sets.iter().any(|s| CGROUP_SETS.contains(&s.name)) {
+        return Ok(Vec::new());
+    }
+    let listing = nft
+        .read(nft::TABLE_NAME)
+        .map_err(|e| Error::new(Code::NftTransaction, e.to_string()))?;
+    Ok(listing
+        .iter()
+        .flat_map(|l| &l.sets)
+        .filter(|s| CGROUP_SETS.contains(&s.name.as_str()))
+        .map(|s| s.name.clone())
+        .collect())
 }
 
 /// Adds cgroup `id` to `proxy_started` (an existing set) in `tx`.

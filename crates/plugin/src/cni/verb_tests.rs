@@ -130,6 +130,42 @@ fn re_add_without_the_cgroup_id_writes_no_init_phase() {
     );
 }
 
+/// The names of the sets of the table in `f`.
+fn set_names(f: &Fake) -> Vec<String> {
+    let t = f.table(TABLE_NAME).expect("table");
+    t.sets.iter().map(|s| s.name.clone()).collect()
+}
+
+#[test]
+fn re_add_without_the_init_phase_removes_the_cgroup_sets() {
+    // A table with the init phase (or one meshnft 0.1.0 wrote without it,
+    // which has the same sets) re-ADDed without a pod cgroup: its table is
+    // then the one a first ADD writes without the init phase.
+    let mut f = written(&settings(), "first ADD");
+    assert!(set_names(&f).contains(&"proxy_started".to_string()));
+    let plain = PodCgroup {
+        levels: None,
+        ..pod()
+    };
+    let mut s = settings();
+    assert!(podtable::write(&mut f, &mut s, &plain, "second ADD", "ns/pod").expect("re-ADD"));
+    let first_add = Fake::with(encode::fresh(&ruleset::build(&settings(), None, "x")));
+    assert_eq!(set_names(&f), set_names(&first_add));
+    for gone in ["proxy_started", "init_containers", "init_phase"] {
+        assert!(!set_names(&f).contains(&gone.to_string()), "{gone} is left");
+    }
+    // Nothing left to remove: the next re-ADD deletes nothing.
+    assert!(podtable::write(&mut f, &mut s, &plain, "third ADD", "ns/pod").expect("re-ADD"));
+    assert_eq!(f.refused, 0);
+    // With the init phase again, the sets come back, the phase closed (it
+    // was never open in the table without it).
+    assert!(podtable::write(&mut f, &mut s, &pod(), "fourth ADD", "ns/pod").expect("re-ADD"));
+    assert_eq!(
+        podtable::existing_phase(&mut f).expect("read"),
+        Some(Phase::Closed)
+    );
+}
+
 #[test]
 fn add_fails_closed_when_the_kernel_refuses() {
     let mut f = Fake::new();

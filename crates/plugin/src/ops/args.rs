@@ -76,6 +76,11 @@ pub struct ExplainArgs {
     /// 127.0.0.0/8 and ::1.
     #[arg(long)]
     pub lo: bool,
+    /// The interface the packet arrives on (inbound) or leaves through
+    /// (outbound), for the interface rules (Istio's excludeInterfaces and
+    /// kubevirtInterfaces, Kuma's vnet networks).
+    #[arg(long, value_name = "NAME")]
+    pub iface: Option<String>,
     /// Print a JSON document instead of text.
     #[arg(long)]
     pub json: bool,

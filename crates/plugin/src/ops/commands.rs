@@ -136,6 +136,9 @@ struct FlowDoc<'a> {
     host_gid: Option<u32>,
     cgroup: Option<&'a Path>,
     loopback: bool,
+    /// `--iface`, when given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    iface: Option<&'a str>,
 }
 
 /// JSON document of `explain --json`.
@@ -204,6 +207,7 @@ pub fn explain(a: &ExplainArgs) -> OpResult<String> {
         gid,
         cgroup,
         loopback: a.lo || a.dst.to_canonical().is_loopback(),
+        iface: a.iface.clone(),
     };
     let started: Vec<u64> = t
         .cgroups("proxy_started")
@@ -234,6 +238,7 @@ pub fn explain(a: &ExplainArgs) -> OpResult<String> {
                 host_gid: gid_in.map(|_| a.gid),
                 cgroup: cg_path.as_deref(),
                 loopback: flow.loopback,
+                iface: flow.iface.as_deref(),
             },
             decision: &d,
         });

@@ -104,7 +104,8 @@ pub fn apply<C: NftClient + ?Sized>(
     let t = readback::read(nft)?.ok_or_else(|| OpError::NoTable(what.to_string()))?;
     if !t.sets.contains_key("init_phase") {
         return Err(OpError::CannotPin(format!(
-            "table inet meshnft in {what} has no init_phase map"
+            "table inet meshnft in {what} has no init_phase map: it was written without the init \
+             phase (no pod cgroup at ADD, initPhase disabled, or Linux < 5.13), so a pin would never apply"
         )));
     }
     let (loc, element) = locate()?;

@@ -124,8 +124,27 @@ fn pin_needs_a_table_that_consults_the_map() {
     let e = apply(&mut Fake::new(), "ns", at(4), None, false).expect_err("no table");
     assert!(matches!(&e, OpError::NoTable(w) if w == "ns"), "{e}");
 
-    // Written without the init phase: the map is there, no rule reads it.
+    // Written without the init phase: no map, for a pin and an unpin.
     let mut f = pod(None);
+    for verdict in [Some(PinVerdict::Redirect), None] {
+        let e = apply(&mut f, "ns", at(4), verdict, false).expect_err("plain");
+        assert!(
+            matches!(&e, OpError::CannotPin(m) if m.contains("no init_phase map")),
+            "{e}"
+        );
+    }
+    assert!(f.sent.is_empty());
+
+    // Written without the init phase by meshnft 0.1.0, which declared the
+    // cgroup sets in every table: the map is there, no rule reads it.
+    let mut old = ruleset::build(&settings(), None, "test");
+    let with = ruleset::build(&settings(), levels(), "test");
+    old.sets.extend(
+        with.sets
+            .into_iter()
+            .filter(|s| s.key == ruleset::KeyType::Cgroup),
+    );
+    let mut f = Fake::with(encode::fresh(&old));
     let e = apply(&mut f, "ns", at(4), Some(PinVerdict::Redirect), false).expect_err("plain");
     assert!(
         matches!(&e, OpError::CannotPin(m) if m.contains("no rule that consults init_phase")),

@@ -19,13 +19,14 @@
 //! `tools/istio-iptables/pkg/capture/run.go`.
 
 use super::dns::{DNS_PROXY_PORT, DnsCapture};
+use super::ifaces::{IfaceRules, Origin, iface_list};
 use super::{
     ALL_PORTS, Annotations, LoopbackInbound, Mesh, MeshModule, MeshRules, SetComments,
     annotation_error, missing, one, sidecar_settings,
 };
 pub use crate::config::values::go_bool;
 use crate::config::values::{
-    block_id, block_list, distinct_ports, nets, nets_sel, port_list, port_sel,
+    block_id, block_list, distinct_ports, list_text, nets, nets_sel, port_list, port_sel,
 };
 use crate::config::{NetConf, Settings};
 use crate::error::{Code, Error, Result};
@@ -78,12 +79,13 @@ pub const ISTIO_ANN_EXCLUDE_OUTBOUND_IP_RANGES: &str =
 pub const ISTIO_ANN_INCLUDE_OUTBOUND_PORTS: &str = "traffic.sidecar.istio.io/includeOutboundPorts";
 /// Outbound ports left alone.
 pub const ISTIO_ANN_EXCLUDE_OUTBOUND_PORTS: &str = "traffic.sidecar.istio.io/excludeOutboundPorts";
-/// Interfaces whose inbound traffic is redirected to the outbound port
-/// (VMs): refused, meshnft has no interface rules.
+/// Interfaces (a KubeVirt VM's) whose arriving TCP goes to the outbound
+/// port, to the destinations of `includeOutboundIPRanges` (deprecated name).
 pub const ISTIO_ANN_KUBEVIRT_INTERFACES: &str = "traffic.sidecar.istio.io/kubevirtInterfaces";
-/// The newer name of `kubevirtInterfaces`: refused likewise.
+/// The newer name of `kubevirtInterfaces`; when set (even empty) the old
+/// one is not read, as istio-cni's `NewRedirect` does.
 pub const ISTIO_ANN_REROUTE_VIRTUAL_INTERFACES: &str = "istio.io/reroute-virtual-interfaces";
-/// Interfaces left alone: refused likewise.
+/// Interfaces whose traffic, in and out, is not redirected.
 pub const ISTIO_ANN_EXCLUDE_INTERFACES: &str = "traffic.sidecar.istio.io/excludeInterfaces";
 
 /// The `istio` block: the defaults of a pod without the matching
@@ -128,6 +130,14 @@ pub struct IstioConf {
     /// Redirect IPv6 too (default false, as istio-iptables on an IPv4 pod;
     /// a pod whose `istio-proxy` has `ISTIO_DUAL_STACK=true` gets it).
     pub ipv6: Option<bool>,
+    /// `excludeInterfaces` (default none): interface names, a comma list or
+    /// an array.
+    #[serde(rename = "excludeInterfaces")]
+    pub exclude_interfaces: Option<Value>,
+    /// `kubevirtInterfaces` (`istio.io/reroute-virtual-interfaces`; default
+    /// none): interface names, a comma list or an array.
+    #[serde(rename = "kubevirtInterfaces")]
+    pub kubevirt_interfaces: Option<Value>,
 }
 
 /// Istio's per-pod values (the `istio` block, then the pod's annotations).
@@ -162,6 +172,12 @@ pub struct IstioPod {
     /// The proxy's env `INVALID_DROP=true`: `ct state invalid drop`.
     #[serde(default)]
     pub drop_invalid: bool,
+    /// `excludeInterfaces`, in nft's form ([`super::ifaces::iface_name`]).
+    #[serde(default)]
+    pub exclude_interfaces: Vec<String>,
+    /// `reroute-virtual-interfaces` / `kubevirtInterfaces`, likewise.
+    #[serde(default)]
+    pub reroute_interfaces: Vec<String>,
 }
 
 impl IstioPod {
@@ -207,6 +223,14 @@ impl IstioPod {
             redirect_outbound_nets: self.include_nets.clone(),
             redirect_outbound_ports: self.include_out_ports.clone(),
             skip_nets_first: false,
+            outbound_disabled: false,
+            outbound_only_ports: false,
+            log_level: None,
+            ifaces: IfaceRules {
+                skip: self.exclude_interfaces.clone(),
+                reroute: self.reroute_interfaces.clone(),
+                vnets: Vec::new(),
+            },
             istio: Some(self.clone()),
             kuma: None,
             dns: self.dns_capture.then_some(DnsCapture {
@@ -277,8 +301,17 @@ impl IstioPod {
             ipv6: c.ipv6.unwrap_or(false),
             dns_capture: false,
             drop_invalid: false,
+            exclude_interfaces: block_ifaces("istio.excludeInterfaces", &c.exclude_interfaces)?,
+            reroute_interfaces: block_ifaces("istio.kubevirtInterfaces", &c.kubevirt_interfaces)?,
         })
     }
+}
+
+/// A block's interface list (a comma-separated string or an array of
+/// names); absent is none.
+fn block_ifaces(field: &str, v: &Option<Value>) -> Result<Vec<String>> {
+    let text = list_text(field, v, "")?;
+    iface_list(Origin::Config, field, &text)
 }
 
 /// Istio's module.
@@ -382,6 +415,26 @@ impl MeshModule for Istio {
             &mut k.exclude_out_ports,
             port_list,
         )?;
+        let ifaces = |key: &str, v: &str| iface_list(Origin::Annotation, key, v);
+        ann.set(
+            ISTIO_ANN_EXCLUDE_INTERFACES,
+            &mut k.exclude_interfaces,
+            ifaces,
+        )?;
+        // The newer name wins when set, even empty (istio-cni's NewRedirect).
+        if ann.get(ISTIO_ANN_REROUTE_VIRTUAL_INTERFACES).is_some() {
+            ann.set(
+                ISTIO_ANN_REROUTE_VIRTUAL_INTERFACES,
+                &mut k.reroute_interfaces,
+                ifaces,
+            )?;
+        } else {
+            ann.set(
+                ISTIO_ANN_KUBEVIRT_INTERFACES,
+                &mut k.reroute_interfaces,
+                ifaces,
+            )?;
+        }
         if let Some(c) = pod.proxy_container(PROXY_CONTAINER) {
             proxy_values(c, &mut k)?;
         }
@@ -426,8 +479,8 @@ impl MeshModule for Istio {
     }
 }
 
-/// The annotations asking for what meshnft has no datapath for: TPROXY
-/// interception, per-interface rules.
+/// The annotation asking for what meshnft has no datapath for: TPROXY
+/// interception.
 fn refused(ann: &Annotations) -> Result<()> {
     if let Some((key, v)) = ann.get(ISTIO_ANN_INTERCEPTION_MODE) {
         let why = match v {
@@ -439,21 +492,6 @@ fn refused(ann: &Annotations) -> Result<()> {
         };
         if let Some(why) = why {
             return Err(annotation_error(key, v, why));
-        }
-    }
-    for key in [
-        ISTIO_ANN_KUBEVIRT_INTERFACES,
-        ISTIO_ANN_REROUTE_VIRTUAL_INTERFACES,
-        ISTIO_ANN_EXCLUDE_INTERFACES,
-    ] {
-        if let Some((key, v)) = ann.get(key)
-            && !v.trim().is_empty()
-        {
-            return Err(annotation_error(
-                key,
-                v,
-                "per-interface rules are not supported by meshnft",
-            ));
         }
     }
     Ok(())

@@ -17,6 +17,7 @@
 //! the rules of `pkg/transparentproxy/iptables/builder/builder_table_nat.go`.
 
 use super::dns::{DNS_PROXY_PORT, DnsCapture};
+use super::ifaces::{IfaceRules, Origin, Vnet};
 use super::{
     ALL_PORTS, Annotations, LoopbackInbound, Mesh, MeshModule, MeshRules, SetComments,
     annotation_error, missing, one, parse_uid, sidecar_settings,
@@ -90,8 +91,8 @@ pub const KUMA_ANN_BUILTIN_DNS_PORT: &str = "kuma.io/builtin-dns-port";
 /// `true`: drop packets in conntrack state invalid (`ct state invalid
 /// drop`, as Kuma's mangle PREROUTING rule).
 pub const KUMA_ANN_DROP_INVALID: &str = "traffic.kuma.io/drop-invalid-packets";
-/// `true`: iptables LOG rules: validated, not written (meshnft logs nothing
-/// per packet; its rules carry counters).
+/// `true`: Kuma's `log.enabled`: a `log` rule at the head of `prerouting`
+/// and `output` (at `log.level`, debug by default).
 pub const KUMA_ANN_IPTABLES_LOGS: &str = "traffic.kuma.io/iptables-logs";
 /// The whole transparent-proxy configuration as YAML (Kuma's ConfigMap
 /// mode, the only one kuma-cni reads since Kuma 2.9's injector renders it):
@@ -120,6 +121,36 @@ pub struct KumaConf {
     /// `ct state invalid drop` (default false); a pod's
     /// `traffic.kuma.io/drop-invalid-packets` wins.
     pub drop_invalid_packets: Option<bool>,
+    /// Rule logging (Kuma's `log`).
+    pub log: Option<KumaLog>,
+}
+
+/// `kuma.log`: Kuma's rule logging, `enabled` (default false) and the
+/// syslog `level` (0-7, default 7: debug), as Kuma's `Log`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KumaLog {
+    /// Log each packet reaching nat `PREROUTING` and `OUTPUT`.
+    pub enabled: Option<bool>,
+    /// The syslog level.
+    pub level: Option<Value>,
+}
+
+/// Kuma's default log level (`consts.LogLevelDebug`).
+pub const KUMA_LOG_LEVEL: u32 = 7;
+
+/// A syslog level 0-7 (`field` names it in errors): absent is
+/// [`KUMA_LOG_LEVEL`].
+pub(crate) fn log_level(field: &str, v: &Option<Value>) -> Result<u32> {
+    match v {
+        None | Some(Value::Null) => Ok(KUMA_LOG_LEVEL),
+        Some(v) => tok(v)
+            .trim()
+            .parse::<u32>()
+            .ok()
+            .filter(|l| *l <= 7)
+            .ok_or_else(|| Error::config(field, &tok(v), "expected a syslog level 0-7")),
+    }
 }
 
 /// `kuma.redirect`.
@@ -132,14 +163,31 @@ pub struct KumaRedirect {
     pub outbound: Option<KumaFlow>,
     /// `kuma.redirect.dns`.
     pub dns: Option<KumaDns>,
+    /// `kuma.redirect.vnet`.
+    pub vnet: Option<KumaVnet>,
+}
+
+/// `kuma.redirect.vnet`: virtual networks inside the pod (Docker bridges).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KumaVnet {
+    /// `interfaceName:CIDR` entries, an array of strings
+    /// ([`super::ifaces::vnets`]).
+    pub networks: Option<Value>,
 }
 
 /// `kuma.redirect.inbound` / `kuma.redirect.outbound`.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct KumaFlow {
+    /// `false`: nothing of this direction is redirected (inbound: as a
+    /// gateway; outbound: no outbound TCP goes to the proxy). Default true.
+    pub enabled: Option<bool>,
     /// Redirect port (15006 inbound, 15001 outbound).
     pub port: Option<Value>,
+    /// When not empty, only TCP to these ports is redirected, and
+    /// `excludePorts` is not read (Kuma's rules).
+    pub include_ports: Option<Value>,
     /// Ports left alone (default 9901, Envoy's admin port).
     pub exclude_ports: Option<Value>,
     /// Addresses or CIDRs left alone: inbound sources, outbound destinations.
@@ -214,6 +262,22 @@ pub struct KumaPod {
     /// with DNS capture only (meshnft redirects no other UDP).
     #[serde(default)]
     pub exclude_outbound_uid_udp_ports: Vec<super::kuma_tproxy::UidPorts>,
+    /// `redirect.inbound.includePorts`: when not empty, only these inbound
+    /// ports are redirected (excluded ports are not read).
+    #[serde(default)]
+    pub include_inbound_ports: Vec<PortRange>,
+    /// `redirect.outbound.includePorts`: likewise outbound.
+    #[serde(default)]
+    pub include_outbound_ports: Vec<PortRange>,
+    /// `redirect.outbound.enabled: false`: no outbound TCP is redirected.
+    #[serde(default)]
+    pub outbound_disabled: bool,
+    /// `redirect.vnet.networks` ([`super::ifaces::vnets`]).
+    #[serde(default)]
+    pub vnets: Vec<Vnet>,
+    /// `log`: the level of the `log` rules, `None` when off.
+    #[serde(default)]
+    pub log_level: Option<u32>,
 }
 
 impl KumaPod {
@@ -228,13 +292,23 @@ impl KumaPod {
         s.redirect_inbound_ports = Vec::new();
         s.skip_inbound_ports = if self.gateway {
             vec![ALL_PORTS]
+        } else if !self.include_inbound_ports.is_empty() {
+            // Kuma: with includePorts, excludePorts (and the probe port
+            // folded into them) are not read.
+            s.redirect_inbound_ports = self.include_inbound_ports.clone();
+            Vec::new()
         } else {
             let mut skip = self.exclude_inbound_ports.clone();
             skip.extend(self.probe_proxy_port.map(one));
             ports::merge(skip)
         };
         s.skip_inbound_nets = self.exclude_inbound_ips.clone();
-        let mut out = self.exclude_outbound_ports.clone();
+        let only_ports = !self.include_outbound_ports.is_empty();
+        let mut out = if only_ports {
+            Vec::new()
+        } else {
+            self.exclude_outbound_ports.clone()
+        };
         if self.builtin_dns {
             out.push(one(DNS_PORT));
         }
@@ -246,8 +320,21 @@ impl KumaPod {
             gid_alone: false,
             loopback_inbound: Some(LoopbackInbound { except_port: None }),
             redirect_outbound_nets: None,
-            redirect_outbound_ports: Vec::new(),
+            redirect_outbound_ports: self.include_outbound_ports.clone(),
             skip_nets_first: true,
+            outbound_disabled: self.outbound_disabled,
+            outbound_only_ports: only_ports,
+            log_level: self.log_level,
+            ifaces: IfaceRules {
+                skip: Vec::new(),
+                reroute: Vec::new(),
+                vnets: self
+                    .vnets
+                    .iter()
+                    .filter(|v| self.ipv6 || v.net.addr().is_ipv4())
+                    .cloned()
+                    .collect(),
+            },
             istio: None,
             kuma: Some(self.clone()),
             dns: self.builtin_dns.then_some(DnsCapture {
@@ -304,6 +391,14 @@ impl KumaPod {
                 )
             }
         };
+        let vnets = match r.vnet.as_ref().and_then(|v| v.networks.as_ref()) {
+            None => Vec::new(),
+            Some(v) => {
+                let field = "kuma.redirect.vnet.networks";
+                let entries = uid_entries(field, v)?;
+                super::ifaces::vnets(Origin::Config, field, entries.iter().map(String::as_str))?
+            }
+        };
         let ipv6 = match &c.ip_family_mode {
             None => true,
             Some(Value::String(m)) => ip_family_mode("kuma.ipFamilyMode", m)?,
@@ -345,19 +440,37 @@ impl KumaPod {
                 nets,
             )?,
             probe_proxy_port: probe,
-            gateway: false,
+            gateway: inb.enabled == Some(false),
             builtin_dns: dns.enabled.unwrap_or(false),
             drop_invalid: c.drop_invalid_packets.unwrap_or(false),
             dns_port: single_port("kuma.redirect.dns.port", &dns.port, DNS_PROXY_PORT)?,
             dns_skip_zone_split: dns.skip_conntrack_zone_split.unwrap_or(false),
             exclude_outbound_uid_ports: uid_ports.0,
             exclude_outbound_uid_udp_ports: uid_ports.1,
+            include_inbound_ports: block_list(
+                "kuma.redirect.inbound.includePorts",
+                &inb.include_ports,
+                "",
+                port_list,
+            )?,
+            include_outbound_ports: block_list(
+                "kuma.redirect.outbound.includePorts",
+                &outb.include_ports,
+                "",
+                port_list,
+            )?,
+            outbound_disabled: outb.enabled == Some(false),
+            vnets,
+            log_level: match &c.log {
+                Some(l) if l.enabled == Some(true) => Some(log_level("kuma.log.level", &l.level)?),
+                _ => None,
+            },
         })
     }
 }
 
-/// The block's `excludePortsForUIDs`: an array of strings, or one string
-/// of `;`-separated entries.
+/// The block's `excludePortsForUIDs` (and `vnet.networks`): an array of
+/// strings, or one string of `;`-separated entries.
 fn uid_entries(field: &str, v: &Value) -> Result<Vec<String>> {
     match v {
         Value::String(s) if s.trim().is_empty() => Ok(Vec::new()),
@@ -408,8 +521,8 @@ impl MeshModule for Kuma {
         conf.kuma.is_some()
     }
 
-    /// `kuma.redirect` and its `inbound`, `outbound` and `dns` must be
-    /// objects.
+    /// `kuma.redirect` and its `inbound`, `outbound`, `dns` and `vnet`
+    /// must be objects.
     fn check_block(&self, top: &Map<String, Value>) -> Result<()> {
         let nested = |v: Option<&Value>, path: &str| -> Result<()> {
             match v {
@@ -419,8 +532,9 @@ impl MeshModule for Kuma {
         };
         if let Some(k) = top.get("kuma") {
             nested(k.get("redirect"), "kuma.redirect")?;
+            nested(k.get("log"), "kuma.log")?;
             if let Some(r) = k.get("redirect") {
-                for flow in ["inbound", "outbound", "dns"] {
+                for flow in ["inbound", "outbound", "dns", "vnet"] {
                     nested(r.get(flow), &format!("kuma.redirect.{flow}"))?;
                 }
             }
@@ -474,7 +588,6 @@ impl MeshModule for Kuma {
             k.derive(&mut out);
             return Ok(out);
         }
-        refused(&ann)?;
         ann.set(KUMA_ANN_DROP_INVALID, &mut k.drop_invalid, kuma_enabled)?;
         ann.set(KUMA_ANN_SIDECAR_UID, &mut k.uid, parse_uid)?;
         ann.set(
@@ -539,6 +652,11 @@ impl MeshModule for Kuma {
             |key, v| super::kuma_tproxy::uid_exclusions_udp(key, v.split(';'), false),
         )?;
         ann.set(KUMA_ANN_GATEWAY, &mut k.gateway, kuma_enabled)?;
+        // kuma-cni: `log.enabled` from the annotation, the level Kuma's default.
+        let level = k.log_level.unwrap_or(KUMA_LOG_LEVEL);
+        ann.set(KUMA_ANN_IPTABLES_LOGS, &mut k.log_level, |key, v| {
+            Ok(kuma_enabled(key, v)?.then_some(level))
+        })?;
         ann.set(KUMA_ANN_BUILTIN_DNS, &mut k.builtin_dns, kuma_enabled)?;
         ann.set(
             KUMA_ANN_BUILTIN_DNS_PORT,
@@ -562,7 +680,7 @@ impl MeshModule for Kuma {
 
     fn set_comments(&self) -> SetComments {
         SetComments {
-            redirect_inbound_ports: "unused with kuma (every inbound port)",
+            redirect_inbound_ports: "kuma redirect.inbound.includePorts: when not empty, only these inbound ports are redirected",
             skip_inbound_ports: "kuma redirect.inbound.excludePorts and the application probe proxy port",
             skip_inbound_nets: [
                 "kuma redirect.inbound.excludePortsForIPs (IPv4)",
@@ -584,13 +702,4 @@ impl MeshModule for Kuma {
     fn passthrough6_on_lo(&self) -> bool {
         true
     }
-}
-
-/// The annotation asking for what meshnft has no datapath for (dropping
-/// invalid packets), and the iptables logs flag (validated, not written).
-fn refused(ann: &Annotations) -> Result<()> {
-    if let Some((key, v)) = ann.get(KUMA_ANN_IPTABLES_LOGS) {
-        kuma_enabled(key, v)?;
-    }
-    Ok(())
 }

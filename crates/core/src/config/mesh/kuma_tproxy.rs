@@ -250,6 +250,13 @@ struct TpConfig {
     drop_invalid_packets: Option<Value>,
     #[serde(rename = "dryrun")]
     dry_run: Option<Value>,
+    log: Option<TpLog>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct TpLog {
+    enabled: Option<Value>,
+    level: Option<Value>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -394,10 +401,10 @@ impl KumaPod {
     /// and the per-key annotations are not read.
     ///
     /// Refused, naming the annotation and the YAML path: what meshnft has
-    /// no datapath for (`redirect.outbound.enabled: false`,
-    /// `includePorts`, inbound `excludePortsForUIDs`, `vnet.networks`,
-    /// `dropInvalidPackets`), `dryRun` (kuma-cni would write nothing and
-    /// leave the pod unmeshed), and a `kumaDPUser` that is a user name.
+    /// no datapath for (inbound `excludePortsForUIDs`, which Kuma writes as
+    /// a rule skipping every inbound connection),
+    /// `dryRun` (kuma-cni would write nothing and leave the pod unmeshed),
+    /// and a `kumaDPUser` that is a user name.
     pub fn from_tp_config(key: &str, text: &str) -> Result<KumaPod> {
         let first: String = text
             .lines()
@@ -438,6 +445,7 @@ impl KumaPod {
             "redirect.outbound",
             "redirect.dns",
             "redirect.vnet",
+            "log",
         ] {
             let v = path
                 .split('.')
@@ -504,28 +512,13 @@ impl KumaPod {
         let r = c.redirect.unwrap_or_default();
         let inb = r.inbound.unwrap_or_default();
         let outb = r.outbound.unwrap_or_default();
-        if !flag(key, "redirect.outbound.enabled", &outb.enabled, true)? {
-            return refuse(
-                "redirect.outbound.enabled",
-                "false",
-                "a pod without outbound redirection is not supported by meshnft",
-            );
-        }
-        for (path, f) in [("redirect.inbound", &inb), ("redirect.outbound", &outb)] {
-            let inc = list_text(
-                &field(&format!("{path}.includePorts")),
-                &f.include_ports,
-                "",
-            )
-            .map_err(super::relabel)?;
-            if !inc.trim().is_empty() {
-                return refuse(
-                    &format!("{path}.includePorts"),
-                    &inc,
-                    "redirecting only some ports is not supported by meshnft for Kuma",
-                );
-            }
-        }
+        let outbound_disabled = !flag(key, "redirect.outbound.enabled", &outb.enabled, true)?;
+        let log = c.log.unwrap_or_default();
+        let log_level = if flag(key, "log.enabled", &log.enabled, false)? {
+            Some(super::kuma::log_level(&field("log.level"), &log.level).map_err(super::relabel)?)
+        } else {
+            None
+        };
         let inbound_uids = strings(
             key,
             "redirect.inbound.excludePortsForUIDs",
@@ -535,7 +528,7 @@ impl KumaPod {
             return refuse(
                 "redirect.inbound.excludePortsForUIDs",
                 first,
-                "Kuma writes this as a rule that skips every inbound connection; not supported by meshnft",
+                "Kuma writes this as a rule that skips every inbound connection (an inbound packet has no socket owner); refused rather than silently redirect no inbound port",
             );
         }
         let vnet = strings(
@@ -543,13 +536,11 @@ impl KumaPod {
             "redirect.vnet.networks",
             &r.vnet.unwrap_or_default().networks,
         )?;
-        if let Some(first) = vnet.first() {
-            return refuse(
-                "redirect.vnet.networks",
-                first,
-                "virtual networks (traffic of bridges in the pod) are not supported by meshnft",
-            );
-        }
+        let vnets = super::ifaces::vnets(
+            super::ifaces::Origin::Annotation,
+            &field("redirect.vnet.networks"),
+            vnet.iter().map(String::as_str),
+        )?;
         let gateway = !flag(key, "redirect.inbound.enabled", &inb.enabled, true)?;
         let port = |path: &str, v: &Option<Value>, default: u16| -> Result<u16> {
             crate::config::values::single_port(&field(path), v, default).map_err(super::relabel)
@@ -613,6 +604,14 @@ impl KumaPod {
                 uid_list.iter().map(String::as_str),
                 false,
             )?,
+            include_inbound_ports: port_set("redirect.inbound.includePorts", &inb.include_ports)?,
+            include_outbound_ports: port_set(
+                "redirect.outbound.includePorts",
+                &outb.include_ports,
+            )?,
+            outbound_disabled,
+            vnets,
+            log_level,
             probe_proxy_port: None,
             gateway,
             builtin_dns,

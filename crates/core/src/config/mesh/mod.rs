@@ -28,6 +28,7 @@
 //! (no nested blocks, no `::6` on lo) is written once.
 
 pub mod dns;
+pub mod ifaces;
 pub mod istio;
 pub mod kuma;
 pub mod kuma_tproxy;
@@ -226,6 +227,20 @@ pub struct MeshRules {
     /// Skipped outbound destinations are checked before the proxy's own
     /// rules (Kuma inserts them first in `OUTPUT`; Istio after them).
     pub skip_nets_first: bool,
+    /// No outbound TCP is redirected (Kuma's `redirect.outbound.enabled:
+    /// false`): `output` returns every TCP packet after the init phase's
+    /// own rule.
+    pub outbound_disabled: bool,
+    /// Only outbound TCP to `redirect_outbound_ports` is redirected (Kuma's
+    /// `redirect.outbound.includePorts`, not empty).
+    pub outbound_only_ports: bool,
+    /// The interface rules ([`ifaces::IfaceRules`]): Istio's
+    /// `excludeInterfaces` and `kubevirtInterfaces`, Kuma's `vnet.networks`.
+    pub ifaces: ifaces::IfaceRules,
+    /// Kuma's rule logging (`log.enabled`, `traffic.kuma.io/iptables-logs`):
+    /// the syslog level (0-7) of a `log` rule at the head of `prerouting`
+    /// and `output`; `None` writes none.
+    pub log_level: Option<u32>,
     /// Istio's validated values, from which the table's fields were
     /// derived (a pod's annotations start from them).
     pub istio: Option<IstioPod>,
@@ -463,3 +478,6 @@ pub(crate) fn missing(mesh: Mesh) -> Error {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod keys_tests;

@@ -520,9 +520,10 @@ fn istio_bad_values_name_the_annotation() {
         (ISTIO_ANN_EXCLUDE_OUTBOUND_IP_RANGES, "*"),
         (ISTIO_ANN_INCLUDE_OUTBOUND_IP_RANGES, "nope"),
         (ISTIO_ANN_INCLUDE_OUTBOUND_IP_RANGES, "127.0.0.0/8"),
-        (ISTIO_ANN_KUBEVIRT_INTERFACES, "net1"),
-        (ISTIO_ANN_REROUTE_VIRTUAL_INTERFACES, "net1"),
-        (ISTIO_ANN_EXCLUDE_INTERFACES, "net2"),
+        (ISTIO_ANN_KUBEVIRT_INTERFACES, "net 1"),
+        (ISTIO_ANN_REROUTE_VIRTUAL_INTERFACES, "net1,a+b"),
+        (ISTIO_ANN_EXCLUDE_INTERFACES, "0123456789abcdef"),
+        (ISTIO_ANN_EXCLUDE_INTERFACES, "+"),
         ("meshnft.io/init-phase", "off"),
     ] {
         let e = pod(&[(k, v)]).apply(&s).unwrap_err();
@@ -629,11 +630,14 @@ fn kuma_bad_values_name_the_annotation() {
         (KUMA_ANN_TP_CONFIG, "dropInvalidPackets: 'yes'"),
         (KUMA_ANN_TP_CONFIG, "dryRun: true"),
         (KUMA_ANN_TP_CONFIG, "ipFamilyMode: ipv6"),
-        (KUMA_ANN_TP_CONFIG, "redirect: {outbound: {enabled: false}}"),
         (KUMA_ANN_TP_CONFIG, "redirect: {outbound: {enabled: 'no'}}"),
         (
             KUMA_ANN_TP_CONFIG,
-            "redirect: {inbound: {includePorts: [80]}}",
+            "redirect: {inbound: {includePorts: [0]}}",
+        ),
+        (
+            KUMA_ANN_TP_CONFIG,
+            "redirect: {outbound: {includePorts: '80,x'}}",
         ),
         (
             KUMA_ANN_TP_CONFIG,
@@ -649,7 +653,15 @@ fn kuma_bad_values_name_the_annotation() {
         ),
         (
             KUMA_ANN_TP_CONFIG,
-            "redirect: {vnet: {networks: ['docker0:172.17.0.0/16']}}",
+            "redirect: {vnet: {networks: ['docker0']}}",
+        ),
+        (
+            KUMA_ANN_TP_CONFIG,
+            "redirect: {vnet: {networks: ['docker0:172.17.0.0/33']}}",
+        ),
+        (
+            KUMA_ANN_TP_CONFIG,
+            "redirect: {vnet: {networks: 'docker0:172.17.0.0/16'}}",
         ),
         (KUMA_ANN_TP_CONFIG, "redirect: {inbound: {port: 70000}}"),
         (KUMA_ANN_TP_CONFIG, "kumaDPUser: .nan"),

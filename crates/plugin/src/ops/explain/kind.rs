@@ -91,6 +91,39 @@ pub enum Kind {
     /// The conntrack zone chains' rules (`ct zone set N`, priority raw):
     /// no NAT decision, never walked.
     DnsZone,
+    /// Istio: `prerouting`: `iifname VM meta l4proto tcp redirect to
+    /// :OUTBOUND` (`kubevirtInterfaces`, every destination).
+    RerouteIface,
+    /// Istio, IPv6 off: `iifname VM meta nfproto ipv4 meta l4proto tcp
+    /// redirect to :OUTBOUND`.
+    RerouteIfaceV4,
+    /// Istio: the same to `@redirect_outbound_nets4` only.
+    RerouteIface4,
+    /// Istio: the same to `@redirect_outbound_nets6` only.
+    RerouteIface6,
+    /// Istio: `prerouting`: `iifname VM return` after those.
+    RerouteIfaceRest,
+    /// Istio: `prerouting`: `iifname X return` (`excludeInterfaces`).
+    SkipIfaceIn,
+    /// Istio: `output`: `oifname X return` (`excludeInterfaces`).
+    SkipIfaceOut,
+    /// Kuma: `prerouting`: `iifname X ip daddr != NET meta l4proto tcp
+    /// redirect to :OUTBOUND` (`vnet.networks`), IPv4 and IPv6.
+    Vnet,
+    /// Kuma with DNS capture: `prerouting`: `iifname X meta nfproto ipv4
+    /// udp dport 53 redirect to :DNS` (`vnet.networks`, an IPv4 network).
+    VnetDns4,
+    /// The same for an IPv6 network.
+    VnetDns6,
+    /// Kuma: `output`: `meta l4proto tcp return`
+    /// (`redirect.outbound.enabled: false`).
+    OutboundDisabled,
+    /// Kuma: `output`: `tcp dport != @redirect_outbound_ports return`
+    /// (`redirect.outbound.includePorts`).
+    NotIncludedPort,
+    /// Kuma: `counter log prefix "CHAIN:" level L` (`log.enabled`), in
+    /// `prerouting` and `output`: logs, and the walk goes on.
+    Log,
 }
 
 /// Recognises a rule by its chain and comment.
@@ -140,10 +173,65 @@ pub fn classify(chain: &str, comment: &str) -> Option<Kind> {
             "IPv6 is not redirected: its invalid packets are not dropped"
             | "a packet in conntrack state invalid is dropped",
         ) => Some(InvalidDrop),
+        (
+            "output",
+            "outbound redirection is disabled (kuma redirect.outbound.enabled is false)",
+        ) => Some(OutboundDisabled),
+        ("output", "outbound port not in kuma redirect.outbound.includePorts") => {
+            Some(NotIncludedPort)
+        }
+        ("output", "log every packet reaching output (kuma log.enabled)")
+        | ("prerouting", "log every packet reaching prerouting (kuma log.enabled)") => Some(Log),
         _ => None,
     };
     exact.or_else(|| {
-        let prefixed: [(&str, &str, Kind); 17] = [
+        let prefixed: [(&str, &str, Kind); 27] = [
+            (
+                "prerouting",
+                "arriving on a virtual interface: IPv4 TCP to the proxy's outbound port (",
+                RerouteIfaceV4,
+            ),
+            (
+                "prerouting",
+                "arriving on a virtual interface: TCP to the proxy's outbound port (",
+                RerouteIface,
+            ),
+            (
+                "prerouting",
+                "arriving on a virtual interface: IPv4 TCP to the redirected ranges to the proxy's outbound port (",
+                RerouteIface4,
+            ),
+            (
+                "prerouting",
+                "arriving on a virtual interface: IPv6 TCP to the redirected ranges to the proxy's outbound port (",
+                RerouteIface6,
+            ),
+            (
+                "prerouting",
+                "arriving on a virtual interface: anything else not redirected (",
+                RerouteIfaceRest,
+            ),
+            (
+                "prerouting",
+                "arriving on an excluded interface: not redirected (",
+                SkipIfaceIn,
+            ),
+            (
+                "output",
+                "leaving through an excluded interface: not redirected (",
+                SkipIfaceOut,
+            ),
+            ("prerouting", "virtual network: IPv", Vnet),
+            (
+                "prerouting",
+                "DNS arriving on a virtual network's interface: IPv4 UDP to the proxy's DNS port ",
+                VnetDns4,
+            ),
+            (
+                "prerouting",
+                "DNS arriving on a virtual network's interface: IPv6 UDP to the proxy's DNS port ",
+                VnetDns6,
+            ),
             ("inbound_redirect", "IPv6 is not redirected (", Ipv6Off),
             ("output", "IPv6 is not redirected (", Ipv6Off),
             (

@@ -60,6 +60,7 @@ fn out(dst: &str, dport: u16, uid: u32, gid: u32, container: u64) -> Flow {
             ids: vec![Some(1), Some(100), Some(200), Some(POD), Some(container)],
         }),
         loopback: false,
+        iface: None,
     }
 }
 
@@ -80,6 +81,7 @@ fn inbound(dport: u16) -> Flow {
         gid: 0,
         cgroup: None,
         loopback: false,
+        iface: None,
     }
 }
 

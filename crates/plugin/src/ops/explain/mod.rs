@@ -86,6 +86,9 @@ pub struct Flow {
     /// Leaves through `lo` (loopback destinations; also the pod's own
     /// addresses, which explain cannot know by itself).
     pub loopback: bool,
+    /// The interface the packet arrives on (inbound) or leaves through
+    /// (outbound), when known: the interface rules match it.
+    pub iface: Option<String>,
 }
 
 /// What happens to the connection.
@@ -198,3 +201,6 @@ mod tests;
 
 #[cfg(test)]
 mod mesh_tests;
+
+#[cfg(test)]
+mod keys_tests;

@@ -49,6 +49,7 @@ fn out(dst: &str, dport: u16, uid: u32, container: u64) -> Flow {
             ids: vec![Some(1), Some(100), Some(200), Some(POD), Some(container)],
         }),
         loopback: false,
+        iface: None,
     }
 }
 
@@ -63,6 +64,7 @@ fn inbound(dst: &str, dport: u16, src: Option<&str>) -> Flow {
         gid: 0,
         cgroup: None,
         loopback: false,
+        iface: None,
     }
 }
 

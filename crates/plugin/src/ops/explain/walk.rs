@@ -149,6 +149,85 @@ impl Walk<'_> {
             DnsJumpUdp | DnsJumpTcp | DnsIpv6Off | DnsProxyOwn | DnsGate | DnsRedirectUdp
             | DnsRedirectTcp | DnsZone => self.eval_dns(r, k),
             InvalidDrop => None,
+            RerouteIface | RerouteIfaceV4 | RerouteIface4 | RerouteIface6 | RerouteIfaceRest
+            | SkipIfaceIn | SkipIfaceOut | Vnet | VnetDns4 | VnetDns6 | OutboundDisabled
+            | NotIncludedPort => self.eval_ifaces(r, k),
+            Log => {
+                self.effects
+                    .push("logged to the kernel log (kuma log.enabled)".into());
+                Some(Act::Next)
+            }
+        }
+    }
+
+    /// Does the flow's interface match the rule's (`iifname`, or `oifname`
+    /// with `out`)? Without `--iface` it does not, and a note says so.
+    fn iface_matches(&mut self, r: &RuleView, out: bool) -> bool {
+        let pattern = if out { &r.oifname } else { &r.iifname };
+        let Some(pattern) = pattern else {
+            return false;
+        };
+        match &self.f.iface {
+            Some(name) => match pattern.strip_suffix('*') {
+                Some(prefix) => name.starts_with(prefix),
+                None => name == pattern,
+            },
+            None => {
+                self.notes.push(format!(
+                    "no --iface: assumed the packet does not {} {pattern}",
+                    if out { "leave through" } else { "arrive on" }
+                ));
+                false
+            }
+        }
+    }
+
+    /// The interface rules (Istio's excluded and KubeVirt interfaces,
+    /// Kuma's virtual networks) and Kuma's outbound switches.
+    fn eval_ifaces(&mut self, r: &RuleView, k: Kind) -> Option<Act> {
+        use Kind::*;
+        let f = self.f;
+        let t = self.t;
+        let v4 = f.dst.is_ipv4();
+        let redirect = || match r.redirect_port {
+            Some(p) => Act::Redirect(p),
+            None => Act::Unknown("redirect rule without a port".into()),
+        };
+        match k {
+            VnetDns4 | VnetDns6 => {
+                let fam = (k == VnetDns4) == v4;
+                (fam && !self.is_tcp() && f.dport == 53 && self.iface_matches(r, false))
+                    .then(redirect)
+            }
+            OutboundDisabled => self.is_tcp().then_some(Act::Return),
+            NotIncludedPort => (self.is_tcp() && !t.has_port("redirect_outbound_ports", f.dport))
+                .then_some(Act::Return),
+            SkipIfaceOut => self.iface_matches(r, true).then_some(Act::Return),
+            SkipIfaceIn | RerouteIfaceRest => self.iface_matches(r, false).then_some(Act::Return),
+            RerouteIface => (self.is_tcp() && self.iface_matches(r, false)).then(redirect),
+            RerouteIfaceV4 => (v4 && self.is_tcp() && self.iface_matches(r, false)).then(redirect),
+            RerouteIface4 | RerouteIface6 => {
+                let (fam, set) = if k == RerouteIface4 {
+                    (v4, "redirect_outbound_nets4")
+                } else {
+                    (!v4, "redirect_outbound_nets6")
+                };
+                (fam && self.is_tcp() && t.has_addr(set, f.dst) && self.iface_matches(r, false))
+                    .then(redirect)
+            }
+            Vnet => {
+                let Some((net, len)) = r.daddr_not_in else {
+                    return Some(Act::Unknown(
+                        "virtual network rule without a network".into(),
+                    ));
+                };
+                if net.is_ipv4() != v4 {
+                    return None;
+                }
+                let inside = crate::nft::model::network(f.dst, len) == net;
+                (!inside && self.is_tcp() && self.iface_matches(r, false)).then(redirect)
+            }
+            _ => None,
         }
     }
 

@@ -66,7 +66,7 @@ pub struct LevelsInfo {
 /// `10.0.0.0/8` (a host as a bare address, a non-prefix range as `a-b`),
 /// destinations `198.19.0.1:20001` / `[2001:db8::1]:20001`, and a bare
 /// port or range for "any address".
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct Config {
     /// The mesh the table was written for when it is not Linkerd (`istio`,
     /// `kuma`), from the table comment; absent for Linkerd's tables (as

@@ -74,6 +74,7 @@ pub fn render(r: &Report) -> String {
             None => "none (the table has no cgroup rules)".into(),
         },
     );
+    kv(&mut o, "nft listing", &nft_listing(c));
     if let Some(u) = &r.user_namespace {
         let maps = if u.uid_map.is_empty() {
             "maps unknown (no process of it found)".to_string()
@@ -96,6 +97,27 @@ pub fn render(r: &Report) -> String {
     config_text(&mut o, c);
     lists_text(&mut o, r);
     o
+}
+
+/// Which `nft` lists this table (docs/debugging.md, tests/nft_builds.rs):
+/// nft 0.9.8 (Debian bullseye) crashes on `socket cgroupv2` (the init
+/// phase's rules, which nft learned in 0.9.9) and prints the UIDs of a
+/// `uid . inet_service` interval set byte-swapped (Kuma's per-UID
+/// exclusions; 1.0.6 prints them right, the versions between were not
+/// tried).
+pub fn nft_listing(c: &Config) -> String {
+    let (min, why) = match (c.levels.is_some(), !c.skip_outbound_uid_ports.is_empty()) {
+        (_, true) => (
+            "1.0.6",
+            "per-UID exclusions: 0.9.8 prints their UIDs byte-swapped",
+        ),
+        (true, false) => (
+            "0.9.9",
+            "socket cgroupv2: nft 0.9.8 crashes on it and lists nothing of this netns",
+        ),
+        (false, false) => return "any nft (0.9.8, 1.0.6 and 1.1.3 tried)".into(),
+    };
+    format!("needs nft >= {min} ({why})")
 }
 
 /// The configuration section of [`render`].
@@ -252,4 +274,24 @@ pub fn render_all(all: &AllReport) -> String {
         );
     }
     o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nft_listing_names_the_minimum_the_table_needs() {
+        let mut c = Config::default();
+        assert!(nft_listing(&c).starts_with("any nft"));
+        c.levels = Some(super::super::LevelsInfo {
+            pod: Some(3),
+            container: Some(4),
+        });
+        assert!(nft_listing(&c).starts_with("needs nft >= 0.9.9 (socket cgroupv2"));
+        c.skip_outbound_uid_ports = vec!["1000-2000 . 22".into()];
+        assert!(nft_listing(&c).starts_with("needs nft >= 1.0.6"));
+        c.levels = None;
+        assert!(nft_listing(&c).starts_with("needs nft >= 1.0.6"));
+    }
 }
