@@ -9,6 +9,7 @@
 use meshnft_testkit as support;
 
 use meshnft::config::{self, NetConf};
+use meshnft::pod::info::{Container, PodInfo, PodSource};
 use meshnft::table::ruleset::{self, Levels, Table};
 use std::path::PathBuf;
 
@@ -35,6 +36,39 @@ fn table(entry: &str, pod: Option<u8>) -> Table {
     )
 }
 
+/// Istio's default entry for a pod whose proxy has
+/// `ISTIO_META_DNS_CAPTURE=true` (DNS capture comes from the pod, not the
+/// entry).
+fn istio_dns(pod: Option<u8>) -> Table {
+    let conf: NetConf =
+        config::decode(support::entry("istio-defaults").to_string().as_bytes()).expect("config");
+    let mut proxy = Container {
+        name: "istio-proxy".into(),
+        ..Default::default()
+    };
+    proxy
+        .env
+        .insert("ISTIO_META_DNS_CAPTURE".into(), "true".into());
+    let mut info = PodInfo::from_annotations(
+        [(
+            "sidecar.istio.io/status".to_string(),
+            "{\"containers\":[\"istio-proxy\"]}".to_string(),
+        )]
+        .into_iter()
+        .collect(),
+    );
+    info.source = PodSource::Api;
+    info.containers = vec![proxy];
+    let s = info
+        .apply(&conf.settings().expect("settings"))
+        .expect("the pod's settings");
+    let levels = pod.map(|pod| Levels {
+        pod,
+        container: pod + 1,
+    });
+    ruleset::build(&s, levels, "meshnft golden")
+}
+
 /// (golden file, the text): an entry at a pod level, as a re-ADD writes
 /// it (`render`) or, for `.fresh.nft`, as the first ADD does.
 fn cases() -> Vec<(&'static str, String)> {
@@ -54,6 +88,8 @@ fn cases() -> Vec<(&'static str, String)> {
             render("istio-kubevirt", Some(3)),
         ),
         ("kuma-defaults-level3.nft", render("kuma-defaults", Some(3))),
+        ("kuma-dns-level3.nft", render("kuma-dns", Some(3))),
+        ("istio-dns-level3.nft", istio_dns(Some(3)).render()),
         ("kuma-full-level5.nft", render("kuma-full", Some(5))),
         (
             "kuma-include-vnet-level3.nft",
@@ -62,6 +98,10 @@ fn cases() -> Vec<(&'static str, String)> {
         (
             "kuma-outbound-disabled-level3.nft",
             render("kuma-outbound-disabled", Some(3)),
+        ),
+        (
+            "kuma-dns-vnet-outbound-disabled-level3.nft",
+            render("kuma-dns-vnet-outbound-disabled", Some(3)),
         ),
         (
             "kuma-uid-exclusions-level3.nft",

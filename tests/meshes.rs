@@ -694,6 +694,379 @@ fn kuma_re_add_without_uid_exclusions_flushes_them() {
     assert!(!has_table(&pod));
 }
 
+/// A UDP DNS stand-in: `serve TAG HOST PORT` answers every datagram with
+/// `TAG SOURCE` (the query's source as the server saw it); `query HOST PORT
+/// SPORT` sends one query from source port SPORT (0: any) on a connected
+/// socket and prints the answer, or `timeout` after 3 s (a connected socket
+/// takes only the answer of the address it sent to: an answer the kernel
+/// did not translate back is not taken).
+const DNS_PY: &str = r#"
+import socket, sys
+m, host, port = sys.argv[1], sys.argv[3], int(sys.argv[4])
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+if m == "serve":
+    s.bind((host, port))
+    print("ready", flush=True)
+    while True:
+        d, a = s.recvfrom(512)
+        s.sendto(("%s %s:%d" % (sys.argv[2], a[0], a[1])).encode(), a)
+s.bind(("0.0.0.0", int(sys.argv[2])))
+s.connect((host, port))
+s.settimeout(3)
+s.send(b"q")
+try:
+    print(s.recv(512).decode().split()[0])
+except socket.timeout:
+    print("timeout")
+"#;
+
+/// A UDP DNS server `tag` on `host:port` in `netns` (cgroup `cg`, as `uid`),
+/// answering once it is bound.
+fn dns_server(
+    netns: &Path,
+    cg: Option<&Path>,
+    uid: u32,
+    tag: &str,
+    host: &str,
+    port: u16,
+) -> ChildGuard {
+    use std::io::BufRead;
+    let port = port.to_string();
+    let mut c = spawn_guarded(
+        netns,
+        cg,
+        uid,
+        uid,
+        &["python3", "-c", DNS_PY, "serve", tag, host, &port],
+    );
+    let out = c.stdout.take().expect("stdout");
+    let mut line = String::new();
+    std::io::BufReader::new(out)
+        .read_line(&mut line)
+        .expect("read");
+    assert_eq!(line.trim(), "ready", "{tag} did not start");
+    c
+}
+
+/// What `explain` says of a UDP query to 198.19.0.1:53 from `container`
+/// as `uid`, and `inspect`'s counter of the `dns_output` rule `comment`.
+fn explain_dns(p: &MeshPod, container: &str, uid: u32) -> serde_json::Value {
+    let cg = p.cg.container(container);
+    let uid = uid.to_string();
+    op(
+        p,
+        &[
+            "explain",
+            "--direction",
+            "out",
+            "--proto",
+            "udp",
+            "--dst",
+            "198.19.0.1",
+            "--dport",
+            "53",
+            "--uid",
+            &uid,
+            "--gid",
+            &uid,
+            "--cgroup",
+            cg.to_str().unwrap(),
+        ],
+    )
+}
+
+impl MeshPod<'_> {
+    /// One UDP query from `container` as `uid` to `host:53` from source
+    /// port `sport` (0: any): the tag of the server that answered, or
+    /// `timeout`.
+    fn udp_dns(&self, container: &str, uid: u32, host: impl Into<IpAddr>, sport: u16) -> String {
+        let cg = self.cg.container(container);
+        let (host, sport) = (host.into().to_string(), sport.to_string());
+        let out = run_in(
+            self.pod.path(),
+            Some(&cg),
+            uid,
+            uid,
+            &["python3", "-c", DNS_PY, "query", &sport, &host, "53"],
+        );
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    /// One TCP query from `container` as `uid` to `host:53`: the tag of the
+    /// listener that took it.
+    fn tcp_dns(&self, container: &str, uid: u32, host: impl Into<IpAddr>) -> String {
+        match self.probe(container, uid, uid, host, 53) {
+            Ok(line) => line.split_whitespace().next().unwrap_or("").to_string(),
+            Err(e) => e,
+        }
+    }
+}
+
+/// The DNS stand-ins around `p`: a resolver outside the pod (UDP and TCP
+/// on 198.19.0.1:53) and the proxy's DNS listener on 15053 in the pod (UDP
+/// on 127.0.0.1, where `redirect` sends a local packet, as the proxy's
+/// `uid` in `proxy`'s cgroup, so that its answers leave from the address
+/// the query was redirected to, as kuma-dp's and istio-agent's do; and TCP).
+fn dns_stand_ins(p: &MeshPod, proxy: &str, uid: u32) -> Vec<Box<dyn std::any::Any>> {
+    let node = p.n.node.netns.path();
+    let any4 = IpAddr::from([0, 0, 0, 0]);
+    let cg = p.cg.container(proxy);
+    vec![
+        Box::new(dns_server(node, None, 0, "resolver", "198.19.0.1", 53)),
+        Box::new(Listener::start(node, "resolver", &[sa(SRV4_A, 53)])),
+        Box::new(dns_server(
+            p.pod.path(),
+            Some(&cg),
+            uid,
+            "dns-proxy",
+            "127.0.0.1",
+            15053,
+        )),
+        Box::new(Listener::start(
+            p.pod.path(),
+            "dns-proxy",
+            &[sa(any4, 15053)],
+        )),
+    ]
+}
+
+/// Kuma's builtin DNS (kuma-cp's default, per-key annotations): until the
+/// proxy's first packet an init container's UDP and TCP queries reach the
+/// resolver and it is recorded; then the app's UDP queries (to the resolver
+/// and to a loopback resolver) land on kuma-dp's DNS port, its TCP queries
+/// reach the resolver (Kuma 3 leaves TCP 53 alone), kuma-dp's own queries
+/// and those of a UID excluded for UDP reach the resolver, an init
+/// container run after the proxy started is captured; and kuma-dp's upstream query from the very source port of an
+/// application's redirected query still reaches the resolver (the
+/// conntrack zones).
+#[support::root_test]
+fn kuma_builtin_dns() {
+    let name = "kuma-dns";
+    let spec = apiserver::pod(
+        "default",
+        name,
+        &[("init", None), ("late-init", None)],
+        &["kuma-sidecar", "app"],
+        &[
+            KUMA_INJECTED,
+            ("kuma.io/builtin-dns", "enabled"),
+            (
+                "traffic.kuma.io/exclude-outbound-ports-for-uids",
+                "udp:53:1003;tcp:53:1004",
+            ),
+        ],
+        &[],
+    );
+    let n = MeshNode::start("kuma", &[spec]);
+    let p = MeshPod::new(&n, name);
+    p.add();
+    let _dns = dns_stand_ins(&p, "kuma-sidecar", KUMA_UID);
+    // The init phase: the resolver, the container recorded.
+    assert_eq!(p.udp_dns("init", INIT_UID, SRV4_A, 0), "resolver");
+    assert_eq!(p.tcp_dns("init", INIT_UID, SRV4_A), "resolver");
+    assert!(p.bypassed("init"));
+    assert!(!p.phase_closed());
+    // kuma-dp's own query: the resolver; it ends the init phase.
+    assert_eq!(p.udp_dns("kuma-sidecar", KUMA_UID, SRV4_A, 0), "resolver");
+    assert!(p.phase_closed(), "{}", list_table(&p.pod).unwrap());
+    // The app: UDP captured (loopback resolvers too), TCP not; explain
+    // and inspect say so.
+    assert_eq!(p.udp_dns("app", APP_UID, SRV4_A, 0), "dns-proxy");
+    let d = explain_dns(&p, "app", APP_UID);
+    assert_eq!(
+        d["outcome"],
+        json!({"kind": "redirect", "port": 15053}),
+        "{d:#}"
+    );
+    let inspect = op(&p, &["inspect"]);
+    let counted = |chain: &str, comment: &str| {
+        inspect["counters"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["chain"] == chain && c["comment"] == comment)
+            .and_then(|c| c["packets"].as_u64())
+            .unwrap_or_else(|| panic!("no counter {chain}/{comment}: {inspect:#}"))
+    };
+    assert!(counted("dns_output", "DNS over UDP to the proxy's DNS port 15053") >= 1);
+    assert!(
+        counted(
+            "dns_zone_output",
+            "an application's DNS query: conntrack zone 2"
+        ) >= 1
+    );
+    assert_eq!(p.udp_dns("app", APP_UID, LO4, 0), "dns-proxy");
+    assert_eq!(p.tcp_dns("app", APP_UID, SRV4_A), "resolver");
+    // An excluded UID's UDP queries go out, as Kuma inserts the exclusion
+    // before its DNS redirect; a TCP-only exclusion does not exclude DNS.
+    assert_eq!(p.udp_dns("app", 1003, SRV4_A, 0), "resolver");
+    assert_eq!(p.udp_dns("app", 1004, SRV4_A, 0), "dns-proxy");
+    // An init container started after the proxy: captured, not recorded.
+    assert_eq!(p.udp_dns("late-init", INIT_UID, SRV4_A, 0), "dns-proxy");
+    assert!(!p.bypassed("late-init"));
+    // The zones: the app's redirected query from port 40053, then kuma-dp's
+    // upstream query from port 40053 to the same resolver.
+    assert_eq!(p.udp_dns("app", APP_UID, SRV4_A, 40053), "dns-proxy");
+    assert_eq!(
+        p.udp_dns("kuma-sidecar", KUMA_UID, SRV4_A, 40053),
+        "resolver",
+        "kuma-dp's upstream query took the app's conntrack entry"
+    );
+    p.check_and_del();
+}
+
+/// Istio's DNS proxying (`ISTIO_META_DNS_CAPTURE=true` on istio-proxy),
+/// as istio-cni captures it: until the proxy's first packet an init
+/// container's UDP and TCP queries reach the resolver; then the app's UDP
+/// and TCP queries (loopback too) land on the agent's DNS port 15053, the
+/// proxy's own (UID or GID) reach the resolver; and the proxy's upstream
+/// query from the source port of an app's redirected query still reaches
+/// the resolver (the conntrack zones).
+#[support::root_test]
+fn istio_dns_capture() {
+    let name = "istio-dns";
+    let mut spec = apiserver::pod(
+        "default",
+        name,
+        &[("istio-validation", None), ("init", None)],
+        &["app", "istio-proxy"],
+        &[ISTIO_STATUS],
+        &[],
+    );
+    if let Some(c) = spec
+        .spec
+        .as_mut()
+        .and_then(|s| s.containers.iter_mut().find(|c| c.name == "istio-proxy"))
+    {
+        c.env = Some(vec![k8s_openapi::api::core::v1::EnvVar {
+            name: "ISTIO_META_DNS_CAPTURE".into(),
+            value: Some("true".into()),
+            ..Default::default()
+        }]);
+    }
+    let n = MeshNode::start("istio", &[spec]);
+    let p = MeshPod::new(&n, name);
+    p.add();
+    let _dns = dns_stand_ins(&p, "istio-proxy", ISTIO_UID);
+    assert_eq!(p.udp_dns("init", INIT_UID, SRV4_A, 0), "resolver");
+    assert_eq!(p.tcp_dns("init", INIT_UID, SRV4_A), "resolver");
+    assert!(p.bypassed("init"));
+    assert_eq!(p.udp_dns("istio-proxy", ISTIO_UID, SRV4_A, 0), "resolver");
+    assert_eq!(p.tcp_dns("istio-proxy", ISTIO_UID, SRV4_A), "resolver");
+    assert!(p.phase_closed(), "{}", list_table(&p.pod).unwrap());
+    assert_eq!(p.udp_dns("app", APP_UID, SRV4_A, 0), "dns-proxy");
+    assert_eq!(p.udp_dns("app", APP_UID, LO4, 0), "dns-proxy");
+    assert_eq!(p.tcp_dns("app", APP_UID, SRV4_A), "dns-proxy");
+    assert_eq!(p.tcp_dns("app", APP_UID, LO4), "dns-proxy");
+    assert_eq!(p.udp_dns("app", APP_UID, SRV4_A, 40054), "dns-proxy");
+    assert_eq!(
+        p.udp_dns("istio-proxy", ISTIO_UID, SRV4_A, 40054),
+        "resolver",
+        "the proxy's upstream query took the app's conntrack entry"
+    );
+    p.check_and_del();
+}
+
+/// ICMP to the pod, for the invalid-packet drop: `recv ID` waits up to 3 s
+/// for an ICMP message with identifier ID (a raw socket sees every one the
+/// pod's stack receives) and prints `got TYPE` or `timeout`; `send TYPE ID
+/// DST` sends one echo request (8) or unsolicited echo reply (0, which
+/// conntrack marks invalid: no request precedes it).
+const ICMP_PY: &str = r#"
+import socket, struct, sys, time
+s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
+if sys.argv[1] == "recv":
+    want = int(sys.argv[2])
+    print("ready", flush=True)
+    end = time.time() + 3
+    while time.time() < end:
+        s.settimeout(max(end - time.time(), 0.01))
+        try:
+            d = s.recv(2048)
+        except socket.timeout:
+            break
+        ihl = (d[0] & 15) * 4
+        t, _, _, ident = struct.unpack("!BBHH", d[ihl:ihl + 6])
+        if ident == want:
+            print("got %d" % t)
+            sys.exit(0)
+    print("timeout")
+    sys.exit(0)
+t, ident, dst = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+def csum(b):
+    n = sum(struct.unpack("!%dH" % (len(b) // 2), b))
+    n = (n >> 16) + (n & 0xffff)
+    return ~(n + (n >> 16)) & 0xffff
+h = struct.pack("!BBHHH", t, 0, 0, ident, 1) + b"meshnft!"
+s.sendto(struct.pack("!BBHHH", t, 0, csum(h), ident, 1) + b"meshnft!", (dst, 0))
+"#;
+
+/// Sends ICMP `icmp_type` with identifier `ident` from the node to `dst`
+/// and says what the pod's stack received (`got TYPE` or `timeout`).
+fn icmp_to_pod(p: &MeshPod, dst: Ipv4Addr, icmp_type: u8, ident: u16) -> String {
+    use std::io::{BufRead, Read};
+    let id = ident.to_string();
+    let mut rx = spawn_guarded(
+        p.pod.path(),
+        None,
+        0,
+        0,
+        &["python3", "-c", ICMP_PY, "recv", &id],
+    );
+    let mut out = std::io::BufReader::new(rx.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    out.read_line(&mut line).expect("read");
+    assert_eq!(line.trim(), "ready");
+    let (t, dst) = (icmp_type.to_string(), dst.to_string());
+    let sent = run_in(
+        p.n.node.netns.path(),
+        None,
+        0,
+        0,
+        &["python3", "-c", ICMP_PY, "send", &t, &id, &dst],
+    );
+    assert!(sent.status.success(), "{sent:?}");
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).expect("read");
+    rest.trim().to_string()
+}
+
+/// `traffic.kuma.io/drop-invalid-packets: true`: a packet conntrack marks
+/// invalid (an echo reply no request preceded) is dropped before the pod's
+/// stack, as by kuma-cni's mangle rule; a valid one (an echo request)
+/// arrives; the rule's counter shows the drop.
+#[support::root_test]
+fn kuma_drop_invalid_packets() {
+    let name = "kuma-invalid";
+    let spec = apiserver::pod(
+        "default",
+        name,
+        &[],
+        &["kuma-sidecar", "app"],
+        &[
+            KUMA_INJECTED,
+            ("traffic.kuma.io/drop-invalid-packets", "true"),
+        ],
+        &[],
+    );
+    let n = MeshNode::start("kuma", &[spec]);
+    let p = MeshPod::new(&n, name);
+    let pod4 = p.add();
+    assert_eq!(icmp_to_pod(&p, pod4, 8, 0x4d01), "got 8");
+    assert_eq!(icmp_to_pod(&p, pod4, 0, 0x4d02), "timeout");
+    let inspect = op(&p, &["inspect"]);
+    let dropped = inspect["counters"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["chain"] == "drop_invalid")
+        .and_then(|c| c["packets"].as_u64());
+    assert!(dropped >= Some(1), "{inspect:#}");
+    p.check_and_del();
+}
+
 /// A second interface `name` in the pod netns: a veth to `other` (a VM's,
 /// a Docker container's or a peer's netns), `pod_addr` on the pod's end,
 /// `other_addr` on the other (`peer0`, its default route via the pod's end).

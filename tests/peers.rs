@@ -2089,13 +2089,13 @@ fn kuma_redirect_keys_side_by_side() {
     side_by_side(&[outbound_off, include, vnet]);
 }
 
-/// A rendered configuration asking for what meshnft has no datapath for
-/// (`dropInvalidPackets: true`, which kuma-cni writes as a mangle rule):
-/// meshnft refuses the pod (code 7 naming the annotation and the key), so
-/// it does not start instead of starting with other rules.
+/// A rendered configuration meshnft cannot honour (`dryRun: true`, with
+/// which kuma-cni writes nothing and leaves the pod unmeshed): meshnft
+/// refuses the pod (code 7 naming the annotation and the key), so it does
+/// not start instead of starting with other rules.
 #[support::root_test]
 fn kuma_config_meshnft_cannot_honour_is_refused() {
-    let config = format!("dropInvalidPackets: true\n{}", kuma_default_config());
+    let config = format!("dryRun: true\n{}", kuma_default_config());
     let spec = mesh_pod(
         Mesh::Kuma,
         "kuma-refused",
@@ -2119,14 +2119,11 @@ fn kuma_config_meshnft_cannot_honour_is_refused() {
     let args = k8s_args(&cg, "kuma-refused");
     let err = node
         .cni("add", &cl, pod.path(), "kuma-refused", &args_ref(&args))
-        .expect_err("meshnft must refuse dropInvalidPackets");
+        .expect_err("meshnft must refuse dryRun");
     let e = support::cni_error(&err).unwrap_or_else(|| panic!("no CNI error in {err}"));
     assert_eq!(e["code"], 7, "{e}");
     let text = format!("{} {}", e["msg"], e["details"]);
-    assert!(
-        text.contains(KUMA_CONFIG) && text.contains("dropInvalidPackets"),
-        "{e}"
-    );
+    assert!(text.contains(KUMA_CONFIG) && text.contains("dryRun"), "{e}");
     let _ = node.cni("del", &cl, pod.path(), "kuma-refused", &args_ref(&args));
 }
 

@@ -11,7 +11,7 @@
 
 use super::ruleset::{Key, Rules, Stmt, in_set, ret, tcp};
 use crate::config::Settings;
-use crate::nft::model::{IfDir, NFPROTO_IPV4};
+use crate::nft::model::{Const, IfDir, NFPROTO_IPV4, NFPROTO_IPV6};
 
 /// `iifname "NAME"`.
 fn iif(name: &str) -> Stmt {
@@ -86,7 +86,18 @@ pub fn prerouting(s: &Settings, r: &mut Rules) {
             &format!("arriving on an excluded interface: not redirected ({name})"),
         );
     }
+    let mut dns_done: Vec<(&str, bool)> = Vec::new();
     for v in &f.vnets {
+        let v4 = v.net.addr().is_ipv4();
+        if let Some(d) = s.mesh.dns
+            && !dns_done.contains(&(v.iface.as_str(), v4))
+        {
+            // Kuma redirects the DNS arriving on the interface first, in
+            // the family of its network (with DNS capture: without it
+            // meshnft has no DNS port).
+            dns_done.push((&v.iface, v4));
+            vnet_dns(&v.iface, v4, d.port, r);
+        }
         let (fam, key) = if v.net.addr().is_ipv4() {
             ("IPv4", Key::IpDaddr)
         } else {
@@ -117,8 +128,36 @@ pub fn prerouting(s: &Settings, r: &mut Rules) {
     }
 }
 
+/// Kuma's virtual network's DNS: UDP to port 53 of the family of the
+/// network (`v4`) arriving on `iface` goes to the proxy's DNS port, as
+/// Kuma's iptables or ip6tables rule for that interface.
+fn vnet_dns(iface: &str, v4: bool, port: u16, r: &mut Rules) {
+    let (fam, nfproto) = if v4 {
+        ("IPv4", NFPROTO_IPV4)
+    } else {
+        ("IPv6", NFPROTO_IPV6)
+    };
+    r.push(
+        "prerouting",
+        vec![
+            iif(iface),
+            Stmt::Nfproto(nfproto),
+            Stmt::Cmp {
+                key: Key::UdpDport,
+                value: Const::Port(super::dns::DNS_PORT),
+                negate: false,
+            },
+            Stmt::Counter,
+            Stmt::Redirect(port),
+        ],
+        &format!(
+            "DNS arriving on a virtual network's interface: {fam} UDP to the proxy's DNS port {port} ({iface})"
+        ),
+    );
+}
+
 /// Kuma's rule logging (`log.enabled`): a `log` rule in `chain`
-/// (`prerouting` after the virtual networks' rules, `output` after the
+/// (`prerouting` after the virtual networks' rules, `output` above the
 /// exclusions), prefix the iptables chain's name and `:` as Kuma writes
 /// `--log-prefix`, at `level`; a counter beside it.
 pub fn log(chain: &'static str, level: u32, r: &mut Rules) {

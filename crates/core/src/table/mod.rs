@@ -14,8 +14,10 @@
 //! operator commands and the node agent.
 
 pub mod comment;
+pub mod dns;
 pub mod ifaces;
 pub mod inbound;
+pub mod invalid;
 pub mod output;
 pub mod phase;
 pub mod readback;

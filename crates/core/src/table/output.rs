@@ -63,6 +63,10 @@ pub fn outbound(s: &Settings, levels: Option<Levels>, r: &mut Rules) {
         phase::proxy_started(s, l, &ids[0], r);
     }
     super::ifaces::output(s, r);
+    // Kuma inserts its LOG rule first, its exclusions below it.
+    if let Some(level) = s.mesh.log_level {
+        super::ifaces::log("output", level, r);
+    }
     if super::sets::uid_port_elems(s).is_some() {
         // Kuma inserts these at the top of nat OUTPUT, before its own
         // chain: they win over everything but the end of the init phase.
@@ -80,15 +84,31 @@ pub fn outbound(s: &Settings, levels: Option<Levels>, r: &mut Rules) {
             "outbound from an excluded UID to its ports ignored",
         );
     }
-    // Kuma's exclusions are inserted above its LOG rule and the jump to its
-    // mesh chain.
+    if super::sets::uid_udp_port_elems(s).is_some() {
+        // The same for UDP, before Kuma's DNS redirect (DNS capture only).
+        r.push(
+            "output",
+            vec![
+                Stmt::InSet {
+                    key: Key::SkuidUdpDport,
+                    set: super::sets::SKIP_OUTBOUND_UID_UDP_PORTS,
+                    negate: false,
+                },
+                Stmt::Counter,
+                ret(),
+            ],
+            "outbound UDP from an excluded UID to its ports ignored",
+        );
+    }
     let nets_first = s.mesh.loopback_inbound.is_some() && s.mesh.skip_nets_first;
     if nets_first {
         skip_nets(r);
     }
-    if let Some(level) = s.mesh.log_level {
-        super::ifaces::log("output", level, r);
-    }
+    // DNS capture: after Kuma's exclusions, before Istio's filters, and
+    // before Kuma's outbound switch (Kuma's DNS redirect is in nat OUTPUT,
+    // not in its mesh outbound chain: it captures DNS with outbound
+    // redirection disabled).
+    super::dns::udp_jump(s, r);
     if s.mesh.outbound_disabled {
         // Kuma's mesh outbound chain is then one `-p tcp -j RETURN`: no
         // outbound TCP reaches the proxy, over loopback neither.
@@ -97,6 +117,11 @@ pub fn outbound(s: &Settings, levels: Option<Levels>, r: &mut Rules) {
             vec![tcp(), Stmt::Counter, ret()],
             "outbound redirection is disabled (kuma redirect.outbound.enabled is false)",
         );
+        if let (Some(l), Some(_)) = (phase, s.mesh.dns) {
+            // dns_output's init phase gate jumps here.
+            phase::bypass(l, r);
+        }
+        super::dns::rules(s, phase, &ids, r);
         return;
     }
     match &s.mesh.loopback_inbound {
@@ -107,6 +132,7 @@ pub fn outbound(s: &Settings, levels: Option<Levels>, r: &mut Rules) {
         }
         Some(lb) => {
             filters(s, r);
+            super::dns::tcp_jump(s, r);
             proxy_loopback(s, lb, &ids[0], r);
             own_traffic(&ids, r);
             if !s.mesh.skip_nets_first {
@@ -125,6 +151,7 @@ pub fn outbound(s: &Settings, levels: Option<Levels>, r: &mut Rules) {
         ],
         "outbound TCP to the proxy",
     );
+    super::dns::rules(s, phase, &ids, r);
 }
 
 /// The proxy's own traffic (each identity), then loopback: not redirected.

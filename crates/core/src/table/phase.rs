@@ -82,7 +82,7 @@ pub fn gate(s: &Settings, levels: Option<Levels>, phase: Option<Levels>, r: &mut
 
 /// `init_phase_bypass`: destinations redirected even in the init phase,
 /// else the container is recorded and goes out directly.
-fn bypass(l: Levels, r: &mut Rules) {
+pub(super) fn bypass(l: Levels, r: &mut Rules) {
     const CHAIN: &str = "init_phase_bypass";
     let to_proxy = [
         (

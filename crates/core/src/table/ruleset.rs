@@ -115,23 +115,31 @@ pub fn build(s: &Settings, levels: Option<Levels>, comment: &str) -> Table {
     let mut rules = Rules::default();
     super::inbound::inbound(s, &mut rules);
     super::output::outbound(s, levels, &mut rules);
+    super::invalid::rules(s, &mut rules);
     // The cgroup sets only beside the rules that use them: nft before
     // 0.9.9 cannot list a `cgroupsv2` set, so the table without the init
     // phase (Linux < 5.13, no pod cgroup) stays listable by it.
     let cgroups = levels.is_some() && s.init_phase.enabled;
     let mut sets = super::sets::sets(s);
     sets.retain(|x| cgroups || x.key != KeyType::Cgroup);
+    let (dns_regular, dns_base) = super::dns::chains(s);
+    let mut chains = vec![
+        chain("inbound_redirect", None),
+        chain("outbound_redirect", None),
+        chain("init_phase_bypass", None),
+    ];
+    chains.extend(dns_regular);
+    chains.extend([
+        chain("prerouting", Some(Hook::NatPrerouting)),
+        chain("output", Some(Hook::NatOutput)),
+    ]);
+    chains.extend(dns_base);
+    chains.extend(super::invalid::chains(s));
     Table {
         name: crate::nft::TABLE_NAME,
         comment: sanitize_comment(comment),
         sets,
-        chains: vec![
-            chain("inbound_redirect", None),
-            chain("outbound_redirect", None),
-            chain("init_phase_bypass", None),
-            chain("prerouting", Some(Hook::NatPrerouting)),
-            chain("output", Some(Hook::NatOutput)),
-        ],
+        chains,
         rules: rules.0,
     }
 }

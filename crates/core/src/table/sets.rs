@@ -76,6 +76,23 @@ pub fn uid_port_elems(s: &Settings) -> Option<Vec<Elem>> {
     )
 }
 
+/// The `uid . inet_service` set of the UDP side of Kuma's per-UID
+/// exclusions, in a Kuma table with DNS capture (the only UDP meshnft
+/// redirects).
+pub const SKIP_OUTBOUND_UID_UDP_PORTS: &str = "skip_outbound_uid_udp_ports";
+
+/// The elements of [`SKIP_OUTBOUND_UID_UDP_PORTS`] for `s`; `None` without
+/// the set (not Kuma, or no DNS capture).
+pub fn uid_udp_port_elems(s: &Settings) -> Option<Vec<Elem>> {
+    let k = s.mesh.kuma.as_ref().filter(|_| s.mesh.dns.is_some())?;
+    Some(
+        k.exclude_outbound_uid_udp_ports
+            .iter()
+            .map(|(u, p)| Elem::UidPorts(*u, *p))
+            .collect(),
+    )
+}
+
 /// Every set of the table for `s`, in the table's order.
 pub fn sets(s: &Settings) -> Vec<Set> {
     let c: SetComments = s.mesh.mesh.module().set_comments();
@@ -132,6 +149,17 @@ pub fn sets(s: &Settings) -> Vec<Set> {
             interval: true,
             dynamic: false,
             comment: "kuma redirect.outbound.excludePortsForUIDs (traffic.kuma.io/exclude-outbound-ports-for-uids)",
+            elements: Some(elems),
+        });
+    }
+    if let Some(elems) = uid_udp_port_elems(s) {
+        sets.push(Set {
+            name: SKIP_OUTBOUND_UID_UDP_PORTS,
+            key: KeyType::UidPort,
+            verdict_map: false,
+            interval: true,
+            dynamic: false,
+            comment: "kuma redirect.outbound.excludePortsForUIDs, their UDP side (DNS capture)",
             elements: Some(elems),
         });
     }

@@ -91,6 +91,7 @@ impl Bitwise {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::netlink::attrs;
 
     #[test]
     fn prefix_masks() {
@@ -101,5 +102,22 @@ mod tests {
         assert_eq!(&six.mask[..5], [255, 255, 255, 255, 128]);
         assert!(six.mask[5..].iter().all(|b| *b == 0));
         assert_eq!(six.xor, [0; 16]);
+    }
+
+    #[test]
+    fn round_trips_with_its_length_from_the_mask() {
+        let b = Bitwise {
+            sreg: 1,
+            dreg: 1,
+            mask: vec![1, 0, 0, 0],
+            xor: vec![0; 4],
+        };
+        let mut m = MsgBuilder::new(0, 0, 0, 0);
+        b.encode(&mut m);
+        let bytes = m.finish(0)[20..].to_vec();
+        let a = attrs(&bytes);
+        assert_eq!(be32(&a, NFTA_BITWISE_LEN), Some(4));
+        assert_eq!(Bitwise::decode(&a), Some(b));
+        assert_eq!(Bitwise::decode(&a[..3]), None);
     }
 }

@@ -10,6 +10,7 @@ mod bitwise;
 mod byteorder;
 mod cmp;
 mod counter;
+mod ct;
 mod dynset;
 mod immediate;
 mod log;
@@ -23,6 +24,7 @@ pub use bitwise::Bitwise;
 pub use byteorder::{Byteorder, ByteorderOp};
 pub use cmp::{Cmp, CmpOp};
 pub use counter::Counter;
+pub use ct::{Ct, CtKey, CtOp};
 pub use dynset::Dynset;
 pub use immediate::{Immediate, ImmediateData};
 pub use log::{Log, level_name};
@@ -50,7 +52,7 @@ pub enum Expr {
     Meta(Meta),
     /// `cmp`: compare a register with a constant.
     Cmp(Cmp),
-    /// `bitwise`: mask a register (a prefix match).
+    /// `bitwise`: mask and xor a register (a prefix match, a bit test).
     Bitwise(Bitwise),
     /// `byteorder`: convert a register's values between host and network order.
     Byteorder(Byteorder),
@@ -64,6 +66,8 @@ pub enum Expr {
     Socket(Socket),
     /// `counter`: packets and bytes.
     Counter(Counter),
+    /// `ct`: load or set a field of the packet's conntrack entry.
+    Ct(Ct),
     /// `immediate`: load a constant or a verdict.
     Immediate(Immediate),
     /// `redir`: NAT redirect to the local host.
@@ -87,6 +91,7 @@ impl Expr {
             Expr::Dynset(_) => "dynset",
             Expr::Socket(_) => "socket",
             Expr::Counter(_) => "counter",
+            Expr::Ct(_) => "ct",
             Expr::Immediate(_) => "immediate",
             Expr::Redir(_) => "redir",
             Expr::Log(_) => "log",
@@ -113,6 +118,7 @@ impl Expr {
             Expr::Dynset(e) => e.encode(m, set_id(&e.set)),
             Expr::Socket(e) => e.encode(m),
             Expr::Counter(e) => e.encode(m),
+            Expr::Ct(e) => e.encode(m),
             Expr::Immediate(e) => e.encode(m),
             Expr::Redir(e) => e.encode(m),
             Expr::Log(e) => e.encode(m),
@@ -141,6 +147,7 @@ impl Expr {
             "dynset" => Dynset::decode(&data).map(Expr::Dynset),
             "socket" => Socket::decode(&data).map(Expr::Socket),
             "counter" => Some(Expr::Counter(Counter::decode(&data))),
+            "ct" => Ct::decode(&data).map(Expr::Ct),
             "immediate" => Immediate::decode(&data).map(Expr::Immediate),
             "redir" => Redir::decode(&data).map(Expr::Redir),
             "log" => Log::decode(&data).map(Expr::Log),
@@ -198,6 +205,10 @@ impl std::fmt::Display for Expr {
                 s.dreg, s.level
             ),
             Expr::Counter(_) => write!(f, "[ counter ]"),
+            Expr::Ct(c) => match c.op {
+                CtOp::Load(r) => write!(f, "[ ct load {:?} => reg {r} ]", c.key),
+                CtOp::Set(r) => write!(f, "[ ct set {:?} with reg {r} ]", c.key),
+            },
             Expr::Immediate(i) => match &i.data {
                 ImmediateData::Value(v) => write!(f, "[ immediate reg {} 0x{} ]", i.dreg, hex(v)),
                 ImmediateData::Verdict(v) => write!(f, "[ immediate reg {} {v} ]", i.dreg),

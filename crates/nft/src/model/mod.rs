@@ -209,6 +209,13 @@ pub enum Hook {
     NatOutput,
     /// `type filter hook output priority 0` (the level probe's table).
     FilterOutput,
+    /// `type filter hook prerouting priority raw` (-300: before conntrack).
+    RawPrerouting,
+    /// `type filter hook output priority raw` (-300: before conntrack).
+    RawOutput,
+    /// `type filter hook prerouting priority mangle` (-150: after
+    /// conntrack, as iptables' mangle PREROUTING).
+    ManglePrerouting,
 }
 
 impl Hook {
@@ -218,6 +225,9 @@ impl Hook {
             Hook::NatPrerouting => ("nat", 0, -100),
             Hook::NatOutput => ("nat", 3, -100),
             Hook::FilterOutput => ("filter", 3, 0),
+            Hook::RawPrerouting => ("filter", 0, -300),
+            Hook::RawOutput => ("filter", 3, -300),
+            Hook::ManglePrerouting => ("filter", 0, -150),
         }
     }
 
@@ -227,6 +237,9 @@ impl Hook {
             Hook::NatPrerouting => "type nat hook prerouting priority dstnat; policy accept;",
             Hook::NatOutput => "type nat hook output priority -100; policy accept;",
             Hook::FilterOutput => "type filter hook output priority 0; policy accept;",
+            Hook::RawPrerouting => "type filter hook prerouting priority raw; policy accept;",
+            Hook::RawOutput => "type filter hook output priority raw; policy accept;",
+            Hook::ManglePrerouting => "type filter hook prerouting priority mangle; policy accept;",
         }
     }
 }

@@ -3,9 +3,9 @@
 //! the kernel's expressions, as nft 1.0.6 generates them.
 
 use crate::expr::{
-    Bitwise, Byteorder, ByteorderOp, Cmp, CmpOp, Counter, Dynset, Expr, Immediate, ImmediateData,
-    Log, Lookup, Meta, MetaKey, Payload, PayloadBase, REG_1, REG_2, REG_VERDICT, REG32_01, Redir,
-    Socket,
+    Bitwise, Byteorder, ByteorderOp, Cmp, CmpOp, Counter, Ct, CtKey, CtOp, Dynset, Expr, Immediate,
+    ImmediateData, Log, Lookup, Meta, MetaKey, Payload, PayloadBase, REG_1, REG_2, REG_VERDICT,
+    REG32_01, Redir, Socket,
 };
 use crate::verdict::Verdict;
 use std::fmt;
@@ -16,6 +16,10 @@ use std::net::IpAddr;
 pub enum Key {
     /// `tcp dport`.
     TcpDport,
+    /// `udp dport`.
+    UdpDport,
+    /// `udp sport`.
+    UdpSport,
     /// `ip saddr`.
     IpSaddr,
     /// `ip daddr`.
@@ -31,6 +35,8 @@ pub enum Key {
     /// `meta skuid . tcp dport`: the socket owner's UID, big-endian, and the
     /// destination port (for `uid . inet_service` interval sets).
     SkuidTcpDport,
+    /// `meta skuid . udp dport`, the same for UDP.
+    SkuidUdpDport,
     /// `socket cgroupv2 level N`.
     Cgroup(u8),
 }
@@ -48,6 +54,8 @@ impl fmt::Display for Key {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Key::TcpDport => write!(f, "tcp dport"),
+            Key::UdpDport => write!(f, "udp dport"),
+            Key::UdpSport => write!(f, "udp sport"),
             Key::IpSaddr => write!(f, "ip saddr"),
             Key::IpDaddr => write!(f, "ip daddr"),
             Key::Ip6Saddr => write!(f, "ip6 saddr"),
@@ -55,6 +63,7 @@ impl fmt::Display for Key {
             Key::IpDaddrTcpDport => write!(f, "ip daddr . tcp dport"),
             Key::Ip6DaddrTcpDport => write!(f, "ip6 daddr . tcp dport"),
             Key::SkuidTcpDport => write!(f, "meta skuid . tcp dport"),
+            Key::SkuidUdpDport => write!(f, "meta skuid . udp dport"),
             Key::Cgroup(l) => write!(f, "socket cgroupv2 level {l}"),
         }
     }
@@ -100,6 +109,12 @@ impl Key {
                 tcp(out);
                 out.push(payload(REG_1, Transport, 2, 2));
             }
+            Key::UdpDport | Key::UdpSport => {
+                out.push(meta(MetaKey::L4proto));
+                out.push(cmp_eq(vec![IPPROTO_UDP]));
+                let off = if self == Key::UdpSport { 0 } else { 2 };
+                out.push(payload(REG_1, Transport, off, 2));
+            }
             Key::IpSaddr | Key::IpDaddr => {
                 nfproto(out, NFPROTO_IPV4);
                 let off = if self == Key::IpSaddr { 12 } else { 16 };
@@ -122,8 +137,13 @@ impl Key {
                 out.push(payload(REG_1, Network, 24, 16));
                 out.push(payload(REG_2, Transport, 2, 2));
             }
-            Key::SkuidTcpDport => {
-                tcp(out);
+            Key::SkuidTcpDport | Key::SkuidUdpDport => {
+                if self == Key::SkuidTcpDport {
+                    tcp(out);
+                } else {
+                    out.push(meta(MetaKey::L4proto));
+                    out.push(cmp_eq(vec![IPPROTO_UDP]));
+                }
                 out.push(meta(MetaKey::Skuid));
                 out.push(Expr::Byteorder(Byteorder {
                     sreg: REG_1,
@@ -291,8 +311,15 @@ pub enum Stmt {
     },
     /// A verdict.
     Verdict(Verdict),
-    /// `redirect to :PORT` (after a `meta l4proto tcp`).
+    /// `redirect to :PORT` (after a `meta l4proto tcp|udp` or a `tcp`/`udp`
+    /// port match, which give nft the transport protocol).
     Redirect(u16),
+    /// `ct zone set N`: the conntrack zone of a packet not yet tracked
+    /// (in a chain at priority raw, before conntrack).
+    CtZoneSet(u16),
+    /// `ct state invalid`: the packet's conntrack state has the invalid
+    /// bit (`NF_CT_STATE_INVALID_BIT`, 1).
+    CtStateInvalid,
     /// `log prefix "PREFIX" level LEVEL`: the packet to the kernel log
     /// (a prefix without `"` or `\\`, at most 127 bytes; a syslog level).
     Log {
@@ -366,6 +393,8 @@ impl fmt::Display for Stmt {
             Stmt::Vmap { key, map } => write!(f, "{key} vmap @{map}"),
             Stmt::Verdict(v) => write!(f, "{v}"),
             Stmt::Redirect(p) => write!(f, "redirect to :{p}"),
+            Stmt::CtZoneSet(z) => write!(f, "ct zone set {z}"),
+            Stmt::CtStateInvalid => write!(f, "ct state invalid"),
             Stmt::Log { prefix, level } => write!(
                 f,
                 "log prefix \"{prefix}\" level {}",
@@ -488,6 +517,35 @@ impl Stmt {
                 }));
                 out.push(Expr::Redir(Redir {
                     reg_proto_min: REG_1,
+                }));
+            }
+            Stmt::CtStateInvalid => {
+                // nft 1.0.6: load, mask the bit, compare with zero.
+                out.push(Expr::Ct(Ct {
+                    key: CtKey::State,
+                    op: CtOp::Load(REG_1),
+                }));
+                out.push(Expr::Bitwise(Bitwise {
+                    sreg: REG_1,
+                    dreg: REG_1,
+                    mask: 1u32.to_ne_bytes().to_vec(),
+                    xor: vec![0; 4],
+                }));
+                out.push(Expr::Cmp(Cmp {
+                    sreg: REG_1,
+                    op: CmpOp::Neq,
+                    data: vec![0; 4],
+                }));
+            }
+            Stmt::CtZoneSet(z) => {
+                // The zone is 16 bits in host byte order (nft's `ct zone`).
+                out.push(Expr::Immediate(Immediate {
+                    dreg: REG_1,
+                    data: ImmediateData::Value(z.to_ne_bytes().to_vec()),
+                }));
+                out.push(Expr::Ct(Ct {
+                    key: CtKey::Zone,
+                    op: CtOp::Set(REG_1),
                 }));
             }
         }

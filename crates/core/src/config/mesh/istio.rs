@@ -8,8 +8,9 @@
 //! and fails the pod's ADD on a value it cannot parse; so does meshnft
 //! (code 7 naming the annotation and the token). Where istio-cni writes a
 //! rule meshnft has no datapath for, meshnft refuses the pod with a clear
-//! error rather than redirect it differently; DNS capture, which meshnft
-//! does not do (it redirects TCP only), is logged as a warning.
+//! error rather than redirect it differently. DNS capture (the proxy's
+//! `ISTIO_META_DNS_CAPTURE`) is written as istio-cni writes it
+//! ([`super::dns`]).
 //!
 //! Sources (facts only, `istio.io/istio`): `cni/pkg/plugin/plugin.go`
 //! (`doAddRun`: which pods), `kubernetes.go` (`ExtractPodInfo`: the proxy
@@ -17,6 +18,7 @@
 //! defaults), `tools/common/config/config.go` (ports), the rules of
 //! `tools/istio-iptables/pkg/capture/run.go`.
 
+use super::dns::{DNS_PROXY_PORT, DnsCapture};
 use super::ifaces::{IfaceRules, Origin, iface_list};
 use super::{
     ALL_PORTS, Annotations, LoopbackInbound, Mesh, MeshModule, MeshRules, SetComments,
@@ -163,6 +165,13 @@ pub struct IstioPod {
     pub exclude_out_ports: Vec<PortRange>,
     /// Redirect IPv6 too.
     pub ipv6: bool,
+    /// The proxy's env `ISTIO_META_DNS_CAPTURE=true`: UDP and TCP to port
+    /// 53 go to the agent's DNS port ([`super::dns`]).
+    #[serde(default)]
+    pub dns_capture: bool,
+    /// The proxy's env `INVALID_DROP=true`: `ct state invalid drop`.
+    #[serde(default)]
+    pub drop_invalid: bool,
     /// `excludeInterfaces`, in nft's form ([`super::ifaces::iface_name`]).
     #[serde(default)]
     pub exclude_interfaces: Vec<String>,
@@ -224,6 +233,12 @@ impl IstioPod {
             },
             istio: Some(self.clone()),
             kuma: None,
+            dns: self.dns_capture.then_some(DnsCapture {
+                port: DNS_PROXY_PORT,
+                tcp: true,
+                zones: true,
+            }),
+            drop_invalid: self.drop_invalid,
         };
     }
 
@@ -284,6 +299,8 @@ impl IstioPod {
                 port_list,
             )?,
             ipv6: c.ipv6.unwrap_or(false),
+            dns_capture: false,
+            drop_invalid: false,
             exclude_interfaces: block_ifaces("istio.excludeInterfaces", &c.exclude_interfaces)?,
             reroute_interfaces: block_ifaces("istio.kubevirtInterfaces", &c.kubevirt_interfaces)?,
         })
@@ -482,7 +499,6 @@ fn refused(ann: &Annotations) -> Result<()> {
 
 /// The proxy container's IDs (`securityContext`) and environment over `k`.
 fn proxy_values(c: &Container, k: &mut IstioPod) -> Result<()> {
-    let proxy = PROXY_CONTAINER;
     if let Some(u) = container_id("istio-proxy securityContext.runAsUser", c.run_as_user)? {
         k.uid = u;
     }
@@ -493,18 +509,13 @@ fn proxy_values(c: &Container, k: &mut IstioPod) -> Result<()> {
     if env("ISTIO_DUAL_STACK") == Some(true) {
         k.ipv6 = true;
     }
-    if env("INVALID_DROP") == Some(true) {
-        return Err(Error::new(
-            Code::InvalidConfig,
-            format!(
-                "invalid pod: {proxy} env INVALID_DROP=true: dropping invalid packets is not supported by meshnft"
-            ),
-        ));
+    if let Some(on) = env("INVALID_DROP") {
+        k.drop_invalid = on;
     }
-    if env("ISTIO_META_DNS_CAPTURE") == Some(true) {
-        tracing::warn!(
-            "{proxy} has ISTIO_META_DNS_CAPTURE=true: meshnft redirects TCP only and does not capture DNS; the pod's DNS queries go to its resolver directly"
-        );
+    // istio-cni's CNI path: `CaptureAllDNS`, UDP and TCP, when the proxy
+    // proxies DNS (`ISTIO_META_DNS_CAPTURE`, Go's boolean syntax).
+    if let Some(on) = env("ISTIO_META_DNS_CAPTURE") {
+        k.dns_capture = on;
     }
     Ok(())
 }

@@ -7,7 +7,8 @@
 //! and fails the pod's ADD on a value it cannot parse; so does meshnft
 //! (code 7 naming the annotation and the token). Where kuma-cni writes a
 //! rule meshnft has no datapath for, meshnft refuses the pod with a clear
-//! error; DNS capture, which meshnft does not do, is logged as a warning.
+//! error. Kuma's builtin DNS (`redirect.dns`) is captured as kuma-cni
+//! captures it ([`super::dns`]).
 //!
 //! Sources (facts only, kuma-cni 2.14, `github.com/kumahq/kuma`):
 //! `app/cni/pkg/cni/kubernetes_linux.go` (which pods),
@@ -15,6 +16,7 @@
 //! (`mapToConfig`: what each one does), `pkg/transparentproxy/consts/consts.go`,
 //! the rules of `pkg/transparentproxy/iptables/builder/builder_table_nat.go`.
 
+use super::dns::{DNS_PROXY_PORT, DnsCapture};
 use super::ifaces::{IfaceRules, Origin, Vnet};
 use super::{
     ALL_PORTS, Annotations, LoopbackInbound, Mesh, MeshModule, MeshRules, SetComments,
@@ -81,10 +83,13 @@ pub const KUMA_ANN_EXCLUDE_OUTBOUND_PORTS_FOR_UIDS: &str =
 pub const KUMA_ANN_PROBE_PROXY_PORT: &str = "kuma.io/application-probe-proxy-port";
 /// `enabled`: a gateway, no inbound redirection.
 pub const KUMA_ANN_GATEWAY: &str = "kuma.io/gateway";
-/// `enabled`: Kuma's builtin DNS (not captured by meshnft; applications'
-/// TCP to port 53 is left alone, as Kuma does).
+/// `enabled`: Kuma's builtin DNS: UDP to port 53 goes to kuma-dp's DNS
+/// port; applications' TCP to port 53 is left alone, as Kuma 3 does.
 pub const KUMA_ANN_BUILTIN_DNS: &str = "kuma.io/builtin-dns";
-/// `true`: drop invalid packets: refused (no such rule in meshnft).
+/// kuma-dp's DNS port (default 15053).
+pub const KUMA_ANN_BUILTIN_DNS_PORT: &str = "kuma.io/builtin-dns-port";
+/// `true`: drop packets in conntrack state invalid (`ct state invalid
+/// drop`, as Kuma's mangle PREROUTING rule).
 pub const KUMA_ANN_DROP_INVALID: &str = "traffic.kuma.io/drop-invalid-packets";
 /// `true`: Kuma's `log.enabled`: a `log` rule at the head of `prerouting`
 /// and `output` (at `log.level`, debug by default).
@@ -113,6 +118,9 @@ pub struct KumaConf {
     /// Inbound port of kuma-dp's application probe proxy, excluded inbound
     /// (default 9001; 0 for none).
     pub application_probe_proxy_port: Option<Value>,
+    /// `ct state invalid drop` (default false); a pod's
+    /// `traffic.kuma.io/drop-invalid-packets` wins.
+    pub drop_invalid_packets: Option<bool>,
     /// Rule logging (Kuma's `log`).
     pub log: Option<KumaLog>,
 }
@@ -195,10 +203,18 @@ pub struct KumaFlow {
 /// `kuma.redirect.dns`.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct KumaDns {
-    /// Builtin DNS (default false): meshnft does not capture DNS; it only
-    /// leaves applications' TCP to port 53 alone, as Kuma does then.
+    /// Builtin DNS (default false): UDP to port 53 goes to `port`;
+    /// applications' TCP to port 53 is left alone, as Kuma 3 does.
     pub enabled: Option<bool>,
+    /// kuma-dp's DNS port (default 15053).
+    pub port: Option<Value>,
+    /// Kuma's `captureAll`: validated; meshnft captures every query to
+    /// port 53 either way (docs/meshes.md says why).
+    pub capture_all: Option<bool>,
+    /// No conntrack zone split (default false: the split is written).
+    pub skip_conntrack_zone_split: Option<bool>,
 }
 
 /// Kuma's per-pod values (the `kuma` block, then the pod's annotations).
@@ -224,14 +240,28 @@ pub struct KumaPod {
     pub probe_proxy_port: Option<u16>,
     /// `kuma.io/gateway: enabled`: no inbound redirection.
     pub gateway: bool,
-    /// Builtin DNS: applications' TCP to port 53 is left alone.
+    /// Builtin DNS: UDP to port 53 goes to `dns_port`; applications' TCP
+    /// to port 53 is left alone.
     pub builtin_dns: bool,
+    /// `traffic.kuma.io/drop-invalid-packets` (`dropInvalidPackets`).
+    #[serde(default)]
+    pub drop_invalid: bool,
+    /// kuma-dp's DNS port.
+    #[serde(default = "dns_port_default")]
+    pub dns_port: u16,
+    /// `skipConntrackZoneSplit`.
+    #[serde(default)]
+    pub dns_skip_zone_split: bool,
     /// `traffic.kuma.io/exclude-outbound-ports-for-uids` (or the YAML's
     /// `redirect.outbound.excludePortsForUIDs`): outbound TCP from these
     /// UIDs to these ports is not redirected (TCP entries only, see
     /// [`super::kuma_tproxy::uid_exclusions`]).
     #[serde(default)]
     pub exclude_outbound_uid_ports: Vec<super::kuma_tproxy::UidPorts>,
+    /// Their UDP side ([`super::kuma_tproxy::uid_exclusions_udp`]): written
+    /// with DNS capture only (meshnft redirects no other UDP).
+    #[serde(default)]
+    pub exclude_outbound_uid_udp_ports: Vec<super::kuma_tproxy::UidPorts>,
     /// `redirect.inbound.includePorts`: when not empty, only these inbound
     /// ports are redirected (excluded ports are not read).
     #[serde(default)]
@@ -307,6 +337,12 @@ impl KumaPod {
             },
             istio: None,
             kuma: Some(self.clone()),
+            dns: self.builtin_dns.then_some(DnsCapture {
+                port: self.dns_port,
+                tcp: false,
+                zones: !self.dns_skip_zone_split,
+            }),
+            drop_invalid: self.drop_invalid,
         };
     }
 
@@ -315,6 +351,7 @@ impl KumaPod {
         let r = c.redirect.clone().unwrap_or_default();
         let inb = r.inbound.unwrap_or_default();
         let outb = r.outbound.unwrap_or_default();
+        let dns = r.dns.clone().unwrap_or_default();
         let default_excluded = KUMA_DEFAULT_EXCLUDED.map(|p| p.to_string()).join(",");
         let (inbound_port, outbound_port) = distinct_ports(
             ("kuma.redirect.inbound.port", &inb.port, KUMA_INBOUND_PORT),
@@ -344,14 +381,14 @@ impl KumaPod {
         }
         let uid_field = "kuma.redirect.outbound.excludePortsForUIDs";
         let uid_ports = match &outb.exclude_ports_for_uids {
-            None => Vec::new(),
+            None => (Vec::new(), Vec::new()),
             Some(v) => {
                 let entries = uid_entries(uid_field, v)?;
-                super::kuma_tproxy::uid_exclusions(
-                    uid_field,
-                    entries.iter().map(String::as_str),
-                    true,
-                )?
+                let e = || entries.iter().map(String::as_str);
+                (
+                    super::kuma_tproxy::uid_exclusions(uid_field, e(), true)?,
+                    super::kuma_tproxy::uid_exclusions_udp(uid_field, e(), true)?,
+                )
             }
         };
         let vnets = match r.vnet.as_ref().and_then(|v| v.networks.as_ref()) {
@@ -404,8 +441,12 @@ impl KumaPod {
             )?,
             probe_proxy_port: probe,
             gateway: inb.enabled == Some(false),
-            builtin_dns: r.dns.and_then(|d| d.enabled).unwrap_or(false),
-            exclude_outbound_uid_ports: uid_ports,
+            builtin_dns: dns.enabled.unwrap_or(false),
+            drop_invalid: c.drop_invalid_packets.unwrap_or(false),
+            dns_port: single_port("kuma.redirect.dns.port", &dns.port, DNS_PROXY_PORT)?,
+            dns_skip_zone_split: dns.skip_conntrack_zone_split.unwrap_or(false),
+            exclude_outbound_uid_ports: uid_ports.0,
+            exclude_outbound_uid_udp_ports: uid_ports.1,
             include_inbound_ports: block_list(
                 "kuma.redirect.inbound.includePorts",
                 &inb.include_ports,
@@ -463,11 +504,9 @@ fn kuma_enabled(key: &str, v: &str) -> Result<bool> {
     }
 }
 
-/// Builtin DNS asked for: what meshnft does not do.
-fn dns_warning() {
-    tracing::warn!(
-        "Kuma's builtin DNS is enabled: meshnft redirects TCP only and does not capture DNS (UDP 53 to kuma-dp's DNS port); the pod's DNS queries go to its resolver directly"
-    );
+/// kuma-dp's default DNS port (records written before DNS capture).
+fn dns_port_default() -> u16 {
+    DNS_PROXY_PORT
 }
 
 /// Kuma's module.
@@ -545,14 +584,11 @@ impl MeshModule for Kuma {
             && !v.is_empty()
         {
             let k = KumaPod::from_tp_config(key, v)?;
-            if k.builtin_dns {
-                dns_warning();
-            }
             let mut out = s.clone();
             k.derive(&mut out);
             return Ok(out);
         }
-        refused(&ann)?;
+        ann.set(KUMA_ANN_DROP_INVALID, &mut k.drop_invalid, kuma_enabled)?;
         ann.set(KUMA_ANN_SIDECAR_UID, &mut k.uid, parse_uid)?;
         ann.set(
             KUMA_ANN_INBOUND_PORT,
@@ -610,6 +646,11 @@ impl MeshModule for Kuma {
             &mut k.exclude_outbound_uid_ports,
             |key, v| super::kuma_tproxy::uid_exclusions(key, v.split(';'), false),
         )?;
+        ann.set(
+            KUMA_ANN_EXCLUDE_OUTBOUND_PORTS_FOR_UIDS,
+            &mut k.exclude_outbound_uid_udp_ports,
+            |key, v| super::kuma_tproxy::uid_exclusions_udp(key, v.split(';'), false),
+        )?;
         ann.set(KUMA_ANN_GATEWAY, &mut k.gateway, kuma_enabled)?;
         // kuma-cni: `log.enabled` from the annotation, the level Kuma's default.
         let level = k.log_level.unwrap_or(KUMA_LOG_LEVEL);
@@ -617,9 +658,11 @@ impl MeshModule for Kuma {
             Ok(kuma_enabled(key, v)?.then_some(level))
         })?;
         ann.set(KUMA_ANN_BUILTIN_DNS, &mut k.builtin_dns, kuma_enabled)?;
-        if k.builtin_dns {
-            dns_warning();
-        }
+        ann.set(
+            KUMA_ANN_BUILTIN_DNS_PORT,
+            &mut k.dns_port,
+            ports::parse_port,
+        )?;
         let mut out = s.clone();
         k.derive(&mut out);
         Ok(out)
@@ -659,19 +702,4 @@ impl MeshModule for Kuma {
     fn passthrough6_on_lo(&self) -> bool {
         true
     }
-}
-
-/// The annotation asking for what meshnft has no datapath for (dropping
-/// invalid packets).
-fn refused(ann: &Annotations) -> Result<()> {
-    if let Some((key, v)) = ann.get(KUMA_ANN_DROP_INVALID)
-        && kuma_enabled(key, v)?
-    {
-        return Err(annotation_error(
-            key,
-            v,
-            "dropping invalid packets is not supported by meshnft",
-        ));
-    }
-    Ok(())
 }

@@ -35,8 +35,8 @@ pub type UidPorts = (UidRange, PortRange);
 /// * `uids`: one UID or one `A-B` range, 0-65535 (Kuma validates UIDs as
 ///   16-bit); `*` and lists are refused, as Kuma refuses them.
 ///
-/// Entries without `tcp` give nothing: meshnft redirects TCP only, so
-/// there is no UDP redirect to skip. Stricter than Kuma where Kuma writes
+/// Entries without `tcp` give nothing here (their UDP side is
+/// [`uid_exclusions_udp`]). Stricter than Kuma where Kuma writes
 /// a rule that does something else than the entry says: an entry with no
 /// UIDs (Kuma then skips every UID's traffic), port 0, and reversed or
 /// three-part ranges (which iptables refuses at ADD) are errors. Errors
@@ -46,6 +46,29 @@ pub fn uid_exclusions<'a>(
     key: &str,
     entries: impl IntoIterator<Item = &'a str>,
     block: bool,
+) -> Result<Vec<UidPorts>> {
+    exclusions_of(key, entries, block, false)
+}
+
+/// The UDP side of [`uid_exclusions`]: the (UIDs, ports) pairs of the
+/// entries with `udp` (or `*`/no protocol), the same grammar and errors.
+/// meshnft redirects UDP to port 53 only, with DNS capture
+/// ([`super::dns`]): these UIDs' queries then go out, as Kuma inserts the
+/// exclusion before its DNS redirect in `OUTPUT`.
+pub fn uid_exclusions_udp<'a>(
+    key: &str,
+    entries: impl IntoIterator<Item = &'a str>,
+    block: bool,
+) -> Result<Vec<UidPorts>> {
+    exclusions_of(key, entries, block, true)
+}
+
+/// [`uid_exclusions`] for TCP, or for UDP with `udp`.
+fn exclusions_of<'a>(
+    key: &str,
+    entries: impl IntoIterator<Item = &'a str>,
+    block: bool,
+    udp: bool,
 ) -> Result<Vec<UidPorts>> {
     let err = |token: &str, why: &str| {
         if block {
@@ -79,7 +102,7 @@ pub fn uid_exclusions<'a>(
         if ports.is_empty() {
             return Err(bad("no ports (give ports, or * or nothing for every port)"));
         }
-        let mut tcp = false;
+        let mut wanted = false;
         if !matches!(protos, "" | "*") {
             let list: Vec<&str> = protos.split(',').filter(|p| !p.is_empty()).collect();
             if list.is_empty() {
@@ -87,15 +110,15 @@ pub fn uid_exclusions<'a>(
             }
             for p in list {
                 match p.trim().to_ascii_lowercase().as_str() {
-                    "tcp" => tcp = true,
-                    "udp" => {}
+                    "tcp" => wanted |= !udp,
+                    "udp" => wanted |= udp,
                     _ => return Err(bad(&format!("unsupported protocol {p:?} (tcp or udp)"))),
                 }
             }
         } else {
-            tcp = true;
+            wanted = true;
         }
-        if tcp {
+        if wanted {
             out.extend(ports::merge(ports).into_iter().map(|p| (uids, p)));
         }
         if out.len() > MAX_UID_EXCLUSIONS {
@@ -286,6 +309,11 @@ struct TpFlow {
 #[derive(Debug, Default, Deserialize)]
 struct TpDns {
     enabled: Option<Value>,
+    port: Option<Value>,
+    #[serde(rename = "captureall")]
+    capture_all: Option<Value>,
+    #[serde(rename = "skipconntrackzonesplit")]
+    skip_conntrack_zone_split: Option<Value>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -397,7 +425,7 @@ impl KumaPod {
     ///
     /// Refused, naming the annotation and the YAML path: what meshnft has
     /// no datapath for (inbound `excludePortsForUIDs`, which Kuma writes as
-    /// a rule skipping every inbound connection; `dropInvalidPackets`),
+    /// a rule skipping every inbound connection),
     /// `dryRun` (kuma-cni would write nothing and leave the pod unmeshed),
     /// and a `kumaDPUser` that is a user name.
     pub fn from_tp_config(key: &str, text: &str) -> Result<KumaPod> {
@@ -469,13 +497,7 @@ impl KumaPod {
         };
         let field = |path: &str| format!("{key}: {path}");
         let refuse = |path: &str, v: &str, why: &str| Err(annotation_error(&field(path), v, why));
-        if flag(key, "dropInvalidPackets", &c.drop_invalid_packets, false)? {
-            return refuse(
-                "dropInvalidPackets",
-                "true",
-                "dropping invalid packets is not supported by meshnft",
-            );
-        }
+        let drop_invalid = flag(key, "dropInvalidPackets", &c.drop_invalid_packets, false)?;
         if flag(key, "dryRun", &c.dry_run, false)? {
             return refuse(
                 "dryRun",
@@ -568,6 +590,15 @@ impl KumaPod {
             "redirect.outbound.excludePortsForUIDs",
             &outb.exclude_ports_for_uids,
         )?;
+        let dns = r.dns.unwrap_or_default();
+        let builtin_dns = flag(key, "redirect.dns.enabled", &dns.enabled, false)?;
+        flag(key, "redirect.dns.captureAll", &dns.capture_all, false)?;
+        // kuma-cp writes `port: 0` when DNS is off: the port counts only when on.
+        let dns_port = if builtin_dns {
+            port("redirect.dns.port", &dns.port, super::dns::DNS_PROXY_PORT)?
+        } else {
+            super::dns::DNS_PROXY_PORT
+        };
         Ok(KumaPod {
             uid,
             inbound_port,
@@ -591,6 +622,11 @@ impl KumaPod {
                 uid_list.iter().map(String::as_str),
                 false,
             )?,
+            exclude_outbound_uid_udp_ports: uid_exclusions_udp(
+                &field("redirect.outbound.excludePortsForUIDs"),
+                uid_list.iter().map(String::as_str),
+                false,
+            )?,
             include_inbound_ports: port_set("redirect.inbound.includePorts", &inb.include_ports)?,
             include_outbound_ports: port_set(
                 "redirect.outbound.includePorts",
@@ -601,10 +637,13 @@ impl KumaPod {
             log_level,
             probe_proxy_port: None,
             gateway,
-            builtin_dns: flag(
+            builtin_dns,
+            drop_invalid,
+            dns_port,
+            dns_skip_zone_split: flag(
                 key,
-                "redirect.dns.enabled",
-                &r.dns.unwrap_or_default().enabled,
+                "redirect.dns.skipConntrackZoneSplit",
+                &dns.skip_conntrack_zone_split,
                 false,
             )?,
         })

@@ -27,6 +27,7 @@
 //! checks that every mesh answers every question, and a default method
 //! (no nested blocks, no `::6` on lo) is written once.
 
+pub mod dns;
 pub mod ifaces;
 pub mod istio;
 pub mod kuma;
@@ -245,6 +246,12 @@ pub struct MeshRules {
     pub istio: Option<IstioPod>,
     /// Kuma's validated values, likewise.
     pub kuma: Option<KumaPod>,
+    /// DNS capture ([`dns::DnsCapture`]); `None`: DNS is not captured.
+    pub dns: Option<dns::DnsCapture>,
+    /// `ct state invalid drop` in a prerouting chain at priority mangle
+    /// (Istio's `INVALID_DROP`, Kuma's `dropInvalidPackets`), as their
+    /// mangle-table PREROUTING rule.
+    pub drop_invalid: bool,
 }
 
 /// Every port: a pod without inbound redirection skips them all.

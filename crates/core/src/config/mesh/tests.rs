@@ -534,12 +534,6 @@ fn istio_bad_values_name_the_annotation() {
         );
     }
     let mut proxy = c("istio-proxy");
-    proxy.env.insert("INVALID_DROP".into(), "true".into());
-    let e = api_pod(&[STATUS], vec![], vec![proxy])
-        .apply(&s)
-        .unwrap_err();
-    assert!(e.msg.contains("INVALID_DROP"), "{e}");
-    let mut proxy = c("istio-proxy");
     proxy.run_as_user = Some(-3);
     let e = api_pod(&[STATUS], vec![], vec![proxy])
         .apply(&s)
@@ -627,13 +621,13 @@ fn kuma_bad_values_name_the_annotation() {
         (KUMA_ANN_EXCLUDE_OUTBOUND_PORTS_FOR_UIDS, "80, 81:1000"),
         (KUMA_ANN_GATEWAY, "provided"),
         (KUMA_ANN_BUILTIN_DNS, "on"),
-        (KUMA_ANN_DROP_INVALID, "true"),
+        (KUMA_ANN_DROP_INVALID, "yes"),
         (KUMA_ANN_IPTABLES_LOGS, "verbose"),
         (KUMA_ANN_TP_CONFIG, "{{{"),
         (KUMA_ANN_TP_CONFIG, "- a list"),
         (KUMA_ANN_TP_CONFIG, "kumaDPUser: kuma-dp"),
         (KUMA_ANN_TP_CONFIG, "kumaDPUser: \"0\""),
-        (KUMA_ANN_TP_CONFIG, "dropInvalidPackets: true"),
+        (KUMA_ANN_TP_CONFIG, "dropInvalidPackets: 'yes'"),
         (KUMA_ANN_TP_CONFIG, "dryRun: true"),
         (KUMA_ANN_TP_CONFIG, "ipFamilyMode: ipv6"),
         (KUMA_ANN_TP_CONFIG, "redirect: {outbound: {enabled: 'no'}}"),
@@ -993,4 +987,151 @@ fn every_env_name_read_is_kept() {
             "{name} is read by a mesh's rules but not kept by the pod readers (pod::info::ENV_READ)"
         );
     }
+}
+
+#[test]
+fn dns_capture_keys() {
+    use super::dns::{DNS_PROXY_PORT, DnsCapture};
+    let kuma = |port, zones| {
+        Some(DnsCapture {
+            port,
+            tcp: false,
+            zones,
+        })
+    };
+    // Kuma: off by default; the block's keys; UDP only, zones by default.
+    let s = base("kuma");
+    assert_eq!(s.mesh.dns, None);
+    let s = settings_of(entry(json!({"mesh": "kuma", "kuma": {"redirect": {"dns": {
+        "enabled": true, "port": 25053, "captureAll": true, "skipConntrackZoneSplit": true
+    }}}})))
+    .unwrap();
+    assert_eq!(s.mesh.dns, kuma(25053, false));
+    let s = settings_of(entry(
+        json!({"mesh": "kuma", "kuma": {"redirect": {"dns": {"enabled": true}}}}),
+    ))
+    .unwrap();
+    assert_eq!(s.mesh.dns, kuma(DNS_PROXY_PORT, true));
+    for (dns, field) in [
+        (
+            json!({"enabled": true, "port": 0}),
+            "kuma.redirect.dns.port",
+        ),
+        (json!({"captureAll": "yes"}), "kuma.redirect.dns.captureAll"),
+        (json!({"bogus": 1}), "kuma.redirect.dns"),
+    ] {
+        let e = settings_of(entry(
+            json!({"mesh": "kuma", "kuma": {"redirect": {"dns": dns}}}),
+        ))
+        .unwrap_err();
+        assert!(e.to_string().contains(field), "{field}: {e}");
+    }
+    // The per-key annotations.
+    let s = base("kuma");
+    let out = pod(&[
+        (KUMA_ANN_BUILTIN_DNS, "enabled"),
+        (kuma::KUMA_ANN_BUILTIN_DNS_PORT, "25053"),
+    ])
+    .apply(&s)
+    .unwrap();
+    assert_eq!(out.mesh.dns, kuma(25053, true));
+    let e = pod(&[
+        (KUMA_ANN_BUILTIN_DNS, "enabled"),
+        (kuma::KUMA_ANN_BUILTIN_DNS_PORT, "0"),
+    ])
+    .apply(&s)
+    .unwrap_err();
+    assert!(e.to_string().contains("kuma.io/builtin-dns-port"), "{e}");
+    // The UDP side of the per-UID exclusions (kept apart from the TCP one).
+    let out = pod(&[
+        (KUMA_ANN_BUILTIN_DNS, "enabled"),
+        (
+            KUMA_ANN_EXCLUDE_OUTBOUND_PORTS_FOR_UIDS,
+            "udp:53:1003;tcp:22:1004;1005",
+        ),
+    ])
+    .apply(&s)
+    .unwrap();
+    let k = out.mesh.kuma.clone().unwrap();
+    let uids = |v: &[super::kuma_tproxy::UidPorts]| v.iter().map(|(u, _)| u.lo).collect::<Vec<_>>();
+    assert_eq!(uids(&k.exclude_outbound_uid_udp_ports), vec![1003, 1005]);
+    assert_eq!(uids(&k.exclude_outbound_uid_ports), vec![1004, 1005]);
+    // The ConfigMap YAML: kuma-cp writes `port: 0` with DNS off.
+    let yaml = |dns: &str| format!("redirect:\n  dns:\n{dns}");
+    let out = pod(&[(
+        KUMA_ANN_TP_CONFIG,
+        &yaml("    enabled: true\n    port: 15054\n    captureAll: false\n    skipConntrackZoneSplit: true\n"),
+    )])
+    .apply(&s)
+    .unwrap();
+    assert_eq!(out.mesh.dns, kuma(15054, false));
+    let out = pod(&[(
+        KUMA_ANN_TP_CONFIG,
+        &yaml("    enabled: false\n    port: 0\n    captureAll: false\n"),
+    )])
+    .apply(&s)
+    .unwrap();
+    assert_eq!(out.mesh.dns, None);
+    let e = pod(&[(
+        KUMA_ANN_TP_CONFIG,
+        &yaml("    enabled: true\n    port: 0\n"),
+    )])
+    .apply(&s)
+    .unwrap_err();
+    assert!(e.to_string().contains("redirect.dns.port"), "{e}");
+    // Istio: the proxy's ISTIO_META_DNS_CAPTURE (Go booleans), UDP and TCP.
+    let s = base("istio");
+    assert_eq!(s.mesh.dns, None);
+    for (v, on) in [
+        ("true", true),
+        ("1", true),
+        ("false", false),
+        ("yes", false),
+    ] {
+        let mut proxy = c("istio-proxy");
+        proxy.env.insert("ISTIO_META_DNS_CAPTURE".into(), v.into());
+        let out = api_pod(&[STATUS], vec![], vec![proxy]).apply(&s).unwrap();
+        let want = on.then_some(DnsCapture {
+            port: DNS_PROXY_PORT,
+            tcp: true,
+            zones: true,
+        });
+        assert_eq!(out.mesh.dns, want, "ISTIO_META_DNS_CAPTURE={v}");
+    }
+}
+
+#[test]
+fn drop_invalid_keys() {
+    // Istio: the proxy's INVALID_DROP (Go booleans).
+    let s = base("istio");
+    assert!(!s.mesh.drop_invalid);
+    for (v, on) in [("true", true), ("1", true), ("false", false)] {
+        let mut proxy = c("istio-proxy");
+        proxy.env.insert("INVALID_DROP".into(), v.into());
+        let out = api_pod(&[STATUS], vec![], vec![proxy]).apply(&s).unwrap();
+        assert_eq!(out.mesh.drop_invalid, on, "INVALID_DROP={v}");
+    }
+    // Kuma: the annotation and the ConfigMap YAML.
+    let s = base("kuma");
+    assert!(!s.mesh.drop_invalid);
+    for (ann, on) in [("true", true), ("enabled", true), ("disabled", false)] {
+        let out = pod(&[(KUMA_ANN_DROP_INVALID, ann)]).apply(&s).unwrap();
+        assert_eq!(out.mesh.drop_invalid, on, "{ann}");
+    }
+    let s = settings_of(entry(
+        json!({"mesh": "kuma", "kuma": {"dropInvalidPackets": true}}),
+    ))
+    .unwrap();
+    assert!(s.mesh.drop_invalid);
+    assert!(
+        !pod(&[(KUMA_ANN_DROP_INVALID, "false")])
+            .apply(&s)
+            .unwrap()
+            .mesh
+            .drop_invalid
+    );
+    let out = pod(&[(KUMA_ANN_TP_CONFIG, "dropInvalidPackets: true\n")])
+        .apply(&s)
+        .unwrap();
+    assert!(out.mesh.drop_invalid);
 }

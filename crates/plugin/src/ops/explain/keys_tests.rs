@@ -44,6 +44,16 @@ fn kuma_off() -> Settings {
     settings(json!({"mesh": "kuma", "kuma": {"redirect": {"outbound": {"enabled": false}}}}))
 }
 
+/// DNS capture with the keys: outbound disabled, virtual networks, logs.
+fn kuma_dns_keys() -> Settings {
+    settings(
+        json!({"mesh": "kuma", "kuma": {"log": {"enabled": true}, "redirect": {
+        "dns": {"enabled": true},
+        "outbound": {"enabled": false},
+        "vnet": {"networks": ["docker0:172.17.0.0/16", "br+:2001:db8:5::/64"]}}}}),
+    )
+}
+
 fn view(s: &Settings) -> TableView {
     TableView::from_model(&ruleset::build(s, Some(L), "test"))
 }
@@ -82,6 +92,7 @@ fn every_new_rule_is_recognised() {
         istio_ifaces(""),
         kuma_keys(),
         kuma_off(),
+        kuma_dns_keys(),
     ] {
         for l in [Some(L), None] {
             let t = ruleset::build(&s, l, "x");
@@ -215,4 +226,49 @@ fn kuma_switches_and_virtual_networks() {
     assert_eq!(o, Outcome::Direct);
     assert!(by.starts_with("outbound redirection is disabled"), "{by}");
     assert_eq!(decide(&off, &flow(In, "198.18.0.2", 8080, None)).0, r15006);
+}
+
+#[test]
+fn kuma_dns_with_outbound_disabled_and_virtual_networks() {
+    use Direction::{In, Out};
+    let t = view(&kuma_dns_keys());
+    let dns = Outcome::Redirect { port: 15053 };
+    let udp = |mut f: Flow| {
+        f.proto = Proto::Udp;
+        f
+    };
+    // Outbound disabled: TCP goes out, DNS is still captured (Kuma's DNS
+    // redirect is in nat OUTPUT, not in its mesh outbound chain).
+    assert_eq!(
+        decide(&t, &flow(Out, "198.19.0.9", 80, None)).0,
+        Outcome::Direct
+    );
+    let (o, by) = decide(&t, &udp(flow(Out, "198.19.0.53", 53, None)));
+    assert_eq!(o, dns);
+    assert_eq!(by, "DNS over UDP to the proxy's DNS port 15053");
+    // A virtual network's DNS, in its network's family only.
+    let (o, by) = decide(&t, &udp(flow(In, "172.17.0.1", 53, Some("docker0"))));
+    assert_eq!(o, dns);
+    assert!(
+        by.starts_with("DNS arriving on a virtual network's interface: IPv4"),
+        "{by}"
+    );
+    assert_eq!(
+        decide(&t, &udp(flow(In, "2001:db8:5::1", 53, Some("br-x")))).0,
+        dns
+    );
+    assert_ne!(
+        decide(&t, &udp(flow(In, "198.19.0.53", 53, Some("br-x")))).0,
+        dns
+    );
+    assert_ne!(
+        decide(&t, &udp(flow(In, "172.17.0.1", 5353, Some("docker0")))).0,
+        dns
+    );
+    // Without DNS capture no such rule: the VM's query is not redirected.
+    let plain = view(&kuma_keys());
+    assert_ne!(
+        decide(&plain, &udp(flow(In, "172.17.0.1", 53, Some("docker0")))).0,
+        dns
+    );
 }

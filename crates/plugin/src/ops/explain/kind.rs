@@ -67,6 +67,30 @@ pub enum Kind {
     NotIncluded4,
     /// The same for IPv6.
     NotIncluded6,
+    /// Kuma with DNS capture: `meta skuid . udp dport
+    /// @skip_outbound_uid_udp_ports return`.
+    SkipOutboundUidUdpPort,
+    /// DNS capture: `udp dport 53 jump dns_output` in `output`.
+    DnsJumpUdp,
+    /// DNS capture (Istio): `tcp dport 53 jump dns_output` in `output`.
+    DnsJumpTcp,
+    /// `dns_output`: `meta nfproto ipv6 accept` (IPv6 not redirected).
+    DnsIpv6Off,
+    /// `dns_output`: the proxy's UID (GID): `accept`.
+    DnsProxyOwn,
+    /// `dns_output`: `socket cgroupv2 level P != @proxy_started jump
+    /// init_phase_bypass`.
+    DnsGate,
+    /// `dns_output`: `meta l4proto udp redirect to :DNS`.
+    DnsRedirectUdp,
+    /// `dns_output` (Istio): `meta l4proto tcp redirect to :DNS`.
+    DnsRedirectTcp,
+    /// `drop_invalid` (priority mangle): `ct state invalid drop`; no NAT
+    /// decision, never walked.
+    InvalidDrop,
+    /// The conntrack zone chains' rules (`ct zone set N`, priority raw):
+    /// no NAT decision, never walked.
+    DnsZone,
     /// Istio: `prerouting`: `iifname VM meta l4proto tcp redirect to
     /// :OUTBOUND` (`kubevirtInterfaces`, every destination).
     RerouteIface,
@@ -86,6 +110,11 @@ pub enum Kind {
     /// Kuma: `prerouting`: `iifname X ip daddr != NET meta l4proto tcp
     /// redirect to :OUTBOUND` (`vnet.networks`), IPv4 and IPv6.
     Vnet,
+    /// Kuma with DNS capture: `prerouting`: `iifname X meta nfproto ipv4
+    /// udp dport 53 redirect to :DNS` (`vnet.networks`, an IPv4 network).
+    VnetDns4,
+    /// The same for an IPv6 network.
+    VnetDns6,
     /// Kuma: `output`: `meta l4proto tcp return`
     /// (`redirect.outbound.enabled: false`).
     OutboundDisabled,
@@ -127,6 +156,23 @@ pub fn classify(chain: &str, comment: &str) -> Option<Kind> {
         ("output", "inbound passthrough from the proxy (source ::6)") => Some(Passthrough6),
         ("output", "IPv4 destination not in the redirected ranges or ports") => Some(NotIncluded4),
         ("output", "IPv6 destination not in the redirected ranges or ports") => Some(NotIncluded6),
+        ("output", "DNS over UDP to the DNS capture") => Some(DnsJumpUdp),
+        ("output", "outbound UDP from an excluded UID to its ports ignored") => {
+            Some(SkipOutboundUidUdpPort)
+        }
+        ("output", "DNS over TCP to the DNS capture") => Some(DnsJumpTcp),
+        ("dns_output", "IPv6 DNS is not captured (IPv6 is not redirected)") => Some(DnsIpv6Off),
+        (
+            "dns_zone_prerouting" | "dns_zone_output",
+            "IPv6 DNS is not captured (IPv6 is not redirected)",
+        )
+        | ("dns_zone_prerouting", "a resolver's DNS answer: conntrack zone 1")
+        | ("dns_zone_output", "an application's DNS query: conntrack zone 2") => Some(DnsZone),
+        (
+            "drop_invalid",
+            "IPv6 is not redirected: its invalid packets are not dropped"
+            | "a packet in conntrack state invalid is dropped",
+        ) => Some(InvalidDrop),
         (
             "output",
             "outbound redirection is disabled (kuma redirect.outbound.enabled is false)",
@@ -139,7 +185,7 @@ pub fn classify(chain: &str, comment: &str) -> Option<Kind> {
         _ => None,
     };
     exact.or_else(|| {
-        let prefixed: [(&str, &str, Kind); 19] = [
+        let prefixed: [(&str, &str, Kind); 27] = [
             (
                 "prerouting",
                 "arriving on a virtual interface: IPv4 TCP to the proxy's outbound port (",
@@ -176,6 +222,16 @@ pub fn classify(chain: &str, comment: &str) -> Option<Kind> {
                 SkipIfaceOut,
             ),
             ("prerouting", "virtual network: IPv", Vnet),
+            (
+                "prerouting",
+                "DNS arriving on a virtual network's interface: IPv4 UDP to the proxy's DNS port ",
+                VnetDns4,
+            ),
+            (
+                "prerouting",
+                "DNS arriving on a virtual network's interface: IPv6 UDP to the proxy's DNS port ",
+                VnetDns6,
+            ),
             ("inbound_redirect", "IPv6 is not redirected (", Ipv6Off),
             ("output", "IPv6 is not redirected (", Ipv6Off),
             (
@@ -209,6 +265,32 @@ pub fn classify(chain: &str, comment: &str) -> Option<Kind> {
                 ProxyStarts,
             ),
             ("output", "the proxy's own traffic (", ProxyOwn),
+            ("dns_output", "the proxy's own DNS goes out (", DnsProxyOwn),
+            (
+                "dns_output",
+                "init phase: DNS goes to the pod's resolver until the proxy has started (",
+                DnsGate,
+            ),
+            (
+                "dns_output",
+                "DNS over UDP to the proxy's DNS port ",
+                DnsRedirectUdp,
+            ),
+            (
+                "dns_output",
+                "DNS over TCP to the proxy's DNS port ",
+                DnsRedirectTcp,
+            ),
+            (
+                "dns_zone_output",
+                "the proxy's upstream DNS query: conntrack zone 1 (",
+                DnsZone,
+            ),
+            (
+                "dns_zone_output",
+                "the proxy's DNS answer to an application: conntrack zone 2 (",
+                DnsZone,
+            ),
             ("output", "explicit per-container verdict (", PinLookup),
             ("output", "init phase: the proxy has not started (", Gate),
         ];

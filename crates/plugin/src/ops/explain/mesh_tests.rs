@@ -32,6 +32,17 @@ fn istio() -> Settings {
         "excludeOutboundIPRanges": "198.19.1.0/24"}}))
 }
 
+/// Istio's table for a proxy with `ISTIO_META_DNS_CAPTURE=true`.
+fn istio_dns() -> Settings {
+    let mut s = istio();
+    s.mesh.dns = Some(crate::config::mesh::dns::DnsCapture {
+        port: 15053,
+        tcp: true,
+        zones: true,
+    });
+    s
+}
+
 fn view(s: &Settings, l: Option<Levels>) -> TableView {
     TableView::from_model(&ruleset::build(s, l, "test"))
 }
@@ -94,6 +105,11 @@ fn every_rule_is_recognised_and_comments_are_unique() {
         ),
         settings(json!({"mesh": "kuma"})),
         settings(json!({"mesh": "kuma", "kuma": {"ipFamilyMode": "ipv4"}})),
+        settings(json!({"mesh": "kuma", "kuma": {"redirect": {"dns": {"enabled": true}}}})),
+        settings(
+            json!({"mesh": "kuma", "kuma": {"ipFamilyMode": "ipv4", "redirect": {"dns": {"enabled": true}}}}),
+        ),
+        istio_dns(),
     ];
     for s in variants {
         for l in [
@@ -293,4 +309,53 @@ fn kuma_flows() {
     );
     assert_eq!(decide(&t, &inbound(8080), &[]).0, r15006);
     assert_eq!(decide(&t, &inbound(9001), &[]).0, Outcome::Untouched);
+}
+
+#[test]
+fn dns_flows() {
+    let r15053 = Outcome::Redirect { port: 15053 };
+    let udp = |dst: &str, uid: u32, container: u64| {
+        let mut f = out(dst, 53, uid, uid, container);
+        f.proto = Proto::Udp;
+        f
+    };
+    for (s, tcp_captured) in [
+        (
+            settings(json!({"mesh": "kuma", "kuma": {"redirect": {"dns": {"enabled": true}}}})),
+            false,
+        ),
+        (istio_dns(), true),
+    ] {
+        let proxy = s.proxy_uid;
+        let t = view(&s, Some(L));
+        // The init phase: the init container's DNS goes out, recorded.
+        let (o, by, d) = decide(&t, &udp("198.19.0.1", 1000, INIT), &[]);
+        assert_eq!(
+            (o, by.as_str()),
+            (Outcome::Direct, "init container goes out directly")
+        );
+        assert!(
+            d.effects.iter().any(|e| e.contains("init_containers")),
+            "{d:?}"
+        );
+        // After the proxy's first packet: the app's DNS, UDP (loopback too).
+        let (o, by, _) = decide(&t, &udp("198.19.0.1", 1001, APP), &[POD]);
+        assert_eq!(
+            (o, by.as_str()),
+            (r15053.clone(), "DNS over UDP to the proxy's DNS port 15053")
+        );
+        let (o, _, _) = decide(&t, &lo(udp("127.0.0.53", 1001, APP), None), &[POD]);
+        assert_eq!(o, r15053);
+        // The proxy's own DNS goes out.
+        let (o, by, _) = decide(&t, &udp("198.19.0.1", proxy, APP), &[POD]);
+        assert_eq!(o, Outcome::Direct);
+        assert!(by.starts_with("the proxy's own DNS goes out ("), "{by}");
+        // TCP to port 53: captured by Istio only (Kuma 3 leaves it alone).
+        let (o, _, _) = decide(&t, &out("198.19.0.1", 53, 1001, 1001, APP), &[POD]);
+        assert_eq!(o == r15053, tcp_captured, "{o:?}");
+        // Another UDP port is not DNS: not redirected.
+        let mut f = udp("198.19.0.1", 1001, APP);
+        f.dport = 5353;
+        assert_eq!(decide(&t, &f, &[POD]).0, Outcome::Direct);
+    }
 }

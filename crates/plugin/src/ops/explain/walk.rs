@@ -143,10 +143,15 @@ impl Walk<'_> {
             ToProxy => Some(Act::Goto("outbound_redirect".into())),
             Passthrough4 | Passthrough6 | ProxyLoopback4 | ProxyLoopback6 | NotIncluded4
             | NotIncluded6 => self.eval_mesh(r, k),
+            SkipOutboundUidUdpPort => (!self.is_tcp()
+                && t.has_uid_port("skip_outbound_uid_udp_ports", f.uid, f.dport))
+            .then_some(Act::Return),
+            DnsJumpUdp | DnsJumpTcp | DnsIpv6Off | DnsProxyOwn | DnsGate | DnsRedirectUdp
+            | DnsRedirectTcp | DnsZone => self.eval_dns(r, k),
+            InvalidDrop => None,
             RerouteIface | RerouteIfaceV4 | RerouteIface4 | RerouteIface6 | RerouteIfaceRest
-            | SkipIfaceIn | SkipIfaceOut | Vnet | OutboundDisabled | NotIncludedPort => {
-                self.eval_ifaces(r, k)
-            }
+            | SkipIfaceIn | SkipIfaceOut | Vnet | VnetDns4 | VnetDns6 | OutboundDisabled
+            | NotIncludedPort => self.eval_ifaces(r, k),
             Log => {
                 self.effects
                     .push("logged to the kernel log (kuma log.enabled)".into());
@@ -189,6 +194,11 @@ impl Walk<'_> {
             None => Act::Unknown("redirect rule without a port".into()),
         };
         match k {
+            VnetDns4 | VnetDns6 => {
+                let fam = (k == VnetDns4) == v4;
+                (fam && !self.is_tcp() && f.dport == 53 && self.iface_matches(r, false))
+                    .then(redirect)
+            }
             OutboundDisabled => self.is_tcp().then_some(Act::Return),
             NotIncludedPort => (self.is_tcp() && !t.has_port("redirect_outbound_ports", f.dport))
                 .then_some(Act::Return),
@@ -216,6 +226,33 @@ impl Walk<'_> {
                 }
                 let inside = crate::nft::model::network(f.dst, len) == net;
                 (!inside && self.is_tcp() && self.iface_matches(r, false)).then(redirect)
+            }
+            _ => None,
+        }
+    }
+
+    /// The DNS capture's rules of kind `k` (`output`'s jumps, `dns_output`).
+    fn eval_dns(&self, r: &RuleView, k: Kind) -> Option<Act> {
+        use Kind::*;
+        let f = self.f;
+        let dns = f.dport == 53;
+        match k {
+            DnsJumpUdp => (!self.is_tcp() && dns).then(|| Act::Jump("dns_output".into())),
+            DnsJumpTcp => (self.is_tcp() && dns).then(|| Act::Jump("dns_output".into())),
+            DnsIpv6Off => (!f.dst.is_ipv4()).then_some(Act::Accept),
+            DnsProxyOwn => self.is_proxy(r).then_some(Act::Accept),
+            DnsGate => {
+                let id = self.cgroup_at(r.level)?;
+                (!self.proxy_started.contains(&id)).then(|| Act::Jump("init_phase_bypass".into()))
+            }
+            DnsRedirectUdp | DnsRedirectTcp => {
+                if self.is_tcp() != (k == DnsRedirectTcp) {
+                    return None;
+                }
+                Some(match r.redirect_port {
+                    Some(p) => Act::Redirect(p),
+                    None => Act::Unknown("redirect rule without a port".into()),
+                })
             }
             _ => None,
         }
