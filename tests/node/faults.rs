@@ -955,6 +955,7 @@ pub fn fault_table(node: &Node) {
     let t = Instant::now();
     let gate = NodeGate::on(node);
     gate_follows_the_entry(node);
+    gate_after_strategy_change(node);
     let mut churn = Churn::new(node);
     churn.case(node, "agent", "SIGKILL of the node agent", fault_kill_agent);
     churn.case(node, "containerd", "containerd restarted", |node| {
@@ -1181,6 +1182,84 @@ fn gate_follows_the_entry(node: &Node) {
          after {tainted:.1} s (condition {GATE_CONDITION}=False), off again {:.1} s after the file \
          came back",
         t.elapsed().as_secs_f64() - tainted
+    );
+}
+
+/// Issue 52: after a change of the DaemonSet that is no template change (its update strategy,
+/// as `helm upgrade --set updateStrategy.rollingUpdate.maxUnavailable=2` makes it: the
+/// DaemonSet's `metadata.generation` raised, its template generation not), meshnft's pod
+/// deleted (gracefully) is no rollout: its exit must put the taint back on the node (seen
+/// before the next pod, Ready, takes it off again). Compared with `metadata.generation`, as
+/// the agent did, every SIGTERM then looked like a rollout and left the node untainted.
+fn gate_after_strategy_change(node: &Node) {
+    if !wanted("gate") {
+        return;
+    }
+    let t = Instant::now();
+    node.kubectl_ok(&[
+        "-n",
+        "meshnft",
+        "patch",
+        "ds/meshnft",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"updateStrategy":{"type":"RollingUpdate","rollingUpdate":{"maxUnavailable":2}}}}"#,
+    ]);
+    let generations = node.get(
+        "meshnft",
+        "ds/meshnft",
+        "{.metadata.generation} {.metadata.annotations.deprecated\\.daemonset\\.template\\.generation}",
+    );
+    let g: Vec<u64> = generations
+        .split_whitespace()
+        .filter_map(|n| n.parse().ok())
+        .collect();
+    assert!(
+        g.len() == 2 && g[0] > g[1],
+        "a strategy-only change raises the DaemonSet's generation above its template \
+         generation: {generations:?}"
+    );
+    let old = agent_pod(node).expect("meshnft's pod");
+    node.kubectl_ok(&["-n", "meshnft", "delete", "pod", &old.name, "--wait=false"]);
+    // The taint lives from the old agent's exit until the next agent is Ready: polled until
+    // then, and 10 s more (a slow exit).
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut ready_since: Option<Instant> = None;
+    let tainted = loop {
+        if taint_keys(node).iter().any(|k| k == GATE_TAINT) {
+            break true;
+        }
+        let next_ready = agent_pod(node).is_some_and(|p| p.ready && p.uid != old.uid);
+        match (next_ready, ready_since) {
+            (true, None) => ready_since = Some(Instant::now()),
+            (true, Some(since)) if since.elapsed() > Duration::from_secs(10) => break false,
+            _ => {}
+        }
+        if Instant::now() > deadline {
+            break false;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    eprintln!(
+        "the node gate after a strategy-only change (generation, template generation: \
+         {generations}): meshnft's pod deleted, the taint {GATE_TAINT} put back: {tainted}"
+    );
+    assert!(
+        tainted || without("retaint"),
+        "meshnft's pod deleted after a strategy-only change of its DaemonSet is no rollout: its \
+         exit must put the taint {GATE_TAINT} back on the node"
+    );
+    wait_agent_ready(node, 180);
+    node.wait(
+        120,
+        "the taint off and the condition True again",
+        "default",
+        "node/meshnft-node",
+        || gate_condition(node) == "True" && !taint_keys(node).iter().any(|k| k == GATE_TAINT),
+    );
+    eprintln!(
+        "the node gate after a strategy-only change: {:.1} s",
+        t.elapsed().as_secs_f64()
     );
 }
 
