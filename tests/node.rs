@@ -621,12 +621,21 @@ fn audited_plugin(node: &Node, code: u64) -> Vec<String> {
     audited_by(node, code, |ua| ua.starts_with("meshnft/"))
 }
 
+/// Whether audit event `v` is a request of meshnft's: its node process's service account
+/// (`meshnft`) or its plugin's (`meshnft-cni`, whose token the installer writes on the host).
+fn meshnft_user(v: &serde_json::Value) -> bool {
+    matches!(
+        v["user"]["username"].as_str(),
+        Some("system:serviceaccount:meshnft:meshnft" | "system:serviceaccount:meshnft:meshnft-cni")
+    )
+}
+
 fn audited_by(node: &Node, code: u64, agent: impl Fn(&str) -> bool) -> Vec<String> {
     let log = std::fs::read_to_string(node.dir.join("logs/audit.log")).unwrap_or_default();
     log.lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
         .filter(|v| {
-            v["user"]["username"] == "system:serviceaccount:meshnft:meshnft"
+            meshnft_user(v)
                 && v["responseStatus"]["code"].as_u64() == Some(code)
                 && agent(v["userAgent"].as_str().unwrap_or(""))
         })

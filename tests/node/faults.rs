@@ -1008,7 +1008,8 @@ const GATE_CONDITION: &str = "meshnft.io/Ready";
 
 /// Whether `MESHNFT_NODE_WITHOUT` (comma separated) turns mechanism `m` off, to see the rows
 /// that need it go red: `front` (meshnft's front conflist: the rewrite row), `retaint` (the
-/// taint put back: the gate step and the reboot row).
+/// taint put back: the gate step and the reboot row), `nodepolicy` (the chart's policy on node
+/// writes: two_nodes' own-node step), `plugintoken` (the plugin's own token: the RBAC step).
 pub(crate) fn without(m: &str) -> bool {
     std::env::var("MESHNFT_NODE_WITHOUT")
         .map(|v| v.split(',').any(|k| k.trim() == m))
@@ -1033,7 +1034,8 @@ fn gate_condition(node: &Node) -> String {
 }
 
 /// The DaemonSet with its node gate on, as `agent.removeNodeTaint=true` with
-/// `agent.nodeTaint.key` and `agent.nodeCondition` set it (their RBAC and variables), for the
+/// `agent.nodeTaint.key` and `agent.nodeCondition` set it (their RBAC, the policy that keeps
+/// the agent's writes to its own node, and variables), for the
 /// fault table; [`NodeGate::off`] takes it off again by a rollout, which must leave no taint.
 struct NodeGate<'a>(&'a Node);
 
@@ -1053,9 +1055,59 @@ roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: meshnft-
 subjects: [{kind: ServiceAccount, name: meshnft, namespace: meshnft}]
 "#;
 
+/// The chart's policy on node writes (deploy/chart/templates/nodepolicy.yaml, rendered with
+/// `agent.removeNodeTaint=true`): meshnft's service account may change only the node its token
+/// is bound to.
+const NODE_POLICY: &str = "meshnft-agent-own-node";
+
+/// [`GATE_RBAC`] and the chart's [`NODE_POLICY`] (`helm template --show-only`), as the chart
+/// renders them with the gate on. `MESHNFT_NODE_WITHOUT=nodepolicy`: the policy left out, to
+/// see the row that needs it go red (an agent patching another node).
+pub(crate) fn apply_gate_rbac(node: &Node) {
+    node.apply(GATE_RBAC);
+    if without("nodepolicy") {
+        return;
+    }
+    let chart = chart();
+    let out = node.run(
+        &[
+            "helm",
+            "template",
+            "meshnft",
+            &chart,
+            "--namespace",
+            "meshnft",
+            "--set",
+            "agent.removeNodeTaint=true",
+            "--show-only",
+            "templates/nodepolicy.yaml",
+        ],
+        None,
+    );
+    assert!(out.status.success(), "helm template: {}", text(&out.stderr));
+    let policy = text(&out.stdout);
+    assert!(policy.contains(NODE_POLICY), "{policy}");
+    node.apply(&policy);
+}
+
+/// Takes [`apply_gate_rbac`]'s objects off again.
+pub(crate) fn delete_gate_rbac(node: &Node) {
+    node.kubectl_ok(&[
+        "delete",
+        "clusterrolebinding,clusterrole",
+        "meshnft-test-node-gate",
+    ]);
+    node.kubectl_ok(&[
+        "delete",
+        "validatingadmissionpolicybinding,validatingadmissionpolicy",
+        NODE_POLICY,
+        "--ignore-not-found",
+    ]);
+}
+
 impl<'a> NodeGate<'a> {
     fn on(node: &'a Node) -> NodeGate<'a> {
-        node.apply(GATE_RBAC);
+        apply_gate_rbac(node);
         let taint = format!("MESHNFT_NODE_TAINT={GATE_TAINT}:NoSchedule");
         let condition = format!("MESHNFT_NODE_CONDITION={GATE_CONDITION}");
         // No periodic pass during the table: only events (files, the plugin's reports) may
@@ -1113,11 +1165,7 @@ impl<'a> NodeGate<'a> {
             !keys.iter().any(|k| k == GATE_TAINT),
             "a rollout put the taint on the node: {keys:?}"
         );
-        node.kubectl_ok(&[
-            "delete",
-            "clusterrolebinding,clusterrole",
-            "meshnft-test-node-gate",
-        ]);
+        delete_gate_rbac(node);
         eprintln!("the node gate off by a rollout: no taint left on the node ({keys:?})");
     }
 }
