@@ -956,6 +956,7 @@ pub fn fault_table(node: &Node) {
     let gate = NodeGate::on(node);
     gate_follows_the_entry(node);
     gate_after_strategy_change(node);
+    own_node_only(node);
     let mut churn = Churn::new(node);
     churn.case(node, "agent", "SIGKILL of the node agent", fault_kill_agent);
     churn.case(node, "containerd", "containerd restarted", |node| {
@@ -1308,6 +1309,57 @@ fn gate_after_strategy_change(node: &Node) {
     eprintln!(
         "the node gate after a strategy-only change: {:.1} s",
         t.elapsed().as_secs_f64()
+    );
+}
+
+/// Issue 52, on the one node: the agent's token (read from kubelet's projected volume of its
+/// pod, as a node's root would) may patch its own Node under the gate's RBAC and the chart's
+/// policy, and not another Node: one made for the check (`meshnft-test-other`, no kubelet, no
+/// label, so the DaemonSet does not target it; deleted after), refused by the policy.
+/// `MESHNFT_NODE_WITHOUT=nodepolicy`: the policy left out, the patch goes through (red).
+fn own_node_only(node: &Node) {
+    if !wanted("gate") {
+        return;
+    }
+    const OTHER: &str = "meshnft-test-other";
+    node.apply(&format!(
+        "apiVersion: v1\nkind: Node\nmetadata: {{name: {OTHER}}}\n"
+    ));
+    let uid = agent_pod(node).expect("meshnft's pod").uid;
+    let as_agent = |args: &str| {
+        let script = format!(
+            "d=$(ls -d /var/lib/kubelet/pods/{uid}/volumes/kubernetes.io~projected/*/ | head -n 1) \
+             && kubectl --kubeconfig=/dev/null --server=https://198.19.128.1:443 \
+             --certificate-authority=\"$d/ca.crt\" --token=\"$(cat \"$d/token\")\" {args}"
+        );
+        let out = node.run(&["sh", "-c", &script], None);
+        (
+            out.status.success(),
+            format!("{}{}", text(&out.stdout), text(&out.stderr)),
+        )
+    };
+    let probe = r#"--type=merge -p '{"metadata":{"annotations":{"meshnft.test/probe":"agent"}}}'"#;
+    let mine = as_agent(&format!("patch node meshnft-node {probe}"));
+    let mut theirs = (true, String::new());
+    let refused = support::wait_until(Duration::from_secs(30), || {
+        theirs = as_agent(&format!("patch node {OTHER} {probe}"));
+        !theirs.0
+    });
+    eprintln!(
+        "the agent's token: patch node meshnft-node: {}; patch node {OTHER}: {}",
+        mine.1.trim(),
+        theirs.1.trim()
+    );
+    let _ = node.kubectl(&["annotate", "node", "meshnft-node", "meshnft.test/probe-"]);
+    node.kubectl_ok(&["delete", "node", OTHER]);
+    assert!(mine.0, "the agent patches its own node: {}", mine.1);
+    assert!(
+        refused
+            && theirs
+                .1
+                .contains("meshnft may change only the node its pod runs on"),
+        "the agent's token must not patch another node: {}",
+        theirs.1
     );
 }
 
