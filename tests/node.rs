@@ -607,6 +607,9 @@ fn refused_calls(node: &Node) -> Vec<String> {
     let mut v = audited(node, 401);
     v.extend(audited(node, 403));
     v.retain(|l| l != "get /apis/apps/v1/namespaces/meshnft/daemonsets/meshnft");
+    // The gate step's own probe: the agent's token refused another Node by the chart's policy
+    // (faults::own_node_only), as it must be.
+    v.retain(|l| !l.starts_with("patch /api/v1/nodes/meshnft-test-other?"));
     v
 }
 
