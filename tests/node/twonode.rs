@@ -579,7 +579,9 @@ fn deployment(name: &str, group: &str, replicas: usize) -> String {
 /// Issue 52: with the gate's RBAC (`patch` on every Node, as `agent.removeNodeTaint` grants it)
 /// and the chart's policy on node writes, the token of the first node's agent (read where a
 /// node's root finds it: kubelet's projected volume of that pod) may patch its own Node, and
-/// neither the other Node nor its status: the API server refuses with the policy's message.
+/// not the other Node: the API server refuses with the policy's message. (The other Node's
+/// status is not tried: kubectl reads `nodes/status` before patching it, which the gate's RBAC
+/// does not grant.)
 /// The control first: the RBAC alone lets that token patch the other Node (so the policy is
 /// what refuses it). `MESHNFT_NODE_WITHOUT=nodepolicy`: the policy left out, the other node's
 /// patch goes through.
@@ -617,8 +619,6 @@ fn agent_writes_only_its_node(cluster: &Node, nodes: &[String; 2]) {
     let probe = |v: &str| {
         format!(r#"-p '{{"metadata":{{"annotations":{{"meshnft.test/probe":"{v}"}}}}}}'"#)
     };
-    let status =
-        r#"-p '{"status":{"conditions":[{"type":"meshnft.test/Probe","status":"True"}]}}'"#;
     // The control: RBAC alone (granted to every Node) lets the token patch the other node.
     let control = support::wait_until(Duration::from_secs(30), || {
         as_agent(&format!(
@@ -645,15 +645,10 @@ fn agent_writes_only_its_node(cluster: &Node, nodes: &[String; 2]) {
         "patch node {own} --type=merge {}",
         probe("policy")
     ));
-    let their_status = as_agent(&format!(
-        "patch node {other} --subresource=status --type=strategic {status}"
-    ));
     eprintln!(
-        "an agent's token (of {own}), the policy on: patch node {own}: {}; patch node {other}: \
-         {}; its status: {}",
+        "an agent's token (of {own}), the policy on: patch node {own}: {}; patch node {other}: {}",
         mine.1.trim(),
-        theirs.1.trim(),
-        their_status.1.trim()
+        theirs.1.trim()
     );
     for n in nodes {
         let _ = cluster.kubectl(&["annotate", "node", n, "meshnft.test/probe-"]);
@@ -671,11 +666,6 @@ fn agent_writes_only_its_node(cluster: &Node, nodes: &[String; 2]) {
                 .contains("meshnft may change only the node its pod runs on"),
         "the agent's token must not patch another node ({other}): {}",
         theirs.1
-    );
-    assert!(
-        !their_status.0 && their_status.1.contains("meshnft may change only the node"),
-        "the agent's token must not patch another node's status: {}",
-        their_status.1
     );
     eprintln!(
         "an agent writes only its own node: {:.1} s",
