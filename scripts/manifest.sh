@@ -109,6 +109,11 @@ assert {"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]} in rules, 
 assert {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]} in rules, rules
 assert {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]} in rules, rules
 assert not any("delete" in r["verbs"] for r in rules), rules
+# Node writes only to the agent own node (issue 52): the policy keyed on the token node.
+vap = kinds["ValidatingAdmissionPolicy"]
+assert vap["spec"]["matchConditions"][0]["expression"] == "request.userInfo.username == \x27system:serviceaccount:meshnft:meshnft\x27", vap
+assert "authentication.kubernetes.io/node-name" in vap["spec"]["validations"][0]["expression"], vap
+assert kinds["ValidatingAdmissionPolicyBinding"]["spec"] == {"policyName": vap["metadata"]["name"], "validationActions": ["Deny"]}
 ds = kinds["DaemonSet"]
 pod = ds["spec"]["template"]
 c = pod["spec"]["containers"][0]
@@ -129,7 +134,12 @@ assert pm["spec"]["selector"]["matchLabels"] == ds["spec"]["selector"]["matchLab
   rbac=$("$helm" template meshnft deploy/chart --set agent.repairMode=delete -s templates/rbac.yaml)
   grep -q 'verbs: \["delete"\]' <<<"$rbac" ||
     { echo "manifest.sh: agent.repairMode=delete renders no delete on pods" >&2; exit 1; }
-  echo "manifest.sh: deploy/chart renders the agent's modes with their RBAC, the PodMonitor and the pods' values"
+  # Without node writes (the defaults) no policy is needed, and none renders.
+  if grep -q ValidatingAdmissionPolicy deploy/meshnft.yaml; then
+    echo "manifest.sh: a policy on node writes renders without any node write" >&2
+    exit 1
+  fi
+  echo "manifest.sh: deploy/chart renders the agent's modes with their RBAC and node policy, the PodMonitor and the pods' values"
   ;;
 "")
   render >deploy/meshnft.yaml.new

@@ -335,15 +335,15 @@ control_plane() {
     --listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
     --listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
     --initial-cluster node=http://127.0.0.1:2380 --log-level warn
-  # Audit: every request of meshnft's ServiceAccount (installer and plugin), so that
-  # tests/node.rs can fail on a refused one.
+  # Audit: every request of meshnft's ServiceAccounts (the node process's, meshnft, and the
+  # plugin's, meshnft-cni), so that tests/node.rs can fail on a refused one.
   cat >"$d/audit-policy.yaml" <<EOF
 apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: ["RequestReceived"]
 rules:
   - level: Metadata
-    users: ["system:serviceaccount:meshnft:meshnft"]
+    users: ["system:serviceaccount:meshnft:meshnft", "system:serviceaccount:meshnft:meshnft-cni"]
   - level: None
 EOF
   start "$d" kube-apiserver kube-apiserver --etcd-servers=http://127.0.0.1:2379 \

@@ -74,6 +74,7 @@ fn every_document_matches_the_schema() {
         [
             "Namespace",
             "ServiceAccount",
+            "ServiceAccount",
             "ConfigMap",
             "ClusterRole",
             "ClusterRole",
@@ -316,23 +317,45 @@ fn rbac_is_get_on_pods_namespaces_and_the_kubernetes_service_and_the_agents_watc
             "cluster /pods [] list,watch",
             "cluster events.k8s.io/events [] create,patch",
             "default /services [\"kubernetes\"] get",
+            "meshnft /serviceaccounts/token [\"meshnft-cni\"] create",
             "meshnft apps/daemonsets [\"meshnft\"] get",
         ]
     );
-    // Both bound to the DaemonSet's service account.
-    let mut bound = 0;
+    // The plugin's service account (its token on the host, issue 52) is bound to the plugin's
+    // reads only; the DaemonSet's to those, the agent's and the installer's.
+    let mut bound = std::collections::BTreeMap::new();
     for o in objects() {
         let (subjects, role) = match o {
             Object::ClusterRoleBinding(b) => (b.subjects.unwrap(), b.role_ref),
             Object::RoleBinding(b) => (b.subjects.unwrap(), b.role_ref),
             _ => continue,
         };
-        assert!(["meshnft", "meshnft-agent", "meshnft-installer"].contains(&role.name.as_str()));
-        assert_eq!(subjects[0].name, "meshnft");
-        assert_eq!(subjects[0].namespace.as_deref(), Some("meshnft"));
-        bound += 1;
+        for s in subjects {
+            assert_eq!(
+                (s.kind.as_str(), s.namespace.as_deref()),
+                ("ServiceAccount", Some("meshnft"))
+            );
+            bound
+                .entry(s.name)
+                .or_insert_with(Vec::new)
+                .push(format!("{} {}", role.kind, role.name));
+        }
     }
-    assert_eq!(bound, 4);
+    assert_eq!(
+        bound["meshnft-cni"],
+        ["ClusterRole meshnft", "Role meshnft"],
+        "the plugin's token on the host: get of pods, namespaces and default/kubernetes only"
+    );
+    assert_eq!(
+        bound["meshnft"],
+        [
+            "ClusterRole meshnft",
+            "ClusterRole meshnft-agent",
+            "Role meshnft",
+            "Role meshnft-installer"
+        ]
+    );
+    assert_eq!(bound.len(), 2);
 }
 
 #[test]
@@ -375,12 +398,17 @@ fn namespace_allows_privileged_pods_and_the_service_account_lives_there() {
                 found += 1;
             }
             Object::ServiceAccount(s) => {
-                assert_eq!(s.metadata.name.as_deref(), Some("meshnft"));
+                let name = s.metadata.name.as_deref();
+                assert!(matches!(name, Some("meshnft" | "meshnft-cni")), "{name:?}");
                 assert_eq!(s.metadata.namespace.as_deref(), Some("meshnft"));
+                // No pod mounts the plugin's token: the installer asks for it.
+                if name == Some("meshnft-cni") {
+                    assert_eq!(s.automount_service_account_token, Some(false));
+                }
                 found += 1;
             }
             _ => {}
         }
     }
-    assert_eq!(found, 2);
+    assert_eq!(found, 3);
 }

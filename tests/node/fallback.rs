@@ -96,7 +96,7 @@ fn plugin_requests(node: &Node, from: i64, to: i64) -> Vec<Req> {
     log.lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
         .filter(|v| {
-            v["user"]["username"] == "system:serviceaccount:meshnft:meshnft"
+            meshnft_user(v)
                 && v["userAgent"]
                     .as_str()
                     .unwrap_or("")

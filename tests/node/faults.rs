@@ -955,6 +955,8 @@ pub fn fault_table(node: &Node) {
     let t = Instant::now();
     let gate = NodeGate::on(node);
     gate_follows_the_entry(node);
+    gate_after_strategy_change(node);
+    own_node_only(node);
     let mut churn = Churn::new(node);
     churn.case(node, "agent", "SIGKILL of the node agent", fault_kill_agent);
     churn.case(node, "containerd", "containerd restarted", |node| {
@@ -1007,7 +1009,8 @@ const GATE_CONDITION: &str = "meshnft.io/Ready";
 
 /// Whether `MESHNFT_NODE_WITHOUT` (comma separated) turns mechanism `m` off, to see the rows
 /// that need it go red: `front` (meshnft's front conflist: the rewrite row), `retaint` (the
-/// taint put back: the gate step and the reboot row).
+/// taint put back: the gate step and the reboot row), `nodepolicy` (the chart's policy on node
+/// writes: two_nodes' own-node step), `plugintoken` (the plugin's own token: the RBAC step).
 pub(crate) fn without(m: &str) -> bool {
     std::env::var("MESHNFT_NODE_WITHOUT")
         .map(|v| v.split(',').any(|k| k.trim() == m))
@@ -1032,7 +1035,8 @@ fn gate_condition(node: &Node) -> String {
 }
 
 /// The DaemonSet with its node gate on, as `agent.removeNodeTaint=true` with
-/// `agent.nodeTaint.key` and `agent.nodeCondition` set it (their RBAC and variables), for the
+/// `agent.nodeTaint.key` and `agent.nodeCondition` set it (their RBAC, the policy that keeps
+/// the agent's writes to its own node, and variables), for the
 /// fault table; [`NodeGate::off`] takes it off again by a rollout, which must leave no taint.
 struct NodeGate<'a>(&'a Node);
 
@@ -1052,9 +1056,59 @@ roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: meshnft-
 subjects: [{kind: ServiceAccount, name: meshnft, namespace: meshnft}]
 "#;
 
+/// The chart's policy on node writes (deploy/chart/templates/nodepolicy.yaml, rendered with
+/// `agent.removeNodeTaint=true`): meshnft's service account may change only the node its token
+/// is bound to.
+const NODE_POLICY: &str = "meshnft-agent-own-node";
+
+/// [`GATE_RBAC`] and the chart's [`NODE_POLICY`] (`helm template --show-only`), as the chart
+/// renders them with the gate on. `MESHNFT_NODE_WITHOUT=nodepolicy`: the policy left out, to
+/// see the row that needs it go red (an agent patching another node).
+pub(crate) fn apply_gate_rbac(node: &Node) {
+    node.apply(GATE_RBAC);
+    if without("nodepolicy") {
+        return;
+    }
+    let chart = chart();
+    let out = node.run(
+        &[
+            "helm",
+            "template",
+            "meshnft",
+            &chart,
+            "--namespace",
+            "meshnft",
+            "--set",
+            "agent.removeNodeTaint=true",
+            "--show-only",
+            "templates/nodepolicy.yaml",
+        ],
+        None,
+    );
+    assert!(out.status.success(), "helm template: {}", text(&out.stderr));
+    let policy = text(&out.stdout);
+    assert!(policy.contains(NODE_POLICY), "{policy}");
+    node.apply(&policy);
+}
+
+/// Takes [`apply_gate_rbac`]'s objects off again.
+pub(crate) fn delete_gate_rbac(node: &Node) {
+    node.kubectl_ok(&[
+        "delete",
+        "clusterrolebinding,clusterrole",
+        "meshnft-test-node-gate",
+    ]);
+    node.kubectl_ok(&[
+        "delete",
+        "validatingadmissionpolicybinding,validatingadmissionpolicy",
+        NODE_POLICY,
+        "--ignore-not-found",
+    ]);
+}
+
 impl<'a> NodeGate<'a> {
     fn on(node: &'a Node) -> NodeGate<'a> {
-        node.apply(GATE_RBAC);
+        apply_gate_rbac(node);
         let taint = format!("MESHNFT_NODE_TAINT={GATE_TAINT}:NoSchedule");
         let condition = format!("MESHNFT_NODE_CONDITION={GATE_CONDITION}");
         // No periodic pass during the table: only events (files, the plugin's reports) may
@@ -1112,11 +1166,7 @@ impl<'a> NodeGate<'a> {
             !keys.iter().any(|k| k == GATE_TAINT),
             "a rollout put the taint on the node: {keys:?}"
         );
-        node.kubectl_ok(&[
-            "delete",
-            "clusterrolebinding,clusterrole",
-            "meshnft-test-node-gate",
-        ]);
+        delete_gate_rbac(node);
         eprintln!("the node gate off by a rollout: no taint left on the node ({keys:?})");
     }
 }
@@ -1181,6 +1231,135 @@ fn gate_follows_the_entry(node: &Node) {
          after {tainted:.1} s (condition {GATE_CONDITION}=False), off again {:.1} s after the file \
          came back",
         t.elapsed().as_secs_f64() - tainted
+    );
+}
+
+/// Issue 52: after a change of the DaemonSet that is no template change (its update strategy,
+/// as `helm upgrade --set updateStrategy.rollingUpdate.maxUnavailable=2` makes it: the
+/// DaemonSet's `metadata.generation` raised, its template generation not), meshnft's pod
+/// deleted (gracefully) is no rollout: its exit must put the taint back on the node (seen
+/// before the next pod, Ready, takes it off again). Compared with `metadata.generation`, as
+/// the agent did, every SIGTERM then looked like a rollout and left the node untainted.
+fn gate_after_strategy_change(node: &Node) {
+    if !wanted("gate") {
+        return;
+    }
+    let t = Instant::now();
+    node.kubectl_ok(&[
+        "-n",
+        "meshnft",
+        "patch",
+        "ds/meshnft",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"updateStrategy":{"type":"RollingUpdate","rollingUpdate":{"maxUnavailable":2}}}}"#,
+    ]);
+    let generations = node.get(
+        "meshnft",
+        "ds/meshnft",
+        "{.metadata.generation} {.metadata.annotations.deprecated\\.daemonset\\.template\\.generation}",
+    );
+    let g: Vec<u64> = generations
+        .split_whitespace()
+        .filter_map(|n| n.parse().ok())
+        .collect();
+    assert!(
+        g.len() == 2 && g[0] > g[1],
+        "a strategy-only change raises the DaemonSet's generation above its template \
+         generation: {generations:?}"
+    );
+    let old = agent_pod(node).expect("meshnft's pod");
+    node.kubectl_ok(&["-n", "meshnft", "delete", "pod", &old.name, "--wait=false"]);
+    // The taint lives from the old agent's exit until the next agent is Ready: polled until
+    // then, and 10 s more (a slow exit).
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut ready_since: Option<Instant> = None;
+    let tainted = loop {
+        if taint_keys(node).iter().any(|k| k == GATE_TAINT) {
+            break true;
+        }
+        let next_ready = agent_pod(node).is_some_and(|p| p.ready && p.uid != old.uid);
+        match (next_ready, ready_since) {
+            (true, None) => ready_since = Some(Instant::now()),
+            (true, Some(since)) if since.elapsed() > Duration::from_secs(10) => break false,
+            _ => {}
+        }
+        if Instant::now() > deadline {
+            break false;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    eprintln!(
+        "the node gate after a strategy-only change (generation, template generation: \
+         {generations}): meshnft's pod deleted, the taint {GATE_TAINT} put back: {tainted}"
+    );
+    assert!(
+        tainted || without("retaint"),
+        "meshnft's pod deleted after a strategy-only change of its DaemonSet is no rollout: its \
+         exit must put the taint {GATE_TAINT} back on the node"
+    );
+    wait_agent_ready(node, 180);
+    node.wait(
+        120,
+        "the taint off and the condition True again",
+        "default",
+        "node/meshnft-node",
+        || gate_condition(node) == "True" && !taint_keys(node).iter().any(|k| k == GATE_TAINT),
+    );
+    eprintln!(
+        "the node gate after a strategy-only change: {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+}
+
+/// Issue 52, on the one node: the agent's token (read from kubelet's projected volume of its
+/// pod, as a node's root would) may patch its own Node under the gate's RBAC and the chart's
+/// policy, and not another Node: one made for the check (`meshnft-test-other`, no kubelet, no
+/// label, so the DaemonSet does not target it; deleted after), refused by the policy.
+/// `MESHNFT_NODE_WITHOUT=nodepolicy`: the policy left out, the patch goes through (red).
+fn own_node_only(node: &Node) {
+    if !wanted("gate") {
+        return;
+    }
+    const OTHER: &str = "meshnft-test-other";
+    node.apply(&format!(
+        "apiVersion: v1\nkind: Node\nmetadata: {{name: {OTHER}}}\n"
+    ));
+    let uid = agent_pod(node).expect("meshnft's pod").uid;
+    let as_agent = |args: &str| {
+        let script = format!(
+            "d=$(ls -d /var/lib/kubelet/pods/{uid}/volumes/kubernetes.io~projected/*/ | head -n 1) \
+             && kubectl --kubeconfig=/dev/null --server=https://198.19.128.1:443 \
+             --certificate-authority=\"$d/ca.crt\" --token=\"$(cat \"$d/token\")\" {args}"
+        );
+        let out = node.run(&["sh", "-c", &script], None);
+        (
+            out.status.success(),
+            format!("{}{}", text(&out.stdout), text(&out.stderr)),
+        )
+    };
+    let probe = r#"--type=merge -p '{"metadata":{"annotations":{"meshnft.test/probe":"agent"}}}'"#;
+    let mine = as_agent(&format!("patch node meshnft-node {probe}"));
+    let mut theirs = (true, String::new());
+    let refused = support::wait_until(Duration::from_secs(30), || {
+        theirs = as_agent(&format!("patch node {OTHER} {probe}"));
+        !theirs.0
+    });
+    eprintln!(
+        "the agent's token: patch node meshnft-node: {}; patch node {OTHER}: {}",
+        mine.1.trim(),
+        theirs.1.trim()
+    );
+    let _ = node.kubectl(&["annotate", "node", "meshnft-node", "meshnft.test/probe-"]);
+    node.kubectl_ok(&["delete", "node", OTHER]);
+    assert!(mine.0, "the agent patches its own node: {}", mine.1);
+    assert!(
+        refused
+            && theirs
+                .1
+                .contains("meshnft may change only the node its pod runs on"),
+        "the agent's token must not patch another node: {}",
+        theirs.1
     );
 }
 
@@ -1364,8 +1543,8 @@ fn wait_refused(node: &Node, kc: &str) {
 /// Issue 34: the plugin's token revoked. The plugin's kubeconfig gets a token the API server
 /// refuses (401), and the agent's socket refuses lookups (as while the agent restarts), so every
 /// meshed pod's ADD reads the API server with it: each is refused with meshnft's error naming
-/// the 401, never started unmeshed; the plugin's report wakes the installer, whose pass writes the
-/// kubeconfig again from the service account's current token (the fault table's installer has no
+/// the 401, never started unmeshed; the plugin's report wakes the installer, whose pass asks for a
+/// new token of the plugin's service account and writes the kubeconfig again (the fault table's installer has no
 /// periodic pass: only that report can bring it), and kubelet's next try meshes the pod.
 fn fault_token_revoked(node: &Node, group: &str, apply: &(dyn Fn() + Sync)) {
     let revoked = revoked_token(node);
@@ -1386,15 +1565,30 @@ fn fault_token_revoked(node: &Node, group: &str, apply: &(dyn Fn() + Sync)) {
         wait_group_ready(node, group, wave_size(), 300);
     }
     let now = node.read_file(PLUGIN_KUBECONFIG);
+    // The installer asks for a new token of the plugin's service account at the report (issue
+    // 52), so the kubeconfig holds a token the API server accepts as meshnft-cni, not the revoked one.
+    const COPY: &str = "/etc/cni/meshnft-test-now.kubeconfig";
+    write_node_file(node, COPY, &now);
+    let whoami = node.kubectl(&[
+        "--kubeconfig",
+        COPY,
+        "auth",
+        "whoami",
+        "-o",
+        "jsonpath={.status.userInfo.username}",
+    ]);
+    node.run(&["rm", "-f", COPY], None);
     eprintln!(
-        "  the plugin's kubeconfig back to the live token: {}; the wave Ready {:.1} s after the \
-         token was revoked",
+        "  the plugin's kubeconfig written again: {whoami:?} (the same token as before the revocation: \
+         {}); the wave Ready {:.1} s after the token was revoked",
         now.contains(&live),
         t.elapsed().as_secs_f64()
     );
     assert!(
-        now.contains(&live) && !now.contains(&revoked),
-        "the installer wrote the kubeconfig again from the service account's token"
+        !now.contains(&revoked)
+            && whoami.as_deref() == Ok("system:serviceaccount:meshnft:meshnft-cni"),
+        "the installer wrote the kubeconfig again with a live token of the plugin's service account: \
+         {whoami:?}"
     );
     // The token was used and refused (else the row did not happen), and the installer was woken.
     let with_401 = |e: &String| e.contains("meshnft") && e.contains("401 Unauthorized");

@@ -943,6 +943,7 @@ pub(crate) fn cilium_exclusive_warns(node: &Node) {
 /// their namespaces (from the watch cache) as meshnft's ServiceAccount, and never listed or
 /// watched the namespaces.
 pub(crate) fn rbac_and_audit(node: &Node) {
+    plugin_kubeconfig_rights(node);
     let refused = refused_calls(node);
     assert!(refused.is_empty(), "refused API calls: {refused:#?}");
     let served = audited(node, 200);
@@ -968,4 +969,105 @@ pub(crate) fn rbac_and_audit(node: &Node) {
         "the plugin's API requests in the whole run (its API fallback): {}",
         plugin.len()
     );
+}
+
+/// What the plugin's kubeconfig on the host (`/etc/cni/net.d/meshnft.d/kubeconfig`, what a
+/// node's root finds there) may do (issue 52): `kubectl auth can-i --list` with it shows the
+/// plugin's reads only, `get` of pods and namespaces and of the `default/kubernetes` service,
+/// besides what every authenticated user has (its self reviews, the discovery URLs); nothing
+/// listed, watched or written. `MESHNFT_NODE_WITHOUT=plugintoken`: the installer writes its
+/// own token there instead (the DaemonSet without `MESHNFT_PLUGIN_SERVICE_ACCOUNT`, as before
+/// issue 52), to see this go red.
+pub(crate) fn plugin_kubeconfig_rights(node: &Node) {
+    const KC: &str = "/etc/cni/net.d/meshnft.d/kubeconfig";
+    if faults::without("plugintoken") {
+        let before = node.read_file(KC);
+        node.kubectl_ok(&[
+            "-n",
+            "meshnft",
+            "set",
+            "env",
+            "ds/meshnft",
+            "MESHNFT_PLUGIN_SERVICE_ACCOUNT-",
+        ]);
+        rollout_status(node);
+        node.wait(
+            60,
+            "the kubeconfig rewritten",
+            "meshnft",
+            "ds/meshnft",
+            || node.read_file(KC) != before,
+        );
+    }
+    let rights = |ns: &str| {
+        let out = node.run(
+            &[
+                "kubectl",
+                "--kubeconfig",
+                KC,
+                "-n",
+                ns,
+                "auth",
+                "can-i",
+                "--list",
+            ],
+            None,
+        );
+        assert!(
+            out.status.success(),
+            "auth can-i --list: {}",
+            text(&out.stderr)
+        );
+        let listed = text(&out.stdout);
+        let mut rows: Vec<String> = listed
+            .lines()
+            .skip(1)
+            .filter(|l| !l.starts_with(char::is_whitespace))
+            .filter(|l| !l.starts_with("selfsubject"))
+            .map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                // Resources, Non-Resource URLs, Resource Names, Verbs (may hold spaces).
+                format!("{} {} {}", f[0], f.get(2).unwrap_or(&""), f[3..].join(" "))
+            })
+            .collect();
+        rows.sort();
+        (rows, listed)
+    };
+    let (in_default, listed) = rights("default");
+    eprintln!(
+        "the plugin's kubeconfig on the host, kubectl auth can-i --list -n default:\n{listed}"
+    );
+    assert_eq!(
+        in_default,
+        [
+            "namespaces [] [get]",
+            "pods [] [get]",
+            "services [kubernetes] [get]"
+        ],
+        "the plugin's token on the host may only read what the plugin reads:\n{listed}"
+    );
+    let (in_meshnft, listed) = rights("meshnft");
+    assert_eq!(
+        in_meshnft,
+        ["namespaces [] [get]", "pods [] [get]"],
+        "in meshnft's own namespace too (no token of another service account):\n{listed}"
+    );
+    for ask in [
+        &["list", "pods", "-A"][..],
+        &["watch", "pods", "-A"],
+        &["patch", "nodes"],
+        &["patch", "nodes/status"],
+        &["create", "events.events.k8s.io"],
+        &["create", "serviceaccounts/token", "-n", "meshnft"],
+        &["delete", "pods", "-A"],
+    ] {
+        let mut argv = vec!["kubectl", "--kubeconfig", KC, "auth", "can-i"];
+        argv.extend_from_slice(ask);
+        let out = node.run(&argv, None);
+        assert_eq!(
+            text(&out.stdout).trim(),
+            "no",
+            "the plugin's token on the host: can-i {ask:?}"
+        );
+    }
 }

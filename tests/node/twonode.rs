@@ -250,6 +250,9 @@ fn two_nodes() {
     steps.run("each agent watched its own node", || {
         agents_watch_own_node(&cluster, &nodes)
     });
+    steps.run("an agent writes only its own node", || {
+        agent_writes_only_its_node(&cluster, &nodes)
+    });
     steps.run("DaemonSet no longer targets the second node", || {
         untargeted_node(&cluster, &second, &nodes)
     });
@@ -573,6 +576,103 @@ fn deployment(name: &str, group: &str, replicas: usize) -> String {
     )
 }
 
+/// Issue 52: with the gate's RBAC (`patch` on every Node, as `agent.removeNodeTaint` grants it)
+/// and the chart's policy on node writes, the token of the first node's agent (read where a
+/// node's root finds it: kubelet's projected volume of that pod) may patch its own Node, and
+/// not the other Node: the API server refuses with the policy's message. (The other Node's
+/// status is not tried: kubectl reads `nodes/status` before patching it, which the gate's RBAC
+/// does not grant.)
+/// The control first: the RBAC alone lets that token patch the other Node (so the policy is
+/// what refuses it). `MESHNFT_NODE_WITHOUT=nodepolicy`: the policy left out, the other node's
+/// patch goes through.
+fn agent_writes_only_its_node(cluster: &Node, nodes: &[String; 2]) {
+    let t = Instant::now();
+    cluster.apply(faults::GATE_RBAC);
+    let (own, other) = (&nodes[0], &nodes[1]);
+    let uid = cluster
+        .kubectl_ok(&[
+            "-n",
+            "meshnft",
+            "get",
+            "pods",
+            "--field-selector",
+            &format!("spec.nodeName={own}"),
+            "-o",
+            "jsonpath={.items[0].metadata.uid}",
+        ])
+        .trim()
+        .to_string();
+    assert!(!uid.is_empty(), "meshnft's pod on {own}");
+    // As the agent: its projected token and CA, the API server's ClusterIP, no other credential.
+    let as_agent = |args: &str| {
+        let script = format!(
+            "d=$(ls -d /var/lib/kubelet/pods/{uid}/volumes/kubernetes.io~projected/*/ | head -n 1) \
+             && kubectl --kubeconfig=/dev/null --server=https://198.19.128.1:443 \
+             --certificate-authority=\"$d/ca.crt\" --token=\"$(cat \"$d/token\")\" {args}"
+        );
+        let out = cluster.run(&["sh", "-c", &script], None);
+        (
+            out.status.success(),
+            format!("{}{}", text(&out.stdout), text(&out.stderr)),
+        )
+    };
+    let probe = |v: &str| {
+        format!(r#"-p '{{"metadata":{{"annotations":{{"meshnft.test/probe":"{v}"}}}}}}'"#)
+    };
+    // The control: RBAC alone (granted to every Node) lets the token patch the other node.
+    let control = support::wait_until(Duration::from_secs(30), || {
+        as_agent(&format!(
+            "patch node {other} --type=merge {}",
+            probe("rbac")
+        ))
+        .0
+    });
+    assert!(
+        control,
+        "the control: with the gate's RBAC alone the agent's token patches {other}"
+    );
+    faults::apply_gate_rbac(cluster);
+    // The policy takes effect once the API server has loaded it (a few seconds).
+    let mut theirs = (true, String::new());
+    let refused = support::wait_until(Duration::from_secs(30), || {
+        theirs = as_agent(&format!(
+            "patch node {other} --type=merge {}",
+            probe("policy")
+        ));
+        !theirs.0
+    });
+    let mine = as_agent(&format!(
+        "patch node {own} --type=merge {}",
+        probe("policy")
+    ));
+    eprintln!(
+        "an agent's token (of {own}), the policy on: patch node {own}: {}; patch node {other}: {}",
+        mine.1.trim(),
+        theirs.1.trim()
+    );
+    for n in nodes {
+        let _ = cluster.kubectl(&["annotate", "node", n, "meshnft.test/probe-"]);
+    }
+    cluster.kubectl_ok(&[
+        "delete",
+        "clusterrolebinding,clusterrole",
+        "meshnft-test-node-gate",
+    ]);
+    assert!(mine.0, "the agent patches its own node {own}: {}", mine.1);
+    assert!(
+        refused
+            && theirs
+                .1
+                .contains("meshnft may change only the node its pod runs on"),
+        "the agent's token must not patch another node ({other}): {}",
+        theirs.1
+    );
+    eprintln!(
+        "an agent writes only its own node: {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+}
+
 /// Issue 34: a new node joins while a Deployment of meshed pods scales up. The node registers
 /// with the taint docs/install.md tells operators to set (kubelet's `registerWithTaints:
 /// meshnft.io/not-ready:NoSchedule`; `MESHNFT_NODE_WITHOUT=registertaint` leaves it out), and
@@ -583,9 +683,9 @@ fn deployment(name: &str, group: &str, replicas: usize) -> String {
 /// and some landed on the new node (else the row did not happen).
 fn node_joins_during_churn(cluster: &Node) -> Node {
     let t = Instant::now();
-    // The RBAC of `agent.removeNodeTaint=true`, the default taint
-    // `meshnft.io/not-ready:NoSchedule`.
-    cluster.apply(faults::GATE_RBAC);
+    // The RBAC of `agent.removeNodeTaint=true` (and the policy: the new node's agent takes the
+    // taint off its own node), the default taint `meshnft.io/not-ready:NoSchedule`.
+    faults::apply_gate_rbac(cluster);
     cluster.kubectl_ok(&[
         "-n",
         "meshnft",

@@ -146,6 +146,8 @@ impl Reporter {
 /// 1 when cleanup failed or signal handling could not be set up.
 pub fn run(mut args: Args) -> i32 {
     args.install.agent_socket = args.agent.socket().map(Path::to_path_buf);
+    args.install.node_name = args.agent.node_name.clone();
+    args.install.agent_kubeconfig = args.agent.agent_kubeconfig.clone();
     let (tx, rx) = mpsc::channel::<Wake>();
     if let Err(e) = watch::signals(tx.clone()) {
         tracing::error!("cannot set up signal handling: {e}");
@@ -211,12 +213,18 @@ pub fn run(mut args: Args) -> i32 {
             Ok(Outcome::Chained { inserted, .. }) => Some(*inserted),
             _ => None,
         });
-        let wait = if r.is_err() || !all_watched || watches.is_none() {
+        let wait = if r.is_err() || inst.plugin_token_pending() || !all_watched || watches.is_none()
+        {
             l.retry
         } else {
             l.resync
         };
-        if let Some(s) = wait_for_wake(&rx, wait, &mut watches) {
+        let mut refused = false;
+        let woke = wait_for_wake(&rx, wait, &mut watches, &mut refused);
+        if refused {
+            inst.plugin_token_refused();
+        }
+        if let Some(s) = woke {
             break s;
         }
     };
@@ -231,18 +239,21 @@ pub fn run(mut args: Args) -> i32 {
 
 /// Waits up to `wait` for a file event or a signal; after a file event,
 /// lets a burst of them settle (up to 1 s). Returns the signal that came,
-/// if one did.
+/// if one did; sets `refused` when the plugin reported its credentials
+/// refused.
 fn wait_for_wake(
     rx: &mpsc::Receiver<Wake>,
     wait: Duration,
     watches: &mut Option<Watches>,
+    refused: &mut bool,
 ) -> Option<nix::sys::signal::Signal> {
     match rx.recv_timeout(wait) {
         Ok(Wake::Signal(s)) => return Some(s),
         Ok(Wake::Credentials) => {
+            *refused = true;
             tracing::warn!(
                 "the plugin reported its API credentials refused (401 Unauthorized): writing its \
-                 kubeconfig again from the service account's current token"
+                 kubeconfig again with a current token"
             );
         }
         Ok(Wake::Fs { path, removed }) => {
@@ -251,7 +262,10 @@ fn wait_for_wake(
             loop {
                 match rx.recv_timeout(Duration::from_millis(50)) {
                     Ok(Wake::Signal(s)) => return Some(s),
-                    Ok(Wake::Credentials) => break,
+                    Ok(Wake::Credentials) => {
+                        *refused = true;
+                        break;
+                    }
                     Ok(Wake::Fs { path, removed }) => {
                         forget_lost(watches, &path, removed);
                         if Instant::now() >= settle {

@@ -13,7 +13,8 @@
 //!   (merge key `type`: kubelet's and other reporters' conditions stay);
 //! - [`at_exit`]: at SIGTERM, when the DaemonSet is kept, the taint goes
 //!   back on unless this pod is being replaced by a newer revision of its
-//!   DaemonSet (a rollout, whose next pod follows at once): a graceful node
+//!   DaemonSet (a rollout, whose next pod follows at once; told by the
+//!   template generation, [`rollout_replaces`]): a graceful node
 //!   shutdown, a reboot, an eviction or a deleted pod leave the node tainted
 //!   until the next agent is ready.
 
@@ -282,9 +283,8 @@ pub async fn set_condition(
 }
 
 /// Whether this pod (`ns/pod`) is being replaced by a newer revision of
-/// its DaemonSet `ns/ds`: its `pod-template-generation` label is below the
-/// DaemonSet's `metadata.generation` (the DaemonSet controller's own
-/// labels). `None` when that cannot be told.
+/// its DaemonSet `ns/ds` ([`rollout_replaces`]: two GETs, of the DaemonSet
+/// and of this pod). `None` when that cannot be told.
 async fn replaced_by_rollout(client: &Client, ns: &str, ds: &str, pod: &str) -> Option<bool> {
     let dss: Api<DaemonSet> = Api::namespaced(client.clone(), ns);
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
@@ -297,19 +297,49 @@ async fn replaced_by_rollout(client: &Client, ns: &str, ds: &str, pod: &str) -> 
     rollout_replaces(&d, &p)
 }
 
+/// The annotation in which the API server keeps a DaemonSet's template
+/// generation (the internal `spec.templateGeneration` of apps/v1
+/// DaemonSets): 1 at creation, raised by one exactly when `spec.template`
+/// changes (k8s.io/kubernetes pkg/registry/apps/daemonset/strategy.go,
+/// `PrepareForUpdate`), unlike `metadata.generation`, which any change of
+/// the spec raises (`updateStrategy`, `minReadySeconds`, ...).
+pub const TEMPLATE_GENERATION: &str = "deprecated.daemonset.template.generation";
+
+/// The label the DaemonSet controller puts on each pod it makes: the
+/// DaemonSet's template generation ([`TEMPLATE_GENERATION`]) the pod was
+/// made from (pkg/controller/daemon/util `CreatePodTemplate`).
+pub const POD_TEMPLATE_GENERATION: &str = "pod-template-generation";
+
 /// Whether pod `p` (as read from the API server) belongs to an older
-/// revision of DaemonSet `d`: its `pod-template-generation` label (an
-/// integer) is below `d`'s `metadata.generation`. `None` when either is
-/// missing or the label is not an integer.
+/// revision of DaemonSet `d`: its `pod-template-generation` label is below
+/// `d`'s template generation (the [`TEMPLATE_GENERATION`] annotation; both
+/// integers), the DaemonSet controller's own notion of the pod's revision
+/// being out of date. `None` when either is missing or not an integer.
+///
+/// Why the template generation, not `metadata.generation`: an upgrade that
+/// changes only the update strategy raises the latter, and every later
+/// SIGTERM would look like a rollout (the node never tainted at a shutdown
+/// again). Why not `controller-revision-hash` against the newest
+/// ControllerRevision: that needs a list of the namespace's
+/// ControllerRevisions (a third read, and `list` on `controllerrevisions`
+/// for the agent), where the annotation comes with the DaemonSet already
+/// read.
 pub fn rollout_replaces(d: &DaemonSet, p: &Pod) -> Option<bool> {
     let mine: i64 = p
         .metadata
         .labels
         .as_ref()?
-        .get("pod-template-generation")?
+        .get(POD_TEMPLATE_GENERATION)?
         .parse()
         .ok()?;
-    Some(mine < d.metadata.generation?)
+    let current: i64 = d
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(TEMPLATE_GENERATION)?
+        .parse()
+        .ok()?;
+    Some(mine < current)
 }
 
 /// What SIGTERM needs to re-taint the node: who this pod is.
@@ -429,6 +459,48 @@ mod tests {
         ] {
             assert!(condition_type(bad).is_err(), "{bad:?}");
         }
+    }
+
+    /// A DaemonSet at `generation` with template generation `template`
+    /// (`None`: no annotation), and a pod of its template generation `pod`.
+    fn ds_and_pod(generation: i64, template: Option<&str>, pod: &str) -> (DaemonSet, Pod) {
+        let mut d = DaemonSet::default();
+        d.metadata.generation = Some(generation);
+        d.metadata.annotations =
+            template.map(|t| [(TEMPLATE_GENERATION.to_string(), t.to_string())].into());
+        let mut p = Pod::default();
+        p.metadata.labels = Some([(POD_TEMPLATE_GENERATION.to_string(), pod.to_string())].into());
+        (d, p)
+    }
+
+    #[test]
+    fn a_rollout_is_a_template_change() {
+        // Created (1, 1); the template changed: (2, 2), the pod of 1 is replaced.
+        let (d, p) = ds_and_pod(2, Some("2"), "1");
+        assert_eq!(rollout_replaces(&d, &p), Some(true));
+        // The current pod after that rollout.
+        let (d, p) = ds_and_pod(2, Some("2"), "2");
+        assert_eq!(rollout_replaces(&d, &p), Some(false));
+        // Only the update strategy changed (helm upgrade --set
+        // updateStrategy...): generation 2, template generation 1.
+        let (d, p) = ds_and_pod(2, Some("1"), "1");
+        assert_eq!(rollout_replaces(&d, &p), Some(false));
+        // Both: strategy changes, then a template change: (5, 2).
+        let (d, p) = ds_and_pod(5, Some("2"), "1");
+        assert_eq!(rollout_replaces(&d, &p), Some(true));
+    }
+
+    #[test]
+    fn no_template_generation_cannot_tell() {
+        let (d, p) = ds_and_pod(3, None, "1");
+        assert_eq!(rollout_replaces(&d, &p), None);
+        let (d, p) = ds_and_pod(3, Some("x"), "1");
+        assert_eq!(rollout_replaces(&d, &p), None);
+        let (d, p) = ds_and_pod(3, Some("3"), "one");
+        assert_eq!(rollout_replaces(&d, &p), None);
+        let (d, mut p) = ds_and_pod(3, Some("3"), "1");
+        p.metadata.labels = None;
+        assert_eq!(rollout_replaces(&d, &p), None);
     }
 
     #[test]

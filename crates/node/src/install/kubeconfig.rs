@@ -1,5 +1,7 @@
 //! The kubeconfig the plugin reads pods with (`kubernetes.kubeconfig` in
-//! its entry), written from the installer pod's service account.
+//! its entry), written from the installer pod's service account, or with
+//! `--plugin-service-account` from the token the installer asked for that
+//! one ([`super::plugintoken`]; the CA and server as below).
 //!
 //! Sources: the token and `ca.crt` in the service-account directory
 //! (`/var/run/secrets/kubernetes.io/serviceaccount`, a projected volume
@@ -37,19 +39,37 @@ pub fn material(
     host: Option<&str>,
     port: Option<&str>,
 ) -> Result<Material, InstallError> {
-    // Regular files only, never blocking, capped (a FIFO or device here
-    // must not hang the installer or keep it from its SIGTERM cleanup);
-    // kubelet's `..data` links are followed.
-    let read = |name: &str| {
-        let p = sa_dir.join(name);
-        crate::safefs::read_regular(&p, MAX_SA_FILE).map_err(|err| {
-            format!(
-                "cannot read {}: {err} (is the service account token mounted?)",
-                p.display()
-            )
-        })
-    };
-    material_from(host, port, read)
+    material_from(host, port, |name| read_sa_file(sa_dir, name))
+}
+
+/// [`material`] with `token` (the plugin's own, [`super::plugintoken`])
+/// instead of the service account directory's; the CA still from there.
+///
+/// Errors: as [`material`].
+pub fn material_with_token(
+    sa_dir: &Path,
+    host: Option<&str>,
+    port: Option<&str>,
+    token: &str,
+) -> Result<Material, InstallError> {
+    material_from(host, port, |name| match name {
+        "token" => Ok(token.as_bytes().to_vec()),
+        other => read_sa_file(sa_dir, other),
+    })
+}
+
+/// File `name` of the service account directory `sa_dir`. Regular files
+/// only, never blocking, capped (a FIFO or device here must not hang the
+/// installer or keep it from its SIGTERM cleanup); kubelet's `..data` links
+/// are followed. Errors: the sentence to report.
+fn read_sa_file(sa_dir: &Path, name: &str) -> Result<Vec<u8>, String> {
+    let p = sa_dir.join(name);
+    crate::safefs::read_regular(&p, MAX_SA_FILE).map_err(|err| {
+        format!(
+            "cannot read {}: {err} (is the service account token mounted?)",
+            p.display()
+        )
+    })
 }
 
 /// What [`material`] makes of `host`/`port` (the `KUBERNETES_SERVICE_*`

@@ -42,7 +42,9 @@
 
 use super::elfarch::{self, Arch, ElfError};
 use super::error::InstallError;
-use super::{Args, Layout, checks, conflist, discover, entry, fsutil, kubeconfig, records};
+use super::{
+    Args, Layout, checks, conflist, discover, entry, fsutil, kubeconfig, plugintoken, records,
+};
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -99,6 +101,13 @@ pub struct Installer {
     /// The node's architecture and `meshnft-node`'s, asked once: the plugin copied must be
     /// built for the node's.
     native: elfarch::Native,
+    /// The plugin's own token (`--plugin-service-account`), once issued.
+    plugin_token: Option<plugintoken::Issued>,
+    /// Ask for a new plugin token at the next pass, whatever the last one's age (the plugin
+    /// reported it refused).
+    plugin_token_refused: bool,
+    /// The last request for the plugin's token failed: passes come at the retry interval.
+    plugin_token_pending: bool,
 }
 
 impl Installer {
@@ -115,6 +124,9 @@ impl Installer {
             front_refused: false,
             warnings: Vec::new(),
             native: elfarch::Native::detect(),
+            plugin_token: None,
+            plugin_token_refused: false,
+            plugin_token_pending: false,
         }
     }
 
@@ -247,11 +259,24 @@ impl Installer {
         let Some((_, here)) = self.layout.kubeconfig.clone() else {
             return Ok(());
         };
-        let m = kubeconfig::material(
+        let token = match self.args.plugin_service_account.clone() {
+            None => None,
+            // Never issued (the API server away since this process started): the file on
+            // disk, if any, is kept; the next pass asks again.
+            Some(sa) => match self.plugin_token(&sa) {
+                None => return Ok(()),
+                token => token,
+            },
+        };
+        let (sa_dir, host, port) = (
             &self.args.service_account_dir,
             self.args.api_host.as_deref(),
             self.args.api_port.as_deref(),
-        )?;
+        );
+        let m = match token {
+            None => kubeconfig::material(sa_dir, host, port)?,
+            Some(token) => kubeconfig::material_with_token(sa_dir, host, port, &token)?,
+        };
         let text = kubeconfig::render(&m);
         // Ours, so a regular file: anything else (a link, a FIFO) is
         // replaced, never read through or blocked on.
@@ -278,6 +303,75 @@ impl Installer {
         }
         self.kubeconfig_text = Some(text);
         Ok(())
+    }
+
+    /// The plugin's token (`--plugin-service-account` `sa`): the one issued last, unless half
+    /// of its validity is past or the plugin reported it refused, then a new one
+    /// ([`plugintoken::request`]). A failed request is logged and the last token kept (the
+    /// next pass, at the retry interval, asks again); `None` when none was ever issued.
+    fn plugin_token(&mut self, sa: &str) -> Option<String> {
+        let fresh = self
+            .plugin_token
+            .as_ref()
+            .is_some_and(|t| !t.due(std::time::Instant::now()));
+        if fresh && !self.plugin_token_refused {
+            return self.plugin_token.as_ref().map(|t| t.token.clone());
+        }
+        let ns = super::upgrade::pod_namespace(
+            self.args.pod_namespace.as_deref(),
+            &self.args.service_account_dir,
+        );
+        let answer = match ns {
+            None => Err(
+                "no namespace for the plugin's service account (MESHNFT_POD_NAMESPACE, the \
+                 service account's namespace file)"
+                    .to_string(),
+            ),
+            Some(ns) => plugintoken::request(
+                self.args.agent_kubeconfig.as_deref(),
+                &ns,
+                sa,
+                self.args.node_name.as_deref(),
+                self.args.plugin_token_seconds,
+                std::time::Duration::from_secs(5),
+            ),
+        };
+        match answer {
+            Ok(issued) => {
+                tracing::info!(
+                    "the plugin's token: service account {sa}, bound to node {}, valid for {} s",
+                    self.args.node_name.as_deref().unwrap_or("(none: unbound)"),
+                    issued.valid_for.as_secs()
+                );
+                self.plugin_token = Some(issued);
+                self.plugin_token_refused = false;
+                self.plugin_token_pending = false;
+            }
+            Err(e) => {
+                tracing::warn!(
+                    "cannot get the plugin's token ({e}); {}",
+                    if self.plugin_token.is_some() {
+                        "its kubeconfig keeps the last one"
+                    } else {
+                        "its kubeconfig is not written yet"
+                    }
+                );
+                self.plugin_token_pending = true;
+            }
+        }
+        self.plugin_token.as_ref().map(|t| t.token.clone())
+    }
+
+    /// The plugin reported its credentials refused: the next pass asks for a new token
+    /// (with `--plugin-service-account`; without, it copies the pod's current one anyway).
+    pub fn plugin_token_refused(&mut self) {
+        self.plugin_token_refused = true;
+    }
+
+    /// Whether the last request for the plugin's token failed (the main loop then passes
+    /// again at the retry interval, not the resync).
+    pub fn plugin_token_pending(&self) -> bool {
+        self.plugin_token_pending
     }
 
     /// The entry to insert.

@@ -34,6 +34,7 @@ pub mod fsutil;
 pub mod kubeconfig;
 pub mod lifecycle;
 pub mod lock;
+pub mod plugintoken;
 pub mod records;
 pub mod targeting;
 pub mod uninstall;
@@ -83,6 +84,28 @@ pub struct Args {
         default_value = "/var/run/secrets/kubernetes.io/serviceaccount"
     )]
     pub service_account_dir: PathBuf,
+    /// The service account whose token the plugin's kubeconfig carries,
+    /// in this pod's namespace (the chart's `meshnft-cni`): asked for with
+    /// the TokenRequest API, bound to this node ([`plugintoken`]). Unset:
+    /// the kubeconfig carries this pod's own token from
+    /// `--service-account-dir` (the node process's rights on the host).
+    #[arg(long, env = "MESHNFT_PLUGIN_SERVICE_ACCOUNT")]
+    pub plugin_service_account: Option<String>,
+    /// Seconds of validity asked for the plugin's token (with
+    /// `--plugin-service-account`); a new one is asked for when half of
+    /// them are past. At least 600 (the API server's minimum), at most a
+    /// year.
+    #[arg(long, env = "MESHNFT_PLUGIN_TOKEN_SECONDS", default_value = "86400", value_parser = clap::value_parser!(i64).range(600..=31_536_000))]
+    pub plugin_token_seconds: i64,
+    /// This node's name, which the plugin's token is bound to (set by the
+    /// node process from the agent's `--node-name`; not an option of its
+    /// own).
+    #[arg(skip)]
+    pub node_name: Option<String>,
+    /// The node process's own kubeconfig for its TokenRequest (set from the
+    /// agent's `--agent-kubeconfig`; `None`: in-cluster).
+    #[arg(skip)]
+    pub agent_kubeconfig: Option<PathBuf>,
     /// API server host for the kubeconfig.
     #[arg(long, env = "KUBERNETES_SERVICE_HOST")]
     pub api_host: Option<String>,
