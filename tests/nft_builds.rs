@@ -197,9 +197,9 @@ fn lists_and_round_trips(build: &Build, ns: &support::Netns) -> Result<(), Strin
 fn every_table_lists_and_round_trips_with_each_nft_build() {
     let builds = builds();
     if builds.is_empty() {
-        eprintln!(
-            "SKIP every_table_lists_and_round_trips_with_each_nft_build: no nft build cached \
-             (scripts/nft-builds.sh fetches them)"
+        support::skip(
+            "every_table_lists_and_round_trips_with_each_nft_build",
+            "no nft build cached (scripts/nft-builds.sh fetches them)",
         );
         return;
     }
