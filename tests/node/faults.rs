@@ -1279,6 +1279,13 @@ fn gate_after_strategy_change(node: &Node) {
         "a strategy-only change raises the DaemonSet's generation above its template \
          generation: {generations:?}"
     );
+    // Off before the delete, so that a taint seen below is the exit's, not one left over.
+    let before = taint_keys(node);
+    assert!(
+        !before.iter().any(|k| k == GATE_TAINT),
+        "the taint {GATE_TAINT} is on the node before meshnft's pod is deleted (a leftover would \
+         pass the check below): {before:?}"
+    );
     let old = agent_pod(node).expect("meshnft's pod");
     node.kubectl_ok(&["-n", "meshnft", "delete", "pod", &old.name, "--wait=false"]);
     // The taint lives from the old agent's exit until the next agent is Ready: polled until
