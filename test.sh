@@ -13,7 +13,8 @@
 #   sudo MESHNFT_STEPS=static,fmt,main ./test.sh some steps only (comma-separated names)
 #
 # The steps, in their order (MESHNFT_STEPS names; unset: all of them):
-#   static       bash -n and shellcheck on every script, ruby -c on the Vagrantfile
+#   static       bash -n and shellcheck on every script, ruby -c on the Vagrantfile, the summary's
+#                counting on a known log (scripts/test-results.sh --check)
 #   fmt clippy doc
 #   image        deploy/Dockerfile's build stage (scripts/image-build-stage.sh)
 #   image-arm64  the same for arm64
@@ -222,6 +223,8 @@ do_static() {
   for f in "${scripts[@]}"; do bash -n "$f"; done
   shellcheck "${scripts[@]}"
   ruby -c vagrant/Vagrantfile >/dev/null
+  # The summary's counting of cargo's output, on a known log.
+  scripts/test-results.sh --check
 }
 step static do_static
 

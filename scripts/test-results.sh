@@ -3,6 +3,9 @@
 # summary counts them; runs on any saved log, e.g. to check the counting itself.
 #
 #   scripts/test-results.sh LOG...
+#   scripts/test-results.sh --check     its own check (test.sh's static step): a log of `cargo test
+#                                       --no-fail-fast` where one binary failed a test and another
+#                                       aborted must give `2 2`, both named
 #
 # Prints `PASSED FAILED` on its first line, then one failed test a line:
 # - every test binary's `test result:` line summed, and the seed scripts' lines
@@ -15,6 +18,51 @@
 #   `--test NAME (no test result: ...)`, so a crash counts and shows even when another binary
 #   of the same run failed normally.
 set -euo pipefail
+if [[ ${1:-} == --check ]]; then
+  # A throwaway crate's output (tests/bad.rs: one test passes, one fails; tests/boom.rs calls
+  # std::process::abort(); tests/good.rs passes), cut to the lines that matter.
+  log=$(mktemp)
+  trap 'rm -f "$log"' EXIT
+  cat >"$log" <<'LOG'
+     Running tests/bad.rs (target/debug/deps/bad-bae6b33f99f3b61e)
+
+running 2 tests
+test ok ... ok
+test fails ... FAILED
+
+failures:
+    fails
+
+test result: FAILED. 1 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.09s
+
+error: test failed, to rerun pass `--test bad`
+     Running tests/boom.rs (target/debug/deps/boom-2ae8dff436bdf89a)
+
+running 1 test
+error: test failed, to rerun pass `--test boom`
+
+Caused by:
+  process didn't exit successfully: `target/debug/deps/boom-2ae8dff436bdf89a` (signal: 6, SIGABRT: process abort signal)
+     Running tests/good.rs (target/debug/deps/good-1eb8cdd985fdf8cc)
+
+running 1 test
+test ok ... ok
+
+test result: ok. 1 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.00s
+
+error: 2 targets failed:
+    `--test bad`
+    `--test boom`
+LOG
+  want=$'2 2\nfails (tests/bad.rs)\n--test boom (no test result: the binary was killed by a signal or exited early)'
+  got=$("$0" "$log")
+  if [[ $got != "$want" ]]; then
+    printf 'scripts/test-results.sh --check: got\n%s\nwant\n%s\n' "$got" "$want" >&2
+    exit 1
+  fi
+  echo "scripts/test-results.sh --check: a crashed binary beside a failed one counted and named"
+  exit 0
+fi
 awk '
   function flush() { if (rerun != "" && !resfail) { f++; crashed[++nc] = rerun } rerun = "" }
   FNR == 1 { flush(); target = ""; resfail = 0; n = 0; inlist = 0 }
