@@ -821,7 +821,11 @@ fn left_of(node: &Node, uids: &[String]) -> Left {
             .map(|id| format!("/run/meshnft/{id} (sandbox unknown to containerd)")),
     );
     let (ids, held) = known_sandboxes(node);
-    for path in netns_list(&node.dir.join("c/state/netns"), !uids.is_empty()) {
+    // containerd's CRI keeps them under its own state dir with `netns_mounts_under_state_dir`
+    // (`<state>/io.containerd.grpc.v1.cri/netns`, containerd 2.4's plugins/cri/runtime): the soak
+    // once listed `<state>/netns`, which never exists, and so found nothing left, always.
+    let dir = node.dir.join("c/state/io.containerd.grpc.v1.cri/netns");
+    for path in netns_list(&dir, !uids.is_empty()) {
         if held.contains(&path) {
             continue;
         }
