@@ -13,7 +13,8 @@
 #   sudo MESHNFT_STEPS=static,fmt,main ./test.sh some steps only (comma-separated names)
 #
 # The steps, in their order (MESHNFT_STEPS names; unset: all of them):
-#   static       bash -n and shellcheck on every script, ruby -c on the Vagrantfile
+#   static       bash -n and shellcheck on every script, ruby -c on the Vagrantfile, the summary's
+#                counting on a known log (scripts/test-results.sh --check)
 #   fmt clippy doc
 #   image        deploy/Dockerfile's build stage (scripts/image-build-stage.sh)
 #   image-arm64  the same for arm64
@@ -82,7 +83,8 @@ cleanup() {
     echo "test.sh: waiting for the background step $n to end" >&2
     wait "${bg_pids[$n]}" 2>/dev/null || true
   done
-  if ((keep_logs)); then echo "test.sh: the steps' logs are kept in $logdir" >&2; else rm -rf "$logdir"; fi
+  # Silent: the summary says where the logs are kept, above its closing line.
+  ((keep_logs)) || rm -rf "$logdir"
 }
 trap cleanup EXIT
 
@@ -221,6 +223,8 @@ do_static() {
   for f in "${scripts[@]}"; do bash -n "$f"; done
   shellcheck "${scripts[@]}"
   ruby -c vagrant/Vagrantfile >/dev/null
+  # The summary's counting of cargo's output, on a known log.
+  scripts/test-results.sh --check
 }
 step static do_static
 
@@ -534,35 +538,32 @@ for r in "$logdir"/rows/*; do
   [[ $status == "not run" ]] && not_run+=("$name")
 done
 
-# Every test binary's `test result:` line, the failures libtest lists, and the seed scripts'
-# lines (kind, Vagrant, Linkerd), from every step's log; a failed step that printed no failed
-# test counts as one failure.
+# Every test binary's `test result:` line, the failures libtest lists, cargo's failed targets that
+# printed no failing `test result:` (a binary killed by a signal), and the seed scripts' lines
+# (kind, Vagrant, Linkerd), from every step's log (scripts/test-results.sh, which runs on any
+# saved log); a failed step that printed no failed test counts as one failure.
 logs=()
 for s in "${ALL_STEPS[@]}" leaks; do [[ -f $logdir/$s.log ]] && logs+=("$logdir/$s.log"); done
-read -r passed failed < <(awk '
-  /^test result:/ { for (i = 1; i <= NF; i++) { if ($i ~ /^passed/) p += $(i-1); if ($i ~ /^failed/) f += $(i-1) } }
-  /^kind seed: [0-9]+ passed, [0-9]+ failed/ { p += $3; f += $5 }
-  /^e2e: [0-9]+ passed, [0-9]+ failed/ { p += $2; f += $4 }
-  /^linkerd seed: [0-9]+ passed, [0-9]+ failed/ { p += $3; f += $5 }
-  END { print p + 0, f + 0 }' /dev/null "${logs[@]}")
+mapfile -t results < <(scripts/test-results.sh "${logs[@]}")
+read -r passed failed <<<"${results[0]}"
+# The failed tests' names: libtest's last `failures:` list before each `test result:` (with
+# the target it ran from), the targets that crashed, the seed scripts' FAIL lines.
+failed_tests=("${results[@]:1}")
 untested_failures=0
 for s in "${failed_steps[@]}"; do
   n=0
-  [[ ! -f $logdir/$s.log ]] ||
-    n=$(awk '/^test result:.* [1-9][0-9]* failed/ || /^(kind seed|e2e|linkerd seed): [0-9]+ passed, [1-9]/ { n++ } END { print n + 0 }' "$logdir/$s.log")
+  [[ ! -f $logdir/$s.log ]] || read -r _ n < <(scripts/test-results.sh "$logdir/$s.log")
   ((n)) || untested_failures=$((untested_failures + 1))
 done
-# The failed tests' names: libtest's last `failures:` list before each `test result:` (with
-# the target it ran from), the seed scripts' FAIL lines.
-mapfile -t failed_tests < <(awk '
-  /^ *Running / { target = ($2 == "unittests") ? $3 : $2 }
-  /^failures:$/ { n = 0; inlist = 1; next }
-  inlist && /^    [^ ]+$/ { names[++n] = $1; next }
-  /^test result:/ { for (i = 1; i <= n; i++) print names[i] " (" target ")"; n = 0; inlist = 0 }
-  /^  FAIL  / { sub(/^  FAIL  /, ""); print }' /dev/null "${logs[@]}")
-# Skips: records of tests (meshnft_testkit::skip) were counted passed by libtest; records of
-# steps (`step:...`, this script) were not.
-test_skips=$(grep -vc '^step:' "$MESHNFT_SKIP_LOG" || true)
+# Skips: every record is one skip. Tests that recorded any (meshnft_testkit::skip, or
+# skip_part for each part left out: `TEST: PART`) were counted passed by libtest: each such
+# test, once (its name: the record's first field up to the first `: `), is taken off the
+# passes; records of steps (`step:...`, this script) were never passes.
+# A test that failed (named above) was not counted passed: it is not taken off.
+test_skips=$(printf '%s\n' "${failed_tests[@]}" | awk -F'\t' '
+  NR == FNR { split($0, w, " "); failed_test[w[1]] = 1; next }
+  !/^step:/ { t = $1; i = index(t, ": "); if (i) t = substr(t, 1, i - 1); if (!(t in failed_test) && !seen[t]++) n++ }
+  END { print n + 0 }' - "$MESHNFT_SKIP_LOG")
 skips=$(grep -c . "$MESHNFT_SKIP_LOG" || true)
 passed=$((passed - test_skips))
 failed=$((failed + untested_failures))
@@ -584,9 +585,13 @@ fi
 if ((${#failed_steps[@]})); then
   echo "==> failed steps (${#failed_steps[@]}): ${failed_steps[*]}"
 fi
+# The logs are kept when anything failed (said here: the closing line is the last line).
+if ((${#failed_steps[@]} || failed)); then
+  echo "test.sh: the steps' logs are kept in $logdir"
+else
+  keep_logs=0
+fi
 # One closing line for the whole run: every cargo test binary and the kind, Vagrant and Linkerd
 # seed checks summed; a skipped test is not a pass.
 echo "$passed passed, $failed failed, $skips skipped"
-if ((${#failed_steps[@]} || failed)); then exit 1; fi
-keep_logs=0
-exit 0
+exit "$keep_logs"

@@ -7,9 +7,11 @@
 //! goldens cannot drift from what nft and the kernel accept.
 
 use meshnft_testkit as support;
+#[path = "tables/istio_dns.rs"]
+mod istio_dns;
+use istio_dns::istio_dns;
 
 use meshnft::config::{self, NetConf};
-use meshnft::pod::info::{Container, PodInfo, PodSource};
 use meshnft::table::ruleset::{self, Levels, Table};
 use std::path::PathBuf;
 
@@ -34,39 +36,6 @@ fn table(entry: &str, pod: Option<u8>) -> Table {
         levels,
         "meshnft golden",
     )
-}
-
-/// Istio's default entry for a pod whose proxy has
-/// `ISTIO_META_DNS_CAPTURE=true` (DNS capture comes from the pod, not the
-/// entry).
-fn istio_dns(pod: Option<u8>) -> Table {
-    let conf: NetConf =
-        config::decode(support::entry("istio-defaults").to_string().as_bytes()).expect("config");
-    let mut proxy = Container {
-        name: "istio-proxy".into(),
-        ..Default::default()
-    };
-    proxy
-        .env
-        .insert("ISTIO_META_DNS_CAPTURE".into(), "true".into());
-    let mut info = PodInfo::from_annotations(
-        [(
-            "sidecar.istio.io/status".to_string(),
-            "{\"containers\":[\"istio-proxy\"]}".to_string(),
-        )]
-        .into_iter()
-        .collect(),
-    );
-    info.source = PodSource::Api;
-    info.containers = vec![proxy];
-    let s = info
-        .apply(&conf.settings().expect("settings"))
-        .expect("the pod's settings");
-    let levels = pod.map(|pod| Levels {
-        pod,
-        container: pod + 1,
-    });
-    ruleset::build(&s, levels, "meshnft golden")
 }
 
 /// (golden file, the text): an entry at a pod level, as a re-ADD writes

@@ -1217,13 +1217,22 @@ spec:
 /// The steps of a node test: [`Steps::run`] prints each step's name as it starts and its cost
 /// as it ends (`step NAME: 12.3 s`, or `step NAME: FAILED after 12.3 s` when it panics, so a
 /// failure names its step); [`Steps::summary`] lists them all at the end.
-#[derive(Default)]
 struct Steps {
+    /// The test's name (its function's), which a skipped step's record names.
+    test: &'static str,
     /// `(name, seconds)` of each step that ended.
     done: std::cell::RefCell<Vec<(String, f64)>>,
 }
 
 impl Steps {
+    /// The steps of test `test` (its function's name), none run yet.
+    fn new(test: &'static str) -> Self {
+        Steps {
+            test,
+            done: Default::default(),
+        }
+    }
+
     /// Runs step `name` (`f`) and returns what it returns.
     fn run<T>(&self, name: &str, f: impl FnOnce() -> T) -> T {
         /// Prints the step's end, also while unwinding from its panic.
@@ -1257,14 +1266,19 @@ impl Steps {
 
     /// Whether step `name` runs: every step, unless `MESHNFT_NODE_STEPS` lists some (comma
     /// separated names as printed, e.g. `fault table,rbac and audit`; a developer's shortcut,
-    /// never set by test.sh). The steps that bring the node up, install meshnft and take the
-    /// node down always run; a step left out prints `step NAME: skipped`.
+    /// never set by test.sh, unset by CI). The steps that bring the node up, install meshnft
+    /// and take the node down always run; a step left out is a skip, said and recorded
+    /// ([`support::skip_part`]: `<test>: step NAME`), so that the test is not counted as passed.
     fn wanted(&self, name: &str) -> bool {
         let wanted = std::env::var("MESHNFT_NODE_STEPS")
             .map(|v| v.split(',').any(|k| k.trim() == name))
             .unwrap_or(true);
         if !wanted {
-            eprintln!("step {name}: skipped (MESHNFT_NODE_STEPS)");
+            support::skip_part(
+                self.test,
+                &format!("step {name}"),
+                "not in MESHNFT_NODE_STEPS",
+            );
         }
         wanted
     }
@@ -1391,7 +1405,7 @@ fn real_node() {
     let Some(host) = Host::before("real_node") else {
         return;
     };
-    let steps = Steps::default();
+    let steps = Steps::new("real_node");
     let node = steps.run("node up", Node::up);
     let (dir, roots) = (node.dir.clone(), node.cgroup_roots());
     for ((k, was), (_, now)) in host.sysctls.iter().zip(sysctls()) {

@@ -21,6 +21,11 @@
 //!   YAML they were folded into. [`kuma_config_meshnft_cannot_honour_is_refused`]
 //!   asserts what meshnft does with a YAML it has no datapath for.
 //!
+//! DNS capture (issue 53) is compared with UDP and TCP queries: a UDP
+//! query is classified by the stand-in that answered it on a connected
+//! socket ([`Dest::Udp53`]), the proxy's DNS stand-in on 15053 starting
+//! with the proxy ([`dns_stand_in`]).
+//!
 //! Every connection is classified by the listener that answered and the
 //! original destination it reports: directly to the server outside the
 //! pod, the pod's own port (not redirected), the proxy's outbound or
@@ -104,6 +109,139 @@ fn mesh_proxy_listeners(pod: &Netns, mesh: Mesh) -> (Listener, Listener) {
     (
         Listener::start(pod.path(), "proxy-out", &[sa(any4, out), sa(any6, out)]),
         Listener::start(pod.path(), "proxy-in", &[sa(any4, inb), sa(any6, inb)]),
+    )
+}
+
+/// The proxies' DNS port (Istio's agent, Kuma's kuma-dp: 15053).
+const DNS_PROXY_PORT: u16 = 15053;
+
+/// A UDP stand-in (Python, in every Debian): `serve TAG HOST PORT` answers
+/// every datagram with `TAG local=HOST:PORT`; `query HOST PORT` sends one
+/// datagram on a connected socket and prints the answer, `timeout` after
+/// 3 s (also what a query redirected to a port nothing listens on gets),
+/// or `refused` (an ICMP port unreachable reported to the socket). A connected socket takes only an answer from the address
+/// it sent to, so a redirected query's answer counts only once the kernel
+/// translated it back, as a resolver library's would.
+const UDP_PY: &str = r#"
+import socket, sys
+m = sys.argv[1]
+def sock(host):
+    fam = socket.AF_INET6 if ":" in host else socket.AF_INET
+    return socket.socket(fam, socket.SOCK_DGRAM)
+if m == "serve":
+    tag, host, port = sys.argv[2], sys.argv[3], int(sys.argv[4])
+    s = sock(host)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((host, port))
+    local = ("[%s]:%d" if ":" in host else "%s:%d") % (host, port)
+    print("ready", flush=True)
+    while True:
+        d, a = s.recvfrom(512)
+        s.sendto(("%s local=%s" % (tag, local)).encode(), a)
+host, port = sys.argv[2], int(sys.argv[3])
+s = sock(host)
+s.settimeout(3)
+try:
+    s.connect((host, port))
+    s.send(b"q")
+    print(s.recv(512).decode())
+except socket.timeout:
+    print("timeout")
+except ConnectionRefusedError:
+    print("refused")
+"#;
+
+/// A UDP server `tag` on `host:port` in `netns` (cgroup `cg`, as `uid`),
+/// answering once it is bound.
+fn udp_server(
+    netns: &Path,
+    cg: Option<&Path>,
+    uid: u32,
+    tag: &str,
+    host: IpAddr,
+    port: u16,
+) -> support::ChildGuard {
+    use std::io::BufRead;
+    let (host, port) = (host.to_string(), port.to_string());
+    let mut c = support::spawn_guarded(
+        netns,
+        cg,
+        uid,
+        uid,
+        &["python3", "-c", UDP_PY, "serve", tag, &host, &port],
+    );
+    let out = c.stdout.take().expect("stdout");
+    let mut line = String::new();
+    std::io::BufReader::new(out)
+        .read_line(&mut line)
+        .expect("read");
+    assert_eq!(
+        line.trim(),
+        "ready",
+        "UDP {tag} on {host}:{port} did not start"
+    );
+    c
+}
+
+/// One UDP query from the pod (container cgroup `cg`, as `uid`/`gid`) to
+/// `dst`: the answer's line, `timeout` or `refused`.
+fn udp_query(
+    pod: &Netns,
+    cg: &Path,
+    uid: u32,
+    gid: u32,
+    dst: SocketAddr,
+) -> Result<String, String> {
+    let (ip, port) = (dst.ip().to_string(), dst.port().to_string());
+    let out = support::run_in(
+        pod.path(),
+        Some(cg),
+        uid,
+        gid,
+        &["timeout", "8", "python3", "-c", UDP_PY, "query", &ip, &port],
+    );
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    } else {
+        Err(format!(
+            "{}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+/// The proxy's DNS stand-in (Istio's agent, kuma-dp), tag `dns-proxy` on
+/// port 15053: TCP (any address, reporting the original destination) and
+/// UDP on 127.0.0.1, as the real ones listen (a UDP socket on 0.0.0.0
+/// would answer a redirected query from the pod's address, which conntrack
+/// does not translate back), run as the proxy's UID in the proxy's
+/// container, as the real one: the peers' conntrack zone rules (and
+/// meshnft's) match the proxy's answers by that UID, and without them an
+/// application's redirected query's answer is not translated back.
+fn dns_stand_in(pod: &Netns, cg: &PodCgroups, mesh: Mesh) -> (Listener, support::ChildGuard) {
+    let any4 = IpAddr::from([0, 0, 0, 0]);
+    let any6 = IpAddr::from([0u16; 8]);
+    let uid = match mesh {
+        Mesh::Istio => ISTIO_PROXY_UID,
+        Mesh::Kuma => KUMA_PROXY_UID,
+        Mesh::Linkerd => panic!("Linkerd captures no DNS"),
+    };
+    let proxy = cg.container(mesh.proxy_container());
+    (
+        Listener::start(
+            pod.path(),
+            "dns-proxy",
+            &[sa(any4, DNS_PROXY_PORT), sa(any6, DNS_PROXY_PORT)],
+        ),
+        udp_server(
+            pod.path(),
+            Some(&proxy),
+            uid,
+            "dns-proxy",
+            Ipv4Addr::LOCALHOST.into(),
+            DNS_PROXY_PORT,
+        ),
     )
 }
 
@@ -322,6 +460,11 @@ enum Dest {
     /// A server in the netns behind the pod's second interface: its
     /// address there, and a port.
     Beyond(IpAddr, u16),
+    /// A DNS query over UDP to port 53 of this address: a resolver on the
+    /// node (tag `server`), or, for a loopback address, one in the pod
+    /// (tag `app`). Over TCP a query is a connection to [`Dest::Server`]
+    /// or [`Dest::Lo`] port 53.
+    Udp53(IpAddr),
 }
 
 impl Dest {
@@ -332,6 +475,7 @@ impl Dest {
             }
             Dest::Pod4(p) => SocketAddr::new(v4.into(), p),
             Dest::Pod6(p) => SocketAddr::new(v6.into(), p),
+            Dest::Udp53(a) => SocketAddr::new(a, 53),
         }
     }
 
@@ -340,7 +484,7 @@ impl Dest {
     fn pod_port(self) -> Option<u16> {
         match self {
             Dest::Pod4(p) | Dest::Pod6(p) | Dest::Lo(_, p) | Dest::PodAt(_, p) => Some(p),
-            Dest::Server(..) | Dest::Beyond(..) => None,
+            Dest::Server(..) | Dest::Beyond(..) | Dest::Udp53(_) => None,
         }
     }
 }
@@ -478,6 +622,11 @@ enum Landed {
     ProxyOut,
     /// The proxy's inbound port, original destination kept.
     ProxyIn,
+    /// The proxy's DNS port (15053), original destination kept (TCP; over
+    /// UDP, the answer came back from the address queried).
+    ProxyDns,
+    /// No answer within 3 s (UDP).
+    NoAnswer,
     /// The source address to bind does not exist in the pod (Kuma's `::6`).
     NoSource,
     /// Anything else (the reply or the error, verbatim).
@@ -508,6 +657,28 @@ impl Landed {
             "app" if here => Landed::App,
             "proxy-out" if orig_kept => Landed::ProxyOut,
             "proxy-in" if orig_kept => Landed::ProxyIn,
+            "dns-proxy" if orig_kept => Landed::ProxyDns,
+            _ => Landed::Other(line),
+        }
+    }
+
+    /// Where the UDP query to `dst` with answer `r` ([`udp_query`]) landed:
+    /// the stand-ins answer `TAG local=ADDRESS`, the address they bound.
+    fn classify_udp(r: Result<String, String>, dst: SocketAddr) -> Landed {
+        let line = match r {
+            Err(e) => return Landed::Other(format!("error: {e}")),
+            Ok(l) => l,
+        };
+        let mut words = line.split_whitespace();
+        let tag = words.next().unwrap_or_default();
+        let local = words.next().and_then(|w| w.strip_prefix("local="));
+        let here = local == Some(dst.to_string().as_str());
+        match tag {
+            "refused" => Landed::Refused,
+            "timeout" => Landed::NoAnswer,
+            "server" if here => Landed::Direct,
+            "app" if here => Landed::App,
+            "dns-proxy" => Landed::ProxyDns,
             _ => Landed::Other(line),
         }
     }
@@ -521,6 +692,8 @@ impl Landed {
             Landed::App => "the pod's own port".into(),
             Landed::ProxyOut => format!("proxy :{out}, orig kept"),
             Landed::ProxyIn => format!("proxy :{inb}, orig kept"),
+            Landed::ProxyDns => format!("proxy's DNS :{DNS_PROXY_PORT}"),
+            Landed::NoAnswer => "no answer (3 s)".into(),
             Landed::NoSource => "no such address to bind".into(),
             Landed::Other(s) => s.clone(),
         }
@@ -616,6 +789,9 @@ struct Scenario {
     entry: &'static str,
     /// A second interface of the pod, made after ADD.
     second: Option<Second>,
+    /// DNS capture: the proxy's DNS stand-in ([`dns_stand_in`]) starts
+    /// with the proxy.
+    dns: bool,
     timeline: Vec<Line>,
 }
 
@@ -756,6 +932,12 @@ struct PeerPod {
     _more_servers: Option<Listener>,
     /// Servers behind the pod's second interface.
     _beyond_servers: Option<Listener>,
+    /// The UDP resolvers the timeline queries (node and pod loopback).
+    _resolvers: Vec<support::ChildGuard>,
+    /// The proxy's DNS stand-in, from the proxy's start.
+    dns_proxy: Option<(Listener, support::ChildGuard)>,
+    /// DNS capture in the scenario.
+    dns: bool,
     /// The API stand-in, alive until the pod goes.
     _api: FakeApi,
     /// The node's server, alive until the pod goes.
@@ -971,6 +1153,26 @@ impl PeerPod {
             .as_ref()
             .filter(|_| !beyond_addrs.is_empty())
             .map(|b| Listener::start(b.path(), "server", &beyond_addrs));
+        // UDP resolvers: on the node, or in the pod for loopback.
+        let mut udp: Vec<IpAddr> = sc
+            .dests()
+            .filter_map(|d| match d {
+                Dest::Udp53(a) => Some(a),
+                _ => None,
+            })
+            .collect();
+        udp.sort();
+        udp.dedup();
+        let resolvers = udp
+            .into_iter()
+            .map(|a| {
+                if a.is_loopback() {
+                    udp_server(pod.path(), None, 0, "app", a, 53)
+                } else {
+                    udp_server(node.netns.path(), None, 0, "server", a, 53)
+                }
+            })
+            .collect();
         assert!(
             pod.wait_no_tentative(std::time::Duration::from_secs(10)),
             "IPv6 addresses still tentative in the pod"
@@ -982,6 +1184,9 @@ impl PeerPod {
             _app: app,
             _more_servers: more_servers,
             _beyond_servers: beyond_servers,
+            _resolvers: resolvers,
+            dns_proxy: None,
+            dns: sc.dns,
             _api: api,
             _server: server,
             _kuma: kuma,
@@ -1002,11 +1207,22 @@ impl PeerPod {
         let (from, to) = match line {
             Line::ProxyStarts => {
                 self.listeners = Some(mesh_proxy_listeners(&self.pod, self.mesh));
+                if self.dns {
+                    self.dns_proxy = Some(dns_stand_in(&self.pod, &self.cg, self.mesh));
+                }
                 return None;
             }
             Line::Conn { from, to, .. } => (*from, *to),
         };
         let dst = to.addr(self.pod4, self.pod6);
+        if let Dest::Udp53(_) = to {
+            let (cg, uid, gid) = match from {
+                Source::Container(c, uid, gid) => (self.cg.container(c), uid, gid),
+                _ => panic!("a UDP query comes from a container"),
+            };
+            let r = udp_query(&self.pod, &cg, uid, gid, dst);
+            return Some(Landed::classify_udp(r, dst));
+        }
         let r = match from {
             Source::Container(c, uid, gid) => support::tcp_probe(
                 self.pod.path(),
@@ -2150,4 +2366,154 @@ fn linkerd_cni_still_chained_keeps_the_seed_bug() {
     };
     let outcome = run_scenario(Peer::LinkerdThenMeshnft, &sc);
     compare(&[(&sc, vec![outcome])]);
+}
+
+// ---------------------------------------------------------------------------
+// DNS capture beside the peers (issue 53)
+// ---------------------------------------------------------------------------
+
+/// The resolver outside the pod (on the node).
+const RESOLVER: Ipv4Addr = SRV4_A;
+/// A resolver on the pod's loopback (as a node-local cache would be).
+const LO_RESOLVER: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 53);
+
+/// A UDP query to port 53 of `ip`.
+fn udp53(ip: impl Into<IpAddr>) -> Dest {
+    Dest::Udp53(ip.into())
+}
+
+/// An init container, the same process after the proxy's first packet.
+const LATE_INIT: Source = Source::Container("init", INIT_UID, INIT_UID);
+
+/// Kuma's defaults with `dns` (kuma-cp's Helm chart's `transparentProxy`
+/// ConfigMap: `redirect.dns.enabled: true`, `captureAll: true`, port
+/// 15053, the zone split on) and `outbound` lines for `redirect.outbound`.
+fn kuma_dns_config(capture_all: bool, outbound: &str) -> String {
+    kuma_config(
+        "dualstack",
+        "    excludePorts: [9901, 9001]\n",
+        &format!("    excludePorts: [9901]\n{outbound}"),
+    )
+    .replace(
+        "  dns:\n    enabled: false\n    port: 15053\n",
+        &format!(
+            "  dns:\n    enabled: true\n    captureAll: {capture_all}\n    port: 15053\n    resolvConfigPath: /etc/resolv.conf\n    skipConntrackZoneSplit: false\n"
+        ),
+    )
+}
+
+/// Istio's DNS capture (`ISTIO_META_DNS_CAPTURE=true` in istio-proxy's
+/// env), istio-cni against meshnft: UDP and TCP queries to a resolver
+/// outside the pod and to one on loopback, from the app, the proxy, the
+/// init container. Before the proxy exists istio-cni sends the init
+/// container's queries to 15053, where nothing listens (UDP: no answer,
+/// TCP: refused; its lookup fails); meshnft lets them reach the resolver, the point of the
+/// init phase. After the proxy's first packet every query lands alike:
+/// the app's UDP and TCP (loopback resolver too) on the proxy's DNS port,
+/// the proxy's own at the resolver.
+#[support::root_test]
+fn istio_dns_capture_side_by_side() {
+    side_by_side(&[Scenario {
+        title: "Istio, DNS capture (istio-proxy env ISTIO_META_DNS_CAPTURE=true), classic layout:",
+        name: "istio-dns",
+        mesh: Mesh::Istio,
+        proxy_env: &[("ISTIO_META_DNS_CAPTURE", "true")],
+        dns: true,
+        timeline: timeline![
+            "init (uid 1000) UDP query -> resolver:53", INIT, udp53(RESOLVER)
+                => peer: NoAnswer, meshnft: Direct;
+            "init (uid 1000) TCP query -> resolver:53", INIT, srv(RESOLVER, 53)
+                => peer: Refused, meshnft: Direct;
+            proxy starts;
+            "istio-proxy (uid 1337) -> server:80", PROXY, srv(SRV4_A, 80) => Direct;
+            "istio-proxy UDP query -> resolver:53", PROXY, udp53(RESOLVER) => Direct;
+            "istio-proxy TCP query -> resolver:53", PROXY, srv(RESOLVER, 53) => Direct;
+            "app UDP query -> resolver:53", APP, udp53(RESOLVER) => ProxyDns;
+            "app TCP query -> resolver:53", APP, srv(RESOLVER, 53) => ProxyDns;
+            "app UDP query -> 127.0.0.53:53 (loopback)", APP, udp53(LO_RESOLVER) => ProxyDns;
+            "app TCP query -> 127.0.0.53:53 (loopback)", APP, Dest::Lo(LO_RESOLVER.into(), 53)
+                => ProxyDns;
+            "init after the proxy's first packet: UDP query", LATE_INIT, udp53(RESOLVER)
+                => ProxyDns;
+        ],
+        ..Default::default()
+    }]);
+}
+
+/// Kuma with kuma-cp's default configuration (`kuma-default`: DNS on,
+/// `captureAll: true`), kuma-cni against meshnft: the init container's UDP
+/// query before the proxy exists goes to 15053 with kuma-cni (no answer:
+/// its lookup fails) and to the resolver with meshnft; TCP 53 is never
+/// redirected (Kuma 3); after the proxy's first packet the app's UDP
+/// queries, to the resolver and to a loopback resolver, land on kuma-dp's
+/// DNS port with both, kuma-dp's own reach the resolver.
+///
+/// Then `captureAll: false`: kuma-cni redirects only the queries to the
+/// nameservers of the resolv.conf it reads, in its own mount namespace,
+/// the node's (here not the test's resolvers), so the app's queries go
+/// out; meshnft captures every query (docs/meshes.md says why). And a UID
+/// excluded for UDP 53 (`udp:53:1003`): its queries go out with both, the
+/// app's are captured.
+#[support::root_test]
+fn kuma_dns_side_by_side() {
+    let default = Scenario {
+        title: "Kuma, kuma-default (kuma-cp's default transparent-proxy configuration: DNS on, captureAll), classic layout:",
+        name: "kuma-default",
+        mesh: Mesh::Kuma,
+        rendered: vec![(KUMA_CONFIG, kuma_dns_config(true, ""))],
+        dns: true,
+        timeline: timeline![
+            "init (uid 1000) UDP query -> resolver:53", INIT, udp53(RESOLVER)
+                => peer: NoAnswer, meshnft: Direct;
+            "init (uid 1000) TCP query -> resolver:53", INIT, srv(RESOLVER, 53) => Direct;
+            proxy starts;
+            "kuma-sidecar (uid 5678) -> server:80", KUMA_PROXY, srv(SRV4_A, 80) => Direct;
+            "kuma-sidecar UDP query -> resolver:53", KUMA_PROXY, udp53(RESOLVER) => Direct;
+            "app UDP query -> resolver:53", APP, udp53(RESOLVER) => ProxyDns;
+            "app TCP query -> resolver:53 (TCP 53 not redirected)", APP, srv(RESOLVER, 53) => Direct;
+            "app UDP query -> 127.0.0.53:53 (loopback)", APP, udp53(LO_RESOLVER) => ProxyDns;
+            "app TCP query -> 127.0.0.53:53 (loopback)", APP, Dest::Lo(LO_RESOLVER.into(), 53)
+                => App;
+            "init after the proxy's first packet: UDP query", LATE_INIT, udp53(RESOLVER)
+                => ProxyDns;
+        ],
+        ..Default::default()
+    };
+    let not_all = Scenario {
+        title: "Kuma, DNS on, captureAll: false, classic layout:",
+        name: "kuma-dns-some",
+        mesh: Mesh::Kuma,
+        rendered: vec![(KUMA_CONFIG, kuma_dns_config(false, ""))],
+        dns: true,
+        timeline: timeline![
+            proxy starts;
+            "kuma-sidecar (uid 5678) -> server:80", KUMA_PROXY, srv(SRV4_A, 80) => Direct;
+            "app UDP query -> resolver:53 (not in the node's resolv.conf)", APP, udp53(RESOLVER)
+                => peer: Direct, meshnft: ProxyDns;
+            "app UDP query -> 127.0.0.53:53 (loopback)", APP, udp53(LO_RESOLVER)
+                => peer: App, meshnft: ProxyDns;
+            "kuma-sidecar UDP query -> resolver:53", KUMA_PROXY, udp53(RESOLVER) => Direct;
+        ],
+        ..Default::default()
+    };
+    let uid = Scenario {
+        title: "Kuma, DNS on (captureAll), excludePortsForUIDs [udp:53:1003], classic layout:",
+        name: "kuma-dns-uid",
+        mesh: Mesh::Kuma,
+        rendered: vec![(
+            KUMA_CONFIG,
+            kuma_dns_config(true, "    excludePortsForUIDs: [\"udp:53:1003\"]\n"),
+        )],
+        dns: true,
+        timeline: timeline![
+            proxy starts;
+            "kuma-sidecar (uid 5678) -> server:80", KUMA_PROXY, srv(SRV4_A, 80) => Direct;
+            "uid 1003 (excluded for udp:53) UDP query -> resolver:53", app_as(1003, 1003),
+                udp53(RESOLVER) => Direct;
+            "uid 1003 TCP query -> resolver:53", app_as(1003, 1003), srv(RESOLVER, 53) => Direct;
+            "app (uid 1001) UDP query -> resolver:53", APP, udp53(RESOLVER) => ProxyDns;
+        ],
+        ..Default::default()
+    };
+    side_by_side(&[default, not_all, uid]);
 }

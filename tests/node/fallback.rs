@@ -594,7 +594,7 @@ fn fallback_requests() {
         return;
     };
     let t = Instant::now();
-    let steps = Steps::default();
+    let steps = Steps::new("fallback_requests");
     let node = steps.run("node up", Node::up);
     let (dir, roots) = (node.dir.clone(), node.cgroup_roots());
     let measured = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {

@@ -586,7 +586,7 @@ fn real_linkerd() {
     let Some(parts) = linkerd_parts() else {
         return;
     };
-    let steps = Steps::default();
+    let steps = Steps::new("real_linkerd");
     let node = steps.run("node up (cluster DNS)", Node::up_dns);
     let (dir, roots) = (node.dir.clone(), node.cgroup_roots());
     steps.run("linkerd images imported", || import_images(&node, &parts));

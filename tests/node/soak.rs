@@ -18,8 +18,10 @@
 //!   minute); the mean slope of the lives of at least [`MIN_JUDGED`] **plus** two standard
 //!   errors (the larger of the lives' own and the spread between them), below [`LIMITS`]: the
 //!   agent has to show it is flat, a leak does not have to show it grows (a short run's lives
-//!   are too short for a slope, and are not judged); and in every run, every sample below
-//!   [`CEILINGS`].
+//!   are too short for a slope, and are not judged), with the judged lives' churn at least
+//!   [`min_churn_per_hour`] (below it the limits could call a sized leak flat); and in every
+//!   run, every sample below [`CEILINGS`];
+//! - with a planted leak (`MESHNFT_SOAK_AGENT_LEAK`), the agent's live heap grew by it.
 //!
 //! Written to the output directory: `samples.tsv` (the agent's samples), `pods.tsv` (each
 //! batch), `faults.tsv`, `summary.txt` and `soak.svg` (the agent's RSS and the pods per minute).
@@ -83,6 +85,55 @@ const CHURN_PER_HOUR: f64 = 53.4 * 60.0;
 ///   hour: +0.8 ± 0.5/h.
 /// - tasks: 10/h; the flat hour: +0.0.
 const LIMITS: (f64, f64, f64) = (4096.0, 20.0, 10.0);
+
+/// The leaks [`LIMITS`] are sized to catch, per pod: 2 KiB of RSS, one fd per 100 pods.
+const SIZED_LEAK: (f64, f64) = (2.0, 0.01);
+
+/// The least churn, pods an hour, at which [`LIMITS`] catch the leaks of [`SIZED_LEAK`]
+/// whatever their error: each limit over its leak per pod, the larger of RSS's (4,096 / 2 =
+/// 2,048 pods/h, 34.1 pods/min) and fds' (20 / 0.01 = 2,000 pods/h). Below it a 2 KiB/pod leak
+/// grows less than the limit, and a run could call it flat: a judged run whose measured churn
+/// ([`judged_churn`]) is lower fails ([`churn_too_low`]), instead of judging with limits it
+/// cannot use.
+fn min_churn_per_hour() -> f64 {
+    (LIMITS.0 / SIZED_LEAK.0).max(LIMITS.1 / SIZED_LEAK.1)
+}
+
+/// The churn of the agent's judged lives, pods an hour: the pods of the batches created
+/// (`(t0, pods)`, seconds since the start) within a judged life, over the judged lives'
+/// seconds. None when no life is judged.
+fn judged_churn(segs: &[Segment], batches: &[(f64, usize)]) -> Option<f64> {
+    let judged: Vec<&Segment> = segs.iter().filter(|s| s.judged).collect();
+    let secs: f64 = judged.iter().map(|s| s.t1 - s.t0).sum();
+    if judged.is_empty() || secs <= 0.0 {
+        return None;
+    }
+    let pods: usize = batches
+        .iter()
+        .filter(|(t, _)| judged.iter().any(|s| (s.t0..=s.t1).contains(t)))
+        .map(|(_, n)| n)
+        .sum();
+    Some(pods as f64 * 3600.0 / secs)
+}
+
+/// Why a judged run cannot be judged with [`LIMITS`]: its churn ([`judged_churn`]) below
+/// [`min_churn_per_hour`]. None when no life is judged or the churn is enough.
+fn churn_too_low(segs: &[Segment], batches: &[(f64, usize)]) -> Option<String> {
+    let churn = judged_churn(segs, batches)?;
+    let min = min_churn_per_hour();
+    (churn < min).then(|| {
+        format!(
+            "the judged lives' churn {:.1} pods/min is below the {:.1} pods/min the growth limits \
+             are sized for (a {} KiB/pod leak grows {:.0} KiB/h at this churn, under the {} KiB/h \
+             limit): this run cannot show the agent flat",
+            churn / 60.0,
+            min / 60.0,
+            SIZED_LEAK.0,
+            SIZED_LEAK.0 * churn,
+            LIMITS.0
+        )
+    })
+}
 
 /// The shortest life of the agent whose slopes are judged, in seconds (with the first
 /// [`WARMUP`] left out, 7 min of samples: 7 floor points). A shorter life has too few points
@@ -770,7 +821,11 @@ fn left_of(node: &Node, uids: &[String]) -> Left {
             .map(|id| format!("/run/meshnft/{id} (sandbox unknown to containerd)")),
     );
     let (ids, held) = known_sandboxes(node);
-    for path in netns_list(&node.dir.join("c/state/netns"), !uids.is_empty()) {
+    // containerd's CRI keeps them under its own state dir with `netns_mounts_under_state_dir`
+    // (`<state>/io.containerd.grpc.v1.cri/netns`, containerd 2.4's plugins/cri/runtime): the soak
+    // once listed `<state>/netns`, which never exists, and so found nothing left, always.
+    let dir = node.dir.join("c/state/io.containerd.grpc.v1.cri/netns");
+    for path in netns_list(&dir, !uids.is_empty()) {
         if held.contains(&path) {
             continue;
         }
@@ -1199,6 +1254,18 @@ fn run(node: &Node, plan: &Plan) {
         .filter_map(|f| f.result.as_ref().err().map(|e| format!("{}: {e}", f.key)))
         .collect();
     let grown = growth(&segs).map(|g| g.grows()).unwrap_or_default();
+    let churn_batches: Vec<(f64, usize)> = batches.iter().map(|b| (b.t0, b.n)).collect();
+    let low_churn = churn_too_low(&segs, &churn_batches);
+    if let Some(c) = judged_churn(&segs, &churn_batches) {
+        eprintln!(
+            "soak: the judged lives' churn: {:.1} pods/min (at least {:.1} for the limits)",
+            c / 60.0,
+            min_churn_per_hour() / 60.0
+        );
+    }
+    let heap_short = (plan.agent_leak > 0)
+        .then(|| planted_heap_growth(&samples, &churn_batches, plan.agent_leak))
+        .and_then(Result::err);
     assert!(
         left.count() == 0,
         "left of deleted pods: records {:#?}, netns {:#?}, cgroups {:#?}, IPAM leases {:#?}",
@@ -1241,11 +1308,56 @@ fn run(node: &Node, plan: &Plan) {
         CEILINGS.1,
         CEILINGS.2
     );
+    assert!(low_churn.is_none(), "{}", low_churn.unwrap_or_default());
     assert!(
         grown.is_empty(),
         "the agent not shown flat (its growth's upper end at or above the limit): {grown:#?}"
     );
     assert!(figures.created > 0, "no pod created");
+    assert!(
+        heap_short.is_none(),
+        "MESHNFT_SOAK_AGENT_LEAK planted: {}",
+        heap_short.unwrap_or_default()
+    );
+}
+
+/// The planted leak (`MESHNFT_SOAK_AGENT_LEAK`, `bytes` per pod ADD) is real: over the agent's
+/// lives, its live heap (`meshnft_agent_heap_bytes`, the samples' `heap_kib`) grew, from each
+/// life's first sample with a heap to its last, by at least half of what the pods created
+/// between them (`batches`: `(t0, pods)`) leaked. Err says by how much it grew instead.
+fn planted_heap_growth(
+    samples: &[Sample],
+    batches: &[(f64, usize)],
+    bytes: usize,
+) -> Result<(), String> {
+    let mut pids: Vec<u32> = samples.iter().map(|s| s.pid).collect();
+    pids.dedup();
+    let (mut grew, mut leaked) = (0.0, 0.0);
+    for pid in pids {
+        let heap: Vec<(f64, f64)> = samples
+            .iter()
+            .filter(|s| s.pid == pid)
+            .filter_map(|s| Some((s.t, s.heap_kib?)))
+            .collect();
+        let (Some(first), Some(last)) = (heap.first(), heap.last()) else {
+            continue;
+        };
+        let pods: usize = batches
+            .iter()
+            .filter(|(t, _)| (first.0..=last.0).contains(t))
+            .map(|(_, n)| n)
+            .sum();
+        grew += last.1 - first.1;
+        leaked += pods as f64 * bytes as f64 / 1024.0;
+    }
+    if leaked > 0.0 && grew >= leaked / 2.0 {
+        Ok(())
+    } else {
+        Err(format!(
+            "the agent's heap grew {grew:.0} KiB while the pods created leaked {leaked:.0} KiB \
+             (at least half expected)"
+        ))
+    }
 }
 
 /// Batch `b` (Ready): every pod's verdict (the fault table's: its table's `proxy_started`, the
@@ -1818,6 +1930,75 @@ fn the_agent_is_judged_on_its_floors_over_its_lives() {
     // A short run's only life (3 min) is not judged, however steep.
     let short = segments(&lives_with(&[vec![]], 3.0, 1e6, 1e3));
     assert!(!short[0].judged && growth(&short).is_none());
+}
+
+/// A judged run whose churn is below the limits' sizing fails; enough churn, or no judged
+/// life, passes the rule. Batches of 30 pods, one every `every` seconds, over a life of 15 min.
+#[test]
+fn a_judged_run_needs_the_churn_the_limits_are_sized_for() {
+    let life = segments(&lives_with(&[vec![]], 15.0, 0.0, 0.0));
+    assert!(life.len() == 1 && life[0].judged);
+    let batches = |every: f64| -> Vec<(f64, usize)> {
+        (0..)
+            .map(|i| (f64::from(i) * every, 30))
+            .take_while(|(t, _)| *t < 15.0 * 60.0)
+            .collect()
+    };
+    // 30 pods a minute (1,800/h): a 2 KiB/pod leak grows 3,600 KiB/h, under the limit: red.
+    let low = churn_too_low(&life, &batches(60.0));
+    eprintln!("30 pods/min: {low:?}");
+    assert!(
+        low.as_deref()
+            .is_some_and(|m| m.contains("pods/min is below")),
+        "{low:?}"
+    );
+    // 45 pods a minute (2,700/h): enough.
+    let c = judged_churn(&life, &batches(40.0)).expect("judged");
+    assert!(c / 60.0 > 44.0, "{c}");
+    assert_eq!(churn_too_low(&life, &batches(40.0)), None);
+    // At the rate itself (2,048/h) a 2 KiB/pod leak is the limit: the judge calls it grown.
+    let at = min_churn_per_hour();
+    assert!((at - 2048.0).abs() < 1e-9, "{at}");
+    let g = growth(&segments(&lives_with(
+        &[vec![]],
+        15.0,
+        SIZED_LEAK.0 * at,
+        0.0,
+    )))
+    .expect("judged");
+    assert!(
+        g.grows().iter().any(|m| m.starts_with("RSS")),
+        "{}",
+        g.line()
+    );
+    // A short run's life is not judged: no churn asked of it.
+    let short = segments(&lives_with(&[vec![]], 3.0, 0.0, 0.0));
+    assert_eq!(churn_too_low(&short, &batches(600.0)), None);
+}
+
+/// The planted leak's check: a heap that grows by what the pods leaked passes, a flat heap
+/// (the leak optimised away) fails, and so does a run without heap samples.
+#[test]
+fn the_planted_leak_grows_the_heap() {
+    let bytes = 64 * 1024;
+    let batches: Vec<(f64, usize)> = (0..10).map(|i| (f64::from(i) * 60.0 + 1.0, 30)).collect();
+    let with_heap = |kib_per_s: f64| -> Vec<Sample> {
+        let mut v = lives_with(&[vec![]], 11.0, 0.0, 0.0);
+        for x in &mut v {
+            x.heap_kib = Some(2048.0 + kib_per_s * x.t);
+        }
+        v
+    };
+    // 300 pods × 64 KiB over 600 s: 32 KiB/s.
+    assert_eq!(
+        planted_heap_growth(&with_heap(32.0), &batches, bytes),
+        Ok(())
+    );
+    let flat = planted_heap_growth(&with_heap(0.0), &batches, bytes);
+    eprintln!("a flat heap: {flat:?}");
+    assert!(flat.is_err());
+    let none = lives_with(&[vec![]], 11.0, 0.0, 0.0);
+    assert!(planted_heap_growth(&none, &batches, bytes).is_err());
 }
 
 /// The verdict on the samples of a run kept earlier (`MESHNFT_SOAK_SAMPLES`: its

@@ -971,6 +971,28 @@ pub(crate) fn rbac_and_audit(node: &Node) {
     );
 }
 
+/// The non-resource URLs Kubernetes's bootstrap RBAC policy lets every authenticated service
+/// account get (plugin/pkg/auth/authorizer/rbac/bootstrappolicy/policy.go: `system:discovery`,
+/// `system:public-info-viewer`, `system:service-account-issuer-discovery`), as `system:basic-user`'s
+/// self-subject reviews are for resources: what `kubectl auth can-i --list` shows for any token.
+const ANY_SERVICE_ACCOUNT_URLS: [&str; 15] = [
+    "/livez",
+    "/readyz",
+    "/healthz",
+    "/version",
+    "/version/",
+    "/openapi",
+    "/openapi/*",
+    "/api",
+    "/api/*",
+    "/apis",
+    "/apis/*",
+    "/.well-known/openid-configuration",
+    "/.well-known/openid-configuration/",
+    "/openid/v1/jwks",
+    "/openid/v1/jwks/",
+];
+
 /// What the plugin's kubeconfig on the host (`/etc/cni/net.d/meshnft.d/kubeconfig`, what a
 /// node's root finds there) may do (issue 52): `kubectl auth can-i --list` with it shows the
 /// plugin's reads only, `get` of pods and namespaces and of the `default/kubernetes` service,
@@ -1019,6 +1041,30 @@ pub(crate) fn plugin_kubeconfig_rights(node: &Node) {
             text(&out.stderr)
         );
         let listed = text(&out.stdout);
+        // The non-resource URLs' rows (no resource: the line starts blank), each `[URL...]
+        // [] [VERB...]`: every one must be a URL every authenticated service account gets.
+        for l in listed
+            .lines()
+            .skip(1)
+            .filter(|l| l.starts_with(char::is_whitespace) && !l.trim().is_empty())
+        {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let Some(end) = f.iter().position(|w| w.ends_with(']')) else {
+                panic!("auth can-i --list: an unreadable row {l:?}:\n{listed}");
+            };
+            let urls = f[..=end]
+                .iter()
+                .map(|u| u.trim_matches(['[', ']']))
+                .filter(|u| !u.is_empty());
+            let rest = f[end + 1..].join(" ");
+            for u in urls {
+                assert!(
+                    ANY_SERVICE_ACCOUNT_URLS.contains(&u) && rest == "[] [get]",
+                    "the plugin's token on the host: non-resource URL {u} ({rest}) beyond what \
+                     every service account may get:\n{listed}"
+                );
+            }
+        }
         let mut rows: Vec<String> = listed
             .lines()
             .skip(1)
@@ -1056,9 +1102,17 @@ pub(crate) fn plugin_kubeconfig_rights(node: &Node) {
         &["list", "pods", "-A"][..],
         &["watch", "pods", "-A"],
         &["patch", "nodes"],
-        &["patch", "nodes/status"],
+        // A subresource by its flag: `nodes/status` would be read as TYPE/NAME (the node
+        // named status), which no rule names, so it could never say yes.
+        &["patch", "nodes", "--subresource=status"],
         &["create", "events.events.k8s.io"],
-        &["create", "serviceaccounts/token", "-n", "meshnft"],
+        &[
+            "create",
+            "serviceaccounts",
+            "--subresource=token",
+            "-n",
+            "meshnft",
+        ],
         &["delete", "pods", "-A"],
     ] {
         let mut argv = vec!["kubectl", "--kubeconfig", KC, "auth", "can-i"];

@@ -230,7 +230,7 @@ fn two_nodes() {
     let Some(host) = Host::before("two_nodes") else {
         return;
     };
-    let steps = Steps::default();
+    let steps = Steps::new("two_nodes");
     let cluster = steps.run("two nodes up", || Node::up_with(2));
     let second = cluster.added(2);
     let (dir, roots) = (cluster.dir.clone(), cluster.cgroup_roots());

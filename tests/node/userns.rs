@@ -300,7 +300,7 @@ fn real_userns() {
     let Some(host) = Host::before("real_userns") else {
         return;
     };
-    let steps = Steps::default();
+    let steps = Steps::new("real_userns");
     let runc = steps.run("runc built", runc_part);
     let node = steps.run("node up (runc v1.5)", || {
         Node::up_env(

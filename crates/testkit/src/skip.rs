@@ -1,7 +1,8 @@
 //! A skipped test, said and recorded: libtest has no "skipped" outcome (a test that returns
 //! early is `ok`), so every test that skips calls [`skip`], which prints the reason and
 //! appends a record to the file `test.sh` reads back (`MESHNFT_SKIP_LOG`), where it is
-//! counted as skipped instead of passed.
+//! counted as skipped instead of passed. A test that skips only some of its parts (steps,
+//! rows) and goes on calls [`skip_part`] for each.
 
 use std::io::Write;
 use std::path::Path;
@@ -26,6 +27,20 @@ pub fn skip(test: &str, reason: &str) {
             Path::new(&path).display()
         );
     }
+}
+
+/// A part of test `test` (its step, row or probe `part`) is skipped because of `reason`, and the
+/// test goes on with its other parts: prints `SKIP <test>: <part>: <reason>` on stderr and
+/// records `<test>: <part>\t<reason>` as [`skip`] does (same log, same panic when the record
+/// cannot be written). `test.sh` counts every record as one skip and a test with any record
+/// (its name: the record's first field up to the first `": "`) as not passed, once however
+/// many of its parts were skipped; so a test that skipped parts is never counted as a pass.
+///
+/// # Panics
+///
+/// As [`skip`]: when the record cannot be written.
+pub fn skip_part(test: &str, part: &str, reason: &str) {
+    skip(&format!("{test}: {part}"), reason);
 }
 
 /// Appends `<test>\t<reason>\n` to `path` (created with mode 0644 if missing) in one

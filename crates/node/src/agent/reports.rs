@@ -52,9 +52,12 @@ pub fn test_leak_bytes(value: Option<&str>) -> Result<usize, String> {
 }
 
 /// Leaks `bytes` bytes, each written (so that they are resident: RSS grows
-/// by them, and the heap count with them). [`TEST_LEAK_ENV`] only.
+/// by them, and the heap count with them). [`TEST_LEAK_ENV`] only. The
+/// buffer is leaked through [`Vec::leak`] and handed to
+/// [`std::hint::black_box`], so that the optimiser (a release build with fat
+/// LTO) cannot drop the allocation or its writes as unused.
 fn leak(bytes: usize) {
-    std::mem::forget(vec![0xa5u8; bytes]);
+    std::hint::black_box(Vec::leak(vec![0xa5u8; bytes]));
 }
 
 /// Event reason of a verb that failed (the pod's sandbox was refused).
