@@ -132,15 +132,7 @@ pub fn rules(s: &Settings, phase: Option<Levels>, ids: &[ProxyId], r: &mut Rules
     if let Some(l) = phase {
         r.push(
             DNS_OUTPUT,
-            vec![
-                Stmt::InSet {
-                    key: Key::Cgroup(l.pod),
-                    set: "proxy_started",
-                    negate: true,
-                },
-                Stmt::Counter,
-                Stmt::Verdict(Verdict::Jump("init_phase_bypass".into())),
-            ],
+            super::phase::not_started(l),
             &format!(
                 "init phase: DNS goes to the pod's resolver until the proxy has started (pod cgroup level {})",
                 l.pod

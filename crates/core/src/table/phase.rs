@@ -63,15 +63,7 @@ pub fn gate(s: &Settings, levels: Option<Levels>, phase: Option<Levels>, r: &mut
     };
     r.push(
         "output",
-        vec![
-            Stmt::InSet {
-                key: Key::Cgroup(l.pod),
-                set: "proxy_started",
-                negate: true,
-            },
-            Stmt::Counter,
-            Stmt::Verdict(Verdict::Jump("init_phase_bypass".into())),
-        ],
+        not_started(l),
         &format!(
             "init phase: the proxy has not started (pod cgroup level {})",
             l.pod
@@ -82,6 +74,21 @@ pub fn gate(s: &Settings, levels: Option<Levels>, phase: Option<Levels>, r: &mut
 
 /// `init_phase_bypass`: destinations redirected even in the init phase,
 /// else the container is recorded and goes out directly.
+/// The init phase's gate: while the pod cgroup (level `l.pod`) is not in
+/// `proxy_started`, count and jump to `init_phase_bypass` (`output`'s TCP and
+/// `dns_output`'s queries alike).
+pub(super) fn not_started(l: Levels) -> Vec<Stmt> {
+    vec![
+        Stmt::InSet {
+            key: Key::Cgroup(l.pod),
+            set: "proxy_started",
+            negate: true,
+        },
+        Stmt::Counter,
+        Stmt::Verdict(Verdict::Jump("init_phase_bypass".into())),
+    ]
+}
+
 pub(super) fn bypass(l: Levels, r: &mut Rules) {
     const CHAIN: &str = "init_phase_bypass";
     let to_proxy = [
