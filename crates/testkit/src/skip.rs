@@ -76,12 +76,7 @@ mod tests {
     /// record (test and reason of the same writer, in order), none lost, none cut.
     #[test]
     fn concurrent_records_do_not_interleave() {
-        let dir = std::env::temp_dir().join(format!(
-            "meshnft-skiplog-{}-{:x}",
-            std::process::id(),
-            crate::random_u64()
-        ));
-        std::fs::create_dir(&dir).expect("a temp dir");
+        let dir = crate::tmpdir("skiplog");
         let path = dir.join("skips");
         let reason = "x".repeat(200);
         std::thread::scope(|s| {
@@ -96,7 +91,6 @@ mod tests {
             }
         });
         let text = std::fs::read_to_string(&path).expect("the records");
-        std::fs::remove_dir_all(&dir).expect("remove the temp dir");
         let mut next = [0; 8];
         for line in text.lines() {
             let (test, why) = line.split_once('\t').expect("two fields");
@@ -112,16 +106,10 @@ mod tests {
     /// A tab or a line break in a field cannot make a second field or record.
     #[test]
     fn fields_stay_on_one_line() {
-        let dir = std::env::temp_dir().join(format!(
-            "meshnft-skiplog-{}-{:x}",
-            std::process::id(),
-            crate::random_u64()
-        ));
-        std::fs::create_dir(&dir).expect("a temp dir");
+        let dir = crate::tmpdir("skiplog");
         let path = dir.join("skips");
         record_skip(&path, "a\tb", "why\nnot\tthis").expect("record");
         let text = std::fs::read_to_string(&path).expect("the record");
-        std::fs::remove_dir_all(&dir).expect("remove the temp dir");
         assert_eq!(text, "a b\twhy not this\n");
     }
 }
