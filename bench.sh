@@ -14,6 +14,7 @@
 #   sudo ./bench.sh                  full run (a few minutes on 2 cores)
 #   sudo ./bench.sh --quick          few iterations, small sizes, the harness unoptimised (test.sh runs this)
 #   sudo ./bench.sh --json FILE      where the JSON goes (default target/bench/results-{full,quick}.json)
+#   sudo ./bench.sh --no-peers       without section 6 (the real peers), which the report says it skipped
 #   sudo ./bench.sh --node           only the real node's row (scripts/node-bench.sh: 60 meshed
 #                                    pods at once, until Ready, meshnft and linkerd-cni against
 #                                    the bridge alone, with a breakdown);
@@ -31,11 +32,12 @@ quick=0 node_only=0
 while (($#)); do
   case "$1" in
     --quick) args+=(--quick); quick=1 ;;
+    --no-peers) args+=(--no-peers) ;;
     --node) node_only=1 ;;
     --json)
       [[ $# -ge 2 ]] || { echo "bench.sh: --json needs a file" >&2; exit 2; }
       args+=(--json "$(realpath -m "$2")"); shift ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
     *) echo "bench.sh: unknown argument $1 (try --help)" >&2; exit 2 ;;
   esac
   shift

@@ -4,7 +4,8 @@
 # network namespaces, real cgroup v2 directories, the reference CNI plugins
 # driven by libcni and by containerd's CRI), the demo, the benchmark's quick
 # mode, the kernel matrix (scripts/kernels.sh, qemu) and, where its parts are
-# built (MESHNFT_KIND), the seed scenarios on kind. Needs root; installs
+# built (MESHNFT_KIND), the seed scenarios on kind; CRI-O's tests where it is
+# built (MESHNFT_CRIO=1 builds it). Needs root; installs
 # missing packages first, and builds containerd once (scripts/containerd.sh,
 # cached).
 #
@@ -243,6 +244,15 @@ if any_selected manifest image-index main node scale demo; then
     t=$EPOCHREALTIME; scripts/peers.sh istio-cni linkerd-cni kuma-cni linkerd-cni-install kuma-cni-install >/dev/null
     echo "peers ready in $(took "$t") s"
     t=$EPOCHREALTIME; scripts/node-build.sh >/dev/null; echo "node parts ready in $(took "$t") s"
+    # CRI-O (tests/crio.rs): built only with MESHNFT_CRIO=1 (cold: about 6.5 min niced, which
+    # CI's budget has no room for); else used when cached, or its tests record skips.
+    if [[ ${MESHNFT_CRIO:-auto} == 1 ]]; then
+      t=$EPOCHREALTIME; scripts/node-build.sh crio >/dev/null; echo "crio ready in $(took "$t") s"
+    elif MESHNFT_NODE_CACHED_ONLY=1 scripts/node-build.sh crio >/dev/null 2>&1; then
+      echo "crio: cached (tests/crio.rs runs in the main step, about 8 s)"
+    else
+      echo "crio: not built: tests/crio.rs records skips (MESHNFT_CRIO=1 or scripts/node-build.sh crio builds it: about 6.5 min cold)"
+    fi
     echo "Go parts ready $(took "$go_t0") s after they started"
   ) >"$go_log" 2>&1 &
   go_pid=$!
@@ -471,30 +481,40 @@ do_kind() {
 }
 step kind do_kind
 
-# Vagrant from local parts (docs/kind.md): vagrant/'s VM with the libvirt provider and a box built
-# here (scripts/vagrant-box.sh), provisioned from the kind step's artefacts instead of downloads, the
-# seed scenarios and vagrant/e2e.sh inside it, then `vagrant destroy` (scripts/vagrant-e2e.sh).
-# Unset, MESHNFT_VAGRANT runs it where KVM can boot the box's Debian kernel (/dev/kvm and a CPU with
-# vmx or svm: these machines' /dev/kvm is kvm_pvm, under which a stock kernel hangs) and the kind
-# parts are built, and says what is missing elsewhere; MESHNFT_VAGRANT=1 runs it anyway (under TCG
-# without KVM: slow), MESHNFT_VAGRANT=0 skips it. A skip is recorded (counted and named).
+# Vagrant from local parts (docs/kind.md): vagrant/'s Vagrantfile, provision.sh and e2e.sh,
+# provisioned from the kind step's artefacts instead of downloads, the seed scenarios and
+# vagrant/e2e.sh (and with Linkerd's parts, E2E_LINKERD=1) inside, then `vagrant destroy`
+# (scripts/vagrant-e2e.sh). The provider: libvirt with KVM where the CPU has vmx or svm (a box
+# built here, scripts/vagrant-box.sh), Vagrant's docker provider elsewhere (a privileged
+# container with systemd, sshd and its own dockerd, scripts/vagrant-docker-image.sh);
+# MESHNFT_VAGRANT_PROVIDER=libvirt|docker overrides it. Unset, MESHNFT_VAGRANT runs it where the
+# kind parts are built (and, for libvirt, /dev/kvm is there: these machines' /dev/kvm is kvm_pvm,
+# under which a stock kernel hangs), and says what is missing elsewhere; MESHNFT_VAGRANT=1 runs it
+# anyway (libvirt under TCG without KVM: slow), MESHNFT_VAGRANT=0 skips it. A skip is recorded
+# (counted and named).
 do_vagrant() {
   local vagrant_mode=${MESHNFT_VAGRANT:-auto} missing=() has_kvm=0 has_vt=0 driver=()
+  local provider=${MESHNFT_VAGRANT_PROVIDER:-}
   [[ -e /dev/kvm ]] && has_kvm=1
   grep -qw -e vmx -e svm /proc/cpuinfo && has_vt=1
-  ((has_kvm)) || missing+=("/dev/kvm")
-  ((has_vt)) ||
-    missing+=("hardware virtualization (no vmx/svm CPU flag$([[ -d /sys/module/kvm_pvm ]] && echo '; /dev/kvm is kvm_pvm, which does not boot a stock kernel'))")
+  if [[ -z $provider ]]; then
+    if ((has_kvm && has_vt)); then provider=libvirt; else provider=docker; fi
+  fi
+  if [[ $provider == libvirt ]]; then
+    ((has_kvm)) || missing+=("/dev/kvm")
+    ((has_vt)) ||
+      missing+=("hardware virtualization (no vmx/svm CPU flag$([[ -d /sys/module/kvm_pvm ]] && echo '; /dev/kvm is kvm_pvm, which does not boot a stock kernel'))")
+  fi
   [[ -s ${MESHNFT_CACHE_DIR:-/var/cache/meshnft}/kind/state/parts ]] ||
     missing+=("the kind parts (MESHNFT_KIND=1 builds them)")
   if [[ $vagrant_mode == 0 ]]; then
     skip_step "MESHNFT_VAGRANT=0"
   elif [[ $vagrant_mode == auto ]] && ((${#missing[@]})); then
-    skip_step "missing: $(printf '%s, ' "${missing[@]}" | sed 's/, $//') (MESHNFT_VAGRANT=1 runs it anyway)"
+    skip_step "provider $provider, missing: $(printf '%s, ' "${missing[@]}" | sed 's/, $//') (MESHNFT_VAGRANT=1 runs it anyway)"
   else
-    echo "==> vagrant: scripts/vagrant-e2e.sh (box, vagrant up, provision, seed scenarios and vagrant/e2e.sh, destroy)"
-    ((has_kvm && has_vt)) || driver=(env MESHNFT_LIBVIRT_DRIVER=qemu)
-    "${driver[@]}" scripts/vagrant-e2e.sh
+    echo "==> vagrant ($provider): scripts/vagrant-e2e.sh (vagrant up, provision, seed scenarios and vagrant/e2e.sh, destroy)"
+    [[ $provider == docker ]] || ((has_kvm && has_vt)) || driver=(env MESHNFT_LIBVIRT_DRIVER=qemu)
+    "${driver[@]}" env MESHNFT_VAGRANT_PROVIDER="$provider" scripts/vagrant-e2e.sh
   fi
 }
 step vagrant do_vagrant

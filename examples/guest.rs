@@ -997,6 +997,127 @@ fn kuma_uid_exclusions(r: &mut Report) {
     );
 }
 
+/// `ip FAM rule show` lines that look up table 133, and table 133's routes,
+/// in `ns`: TPROXY's policy routing.
+fn tproxy_routing(ns: &Netns) -> Vec<String> {
+    let mut out = Vec::new();
+    for fam in ["-4", "-6"] {
+        for l in ns.exec_ok(&["ip", fam, "rule", "show"]).lines() {
+            if l.contains("lookup 133") {
+                out.push(format!("{fam} rule {}", l.trim()));
+            }
+        }
+        for l in ns
+            .exec_ok(&["ip", fam, "route", "show", "table", "133"])
+            .lines()
+        {
+            out.push(format!("{fam} route {}", l.trim()));
+        }
+    }
+    out
+}
+
+/// Istio's TPROXY interception (issue 53) in this kernel, without the init
+/// phase (so 5.10 runs it too): ADD writes the mangle chains (`tproxy ip/ip6
+/// to`, `meta mark set`, `ct mark`) and the policy routing over rtnetlink
+/// (`fwmark 1337 lookup 133`, `local default dev lo table 133`, IPv4 and
+/// IPv6); a connection from the node to the pod's 8080 goes through a
+/// stand-in of Envoy's `original_src` upstream (`support::OriginalSrcProxy`:
+/// transparent, `SO_MARK` 1337, bound to the client's address) to the app,
+/// which sees the client's address, and its answer comes back to the client
+/// (the connmark restore and the fwmark route keep it in the pod); CHECK
+/// passes; DEL leaves no table, rule or route.
+fn tproxy(r: &mut Report) {
+    let tree = PodTree::new(&support::cgroup2_mount());
+    let p = Pod::new();
+    let (podns, nodens) = (p.pod.path().to_path_buf(), p.node.path().to_path_buf());
+    let c = json!({
+        "cniVersion": "1.0.0",
+        "name": "meshnet",
+        "type": "meshnft",
+        "log_level": "info",
+        "stateDir": "/run/meshnft",
+        "mesh": "istio",
+        "istio": {"interceptionMode": "TPROXY", "ipv6": true},
+        "initPhase": {"enabled": false},
+        "runtimeConfig": {"io.kubernetes.cri.pod-annotations": {
+            "sidecar.istio.io/status": "{\"containers\":[\"istio-proxy\"]}"
+        }},
+        "prevResult": p.prev_result()
+    });
+    let add = cni("ADD", &p, Some(&tree.uid), &c, Nesting::None, None);
+    r.check("tproxy: ADD", add.ok());
+    let routing = tproxy_routing(&p.pod);
+    for (fam, rule) in [
+        ("-4", "fwmark 0x539 lookup 133"),
+        ("-6", "fwmark 0x539 lookup 133"),
+    ] {
+        r.expect(
+            &format!("tproxy: {fam} ip rule {rule}, local default route over lo in table 133"),
+            routing
+                .iter()
+                .any(|l| l.starts_with(&format!("{fam} rule")) && l.contains(rule))
+                && routing
+                    .iter()
+                    .any(|l| l.starts_with(&format!("{fam} route local default dev lo"))),
+            routing.join(" | "),
+        );
+    }
+    let proxy = support::OriginalSrcProxy::start(&podns, 15006, 1337, 1337);
+    let app = p.listeners.iter().find(|l| l.tag() == "app");
+    for (i, (dst, client)) in [(POD4, "198.18.0.1"), (POD6, "2001:db8:1::1")]
+        .into_iter()
+        .enumerate()
+    {
+        // Constants: a parse failure is this program's bug, never a skipped row.
+        let dst = dst.parse::<IpAddr>().expect("POD4/POD6 parse");
+        let client = client
+            .parse::<IpAddr>()
+            .expect("the client addresses parse");
+        let reply = probe(&nodens, None, 0, dst, 8080);
+        let want = format!("app local={}", SocketAddr::new(dst, 8080));
+        // The proxy and the app record a connection after answering it: the
+        // client can have its line first. Wait (bounded) for both records.
+        support::wait_until(Duration::from_secs(3), || proxy.relayed().len() > i);
+        if let Some(a) = app {
+            a.wait_accepted(i + 1, Duration::from_secs(3));
+        }
+        let relayed = proxy.relayed();
+        let got = relayed.get(i);
+        let peer = app
+            .and_then(|a| a.accepted().get(i).map(|x| x.peer))
+            .map(|x| x.ip());
+        r.expect(
+            &format!(
+                "tproxy: {dst}:8080 from the node: the proxy's original_src upstream reaches the app as {client}, and the answer comes back"
+            ),
+            got.is_some_and(|g| {
+                g.client.ip() == client
+                    && g.dst == SocketAddr::new(dst, 8080)
+                    && g.upstream.as_ref().is_ok_and(|u| u.ip() == client)
+                    && g.reply.as_ref().is_ok_and(|l| l.starts_with(&want))
+            }) && peer == Some(client)
+                && reply.as_deref().is_ok_and(|l| l.starts_with(&want)),
+            format!("client got {reply:?}; proxy {got:?}; app's peer {peer:?}"),
+        );
+    }
+    drop(proxy);
+    r.check(
+        "tproxy: CHECK",
+        cni("CHECK", &p, Some(&tree.uid), &c, Nesting::None, None).ok(),
+    );
+    r.check(
+        "tproxy: DEL",
+        cni("DEL", &p, Some(&tree.uid), &c, Nesting::None, None).ok(),
+    );
+    let left = tproxy_routing(&p.pod);
+    r.expect(
+        "tproxy: DEL leaves no table, ip rule or route",
+        left.is_empty() && has_meshnft_table(&podns) == Ok(false),
+        left.join(" | "),
+    );
+}
+
 /// The table ADD builds for the conflist entry `conf` with the pod cgroup at
 /// `levels` (`None`: no pod cgroup), as the oracle and CHECK build it.
 fn table_of(
@@ -1281,6 +1402,7 @@ fn main() {
     r.section("initPhase off", init_phase_off);
     r.section("kuma uid exclusions", kuma_uid_exclusions);
     r.section("kind", |r| seed(r, cgroupv2, Nesting::KindNode));
+    r.section("tproxy", tproxy);
     r.section("entries", |r| entries(r, cgroupv2));
     r.section("sigkill", sigkill);
     emit(json!({

@@ -24,7 +24,9 @@
 #   gcc, libc6-dev                cc -O2 -static of bench.sh's floor program (benches/compare/floor.c)
 #   openssl                       the real node's PKI (scripts/node.sh)
 #   python3-yaml                  scripts/manifest.sh --check reads the chart's rendered entries
-#   libseccomp-dev                runc built for user-namespaced pods (scripts/node-build.sh runc: cgo)
+#   libseccomp-dev                runc built for user-namespaced pods (scripts/node-build.sh runc: cgo),
+#                                 and CRI-O's seccomp support (scripts/node-build.sh crio: cgo)
+#   conmon                        CRI-O's container monitor (tests/crio.rs)
 # `scripts/deps.sh cross` also installs what building for the other architecture needs
 # (scripts/image-build-stage.sh --arch): the cross gcc (gcc-aarch64-linux-gnu on x86_64,
 # gcc-x86-64-linux-gnu on aarch64) with that architecture's libc headers (libc6-dev-arm64-cross,
@@ -36,7 +38,7 @@ set -euo pipefail
 
 need=()
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
-for p in nftables iproute2 util-linux iptables time strace gcc libc6-dev containernetworking-plugins golang-go golang-github-appc-cni-dev shellcheck ruby musl-tools file runc busybox-static protobuf-compiler qemu-system-x86 cpio xz-utils kmod openssl python3-yaml libseccomp-dev; do
+for p in nftables iproute2 util-linux iptables time strace gcc libc6-dev containernetworking-plugins golang-go golang-github-appc-cni-dev shellcheck ruby musl-tools file runc busybox-static protobuf-compiler qemu-system-x86 cpio xz-utils kmod openssl python3-yaml libseccomp-dev conmon; do
   have_pkg "$p" || need+=("$p")
 done
 if [[ ${1:-} == cross ]]; then

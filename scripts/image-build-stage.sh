@@ -75,7 +75,7 @@ echo "cargo build ${argv[*]}"
 t0=$SECONDS
 cargo build --quiet "${argv[@]}"
 echo "built in $((SECONDS - t0)) s"
-for name in meshnft meshnft-node; do
+for name in meshnft meshnft-node kubectl-meshnft; do
   bin=target/$target/release/$name
   "${run[@]}" "$bin" --version
   static_check "$bin"

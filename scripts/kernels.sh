@@ -64,8 +64,9 @@ SECURITY_SUITES="bookworm-security bullseye-security"
 # `counter` in nft_counter.ko, later kernels build it into nf_tables. nft_ct (`ct zone set`,
 # `ct state`: DNS capture's conntrack zones, invalid-packet drops) and nft_log with a logger for
 # both families (Kuma's rule logging: 5.10 has nf_log_ipv4/ipv6, later kernels nf_log_syslog;
-# a name a kernel does not have is skipped).
-MODULES="nfnetlink nf_tables nft_counter nf_conntrack nf_nat nft_chain_nat nft_redir nft_socket nf_socket_ipv4 nf_socket_ipv6 nft_ct nft_log nf_log_syslog nf_log_ipv4 nf_log_ipv6 veth"
+# a name a kernel does not have is skipped). nft_tproxy with nf_tproxy_ipv4/ipv6 for Istio's TPROXY
+# interception (`tproxy ip/ip6 to`; its `meta mark` and `ct mark` are in nf_tables and nft_ct).
+MODULES="nfnetlink nf_tables nft_counter nf_conntrack nf_nat nft_chain_nat nft_redir nft_socket nf_socket_ipv4 nf_socket_ipv6 nft_ct nft_log nf_log_syslog nf_log_ipv4 nf_log_ipv6 nft_tproxy nf_tproxy_ipv4 nf_tproxy_ipv6 veth"
 # The one switch for the nft binary in the guest (with its libraries): off,
 # meshnft speaks nf_tables netlink itself and the guest program reads the
 # table back over netlink too. GUEST_NFT=1 adds it for debugging by hand.

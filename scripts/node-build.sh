@@ -21,9 +21,24 @@
 #   crictl-<v>/bin/crictl    from tests/node/gomod/cri-tools (sigs.k8s.io/cri-tools):
 #                            the node suite's view of pod sandboxes through CRI.
 #   containerd-<v>/...       scripts/containerd.sh (containerd 2.x + local images).
+#   crio-<v>/bin/{crio,pinns,copyimg}
+#                            CRI-O, the other CRI runtime, part `crio` (not in the default set:
+#                            tests/crio.rs and its docs only). The Go module proxy does not
+#                            serve github.com/cri-o/cri-o, so it is built from the snapshot
+#                            <peers-src>/cri-o-<commit>.tar.gz (MESHNFT_PEERS_SRC, default
+#                            ../shared/peers beside this repository; SHA-256 pinned below) with
+#                            its go.mod and go.sum, its dependencies from the module proxy:
+#                            crio with cgo for libseccomp (tags seccomp, containers_image_openpgp:
+#                            no gpgme; exclude_graphdriver_btrfs/devicemapper: no btrfs or
+#                            devmapper headers), pinns (CRI-O's small C helper that pins a pod's
+#                            namespaces, static) and copyimg (CRI-O's own test tool that copies
+#                            an OCI archive into its image store: no registry is reachable).
+#                            conmon is a Debian package (scripts/deps.sh), and so is runc, the
+#                            runtime tests/crio.rs gives it (Debian 12's crun 1.8.1 refuses the
+#                            runtime spec CRI-O 1.36 writes: "unknown version specified").
 #
 # Usage: scripts/node-build.sh [part...]   (parts: kubernetes etcd helm crictl containerd,
-# default all of these; and kubeadm, coredns, runc). Prints `NAME=DIR` lines on stdout, one per part, and the
+# default all of these; and kubeadm, coredns, runc, crio). Prints `NAME=DIR` lines on stdout, one per part, and the
 # time it took on stderr. MESHNFT_CACHE_DIR overrides <cache> (default
 # /var/cache/meshnft). MESHNFT_GO_P sets go build -p (default: Go's own); MESHNFT_NICE
 # the builds' niceness (default 15: they yield to anything else on the machine).
@@ -37,6 +52,10 @@ HELM_VERSION=v4.3.2
 CRICTL_VERSION=v1.37.0
 COREDNS_VERSION=v1.13.1
 RUNC_VERSION=v1.5.3
+CRIO_VERSION=v1.36.3
+CRIO_COMMIT=b24632ab44955fa84685640d4177f3c554e9f69c
+CRIO_ARCHIVE=cri-o-${CRIO_COMMIT:0:12}.tar.gz
+CRIO_SHA256=3c54018c7b673520efcb67ae42f19d03061a77a7e99bfcd01499542d0af14c50
 
 cache=${MESHNFT_CACHE_DIR:-/var/cache/meshnft}
 if ! mkdir -p "$cache" 2>/dev/null || [[ ! -w $cache ]]; then
@@ -88,6 +107,51 @@ build() {
   echo "$name=$cache/$name-$version"
 }
 
+# build_crio: CRI-O's three binaries into <cache>/crio-<v>/bin unless all are there (see the
+# header); prints crio=<dir>.
+build_crio() {
+  local dir=$cache/crio-$CRIO_VERSION b missing=()
+  for b in crio pinns copyimg; do [[ -x $dir/bin/$b ]] || missing+=("$b"); done
+  if ((${#missing[@]})); then
+    if [[ ${MESHNFT_NODE_CACHED_ONLY:-} == 1 ]]; then
+      log "crio $CRIO_VERSION is not built (${missing[*]} missing)"
+      exit 3
+    fi
+    [[ -n $go ]] || { log "building crio needs Go >= $GO_MIN; found none"; exit 1; }
+    local src=${MESHNFT_PEERS_SRC:-$PWD/../shared/peers} got t0=$EPOCHREALTIME work
+    if [[ ! -f $src/$CRIO_ARCHIVE ]]; then
+      log "crio: missing source archive $src/$CRIO_ARCHIVE (CRI-O's snapshot; set MESHNFT_PEERS_SRC to the directory that holds it)"
+      exit 1
+    fi
+    got=$(sha256sum "$src/$CRIO_ARCHIVE" | cut -d' ' -f1)
+    [[ $got == "$CRIO_SHA256" ]] || { log "crio: $src/$CRIO_ARCHIVE has SHA-256 $got, expected $CRIO_SHA256"; exit 1; }
+    # conmon and libseccomp's headers: Debian packages.
+    if ! command -v conmon >/dev/null || [[ ! -e /usr/include/seccomp.h ]]; then
+      scripts/deps.sh
+    fi
+    log "building crio $CRIO_VERSION (crio, pinns, copyimg) from $CRIO_ARCHIVE with $go ($(go_ver "$go")), first run only (minutes) ..."
+    mkdir -p "$dir/bin"
+    work=$(mktemp -d "$dir/build.XXXXXX")
+    # shellcheck disable=SC2064 # expand now: $work is local
+    trap "rm -rf '$work'" EXIT
+    tar -xzf "$src/$CRIO_ARCHIVE" -C "$work"
+    local tags="containers_image_openpgp containers_image_ostree_stub exclude_graphdriver_btrfs exclude_graphdriver_devicemapper seccomp"
+    local ld="-s -w -X github.com/cri-o/cri-o/internal/version.buildCommit=$CRIO_COMMIT"
+    # The snapshot has no vendor/: modules, as go.sum pins them (-mod=mod: the snapshot's
+    # go.mod may list requirements that go.sum alone does not settle).
+    (cd "$work/cri-o" && CGO_ENABLED=1 GOFLAGS="-buildvcs=false -mod=mod" nice -n "${MESHNFT_NICE:-15}" \
+      "$go" build "${goflags[@]}" -tags "$tags" -ldflags "$ld" -o "$work/crio" ./cmd/crio &&
+      CGO_ENABLED=1 GOFLAGS="-buildvcs=false -mod=mod" nice -n "${MESHNFT_NICE:-15}" \
+        "$go" build "${goflags[@]}" -tags "$tags" -ldflags "-s -w" -o "$work/copyimg" ./test/copyimg &&
+      nice -n "${MESHNFT_NICE:-15}" cc -std=c99 -Os -static -o "$work/pinns" pinns/src/*.c)
+    mv -f "$work/crio" "$work/copyimg" "$work/pinns" "$dir/bin/"
+    rm -rf "$work"
+    trap - EXIT
+    log "built crio $CRIO_VERSION in $(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", b - a }') s"
+  fi
+  echo "crio=$dir"
+}
+
 parts=("$@")
 ((${#parts[@]})) || parts=(kubernetes etcd helm crictl containerd)
 for part in "${parts[@]}"; do
@@ -132,6 +196,7 @@ for part in "${parts[@]}"; do
         github.com/opencontainers/runc
     )
     ;;
+  crio) build_crio ;;
   containerd)
     if [[ ${MESHNFT_NODE_CACHED_ONLY:-} == 1 ]]; then
       v=$(sed -n 's/^CONTAINERD_VERSION=//p' scripts/containerd.sh)

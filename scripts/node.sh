@@ -336,7 +336,9 @@ control_plane() {
     --listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
     --initial-cluster node=http://127.0.0.1:2380 --log-level warn
   # Audit: every request of meshnft's ServiceAccounts (the node process's, meshnft, and the
-  # plugin's, meshnft-cni), so that tests/node.rs can fail on a refused one.
+  # plugin's, meshnft-cni), so that tests/node.rs can fail on a refused one; and of the
+  # ServiceAccounts tests/node/kubectlplugin.rs runs `kubectl meshnft` with (namespace
+  # meshnft-kubectl), whose requests it counts.
   cat >"$d/audit-policy.yaml" <<EOF
 apiVersion: audit.k8s.io/v1
 kind: Policy
@@ -344,6 +346,8 @@ omitStages: ["RequestReceived"]
 rules:
   - level: Metadata
     users: ["system:serviceaccount:meshnft:meshnft", "system:serviceaccount:meshnft:meshnft-cni"]
+  - level: Metadata
+    userGroups: ["system:serviceaccounts:meshnft-kubectl"]
   - level: None
 EOF
   start "$d" kube-apiserver kube-apiserver --etcd-servers=http://127.0.0.1:2379 \

@@ -11,4 +11,6 @@
 
 pub use meshnft_plugin::*;
 
+/// `kubectl meshnft` (crates/kubectl).
+pub use meshnft_kubectl as kubectl;
 pub use meshnft_node as node;

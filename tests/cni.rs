@@ -516,11 +516,34 @@ fn gc_removes_only_stale_attachments() {
     );
     let state = Path::new(base["stateDir"].as_str().unwrap());
     assert!(state.join("gc-a/eth0.json").exists() && !state.join("gc-b").exists());
+
+    // Another network's attachment (CNI 1.1: the list names the still valid
+    // attachments to *this* network; CRI-O sends GC to every network of its
+    // conf dir): GC of "meshnet" leaves it. And a null list, libcni's
+    // encoding of a runtime's empty list, is the empty list.
+    let pod_c = Netns::new("mtpod");
+    let (prev_c, _) = real_prev(&node, &pod_c, "gc-c");
+    let env_c = cni_env("gc-c", pod_c.path(), "");
+    let mut other = with(&prev_c);
+    other["name"] = json!("other-net");
+    assert_eq!(invoke("ADD", &env_c, &other).code, 0);
+    gc["cni.dev/valid-attachments"] = Value::Null;
+    invoke("GC", &[], &gc).quiet_ok();
+    assert!(
+        !has_table(&pod_a) && !state.join("gc-a").exists(),
+        "GC with a null list left a stale attachment"
+    );
+    assert!(
+        has_table(&pod_c) && state.join("gc-c/eth0.json").exists(),
+        "GC of meshnet removed another network's attachment"
+    );
+    invoke("DEL", &env_c, &other).quiet_ok();
+    assert!(!has_table(&pod_c), "DEL of the other network's attachment");
     invoke("DEL", &env_a, &with(&prev_a)).quiet_ok();
-    node.cni("del", &ptp_only, pod_a.path(), "gc-a", &[])
-        .expect("ptp DEL");
-    node.cni("del", &ptp_only, pod_b.path(), "gc-b", &[])
-        .expect("ptp DEL");
+    for (pod, id) in [(&pod_a, "gc-a"), (&pod_b, "gc-b"), (&pod_c, "gc-c")] {
+        node.cni("del", &ptp_only, pod.path(), id, &[])
+            .expect("ptp DEL");
+    }
 }
 
 /// Two attachments (interfaces) of one pod netns share its one table: DEL

@@ -52,6 +52,7 @@ fn cases() -> Vec<(&'static str, String)> {
             "istio-interfaces-level3.nft",
             render("istio-interfaces", Some(3)),
         ),
+        ("istio-tproxy-level3.nft", render("istio-tproxy", Some(3))),
         (
             "istio-kubevirt-level3.nft",
             render("istio-kubevirt", Some(3)),

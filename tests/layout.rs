@@ -29,6 +29,11 @@ const LAYERS: &[&[&str]] = &[
     &["node::install"],
     &["node::agent"],
     &["node"],
+    // `kubectl meshnft` (crates/kubectl): a crate of its own, beside the others (it names none).
+    &["kubectl::error", "kubectl::promtext"],
+    &["kubectl::install", "kubectl::scrape"],
+    &["kubectl::check", "kubectl::status", "kubectl::exec"],
+    &["kubectl"],
 ];
 
 /// Each crate's source folder, the module its files are seen under, and
@@ -39,6 +44,13 @@ const CRATES: &[(&str, &str, &[&str])] = &[
     ("crates/core/src", "", &[]),
     ("crates/plugin/src", "", &[]),
     ("crates/node/src", "node", &["agent", "install", "watch"]),
+    (
+        "crates/kubectl/src",
+        "kubectl",
+        &[
+            "check", "error", "exec", "install", "promtext", "scrape", "status",
+        ],
+    ),
 ];
 
 /// The layer of the unit `path` (module path below `crate`) falls in, and
@@ -278,6 +290,27 @@ const NODE_ONLY: &[&str] = &[
     "futures-util",
     "meshnft-node",
 ];
+
+/// `kubectl-meshnft` runs on an operator's machine and talks only to the API server: none of
+/// meshnft's node code (nf_tables, the plugin, the node process) is in it.
+#[test]
+fn the_kubectl_plugin_carries_no_node_code() {
+    let tree = dependency_tree("meshnft-kubectl");
+    assert!(tree.iter().any(|n| n == "kube"), "cargo tree gave {tree:?}");
+    let node: Vec<&String> = tree
+        .iter()
+        .filter(|n| {
+            [
+                "meshnft-nft",
+                "meshnft-core",
+                "meshnft-plugin",
+                "meshnft-node",
+            ]
+            .contains(&n.as_str())
+        })
+        .collect();
+    assert!(node.is_empty(), "meshnft-kubectl depends on {node:?}");
+}
 
 #[test]
 fn the_plugin_carries_no_node_machinery() {

@@ -412,3 +412,252 @@ fn namespace_allows_privileged_pods_and_the_service_account_lives_there() {
     }
     assert_eq!(found, 3);
 }
+
+// ---- the Grafana dashboard (deploy/chart/dashboards/meshnft.json, `dashboards.enabled`) -------
+
+const DASHBOARD: &str = "deploy/chart/dashboards/meshnft.json";
+
+/// The agent's metrics with a sample in every labelled family (an empty family writes no
+/// `# TYPE` line).
+fn populated() -> meshnft::node::agent::metrics::Metrics {
+    let m = meshnft::node::agent::metrics::Metrics::default();
+    let one = [("x", "y")];
+    m.meshed_pods.get_or_create(&one).set(1);
+    m.initializing_pods.get_or_create(&one).set(1);
+    m.host_info
+        .get_or_create(&[("front", "in_place"), ("plugin", "current")])
+        .set(1);
+    m.without_table.get_or_create(&one).inc();
+    m.repairs.get_or_create(&one).inc();
+    m.deletions.get_or_create(&one).inc();
+    m.labels.get_or_create(&one).inc();
+    m.errors.get_or_create(&one).inc();
+    m.taint_applications.get_or_create(&one).inc();
+    m.operations
+        .get_or_create(&[
+            ("verb", "ADD".into()),
+            ("result", "ok".into()),
+            ("code", "0".into()),
+        ])
+        .inc();
+    m.durations.get_or_create(&one).observe(0.001);
+    m.reports.get_or_create(&one).inc();
+    m.pod_events.get_or_create(&one).inc();
+    m.lookups.get_or_create(&one).inc();
+    m.peer_plugin.get_or_create(&one).set(0);
+    m.namespace_reads.get_or_create(&one).inc();
+    m.watch_lists.get_or_create(&one).inc();
+    m.watch_list_duration.get_or_create(&one).observe(0.1);
+    m.watch_first_list.get_or_create(&one).set(1.0);
+    m
+}
+
+/// The sample names the agent's `/metrics` can carry, from its families' `# TYPE` lines: a
+/// counter's `_total`, a histogram's `_bucket`, `_sum` and `_count`, an info's `_info`, a
+/// gauge's own name.
+fn exported_samples() -> std::collections::BTreeSet<String> {
+    let text =
+        meshnft::node::agent::metrics::exposition(&populated()).expect("the agent's metrics text");
+    let mut out = std::collections::BTreeSet::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("# TYPE ") else {
+            continue;
+        };
+        let mut it = rest.split_whitespace();
+        let (Some(name), Some(kind)) = (it.next(), it.next()) else {
+            continue;
+        };
+        let suffixes: &[&str] = match kind {
+            "counter" => &["_total"],
+            "histogram" => &["_bucket", "_sum", "_count"],
+            "info" => &["_info"],
+            _ => &[""],
+        };
+        out.extend(suffixes.iter().map(|s| format!("{name}{s}")));
+    }
+    out
+}
+
+/// The `meshnft_*` names in a PromQL expression.
+fn metric_names(expr: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = expr;
+    while let Some(i) = rest.find("meshnft_") {
+        let tail = &rest[i..];
+        let end = tail
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(tail.len());
+        out.push(tail[..end].to_string());
+        rest = &tail[end..];
+    }
+    out
+}
+
+/// Every panel's queries against the exported names: a misspelt or removed metric fails here,
+/// not as an empty panel.
+fn dashboard_problems(dashboard: &serde_json::Value) -> Vec<String> {
+    let exported = exported_samples();
+    let mut bad = Vec::new();
+    let panels = dashboard["panels"].as_array().cloned().unwrap_or_default();
+    if panels.is_empty() {
+        bad.push("no panels".to_string());
+    }
+    for p in &panels {
+        let title = p["title"].as_str().unwrap_or("?");
+        let targets = p["targets"].as_array().cloned().unwrap_or_default();
+        if targets.is_empty() {
+            bad.push(format!("panel {title:?}: no query"));
+        }
+        for t in &targets {
+            let expr = t["expr"].as_str().unwrap_or_default();
+            let names = metric_names(expr);
+            if names.is_empty() {
+                bad.push(format!("panel {title:?}: {expr:?} names no meshnft metric"));
+            }
+            for n in names {
+                if !exported.contains(&n) {
+                    bad.push(format!("panel {title:?}: {n} is not exported by the agent"));
+                }
+            }
+        }
+    }
+    bad
+}
+
+#[test]
+fn dashboard_queries_name_metric_families_the_agent_exports() {
+    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(DASHBOARD))
+        .expect("the dashboard");
+    let d: serde_json::Value = serde_json::from_str(&text).expect("the dashboard's JSON");
+    let exported = exported_samples();
+    assert!(
+        exported.contains("meshnft_cni_operation_duration_seconds_bucket")
+            && exported.contains("meshnft_pod_lookups_total")
+            && exported.len() > 30,
+        "the agent's families: {exported:?}"
+    );
+    let bad = dashboard_problems(&d);
+    assert!(bad.is_empty(), "{DASHBOARD}:\n{}", bad.join("\n"));
+    let titles: Vec<&str> = d["panels"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| p["title"].as_str())
+        .collect();
+    assert_eq!(
+        titles,
+        [
+            "ADD and DEL latency",
+            "CNI operations",
+            "Lookups served and the API fallback",
+            "Repairs and refusals",
+            "Taint and condition changes",
+            "The agent's memory",
+            "Pods per node"
+        ]
+    );
+    // The check sees a misspelt family and a query of none.
+    let mut typo = d.clone();
+    typo["panels"][0]["targets"][0]["expr"] =
+        serde_json::json!("rate(meshnft_cni_operation_duration_second_bucket[5m])");
+    typo["panels"][1]["targets"][0]["expr"] = serde_json::json!("up");
+    let found = dashboard_problems(&typo);
+    assert_eq!(found.len(), 2, "{found:?}");
+}
+
+/// `kubectl meshnft status` reads only samples the agent exports (its figures would be zeros).
+#[test]
+fn kubectl_status_and_check_read_samples_the_agent_exports() {
+    let exported = exported_samples();
+    let missing: Vec<&str> = meshnft::kubectl::status::SAMPLES
+        .into_iter()
+        .chain(meshnft::kubectl::check::node::SAMPLES)
+        .filter(|s| !exported.contains(*s))
+        .collect();
+    assert!(missing.is_empty(), "not exported: {missing:?}");
+}
+
+/// `helm template --set dashboards.enabled=true`: one ConfigMap with the label Grafana's
+/// dashboard sidecar loads, holding the dashboard file as it is; none by default.
+#[test]
+fn dashboard_configmap_carries_the_sidecars_label() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = std::process::Command::new(root.join("scripts/node-build.sh"))
+        .arg("helm")
+        .current_dir(root)
+        .output();
+    let Some(dir) = out.ok().filter(|o| o.status.success()).and_then(|o| {
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .find_map(|l| l.strip_prefix("helm=").map(str::to_string))
+    }) else {
+        meshnft_testkit::skip(
+            "dashboard_configmap_carries_the_sidecars_label",
+            "no helm (scripts/node-build.sh helm)",
+        );
+        return;
+    };
+    let helm = Path::new(&dir).join("bin/helm");
+    let render = |sets: &[&str]| {
+        let mut c = std::process::Command::new(&helm);
+        c.args([
+            "template",
+            "meshnft",
+            "deploy/chart",
+            "--namespace",
+            "meshnft",
+        ])
+        .current_dir(root);
+        for s in sets {
+            c.args(["--set", s]);
+        }
+        let o = c.output().expect("run helm template");
+        assert!(
+            o.status.success(),
+            "helm template {sets:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let maps = |text: &str| -> Vec<ConfigMap> {
+        k8syaml::documents(text)
+            .expect("YAML")
+            .into_iter()
+            .filter(|d| d["kind"] == "ConfigMap" && d["metadata"]["name"] == "meshnft-dashboard")
+            .map(|d| strict::<ConfigMap>(d).expect("a ConfigMap"))
+            .collect()
+    };
+    assert!(maps(&render(&[])).is_empty(), "a dashboard by default");
+    let on = maps(&render(&["dashboards.enabled=true"]));
+    assert_eq!(on.len(), 1);
+    let labels = on[0].metadata.labels.clone().unwrap_or_default();
+    assert_eq!(
+        labels.get("grafana_dashboard").map(String::as_str),
+        Some("1")
+    );
+    let json = on[0]
+        .data
+        .as_ref()
+        .and_then(|d| d.get("meshnft.json"))
+        .expect("data meshnft.json");
+    let file: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(root.join(DASHBOARD)).expect("the file"))
+            .expect("JSON");
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(json).expect("JSON"),
+        file
+    );
+    let other = maps(&render(&[
+        "dashboards.enabled=true",
+        "dashboards.label=my_dashboards",
+        "dashboards.namespace=monitoring",
+    ]));
+    assert_eq!(other[0].metadata.namespace.as_deref(), Some("monitoring"));
+    assert!(
+        other[0]
+            .metadata
+            .labels
+            .as_ref()
+            .is_some_and(|l| l.contains_key("my_dashboards"))
+    );
+}

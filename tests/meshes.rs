@@ -114,6 +114,11 @@ impl<'a> MeshPod<'a> {
 
     /// ADD through libcni; the pod's IPv4 address.
     fn add(&self) -> Ipv4Addr {
+        self.add_v4_v6().0
+    }
+
+    /// ADD through libcni; the pod's IPv4 and IPv6 addresses.
+    fn add_v4_v6(&self) -> (Ipv4Addr, std::net::Ipv6Addr) {
         let res = self
             .cni("add")
             .unwrap_or_else(|e| panic!("{}: ADD through ptp + meshnft: {e}", self.name));
@@ -126,7 +131,7 @@ impl<'a> MeshPod<'a> {
             "meshnft did not read the pod: {:?}",
             self.n.api.requests()
         );
-        support::result_v4_v6(&res).0
+        support::result_v4_v6(&res)
     }
 
     /// A TCP probe from `container` as `uid`/`gid` to `addr:port`.
@@ -555,13 +560,10 @@ fn unmeshed_pods_and_refused_annotations() {
         ),
         apiserver::pod(
             "default",
-            "tproxy",
+            "badmode",
             &[],
             &["app", "istio-proxy"],
-            &[
-                ISTIO_STATUS,
-                ("sidecar.istio.io/interceptionMode", "TPROXY"),
-            ],
+            &[ISTIO_STATUS, ("sidecar.istio.io/interceptionMode", "NONE")],
             &[],
         ),
         // Not an interface name: refused, naming the annotation.
@@ -584,10 +586,14 @@ fn unmeshed_pods_and_refused_annotations() {
         assert!(!has_table(&p.pod), "{name}: an unmeshed pod got a table");
         p.check_and_del();
     }
-    let p = MeshPod::new(&n, "tproxy");
-    let e = p.cni("add").expect_err("TPROXY must be refused");
+    // TPROXY is honoured (istio_tproxy_interception); a mode istio-cni
+    // refuses is refused, naming the annotation.
+    let p = MeshPod::new(&n, "badmode");
+    let e = p
+        .cni("add")
+        .expect_err("interceptionMode NONE must be refused");
     assert!(
-        e.contains("sidecar.istio.io/interceptionMode") && e.contains("TPROXY"),
+        e.contains("sidecar.istio.io/interceptionMode") && e.contains("REDIRECT or TPROXY"),
         "{e}"
     );
     assert!(!has_table(&p.pod));
@@ -1351,5 +1357,280 @@ fn kuma_virtual_network() {
         "proxy-in",
         Some("198.18.210.1:8080"),
     );
+    p.check_and_del();
+}
+
+/// The rules and routes of TPROXY's policy routing in `ns` (`ip rule` of
+/// fwmark 1337 to table 133, and table 133's routes), IPv4 and IPv6.
+fn tproxy_routing(ns: &Netns) -> Vec<String> {
+    let mut out = Vec::new();
+    for fam in ["-4", "-6"] {
+        for l in ns.exec_ok(&["ip", fam, "rule", "show"]).lines() {
+            if l.contains("lookup 133") {
+                out.push(format!("{fam} rule {}", l.trim()));
+            }
+        }
+        for l in ns
+            .exec_ok(&["ip", fam, "route", "show", "table", "133"])
+            .lines()
+        {
+            out.push(format!("{fam} route {}", l.trim()));
+        }
+    }
+    out
+}
+
+/// Istio's `interceptionMode: TPROXY` (issue 53): a real connection from
+/// another netns (the node's) reaches the stand-in proxy listening with
+/// `IP_TRANSPARENT` on 15006 with its own source address and its original
+/// destination as the socket's local address, as istio-cni's mangle rules
+/// and policy routing make it; excluded ports reach the app; outbound and
+/// the init phase are as in REDIRECT mode; CHECK finds a missing `ip rule`;
+/// a repeated ADD of the routing adds nothing; DEL leaves no table, rule or
+/// route.
+#[support::root_test]
+fn istio_tproxy_interception() {
+    let name = "istio-tproxy";
+    let spec = apiserver::pod(
+        "default",
+        name,
+        &[("init", None)],
+        &["app", "istio-proxy"],
+        &[
+            ISTIO_STATUS,
+            ("sidecar.istio.io/interceptionMode", "TPROXY"),
+        ],
+        &[],
+    );
+    let n = MeshNode::start("istio", &[spec]);
+    let p = MeshPod::new(&n, name);
+    let pod4 = p.add();
+    let routing = tproxy_routing(&p.pod);
+    assert!(
+        routing
+            .iter()
+            .any(|l| l.starts_with("-4 rule") && l.contains("fwmark 0x539 lookup 133")),
+        "{routing:?}"
+    );
+    assert!(
+        routing
+            .iter()
+            .any(|l| l.starts_with("-4 route local default dev lo")),
+        "{routing:?}"
+    );
+    // The init phase: the init container goes out directly.
+    p.direct("init", INIT_UID, INIT_UID, SRV4_A, 80);
+    assert!(p.bypassed("init"));
+
+    let any4 = IpAddr::from([0, 0, 0, 0]);
+    let _out = Listener::start(p.pod.path(), "proxy-out", &[sa(any4, 15001)]);
+    let tin = Listener::start_transparent(p.pod.path(), "proxy-in", &[sa(any4, 15006)]);
+    let _app = Listener::start(p.pod.path(), "app", &[sa(any4, 8080), sa(any4, 15021)]);
+    p.direct("istio-proxy", ISTIO_UID, ISTIO_UID, SRV4_A, 80);
+    assert!(p.phase_closed(), "{}", list_table(&p.pod).unwrap());
+    p.redirected("proxy-out", "app", APP_UID, APP_UID, SRV4_A, 80);
+
+    // Inbound from the node: the transparent proxy accepts it, its local
+    // address the pod's 8080 (no NAT), its peer the node's own address.
+    let reply = p.inbound(pod4, 8080).expect("inbound connection");
+    assert!(
+        reply.starts_with(&format!("proxy-in local={pod4}:8080")),
+        "{reply}\n{}",
+        list_table(&p.pod).unwrap()
+    );
+    let route = n
+        .node
+        .netns
+        .exec_ok(&["ip", "-4", "route", "get", &pod4.to_string()]);
+    let client: IpAddr = route
+        .split_whitespace()
+        .skip_while(|w| *w != "src")
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("no src in {route}"));
+    let got = tin.accepted();
+    let last = got.last().expect("the proxy accepted the connection");
+    assert_eq!(last.peer.ip(), client, "{got:?}");
+    assert_eq!(last.local, sa(IpAddr::from(pod4), 8080), "{got:?}");
+    // Istio's always-excluded 15021 reaches the app itself.
+    expect_reply(p.inbound(pod4, 15021), "app", None);
+
+    let i = op(&p, &["inspect"]);
+    assert_eq!(i["config"]["interception"], json!("TPROXY"), "{i:#}");
+    assert_eq!(i["config"]["inbound_port"], json!(15006), "{i:#}");
+    assert_eq!(i["warnings"], json!([]), "{i:#}");
+    let tproxied = i["counters"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| {
+            c["chain"] == "tproxy_inbound"
+                && c["comment"]
+                    .as_str()
+                    .is_some_and(|s| s.starts_with("new IPv4 connection"))
+        })
+        .and_then(|c| c["packets"].as_u64());
+    assert!(tproxied >= Some(1), "{i:#}");
+    let d = op(
+        &p,
+        &[
+            "explain",
+            "--direction",
+            "in",
+            "--dst",
+            &pod4.to_string(),
+            "--dport",
+            "8080",
+        ],
+    );
+    assert_eq!(
+        d["outcome"],
+        json!({"kind": "redirect", "port": 15006}),
+        "{d:#}"
+    );
+
+    // A repeated ADD of the routing adds nothing.
+    let ns_file = std::fs::File::open(p.pod.path()).unwrap();
+    let pr = meshnft::pod::policyroute::PolicyRoute {
+        mark: 1337,
+        table: 133,
+        ipv6: false,
+    };
+    let again = meshnft::pod::policyroute::add(std::os::fd::AsFd::as_fd(&ns_file), &pr).unwrap();
+    assert_eq!(again, Default::default());
+    assert_eq!(tproxy_routing(&p.pod), routing);
+    // CHECK names a missing rule.
+    p.pod
+        .exec_ok(&["ip", "-4", "rule", "del", "fwmark", "1337", "lookup", "133"]);
+    let e = p.cni("check").expect_err("CHECK without the ip rule");
+    assert!(e.contains("fwmark 1337 lookup 133"), "{e}");
+    meshnft::pod::policyroute::add(std::os::fd::AsFd::as_fd(&ns_file), &pr).unwrap();
+    assert_eq!(tproxy_routing(&p.pod), routing);
+
+    p.check_and_del();
+    assert_eq!(tproxy_routing(&p.pod), Vec::<String>::new());
+}
+
+/// The node netns's source address for a connection to `dst` (`ip route
+/// get`): the client's address the pod sees.
+fn node_src(n: &MeshNode, dst: IpAddr) -> IpAddr {
+    let fam = if dst.is_ipv4() { "-4" } else { "-6" };
+    let route = n
+        .node
+        .netns
+        .exec_ok(&["ip", fam, "route", "get", &dst.to_string()]);
+    route
+        .split_whitespace()
+        .skip_while(|w| *w != "src")
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("no src in {route}"))
+}
+
+/// Istio's TPROXY mode with Envoy's `original_src` (issue 53): the sidecar
+/// connects to the application with the client's own address, and the
+/// application's answer to that foreign address must come back to the
+/// proxy, not leave the pod. As istio-iptables' mangle rules do it: the
+/// proxy's upstream packets carry `SO_MARK` 1337, `tproxy_prerouting` saves
+/// the mark on the connection when they arrive over `lo`, and
+/// `tproxy_output` restores it on the application's answers, which a
+/// `route` chain re-routes by `fwmark 1337 lookup 133` (`local default dev
+/// lo`) back into the pod's stack, to the proxy's transparent socket.
+///
+/// A client in the node netns connects to the pod's 8080, IPv4 and IPv6
+/// (the example entry has `"ipv6": true`); the stand-in proxy
+/// ([`support::OriginalSrcProxy`], as Istio's injector runs the TPROXY
+/// proxy: UID 0, GID 1337) accepts it on 15006, connects upstream to the
+/// app's listener at the pod's address bound to the client's address,
+/// relays the line and the answer. The app sees the client's address as
+/// its peer; the client gets the app's answer.
+#[support::root_test]
+fn istio_tproxy_original_src_return_path() {
+    let name = "istio-tproxy-osrc";
+    let spec = apiserver::pod(
+        "default",
+        name,
+        &[],
+        &["app", "istio-proxy"],
+        &[
+            ISTIO_STATUS,
+            ("sidecar.istio.io/interceptionMode", "TPROXY"),
+        ],
+        &[],
+    );
+    let n = MeshNode::start("istio", &[spec]);
+    let p = MeshPod::new(&n, name);
+    let (pod4, pod6) = p.add_v4_v6();
+    // The proxy's first packet closes the init phase (a steady pod).
+    p.direct("istio-proxy", ISTIO_UID, ISTIO_UID, SRV4_A, 80);
+    let any4 = IpAddr::from([0, 0, 0, 0]);
+    let any6 = IpAddr::from([0u16; 8]);
+    let proxy = support::OriginalSrcProxy::start(p.pod.path(), 15006, 1337, ISTIO_UID);
+    let app = Listener::start(p.pod.path(), "app", &[sa(any4, 8080), sa(any6, 8080)]);
+    for (i, dst) in [IpAddr::from(pod4), IpAddr::from(pod6)]
+        .into_iter()
+        .enumerate()
+    {
+        let client = node_src(&n, dst);
+        let reply = support::tcp_probe(n.node.netns.path(), None, 0, 0, dst, 8080);
+        // The proxy and the app record a connection after answering it: the
+        // client can have its line first. Wait (bounded) for both records.
+        support::wait_until(std::time::Duration::from_secs(3), || {
+            proxy.relayed().len() > i
+        });
+        app.wait_accepted(i + 1, std::time::Duration::from_secs(3));
+        let relayed = proxy.relayed();
+        let ctx = format!(
+            "{dst}: client {client}, relayed {relayed:#?}\n{}",
+            list_table(&p.pod).unwrap_or_default()
+        );
+        let r = relayed
+            .get(i)
+            .unwrap_or_else(|| panic!("the proxy did not accept: {reply:?} {ctx}"));
+        assert_eq!(
+            (r.client.ip(), r.dst),
+            (client, sa(dst, 8080)),
+            "tproxy keeps both ends: {ctx}"
+        );
+        let up = r
+            .upstream
+            .as_ref()
+            .unwrap_or_else(|e| panic!("the upstream connection failed: {e}; {ctx}"));
+        assert_eq!(up.ip(), client, "bound to the client's address: {ctx}");
+        let answer = r
+            .reply
+            .as_ref()
+            .unwrap_or_else(|e| panic!("the app's answer did not reach the proxy: {e}; {ctx}"));
+        let want = format!("app local={}", sa(dst, 8080));
+        assert!(answer.starts_with(&want), "{answer:?}: {ctx}");
+        assert_eq!(
+            reply.as_deref().map(|l| l.starts_with(&want)),
+            Ok(true),
+            "the client gets the app's answer: {ctx}"
+        );
+        let seen = app.accepted();
+        let last = seen
+            .get(i)
+            .expect("the app accepted this round's connection");
+        assert_eq!(
+            last.peer, *up,
+            "the app's peer is the client's address: {seen:?}"
+        );
+    }
+    // The answers went through the connmark restore in tproxy_output.
+    let i = op(&p, &["inspect"]);
+    let restored = i["counters"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| {
+            c["chain"] == "tproxy_output"
+                && c["comment"]
+                    .as_str()
+                    .is_some_and(|s| s.contains("takes the mark back"))
+        })
+        .and_then(|c| c["packets"].as_u64());
+    assert!(restored >= Some(2), "{i:#}");
+    drop((proxy, app));
     p.check_and_del();
 }

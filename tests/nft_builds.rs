@@ -25,6 +25,10 @@
 //!   exclusions, [`MIN_UID_RANGES`]): 0.9.8 prints their UIDs byte-swapped,
 //!   and cannot load its own listing of them.
 //!
+//! `meshnft inspect` states the minimum for a table on its `nft listing`
+//! line: for every table, that line (from the table read back) must name
+//! the minimum this test finds.
+//!
 //! For a build below a minimum this test checks that a table with that
 //! feature does fail, with the error that build is known to print
 //! ([`below_minimum_error`]), so that the stated minimum stays true, and that every
@@ -41,6 +45,8 @@ use meshnft::nft::model::Elem;
 use meshnft::nft::object::raw_elems;
 use meshnft::nft::verdict::Verdict;
 use meshnft::nft::{Nft, TABLE_NAME, Transaction, encode};
+use meshnft::ops::inspect;
+use meshnft::table::readback::TableView;
 use meshnft::table::ruleset::{self, Levels, Table};
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -112,13 +118,43 @@ fn nft(build: &Build, ns: &support::Netns, args: &[&str]) -> Output {
 }
 
 fn table(name: &str, levels: Option<Levels>) -> Table {
-    let conf: NetConf =
-        config::decode(support::entry(name).to_string().as_bytes()).expect("config");
+    table_of(&support::entry(name), levels)
+}
+
+fn table_of(entry: &serde_json::Value, levels: Option<Levels>) -> Table {
+    let conf: NetConf = config::decode(entry.to_string().as_bytes()).expect("config");
     ruleset::build(
         &conf.settings().expect("settings"),
         levels,
         "meshnft nft builds",
     )
+}
+
+/// A Kuma entry with DNS capture whose per-UID exclusions are all UDP.
+fn kuma_udp_uid_exclusions() -> serde_json::Value {
+    serde_json::json!({
+        "cniVersion": "1.0.0", "name": "k8s-pod-network", "type": "meshnft", "mesh": "kuma",
+        "kuma": {"redirect": {
+            "dns": {"enabled": true},
+            "outbound": {"excludePortsForUIDs": ["udp:53:1000-2000"]},
+        }},
+    })
+}
+
+/// The minimum nft `meshnft inspect` states for `t` on its `nft listing`
+/// line (read back from the table as the kernel would list it): `None` for
+/// "any nft".
+fn inspect_minimum(t: &Table) -> Option<(u32, u32, u32)> {
+    let c = inspect::config(&TableView::from_model(t));
+    let line = inspect::text::nft_listing(&c);
+    if line.starts_with("any nft") {
+        return None;
+    }
+    let v = line
+        .strip_prefix("needs nft >= ")
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap_or_else(|| panic!("inspect's nft listing line: {line:?}"));
+    parse_version(&format!("v{v}"))
 }
 
 /// The init phase's state as a running pod has it: the pod cgroup in
@@ -255,6 +291,12 @@ fn every_table_lists_and_round_trips_with_each_nft_build() {
         "istio-defaults with the pod's ISTIO_META_DNS_CAPTURE=true",
         Box::new(|l: Option<Levels>| istio_dns::istio_dns(l.map(|l| l.pod))),
     ));
+    // Per-UID exclusions for UDP only: the TCP set stays empty, the UDP one
+    // (written with DNS capture) holds the ranges.
+    tables.push((
+        "kuma with DNS capture and UDP-only per-UID exclusions",
+        Box::new(|l: Option<Levels>| table_of(&kuma_udp_uid_exclusions(), l)),
+    ));
     for (name, make) in &tables {
         for levels in [
             Some(Levels {
@@ -275,6 +317,15 @@ fn every_table_lists_and_round_trips_with_each_nft_build() {
             });
             let cgroupv2 = t.render_fresh().contains("socket cgroupv2");
             let min = (cgroupv2.then_some(MIN_CGROUPV2)).max(uid_ranges.then_some(MIN_UID_RANGES));
+            // `meshnft inspect` must state that same minimum for this table.
+            let stated = inspect_minimum(&t);
+            if stated != min {
+                failures.push(format!(
+                    "{label}: meshnft inspect states {} where the table needs {}",
+                    stated.map_or("any nft".into(), fmt),
+                    min.map_or("any nft".into(), fmt)
+                ));
+            }
             let ns = support::Netns::new("mtnfb");
             let mut n =
                 Nft::open(&File::open(ns.path()).expect("open netns")).expect("netlink socket");

@@ -18,13 +18,19 @@
 //! `soak::soak_short` in the suite, `soak::soak` (ignored, `scripts/soak.sh`) the long run.
 //! `fallback::fallback_requests` (tests/node/fallback.rs) has a node of its own too: the
 //! plugin's API requests per pod start with every agent down, the API server there and away.
+//! `real_node`'s last step, `dns seed` (tests/node/dnsseed.rs), runs the seed for DNS with
+//! meshnft, then with the real kuma-cni and istio-cni chained in its place.
 //!
 //! Root only. `MESHNFT_NODE=0` skips both (e.g. for a quick `cargo test` on a laptop).
 
+#[path = "node/dnsseed.rs"]
+mod dnsseed;
 #[path = "node/fallback.rs"]
 mod fallback;
 #[path = "node/faults.rs"]
 mod faults;
+#[path = "node/kubectlplugin.rs"]
+mod kubectlplugin;
 #[path = "node/linkerd.rs"]
 mod linkerd;
 use meshnft_testkit as support;
@@ -1455,6 +1461,8 @@ fn real_node() {
     steps.step("kuma", || mesh_on_node(&node, "kuma"));
     steps.step("cilium exclusive warns", || cilium_exclusive_warns(&node));
     steps.step("rbac and audit", || rbac_and_audit(&node));
+    // Last: it leaves the node without meshnft (the real kuma-cni and istio-cni in its place).
+    steps.step("dns seed", || dnsseed::dns_seed(&node));
     steps.run("node down", || drop(node));
     steps.run("nothing left", || {
         assert_nothing_left(&dir, &roots, &host.sysctls, &host.run)

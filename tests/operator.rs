@@ -1041,7 +1041,7 @@ fn selectors_that_name_nothing_and_usage_errors_are_refused() {
     cli_fails(
         &["inspect"],
         2,
-        "one of --netns PATH, --pid PID or --container-id ID is required",
+        "one of --netns PATH, --pid PID, --container-id ID or --pod-uid UID is required",
     );
     cli_fails(
         &["inspect", "--all", "--netns", "/x"],

@@ -6,8 +6,10 @@
 //!
 //! The peers, each beside meshnft with the matching `"mesh"`:
 //!
-//! * **istio-cni** (sidecar mode), built from its Go module; meshnft with
-//!   `"mesh": "istio"` ([`MESHNFT_FOR_ISTIO`]).
+//! * **istio-cni** (sidecar mode), built from its Go module, with each of
+//!   its backends: iptables (its default) and native nftables
+//!   (`"native_nftables": true`, [`Peer::IstioCniNft`]; it runs the node's
+//!   `nft`); meshnft with `"mesh": "istio"` ([`MESHNFT_FOR_ISTIO`]).
 //! * **linkerd-cni**, built from the snapshot of linkerd2-proxy-init, in
 //!   both of its `iptables-mode`s (legacy and nft); meshnft with the very
 //!   same conflist entry, `type` changed (the drop-in replacement
@@ -75,7 +77,7 @@ impl Mesh {
     /// The plugins run with this mesh's pods, peers first.
     fn plugins(self) -> Vec<Peer> {
         match self {
-            Mesh::Istio => vec![Peer::IstioCni, Peer::Meshnft],
+            Mesh::Istio => vec![Peer::IstioCni, Peer::IstioCniNft, Peer::Meshnft],
             Mesh::Linkerd => vec![Peer::LinkerdLegacy, Peer::LinkerdNft, Peer::Meshnft],
             Mesh::Kuma => vec![Peer::KumaCni, Peer::Meshnft],
         }
@@ -101,14 +103,21 @@ impl Mesh {
 }
 
 /// The proxy stand-in for the mesh: its outbound and inbound ports, IPv4
-/// and IPv6.
-fn mesh_proxy_listeners(pod: &Netns, mesh: Mesh) -> (Listener, Listener) {
+/// and IPv6; the inbound one with `IP_TRANSPARENT` / `IPV6_TRANSPARENT`
+/// when `transparent` (Istio's TPROXY mode, where Envoy's inbound listener
+/// has `transparent: true`), which takes redirected connections as well.
+fn mesh_proxy_listeners(pod: &Netns, mesh: Mesh, transparent: bool) -> (Listener, Listener) {
     let any4 = IpAddr::from([0, 0, 0, 0]);
     let any6 = IpAddr::from([0u16; 8]);
     let (out, inb) = mesh.ports();
+    let inbound = [sa(any4, inb), sa(any6, inb)];
     (
         Listener::start(pod.path(), "proxy-out", &[sa(any4, out), sa(any6, out)]),
-        Listener::start(pod.path(), "proxy-in", &[sa(any4, inb), sa(any6, inb)]),
+        if transparent {
+            Listener::start_transparent(pod.path(), "proxy-in", &inbound)
+        } else {
+            Listener::start(pod.path(), "proxy-in", &inbound)
+        },
     )
 }
 
@@ -314,8 +323,13 @@ fn linkerd_kubeconfig(api: &FakeApi, dir: &Path) -> PathBuf {
 /// The chained plugin after `ptp` + `host-local`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Peer {
-    /// istio-cni in sidecar mode, as built by scripts/peers.sh.
+    /// istio-cni in sidecar mode, as built by scripts/peers.sh, with its
+    /// default iptables backend.
     IstioCni,
+    /// The same istio-cni with `"native_nftables": true` in its conflist
+    /// entry: its nftables backend (tools/istio-nftables, through knftables,
+    /// which runs the node's `nft` binary in the pod netns).
+    IstioCniNft,
     /// linkerd-cni with `"iptables-mode": "legacy"` (the chart's default).
     LinkerdLegacy,
     /// linkerd-cni with `"iptables-mode": "nft"`.
@@ -332,7 +346,8 @@ enum Peer {
 impl Peer {
     fn name(self) -> &'static str {
         match self {
-            Peer::IstioCni => "istio-cni",
+            Peer::IstioCni => "istio-cni (iptables)",
+            Peer::IstioCniNft => "istio-cni (nftables)",
             Peer::LinkerdLegacy => "linkerd-cni (legacy)",
             Peer::LinkerdNft => "linkerd-cni (nft)",
             Peer::KumaCni => "kuma-cni",
@@ -345,6 +360,7 @@ impl Peer {
     fn slug(self) -> &'static str {
         match self {
             Peer::IstioCni => "istio-cni",
+            Peer::IstioCniNft => "istio-nft",
             Peer::LinkerdLegacy => "linkerd-legacy",
             Peer::LinkerdNft => "linkerd-nft",
             Peer::KumaCni => "kuma-cni",
@@ -465,6 +481,50 @@ enum Dest {
     /// (tag `app`). Over TCP a query is a connection to [`Dest::Server`]
     /// or [`Dest::Lo`] port 53.
     Udp53(IpAddr),
+    /// One packet, not a connection, from the node to the pod's IPv4
+    /// address (port 8080 for TCP) through a raw socket, and whether a raw
+    /// socket in the pod received it ([`Landed::Arrived`],
+    /// [`Landed::Dropped`]): [`send_packet`].
+    Packet(Probe),
+    /// The same to the pod's IPv6 address (TCP, or ICMPv6), the node's
+    /// neighbour cache flushed first: the node must resolve the pod over
+    /// NDP (its neighbour solicitation through the pod's `prerouting`)
+    /// before the packet can go.
+    Packet6(Probe),
+    /// Whether the pod still resolves its IPv6 next hop toward the node
+    /// over NDP: its neighbour cache flushed, it sends a UDP datagram to
+    /// [2001:db8:2::1]:9, and the entry of the next hop becomes
+    /// `REACHABLE` within 3 s (the node's neighbour advertisement came in
+    /// through the pod's `prerouting`: [`Landed::Arrived`]) or not
+    /// ([`Landed::Dropped`]): [`resolve_neighbour`].
+    Neighbour6,
+}
+
+/// The packets of [`Dest::Packet`]: each valid, or one that the pod's
+/// conntrack marks invalid (`ct state invalid`).
+#[derive(Clone, Copy, Debug)]
+enum Probe {
+    /// A TCP SYN (a new connection: valid).
+    TcpSyn,
+    /// A TCP segment with SYN and FIN both set, which nf_conntrack's TCP
+    /// tracker refuses (`tcp_valid_flags`): invalid.
+    TcpSynFin,
+    /// An ICMP echo request (valid).
+    IcmpEcho,
+    /// An ICMP echo reply no request preceded: invalid.
+    IcmpEchoReply,
+}
+
+impl Probe {
+    /// The packet's name for [`RAW_PY`].
+    fn kind(self) -> &'static str {
+        match self {
+            Probe::TcpSyn => "tcp-syn",
+            Probe::TcpSynFin => "tcp-synfin",
+            Probe::IcmpEcho => "icmp-echo",
+            Probe::IcmpEchoReply => "icmp-reply",
+        }
+    }
 }
 
 impl Dest {
@@ -474,7 +534,10 @@ impl Dest {
                 SocketAddr::new(a, p)
             }
             Dest::Pod4(p) => SocketAddr::new(v4.into(), p),
+            Dest::Packet(_) => SocketAddr::new(v4.into(), 8080),
             Dest::Pod6(p) => SocketAddr::new(v6.into(), p),
+            Dest::Packet6(_) => SocketAddr::new(v6.into(), 8080),
+            Dest::Neighbour6 => SocketAddr::new(SRV6_A.into(), 9),
             Dest::Udp53(a) => SocketAddr::new(a, 53),
         }
     }
@@ -484,7 +547,12 @@ impl Dest {
     fn pod_port(self) -> Option<u16> {
         match self {
             Dest::Pod4(p) | Dest::Pod6(p) | Dest::Lo(_, p) | Dest::PodAt(_, p) => Some(p),
-            Dest::Server(..) | Dest::Beyond(..) | Dest::Udp53(_) => None,
+            Dest::Server(..)
+            | Dest::Beyond(..)
+            | Dest::Udp53(_)
+            | Dest::Packet(_)
+            | Dest::Packet6(_)
+            | Dest::Neighbour6 => None,
         }
     }
 }
@@ -622,6 +690,10 @@ enum Landed {
     ProxyOut,
     /// The proxy's inbound port, original destination kept.
     ProxyIn,
+    /// The proxy's inbound listener (`IP_TRANSPARENT`) through `tproxy`,
+    /// not NAT: the connection's local address is its original destination,
+    /// and its peer the client's own address ([`PeerPod::play`] checks it).
+    Tproxied,
     /// The proxy's DNS port (15053), original destination kept (TCP; over
     /// UDP, the answer came back from the address queried).
     ProxyDns,
@@ -629,6 +701,11 @@ enum Landed {
     NoAnswer,
     /// The source address to bind does not exist in the pod (Kuma's `::6`).
     NoSource,
+    /// A [`Dest::Packet`] the pod's raw socket received.
+    Arrived,
+    /// A [`Dest::Packet`] the pod's raw socket did not see within 3 s:
+    /// dropped before the pod's stack.
+    Dropped,
     /// Anything else (the reply or the error, verbatim).
     Other(String),
 }
@@ -655,6 +732,9 @@ impl Landed {
         match tag {
             "server" if here => Landed::Direct,
             "app" if here => Landed::App,
+            // A transparent socket: no NAT, its local address the original
+            // destination (which SO_ORIGINAL_DST reports too).
+            "proxy-in" if here => Landed::Tproxied,
             "proxy-out" if orig_kept => Landed::ProxyOut,
             "proxy-in" if orig_kept => Landed::ProxyIn,
             "dns-proxy" if orig_kept => Landed::ProxyDns,
@@ -692,6 +772,9 @@ impl Landed {
             Landed::App => "the pod's own port".into(),
             Landed::ProxyOut => format!("proxy :{out}, orig kept"),
             Landed::ProxyIn => format!("proxy :{inb}, orig kept"),
+            Landed::Tproxied => format!("proxy :{inb} by tproxy, client's src"),
+            Landed::Arrived => "arrived in the pod".into(),
+            Landed::Dropped => "dropped (not seen in 3 s)".into(),
             Landed::ProxyDns => format!("proxy's DNS :{DNS_PROXY_PORT}"),
             Landed::NoAnswer => "no answer (3 s)".into(),
             Landed::NoSource => "no such address to bind".into(),
@@ -792,7 +875,16 @@ struct Scenario {
     /// DNS capture: the proxy's DNS stand-in ([`dns_stand_in`]) starts
     /// with the proxy.
     dns: bool,
+    /// Istio's TPROXY interception: the proxy's inbound listener has
+    /// `IP_TRANSPARENT`, and the pod's policy routing ([`policy_routing`])
+    /// must be there after ADD, the same with every plugin.
+    tproxy: bool,
     timeline: Vec<Line>,
+    /// Istio: the rows (by their `what`) where istio-cni's nftables
+    /// backend lands otherwise than its iptables one, and where it lands;
+    /// every other row expects the peer's landing of both (docs/peers.md
+    /// says which meshnft follows, and why).
+    nft_backend_differs: &'static [(&'static str, Landed)],
 }
 
 /// A second interface of the pod (issue 53's interface keys): a veth
@@ -861,6 +953,34 @@ struct Outcome {
     landed: Vec<Landed>,
     after_add: Written,
     after_del: Written,
+    /// [`policy_routing`] after ADD and after DEL.
+    routing_after_add: Vec<String>,
+    routing_after_del: Vec<String>,
+}
+
+/// The pod's policy routing for TPROXY: the `ip rule`s that look up table
+/// 133 (Istio's `INBOUND_TPROXY_ROUTE_TABLE`) and that table's routes,
+/// IPv4 and IPv6, one line each.
+fn policy_routing(ns: &Netns) -> Vec<String> {
+    let mut out = Vec::new();
+    for fam in ["-4", "-6"] {
+        for l in ns.exec_ok(&["ip", fam, "rule", "show"]).lines() {
+            if l.contains("lookup 133") {
+                out.push(format!("ip {fam} rule {}", l.trim()));
+            }
+        }
+        // A table that never had a route does not exist (IPv6: an error).
+        let routes = ns.exec(&["ip", fam, "route", "show", "table", "133"]);
+        let err = String::from_utf8_lossy(&routes.stderr);
+        assert!(
+            routes.status.success() || err.contains("FIB table does not exist"),
+            "ip {fam} route show table 133: {err}"
+        );
+        for l in String::from_utf8_lossy(&routes.stdout).lines() {
+            out.push(format!("ip {fam} route table 133: {}", l.trim()));
+        }
+    }
+    out
 }
 
 /// kuma-cni's ADD fails unless exactly one process named `/install-cni`
@@ -938,6 +1058,10 @@ struct PeerPod {
     dns_proxy: Option<(Listener, support::ChildGuard)>,
     /// DNS capture in the scenario.
     dns: bool,
+    /// The proxy's inbound listener is transparent ([`Scenario::tproxy`]).
+    transparent: bool,
+    /// [`Dest::Packet`]s sent so far (each gets its own identifier).
+    packets: u16,
     /// The API stand-in, alive until the pod goes.
     _api: FakeApi,
     /// The node's server, alive until the pod goes.
@@ -979,6 +1103,34 @@ fn plugin_entries(peer: Peer, sc: &Scenario, node: &Node, api: &FakeApi) -> Vec<
     vec![plugin_entry(peer, sc, node, api)]
 }
 
+/// Puts istio-cni in `node`'s bin dir. Its nftables backend runs `nft`
+/// (knftables), which scripts/without-nft.sh hides from the test run so that
+/// meshnft cannot use it: that peer then runs through a wrapper whose `PATH`
+/// starts with the oracle's directory ([`support::nft_bin`]), and the oracle
+/// copy's calls are not the hidden nft's, which must stay uncalled.
+fn install_istio_cni(peer: Peer, node: &Node) {
+    let real = peer_binary("istio-cni");
+    let oracle = PathBuf::from(support::nft_bin());
+    match oracle
+        .parent()
+        .filter(|d| peer == Peer::IstioCniNft && !d.as_os_str().is_empty())
+    {
+        Some(dir) => {
+            node.write_plugin_script(
+                "istio-cni",
+                &format!(
+                    "#!/bin/sh\nPATH='{}':\"$PATH\" exec '{}' \"$@\"\n",
+                    dir.display(),
+                    real.display()
+                ),
+            );
+        }
+        None => {
+            node.install_plugin("istio-cni", &real);
+        }
+    }
+}
+
 /// The conflist entry of `peer` (not [`Peer::LinkerdThenMeshnft`]) for
 /// `sc`'s mesh on `node`, reading the pod from `api`.
 fn plugin_entry(peer: Peer, sc: &Scenario, node: &Node, api: &FakeApi) -> Value {
@@ -988,8 +1140,8 @@ fn plugin_entry(peer: Peer, sc: &Scenario, node: &Node, api: &FakeApi) -> Value 
         e["stateDir"] = json!(node.dir().join("state"));
     };
     match (peer, sc.mesh) {
-        (Peer::IstioCni, _) => {
-            node.install_plugin("istio-cni", &peer_binary("istio-cni"));
+        (Peer::IstioCni | Peer::IstioCniNft, _) => {
+            install_istio_cni(peer, node);
             // The kubeconfig goes where istio-cni looks for it.
             let run_dir = node.dir().join("istio-cni");
             std::fs::create_dir_all(&run_dir).unwrap();
@@ -1000,6 +1152,7 @@ fn plugin_entry(peer: Peer, sc: &Scenario, node: &Node, api: &FakeApi) -> Value 
                 "plugin_log_level": "debug",
                 "cni_agent_run_dir": run_dir,
                 "ambient_enabled": false,
+                "native_nftables": peer == Peer::IstioCniNft,
             })
         }
         (Peer::LinkerdLegacy | Peer::LinkerdNft, _) => {
@@ -1187,6 +1340,8 @@ impl PeerPod {
             _resolvers: resolvers,
             dns_proxy: None,
             dns: sc.dns,
+            transparent: sc.tproxy,
+            packets: 0,
             _api: api,
             _server: server,
             _kuma: kuma,
@@ -1206,7 +1361,7 @@ impl PeerPod {
     fn play(&mut self, line: &Line) -> Option<Landed> {
         let (from, to) = match line {
             Line::ProxyStarts => {
-                self.listeners = Some(mesh_proxy_listeners(&self.pod, self.mesh));
+                self.listeners = Some(mesh_proxy_listeners(&self.pod, self.mesh, self.transparent));
                 if self.dns {
                     self.dns_proxy = Some(dns_stand_in(&self.pod, &self.cg, self.mesh));
                 }
@@ -1215,6 +1370,26 @@ impl PeerPod {
             Line::Conn { from, to, .. } => (*from, *to),
         };
         let dst = to.addr(self.pod4, self.pod6);
+        if let Dest::Packet(probe) | Dest::Packet6(probe) = to {
+            assert!(matches!(from, Source::Node), "a packet comes from the node");
+            self.packets += 1;
+            if let Dest::Packet6(_) = to {
+                self.node
+                    .netns
+                    .exec_ok(&["ip", "-6", "neigh", "flush", "all"]);
+            }
+            return Some(send_packet(
+                &self.node.netns,
+                &self.pod,
+                probe,
+                40000 + self.packets,
+                dst,
+            ));
+        }
+        if let Dest::Neighbour6 = to {
+            assert!(matches!(from, Source::Node), "the row's source is the node");
+            return Some(resolve_neighbour(&self.pod, dst));
+        }
         if let Dest::Udp53(_) = to {
             let (cg, uid, gid) = match from {
                 Source::Container(c, uid, gid) => (self.cg.container(c), uid, gid),
@@ -1223,6 +1398,9 @@ impl PeerPod {
             let r = udp_query(&self.pod, &cg, uid, gid, dst);
             return Some(Landed::classify_udp(r, dst));
         }
+        // The transparent proxy's connections so far: its listener records
+        // one after its reply, so the client may be done before it is.
+        let accepted_before = self.listeners.as_ref().map(|(_, i)| i.accepted().len());
         let r = match from {
             Source::Container(c, uid, gid) => support::tcp_probe(
                 self.pod.path(),
@@ -1247,7 +1425,44 @@ impl PeerPod {
                 support::tcp_probe(b.path(), None, 0, 0, dst.ip(), dst.port())
             }
         };
-        Some(Landed::classify(r, dst))
+        match Landed::classify(r, dst) {
+            Landed::Tproxied => Some(self.tproxied_source(from, dst, accepted_before)),
+            l => Some(l),
+        }
+    }
+
+    /// [`Landed::Tproxied`] if the transparent proxy's connection after its
+    /// first `before` came from the client's own address (`from`'s, to
+    /// `dst`), otherwise what it saw instead.
+    fn tproxied_source(&self, from: Source, dst: SocketAddr, before: Option<usize>) -> Landed {
+        let client = match from {
+            Source::NodeFrom(src) | Source::Bound(.., src) => src,
+            // Over loopback the kernel takes the destination's own address.
+            Source::Container(..) => dst.ip(),
+            Source::Node => {
+                let route = self
+                    .node
+                    .netns
+                    .exec_ok(&["ip", "route", "get", &dst.ip().to_string()]);
+                route
+                    .split_whitespace()
+                    .skip_while(|w| *w != "src")
+                    .nth(1)
+                    .and_then(|a| a.parse().ok())
+                    .unwrap_or_else(|| panic!("no src in {route}"))
+            }
+            Source::Beyond => panic!("TPROXY from beyond a second interface is not compared"),
+        };
+        let seen = self.listeners.as_ref().and_then(|(_, inb)| {
+            let n = before.unwrap_or_default();
+            inb.wait_accepted(n + 1, std::time::Duration::from_secs(2));
+            inb.accepted().get(n).map(|a| a.peer.ip())
+        });
+        if seen == Some(client) {
+            Landed::Tproxied
+        } else {
+            Landed::Other(format!("tproxy, source {seen:?} (client {client})"))
+        }
     }
 
     fn del(&self) {
@@ -1310,10 +1525,173 @@ print $l if defined $l;"#;
     }
 }
 
+/// One packet through raw sockets (Python, in every Debian), for
+/// [`Dest::Packet`] and [`Dest::Packet6`]. `recv KIND ID FAMILY` in the
+/// pod: a raw socket of KIND's protocol (TCP; ICMP, or ICMPv6 for FAMILY
+/// 6), which the kernel hands every such packet delivered to the pod's
+/// stack (after `prerouting` and `input`, before TCP or ICMP look at it),
+/// prints `ready`, then `arrived` when the packet with identifier ID came
+/// (TCP: source port ID and sequence number 0x6d657368; ICMP: echo
+/// identifier ID) or `dropped` after 3 s. `send KIND ID DST PORT` on the
+/// node: builds the TCP segment (flags SYN, or SYN|FIN) or ICMP message
+/// (echo request, or echo reply; ICMPv6 128 or 129 when DST is IPv6) with
+/// a correct checksum (a wrong one would make conntrack call any packet
+/// invalid) and sends it. The TCP checksum covers the IPv4 or the IPv6
+/// pseudo-header (RFC 8200 8.1); an IPv6 raw socket reads no IP header,
+/// and the kernel writes every ICMPv6 checksum itself (RFC 3542 3.1).
+const RAW_PY: &str = r#"
+import socket, struct, sys, time
+def csum(b):
+    if len(b) % 2:
+        b += b"\0"
+    n = sum(struct.unpack("!%dH" % (len(b) // 2), b))
+    while n >> 16:
+        n = (n >> 16) + (n & 0xffff)
+    return ~n & 0xffff
+m, kind, ident = sys.argv[1], sys.argv[2], int(sys.argv[3])
+v6 = sys.argv[4] == "6" if m == "recv" else ":" in sys.argv[4]
+fam = socket.AF_INET6 if v6 else socket.AF_INET
+tcp = kind.startswith("tcp")
+proto = socket.IPPROTO_TCP if tcp else (socket.IPPROTO_ICMPV6 if v6 else socket.IPPROTO_ICMP)
+s = socket.socket(fam, socket.SOCK_RAW, proto)
+SEQ = 0x6d657368
+if m == "recv":
+    print("ready", flush=True)
+    end = time.time() + 3
+    while time.time() < end:
+        s.settimeout(max(end - time.time(), 0.01))
+        try:
+            d = s.recv(4096)
+        except socket.timeout:
+            break
+        ihl = 0 if v6 else (d[0] & 15) * 4
+        if tcp:
+            sport, _, seq = struct.unpack("!HHI", d[ihl:ihl + 8])
+            hit = sport == ident and seq == SEQ
+        else:
+            echo = (128, 129) if v6 else (8, 0)
+            hit = d[ihl] in echo and struct.unpack("!H", d[ihl + 4:ihl + 6])[0] == ident
+        if hit:
+            print("arrived")
+            sys.exit(0)
+    print("dropped")
+    sys.exit(0)
+dst, port = sys.argv[4], int(sys.argv[5])
+u = socket.socket(fam, socket.SOCK_DGRAM)
+u.connect((dst, port))
+src = u.getsockname()[0]
+if tcp:
+    flags = {"tcp-syn": 0x02, "tcp-synfin": 0x03}[kind]
+    def seg(c):
+        return struct.pack("!HHIIBBHHH", ident, port, SEQ, 0, 5 << 4, flags, 64240, c, 0)
+    if v6:
+        pseudo = (socket.inet_pton(fam, src) + socket.inet_pton(fam, dst)
+                  + struct.pack("!IxxxB", 20, 6))
+    else:
+        pseudo = socket.inet_aton(src) + socket.inet_aton(dst) + struct.pack("!BBH", 0, 6, 20)
+    pkt = seg(csum(pseudo + seg(0)))
+elif v6:
+    t = {"icmp-echo": 128, "icmp-reply": 129}[kind]
+    pkt = struct.pack("!BBHHH", t, 0, 0, ident, 1) + b"meshnft!"
+else:
+    t = {"icmp-echo": 8, "icmp-reply": 0}[kind]
+    h = struct.pack("!BBHHH", t, 0, 0, ident, 1) + b"meshnft!"
+    pkt = struct.pack("!BBHHH", t, 0, csum(h), ident, 1) + b"meshnft!"
+s.sendto(pkt, (dst, 0))
+"#;
+
+/// Sends `probe` with identifier `ident` from `node` to `dst` (the pod's
+/// address and port) and says whether the pod's stack received it
+/// ([`RAW_PY`]).
+fn send_packet(node: &Netns, pod: &Netns, probe: Probe, ident: u16, dst: SocketAddr) -> Landed {
+    use std::io::{BufRead, Read};
+    let id = ident.to_string();
+    let family = if dst.is_ipv6() { "6" } else { "4" };
+    let mut rx = support::spawn_guarded(
+        pod.path(),
+        None,
+        0,
+        0,
+        &["python3", "-c", RAW_PY, "recv", probe.kind(), &id, family],
+    );
+    let mut out = std::io::BufReader::new(rx.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    out.read_line(&mut line).expect("read");
+    assert_eq!(line.trim(), "ready", "the pod's raw socket did not start");
+    let (ip, port) = (dst.ip().to_string(), dst.port().to_string());
+    let sent = support::run_in(
+        node.path(),
+        None,
+        0,
+        0,
+        &[
+            "python3",
+            "-c",
+            RAW_PY,
+            "send",
+            probe.kind(),
+            &id,
+            &ip,
+            &port,
+        ],
+    );
+    assert!(sent.status.success(), "send {probe:?}: {sent:?}");
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).expect("read");
+    match rest.trim() {
+        "arrived" => Landed::Arrived,
+        "dropped" => Landed::Dropped,
+        other => Landed::Other(other.to_owned()),
+    }
+}
+
+/// [`Dest::Neighbour6`]: flushes the pod's IPv6 neighbour cache, sends
+/// one UDP datagram to `dst` (the node's address; port 9, where nothing
+/// listens), and says whether the entry of its next hop (`ip -6 route get`)
+/// became `REACHABLE` within 3 s: the pod's neighbour solicitation went out
+/// and the node's advertisement came in.
+fn resolve_neighbour(pod: &Netns, dst: SocketAddr) -> Landed {
+    let ip = dst.ip().to_string();
+    let route = pod.exec_ok(&["ip", "-6", "route", "get", &ip]);
+    let word_after = |w: &str| {
+        let mut it = route.split_whitespace();
+        it.find(|x| *x == w).and(it.next()).map(str::to_owned)
+    };
+    let dev = word_after("dev").unwrap_or_else(|| panic!("no dev in {route:?}"));
+    let hop = word_after("via").unwrap_or_else(|| ip.clone());
+    pod.exec_ok(&["ip", "-6", "neigh", "flush", "all"]);
+    let port = dst.port().to_string();
+    let sent = support::run_in(
+        pod.path(),
+        None,
+        0,
+        0,
+        &[
+            "python3",
+            "-c",
+            "import socket,sys; socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)\
+             .sendto(b'meshnft', (sys.argv[1], int(sys.argv[2])))",
+            &ip,
+            &port,
+        ],
+    );
+    assert!(sent.status.success(), "send to {dst}: {sent:?}");
+    let reachable = support::wait_until(std::time::Duration::from_secs(3), || {
+        pod.exec_ok(&["ip", "-6", "neigh", "show", &hop, "dev", &dev])
+            .contains("REACHABLE")
+    });
+    if reachable {
+        Landed::Arrived
+    } else {
+        Landed::Dropped
+    }
+}
+
 /// Runs `sc` with `peer` on a fresh node: ADD, the lines, DEL.
 fn run_scenario(peer: Peer, sc: &Scenario) -> Outcome {
     let mut p = PeerPod::add(peer, sc);
     let after_add = Written::read(&p.pod);
+    let routing_after_add = policy_routing(&p.pod);
     let landed = sc.timeline.iter().filter_map(|l| p.play(l)).collect();
     p.del();
     let after_del = Written::read(&p.pod);
@@ -1322,6 +1700,8 @@ fn run_scenario(peer: Peer, sc: &Scenario) -> Outcome {
         landed,
         after_add,
         after_del,
+        routing_after_add,
+        routing_after_del: policy_routing(&p.pod),
     }
 }
 
@@ -1335,6 +1715,19 @@ fn written_ok(peer: Peer, a: &Written, d: &Written) -> bool {
         // leaves empty `nat` tables).
         Peer::IstioCni => {
             a.nft_tables.iter().any(|t| t == "ip nat")
+                && a.nft_rules > 0
+                && a.legacy_rules == 0
+                && d == a
+        }
+        // Its nftables backend: its own `inet` tables (istio-proxy-nat, and
+        // istio-proxy-raw / istio-proxy-mangle when DNS capture or
+        // INVALID_DROP asks for them), no iptables-nft table, nothing in
+        // legacy xtables.
+        Peer::IstioCniNft => {
+            a.nft_tables.iter().any(|t| t == "inet istio-proxy-nat")
+                && a.nft_tables
+                    .iter()
+                    .all(|t| t.starts_with("inet istio-proxy-"))
                 && a.nft_rules > 0
                 && a.legacy_rules == 0
                 && d == a
@@ -1392,6 +1785,16 @@ fn compare(runs: &[(&Scenario, Vec<Outcome>)]) {
     let mut t = String::new();
     let mut failures = vec![];
     for (sc, outcomes) in runs {
+        // An override must name a row of the timeline, or it guards nothing.
+        for (w, _) in sc.nft_backend_differs {
+            assert!(
+                sc.timeline
+                    .iter()
+                    .any(|l| matches!(l, Line::Conn { what, .. } if what == w)),
+                "{}: nft_backend_differs names no row {w:?}",
+                sc.name
+            );
+        }
         t += &format!("\n{}", sc.title);
         let ann: Vec<String> = sc
             .annotations
@@ -1445,11 +1848,16 @@ fn compare(runs: &[(&Scenario, Vec<Outcome>)]) {
                 continue;
             };
             t += &format!("\n{what:<cw$}");
+            let nft_backend = sc
+                .nft_backend_differs
+                .iter()
+                .find(|(w, _)| w == what)
+                .map(|(_, l)| l);
             for o in outcomes {
-                let want = if o.peer == Peer::Meshnft {
-                    meshnft
-                } else {
-                    peer
+                let want = match o.peer {
+                    Peer::Meshnft => meshnft,
+                    Peer::IstioCniNft => nft_backend.unwrap_or(peer),
+                    _ => peer,
                 };
                 let got = &o.landed[i];
                 let mark = if got == want { "" } else { "  <-- WRONG" };
@@ -1478,6 +1886,22 @@ fn compare(runs: &[(&Scenario, Vec<Outcome>)]) {
                 o.after_del.text()
             );
         }
+        if outcomes
+            .iter()
+            .any(|o| !o.routing_after_add.is_empty() || !o.routing_after_del.is_empty())
+        {
+            t += "\npolicy routing (ip rule to table 133, its routes) after ADD, and left after DEL:";
+            for o in outcomes {
+                t += &format!(
+                    "\n  {:<20} ADD: {}\n  {:<20} DEL: {}",
+                    o.peer.name(),
+                    routing_text(&o.routing_after_add),
+                    "",
+                    routing_text(&o.routing_after_del)
+                );
+            }
+        }
+        failures.extend(routing_failures(sc, outcomes));
         t += "\n";
         for o in outcomes {
             let (a, d) = (&o.after_add, &o.after_del);
@@ -1492,6 +1916,43 @@ fn compare(runs: &[(&Scenario, Vec<Outcome>)]) {
     }
     eprintln!("{t}");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// [`policy_routing`]'s lines, or `none`.
+fn routing_text(lines: &[String]) -> String {
+    if lines.is_empty() {
+        "none".into()
+    } else {
+        lines.join("; ")
+    }
+}
+
+/// Is the policy routing what it should be? Without TPROXY there is none.
+/// With it, every plugin's ADD writes the same rules and routes as the
+/// first peer's (istio-cni, iptables); meshnft's DEL leaves none; a peer's
+/// DEL leaves what its ADD wrote (istio-cni's DEL removes no rule, route
+/// or table of a sidecar pod: the netns goes with the pod).
+fn routing_failures(sc: &Scenario, outcomes: &[Outcome]) -> Vec<String> {
+    let mut f = vec![];
+    let first = outcomes.first().map(|o| &o.routing_after_add);
+    for o in outcomes {
+        let (a, d) = (&o.routing_after_add, &o.routing_after_del);
+        let (add_ok, del_ok) = match (sc.tproxy, o.peer) {
+            (false, _) => (a.is_empty(), d.is_empty()),
+            (true, Peer::Meshnft) => (!a.is_empty() && Some(a) == first, d.is_empty()),
+            (true, _) => (!a.is_empty() && Some(a) == first, d == a),
+        };
+        if !add_ok || !del_ok {
+            f.push(format!(
+                "{}: {}'s policy routing after ADD [{}], after DEL [{}]",
+                sc.name,
+                o.peer.name(),
+                routing_text(a),
+                routing_text(d)
+            ));
+        }
+    }
+    f
 }
 
 /// Every scenario with each plugin of its mesh, each run on its own node;
@@ -1586,6 +2047,12 @@ fn native_sidecar_side_by_side() {
 ///   `includeOutboundPorts`, `includeInboundPorts: ""`.
 /// * dual stack (`ISTIO_DUAL_STACK=true` on `istio-proxy`): IPv6 redirected
 ///   by both, `excludeOutboundIPRanges` with an IPv6 range.
+///
+/// istio-cni's nftables backend redirects IPv6 without `ISTIO_DUAL_STACK`
+/// too: its `inet` table's catch-all rules (`jump ISTIO_REDIRECT`, `jump
+/// ISTIO_IN_REDIRECT`) match either family, where istio-iptables writes
+/// nothing into ip6tables. meshnft follows the iptables backend (the
+/// proxy listens on IPv4 only then).
 #[support::root_test]
 fn annotations_side_by_side() {
     // Only the GID is the proxy's.
@@ -1636,6 +2103,10 @@ fn annotations_side_by_side() {
             "istio-proxy -> pod:9100 over lo (excluded port)", PROXY, pod4(9100) => App;
             "istio-proxy from 127.0.0.6 -> pod:8080", passthrough, pod4(8080) => App;
             "uid 1001 gid 1337 -> pod:8080 over lo", gid_only, pod4(8080) => App;
+        ],
+        nft_backend_differs: &[
+            ("app -> [2001:db8:2::1]:80 (IPv6 off)", Landed::ProxyOut),
+            ("node -> [pod]:8080 (IPv6 off)", Landed::ProxyIn),
         ],
         ..Default::default()
     };
@@ -1821,6 +2292,223 @@ fn istio_interfaces_side_by_side() {
             "kubevirt",
         ),
     ]);
+}
+
+/// Istio's `sidecar.istio.io/interceptionMode: TPROXY` (issue 53), with
+/// istio-cni's two backends (istio-iptables' mangle `ISTIO_INBOUND`,
+/// `ISTIO_DIVERT`, `ISTIO_TPROXY`; istio-nftables' `istio-proxy-mangle`
+/// table; both then `tools/common/tproxy`'s `ip rule` and route) and
+/// meshnft; the proxy's inbound listener on 15006 with `IP_TRANSPARENT`,
+/// as Envoy's in this mode. Inbound connections from the node reach it
+/// through `tproxy` with their original destination as the local address
+/// and the client's own address as the peer ([`Landed::Tproxied`]);
+/// excluded inbound ports and Istio's own (15020, 15021, 15090) reach the
+/// app, the tunnel port 15008 does not (istio-iptables returns it only in
+/// its nat `ISTIO_INBOUND`, which TPROXY mode does not jump to); outbound
+/// is still NAT to 15001 (the init container's before the proxy: the init
+/// phase); the proxy's own traffic, loopback and its passthrough from
+/// 127.0.0.6 as in REDIRECT mode. Every plugin writes the same policy
+/// routing; meshnft's DEL removes it, istio-cni's leaves it.
+#[support::root_test]
+fn istio_tproxy_side_by_side() {
+    let passthrough = bound(
+        "istio-proxy",
+        ISTIO_PROXY_UID,
+        ISTIO_PROXY_UID,
+        PASSTHROUGH4,
+    );
+    let tproxy = Scenario {
+        title: "Istio, interceptionMode: TPROXY (the proxy's inbound listener with IP_TRANSPARENT), classic layout:",
+        name: "tproxy",
+        annotations: &[
+            ("sidecar.istio.io/interceptionMode", "TPROXY"),
+            ("traffic.sidecar.istio.io/excludeInboundPorts", "8081"),
+            ("traffic.sidecar.istio.io/excludeOutboundPorts", "9100"),
+        ],
+        tproxy: true,
+        timeline: timeline![
+            "init (uid 1000) -> server:80", INIT, srv(SRV4_A, 80) => peer: Refused, meshnft: Direct;
+            proxy starts;
+            "istio-proxy (uid 1337) -> server:80", PROXY, srv(SRV4_A, 80) => Direct;
+            "app -> server:80", APP, srv(SRV4_A, 80) => ProxyOut;
+            "app -> server:9100 (excluded port)", APP, srv(SRV4_A, 9100) => Direct;
+            "uid 1001 gid 1337 -> server:80 (gid alone)", app_as(APP_UID, ISTIO_PROXY_UID),
+                srv(SRV4_A, 80) => Direct;
+            "node -> pod:8080", NODE, pod4(8080) => Tproxied;
+            "node from 198.19.0.1 -> pod:8080", node_from(SRV4_A), pod4(8080) => Tproxied;
+            "node from 198.19.1.1 -> pod:9100 (another client)", node_from(SRV4_B), pod4(9100)
+                => Tproxied;
+            "node -> pod:8081 (excluded port)", NODE, pod4(8081) => App;
+            "node -> pod:15020 (always excluded)", NODE, pod4(15020) => App;
+            "node -> pod:15021 (always excluded)", NODE, pod4(15021) => App;
+            "node -> pod:15090 (always excluded)", NODE, pod4(15090) => App;
+            "node -> pod:15008 (tunnel port)", NODE, pod4(15008) => Tproxied;
+            "node -> [pod]:8080 (IPv6 off)", NODE, pod6(8080) => App;
+            "app -> pod:8080 over lo", APP, pod4(8080) => App;
+            "app -> 127.0.0.1:8080", APP, lo4(8080) => App;
+            "istio-proxy -> pod:8080 over lo", PROXY, pod4(8080) => ProxyIn;
+            "istio-proxy -> 127.0.0.1:8080", PROXY, lo4(8080) => App;
+            "istio-proxy from 127.0.0.6 -> pod:8080", passthrough, pod4(8080) => App;
+        ],
+        ..Default::default()
+    };
+    let dual = Scenario {
+        title: "Istio, interceptionMode: TPROXY, dual stack (ISTIO_DUAL_STACK=true):",
+        name: "tproxy6",
+        annotations: &[("sidecar.istio.io/interceptionMode", "TPROXY")],
+        proxy_env: &[("ISTIO_DUAL_STACK", "true")],
+        tproxy: true,
+        timeline: timeline![
+            proxy starts;
+            "istio-proxy (uid 1337) -> [2001:db8:2::1]:80", PROXY, srv(SRV6_A, 80) => Direct;
+            "app -> [2001:db8:2::1]:80", APP, srv(SRV6_A, 80) => ProxyOut;
+            "node -> [pod]:8080", NODE, pod6(8080) => Tproxied;
+            "node from 2001:db8:2::1 -> [pod]:8080", node_from(SRV6_A), pod6(8080) => Tproxied;
+            "node -> [pod]:15021 (always excluded)", NODE, pod6(15021) => App;
+            "node -> pod:8080", NODE, pod4(8080) => Tproxied;
+            "app -> [pod]:8080 over lo", APP, pod6(8080) => App;
+            "istio-proxy -> [pod]:8080 over lo", PROXY, pod6(8080) => ProxyIn;
+        ],
+        ..Default::default()
+    };
+    side_by_side(&[tproxy, dual]);
+}
+
+/// The packets of the invalid-packet drop, one row each, sent from the
+/// node to the pod ([`Dest::Packet`]), all landing `$syn` / `$synfin` /
+/// `$echo` / `$reply`; then the same over IPv6 ([`Dest::Packet6`]), each
+/// after the node resolved the pod anew, landing `$syn6` / `$synfin6` /
+/// `$echo6` / `$reply6`, the pod's own resolution of the node
+/// ([`Dest::Neighbour6`]) landing `$nd`, and a connection to the pod's
+/// IPv6 address landing `$conn6`.
+macro_rules! invalid_rows {
+    ($syn:ident, $synfin:ident, $echo:ident, $reply:ident;
+     v6: $syn6:ident, $synfin6:ident, $echo6:ident, $reply6:ident; nd: $nd:ident;
+     conn6: $conn6:ident) => {
+        timeline![
+            proxy starts;
+            "node -> pod: TCP SYN (valid)", NODE, Dest::Packet(Probe::TcpSyn) => $syn;
+            "node -> pod: TCP SYN|FIN (conntrack: invalid)", NODE,
+                Dest::Packet(Probe::TcpSynFin) => $synfin;
+            "node -> pod: ICMP echo request (valid)", NODE, Dest::Packet(Probe::IcmpEcho) => $echo;
+            "node -> pod: ICMP echo reply, no request (invalid)", NODE,
+                Dest::Packet(Probe::IcmpEchoReply) => $reply;
+            "node -> pod:8080", NODE, pod4(8080) => ProxyIn;
+            "node -> [pod]: TCP SYN (valid; the node resolves the pod first)", NODE,
+                Dest::Packet6(Probe::TcpSyn) => $syn6;
+            "node -> [pod]: TCP SYN|FIN (conntrack: invalid)", NODE,
+                Dest::Packet6(Probe::TcpSynFin) => $synfin6;
+            "node -> [pod]: ICMPv6 echo request (valid)", NODE,
+                Dest::Packet6(Probe::IcmpEcho) => $echo6;
+            "node -> [pod]: ICMPv6 echo reply, no request (invalid)", NODE,
+                Dest::Packet6(Probe::IcmpEchoReply) => $reply6;
+            "node -> [pod]: neighbour advertisement (the pod resolves the node)", NODE,
+                Dest::Neighbour6 => $nd;
+            "node -> [pod]:8080", NODE, pod6(8080) => $conn6;
+        ]
+    };
+}
+
+/// Dropping the packets conntrack marks invalid (issue 53): Istio's
+/// `INVALID_DROP=true` on the proxy container, with istio-cni's two
+/// backends and meshnft, after a control pod without it, and again dual
+/// stack (`ISTIO_DUAL_STACK=true`, where istio-cni writes its IPv6 rules).
+/// The probe is one packet from the node to the pod through raw sockets,
+/// seen or not by a raw socket in the pod (after `prerouting`, where every
+/// rule of this kind sits: [`RAW_PY`]): a TCP SYN and an ICMP echo request
+/// (valid), a TCP SYN|FIN (flags nf_conntrack refuses) and an ICMP echo
+/// reply no request preceded (invalid); each over IPv4 and over IPv6
+/// (ICMPv6), and the pod's and the node's IPv6 neighbour discovery through
+/// the drop (NDP is untracked, not invalid: the valid IPv6 packets arrive
+/// only when the node resolved the pod). Without the key every packet
+/// arrives with every plugin (the probe sees them); with it the invalid
+/// TCP segment is dropped by all three. istio-iptables drops every invalid
+/// packet (`-m conntrack --ctstate INVALID -j ISTIO_DROP`), istio-nftables
+/// only TCP ones (`meta l4proto tcp ct state invalid jump ISTIO_DROP`): its
+/// backend lets the invalid ICMP through; meshnft follows the iptables
+/// backend (and Kuma's rule, which has no protocol either).
+#[support::root_test]
+fn istio_invalid_drop_side_by_side() {
+    let control = Scenario {
+        title: "Istio, no INVALID_DROP (the probe's control):",
+        name: "noinvalid",
+        proxy_env: &[("ISTIO_DUAL_STACK", "true")],
+        timeline: invalid_rows!(Arrived, Arrived, Arrived, Arrived;
+            v6: Arrived, Arrived, Arrived, Arrived; nd: Arrived; conn6: ProxyIn),
+        ..Default::default()
+    };
+    let drop = Scenario {
+        title: "Istio, INVALID_DROP=true on istio-proxy (IPv6 not redirected):",
+        name: "invalid",
+        proxy_env: &[("INVALID_DROP", "true")],
+        timeline: invalid_rows!(Arrived, Dropped, Arrived, Dropped;
+            v6: Arrived, Arrived, Arrived, Arrived; nd: Arrived; conn6: App),
+        nft_backend_differs: &[
+            (
+                "node -> pod: ICMP echo reply, no request (invalid)",
+                Landed::Arrived,
+            ),
+            (
+                "node -> [pod]: TCP SYN|FIN (conntrack: invalid)",
+                Landed::Dropped,
+            ),
+            ("node -> [pod]:8080", Landed::ProxyIn),
+        ],
+        ..Default::default()
+    };
+    let dual = Scenario {
+        title: "Istio, INVALID_DROP=true and ISTIO_DUAL_STACK=true on istio-proxy:",
+        name: "invalid6",
+        proxy_env: &[("INVALID_DROP", "true"), ("ISTIO_DUAL_STACK", "true")],
+        timeline: invalid_rows!(Arrived, Dropped, Arrived, Dropped;
+            v6: Arrived, Dropped, Arrived, Dropped; nd: Arrived; conn6: ProxyIn),
+        nft_backend_differs: &[
+            (
+                "node -> pod: ICMP echo reply, no request (invalid)",
+                Landed::Arrived,
+            ),
+            (
+                "node -> [pod]: ICMPv6 echo reply, no request (invalid)",
+                Landed::Arrived,
+            ),
+        ],
+        ..Default::default()
+    };
+    side_by_side(&[control, drop, dual]);
+}
+
+/// Kuma's `traffic.kuma.io/drop-invalid-packets: "true"`, and the same
+/// key in the rendered YAML (`dropInvalidPackets: true`), with kuma-cni
+/// and meshnft, after a control pod without it, both dual stack (kuma-cp's
+/// default): the packets of [`istio_invalid_drop_side_by_side`], IPv4 and
+/// IPv6; kuma-cni's mangle `PREROUTING` rule (`iptables` and `ip6tables`)
+/// drops every invalid packet, TCP and ICMP, and so does meshnft; neighbour
+/// discovery goes on with both.
+#[support::root_test]
+fn kuma_invalid_drop_side_by_side() {
+    let control = Scenario {
+        title: "Kuma, no drop-invalid-packets (the probe's control):",
+        name: "kuma-noinvalid",
+        mesh: Mesh::Kuma,
+        rendered: vec![(KUMA_CONFIG, kuma_default_config())],
+        timeline: invalid_rows!(Arrived, Arrived, Arrived, Arrived;
+            v6: Arrived, Arrived, Arrived, Arrived; nd: Arrived; conn6: ProxyIn),
+        ..Default::default()
+    };
+    let drop = Scenario {
+        title: "Kuma, traffic.kuma.io/drop-invalid-packets: \"true\" (rendered: dropInvalidPackets: true):",
+        name: "kuma-invalid",
+        mesh: Mesh::Kuma,
+        annotations: &[("traffic.kuma.io/drop-invalid-packets", "true")],
+        rendered: vec![(
+            KUMA_CONFIG,
+            format!("dropInvalidPackets: true\n{}", kuma_default_config()),
+        )],
+        timeline: invalid_rows!(Arrived, Dropped, Arrived, Dropped;
+            v6: Arrived, Dropped, Arrived, Dropped; nd: Arrived; conn6: ProxyIn),
+        ..Default::default()
+    };
+    side_by_side(&[control, drop]);
 }
 
 // ---------------------------------------------------------------------------
@@ -2341,6 +3029,70 @@ fn kuma_config_meshnft_cannot_honour_is_refused() {
     let text = format!("{} {}", e["msg"], e["details"]);
     assert!(text.contains(KUMA_CONFIG) && text.contains("dryRun"), "{e}");
     let _ = node.cni("del", &cl, pod.path(), "kuma-refused", &args_ref(&args));
+}
+
+/// Kuma's inbound `excludePortsForUIDs`, which meshnft refuses
+/// (docs/meshes.md): kuma-cni writes each entry as a `KUMA_MESH_INBOUND`
+/// rule with no match (an exclusion by UID has no address, and Kuma's
+/// `Source("")` adds no `-s`), `-j RETURN`, so every inbound connection
+/// skips the proxy while outbound is still redirected; meshnft refuses the
+/// pod (code 7 naming the annotation and the key) instead of silently
+/// unmeshing its inbound side.
+#[support::root_test]
+fn kuma_inbound_uid_exclusions_skip_every_inbound_with_kuma_cni() {
+    let sc = Scenario {
+        title: "Kuma, redirect.inbound.excludePortsForUIDs [\"tcp:9100:1500\"] (kuma-cni alone; meshnft refuses it):",
+        name: "kuma-in-uids",
+        mesh: Mesh::Kuma,
+        rendered: vec![(
+            KUMA_CONFIG,
+            kuma_config(
+                "dualstack",
+                "    excludePorts: [9901, 9001]\n    excludePortsForUIDs: [\"tcp:9100:1500\"]\n",
+                "    excludePorts: [9901]\n",
+            ),
+        )],
+        timeline: timeline![
+            proxy starts;
+            "kuma-sidecar (uid 5678) -> server:80", KUMA_PROXY, srv(SRV4_A, 80) => Direct;
+            "app -> server:80", APP, srv(SRV4_A, 80) => ProxyOut;
+            "node -> pod:8080", NODE, pod4(8080) => App;
+            "node -> pod:9100 (the entry's port)", NODE, pod4(9100) => App;
+            "node -> [pod]:8080", NODE, pod6(8080) => App;
+        ],
+        ..Default::default()
+    };
+    compare(&[(&sc, vec![run_scenario(Peer::KumaCni, &sc)])]);
+    // meshnft, on the same pod: refused.
+    let (_, yaml) = &sc.rendered[0];
+    let spec = mesh_pod(
+        Mesh::Kuma,
+        "kuma-in-uids",
+        Shape::Classic,
+        &[(KUMA_CONFIG, yaml)],
+        &[],
+    );
+    let node = Node::new();
+    let cg = PodCgroups::new(support::Layout::Cgroupfs, support::Qos::Burstable);
+    let pod = Netns::new("mtpod");
+    let api = support::in_netns(node.netns.path(), || FakeApi::serving(&[spec]));
+    let cl = node.write_conflist(
+        "kuma",
+        "1.0.0",
+        plugin_entries(Peer::Meshnft, &sc, &node, &api),
+    );
+    let args = k8s_args(&cg, "kuma-in-uids");
+    let err = node
+        .cni("add", &cl, pod.path(), "kuma-in-uids", &args_ref(&args))
+        .expect_err("meshnft must refuse redirect.inbound.excludePortsForUIDs");
+    let e = support::cni_error(&err).unwrap_or_else(|| panic!("no CNI error in {err}"));
+    assert_eq!(e["code"], 7, "{e}");
+    let text = format!("{} {}", e["msg"], e["details"]);
+    assert!(
+        text.contains(KUMA_CONFIG) && text.contains("redirect.inbound.excludePortsForUIDs"),
+        "{e}"
+    );
+    let _ = node.cni("del", &cl, pod.path(), "kuma-in-uids", &args_ref(&args));
 }
 
 /// Why meshnft's installer refuses to chain beside a peer's entry

@@ -196,7 +196,13 @@ fn kind_config_matches_kinds_schema_and_keeps_kindnet() {
         assert!(
             matches!(
                 kind,
-                Some("ClusterConfiguration" | "InitConfiguration" | "JoinConfiguration")
+                Some(
+                    "ClusterConfiguration"
+                        | "InitConfiguration"
+                        | "JoinConfiguration"
+                        | "KubeletConfiguration"
+                        | "KubeProxyConfiguration"
+                )
             ),
             "kubeadmConfigPatches: a kubeadm document: {p}"
         );

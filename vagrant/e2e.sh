@@ -81,7 +81,10 @@ conflist_without_meshnft() {
 }
 
 pod_ready() { [[ $(kubectl -n "$NS" get pod "$1" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}') == True ]]; }
-logs_contain() { kubectl -n "$NS" logs "$1" -c "$2" 2>/dev/null | grep -q -- "$3"; }
+# grep reads its whole input (no -q) in these pipelines: with pipefail, grep -q exiting at the first
+# match makes a writer that is still writing (docker exec, kubectl) die of SIGPIPE, and the check fail
+# although the text was there.
+logs_contain() { kubectl -n "$NS" logs "$1" -c "$2" 2>/dev/null | grep -- "$3" >/dev/null; }
 init_exit_code() { kubectl -n "$NS" get pod "$1" -o jsonpath="{.status.initContainerStatuses[?(@.name==\"$2\")].${3:-state}.terminated.exitCode}"; }
 init_failed() { # the init container terminated with a non-zero code at least once
     local now last
@@ -90,17 +93,19 @@ init_failed() { # the init container terminated with a non-zero code at least on
     [[ -n $now && $now != 0 ]] || [[ -n $last && $last != 0 ]]
 }
 no_table() { ! pod_nft "$1" list table inet meshnft >/dev/null 2>&1; }
-table_closed() { pod_nft "$1" list set inet meshnft proxy_started | grep -q 'elements = '; }
-client_get() { kubectl -n "$NS" exec client -- wget -q -O- -T 5 "$1"; }
-get_contains() { client_get "$1" | grep -q -- "$2"; }
+table_closed() { pod_nft "$1" list set inet meshnft proxy_started | grep 'elements = ' >/dev/null; }
+# busybox's own timeout, not wget's -T: Debian's busybox-static 1.35 wget dies of a segmentation
+# fault (exit 139) whenever -T is given, before it connects.
+client_get() { kubectl -n "$NS" exec client -- timeout 5 wget -q -O- "$1"; }
+get_contains() { client_get "$1" | grep -- "$2" >/dev/null; }
 
 no_meshnft_leftovers() {
     local n ns
     for n in $(nodes); do
         # no per-attachment record (the per-boot level-offset cache may stay)
-        if docker exec "$n" sh -c 'ls -d /run/meshnft/*/ 2>/dev/null' | grep -q .; then return 1; fi
+        if docker exec "$n" sh -c 'ls -d /run/meshnft/*/ 2>/dev/null' | grep . >/dev/null; then return 1; fi
         for ns in $(docker exec "$n" sh -c 'ls /var/run/netns 2>/dev/null'); do
-            if docker exec "$n" nsenter --net="/var/run/netns/$ns" nft list tables 2>/dev/null | grep -q meshnft; then
+            if docker exec "$n" nsenter --net="/var/run/netns/$ns" nft list tables 2>/dev/null | grep meshnft >/dev/null; then
                 return 1
             fi
         done

@@ -47,14 +47,22 @@ fn meshed_pod() -> PodInfo {
 
 impl AgentStandIn {
     pub fn start(dir: &Path) -> Result<AgentStandIn> {
+        Self::serving(dir, meshed_pod())
+    }
+
+    /// A stand-in on `agent.sock` in `dir` (made if needed; its report
+    /// socket beside it has a fixed name, so one stand-in a directory)
+    /// answering every lookup with `pod` (the DNS rows' Istio pods,
+    /// `dns.rs`).
+    pub fn serving(dir: &Path, pod: PodInfo) -> Result<AgentStandIn> {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         let socket = dir.join("agent.sock");
         let l = UnixListener::bind(&socket).map_err(|e| format!("{}: {e}", socket.display()))?;
         l.set_nonblocking(true).map_err(|e| e.to_string())?;
         let reports = meshnft::pod::k8s::report::socket_for(&socket);
         let r = UnixDatagram::bind(&reports).map_err(|e| format!("{}: {e}", reports.display()))?;
         r.set_nonblocking(true).map_err(|e| e.to_string())?;
-        let body =
-            serde_json::to_vec(&Answer::Pod(Box::new(meshed_pod()))).map_err(|e| e.to_string())?;
+        let body = serde_json::to_vec(&Answer::Pod(Box::new(pod))).map_err(|e| e.to_string())?;
         let stop = Arc::new(AtomicBool::new(false));
         let s2 = stop.clone();
         let thread = std::thread::spawn(move || {

@@ -28,13 +28,27 @@ pub enum V {
     NftV46,
     /// A second meshnft DEL, the table already gone (a remove row only).
     MeshDelAbsent,
+    /// The cost of DNS capture: a Kuma or Istio ADD without and with it
+    /// (`dns.rs`).
+    Dns(crate::dns::Row),
+    /// ADD of Istio's TPROXY interception (the mangle chains, and the
+    /// `ip rule` and local route over rtnetlink).
+    MeshAddTproxy,
+    /// ADD of the same Istio entry in REDIRECT mode (`tproxy.rs`).
+    MeshAddIstio,
+    /// TPROXY's policy routing alone: the library call ADD makes
+    /// (`meshnft::pod::policyroute::add`), in this process (`tproxy.rs`).
+    PolicyRoute,
 }
 
 impl V {
     /// The contenders of the apply/remove loop, in their first order.
-    pub const ALL: [V; 12] = [
+    pub const ALL: [V; 19] = [
         V::MeshAdd,
         V::MeshAddV46,
+        V::MeshAddTproxy,
+        V::MeshAddIstio,
+        V::PolicyRoute,
         V::MeshAddNoCg,
         V::MeshAddAgent,
         V::MeshAddApiTls,
@@ -45,13 +59,18 @@ impl V {
         V::NftV4,
         V::LegacyV46,
         V::NftV46,
+        V::Dns(crate::dns::Row::KumaOff),
+        V::Dns(crate::dns::Row::KumaOn),
+        V::Dns(crate::dns::Row::IstioOff),
+        V::Dns(crate::dns::Row::IstioOn),
     ];
 
     /// The rows of the remove table, in order.
-    pub const DEL_ROWS: [V; 9] = [
+    pub const DEL_ROWS: [V; 10] = [
         V::MeshAdd,
         V::MeshDelAbsent,
         V::MeshAddV46,
+        V::MeshAddTproxy,
         V::Floor,
         V::NftTable,
         V::LegacyV4,
@@ -75,6 +94,10 @@ impl V {
             V::LegacyV46 => "iptables-legacy-restore-v4v6",
             V::NftV46 => "iptables-nft-restore-v4v6",
             V::MeshDelAbsent => "meshnft-del-no-table",
+            V::Dns(r) => r.id(),
+            V::MeshAddTproxy => "meshnft-add-istio-tproxy-v4",
+            V::MeshAddIstio => "meshnft-add-istio-redirect-v4",
+            V::PolicyRoute => "policy-routing-alone-in-process-v4",
         }
     }
 
@@ -93,6 +116,10 @@ impl V {
             V::LegacyV46 => "iptables+ip6tables-legacy-restore",
             V::NftV46 => "iptables+ip6tables-nft-restore",
             V::MeshDelAbsent => "meshnft DEL, no table (second DEL)",
+            V::Dns(r) => r.label(),
+            V::MeshAddTproxy => "meshnft ADD, istio TPROXY + ip rule/route (v4)",
+            V::MeshAddIstio => "meshnft ADD, istio REDIRECT (v4)",
+            V::PolicyRoute => "TPROXY's ip rule/route alone, in-process",
         }
     }
 
@@ -108,6 +135,7 @@ impl V {
         Some(match self {
             V::MeshAdd => "meshnft DEL (v4)",
             V::MeshAddV46 => "meshnft DEL (v4+v6)",
+            V::MeshAddTproxy => "meshnft DEL, istio TPROXY + ip rule/route (v4)",
             V::MeshDelAbsent => "meshnft DEL, table already gone",
             V::Floor => "floor: static C, delete batch, one sendto",
             V::NftTable => "old path: nft delete table inet meshnft",
@@ -169,6 +197,9 @@ pub fn apply(ctx: &Ctx, v: V, ns: &Ns, id: &str) -> Result<Sample> {
             vec![ctx.meshnft("ADD", ns, id, Some(&ctx.pod), &ctx.conf_v4)?]
         }
         V::MeshAddV46 => vec![ctx.meshnft("ADD", ns, id, Some(&ctx.pod), &ctx.conf_v46)?],
+        V::MeshAddTproxy => vec![ctx.meshnft("ADD", ns, id, Some(&ctx.pod), &ctx.conf_tproxy)?],
+        V::MeshAddIstio => vec![ctx.meshnft("ADD", ns, id, Some(&ctx.pod), &ctx.conf_istio)?],
+        V::PolicyRoute => return crate::tproxy::add(ns),
         V::MeshAddNoCg => vec![ctx.meshnft("ADD", ns, id, None, &ctx.conf_v4)?],
         V::MeshAddAgent => vec![ctx.meshnft("ADD", ns, id, Some(&ctx.pod), &ctx.conf_agent)?],
         V::MeshAddApiTls => match &ctx.api_tls {
@@ -203,6 +234,7 @@ pub fn apply(ctx: &Ctx, v: V, ns: &Ns, id: &str) -> Result<Sample> {
             r
         }
         V::MeshDelAbsent => return Err("meshnft-del-no-table has no apply".into()),
+        V::Dns(r) => vec![ctx.meshnft("ADD", ns, id, Some(&ctx.pod), ctx.dns_conf(r)?)?],
     };
     Ok(sample_of(&runs, t0))
 }
@@ -221,6 +253,7 @@ pub fn remove(ctx: &Ctx, v: V, ns: &Ns, id: &str) -> Result<Option<Sample>> {
             vec![ctx.meshnft("DEL", ns, id, Some(&ctx.pod), &ctx.conf_v4)?]
         }
         V::MeshAddV46 => vec![ctx.meshnft("DEL", ns, id, Some(&ctx.pod), &ctx.conf_v46)?],
+        V::MeshAddTproxy => vec![ctx.meshnft("DEL", ns, id, Some(&ctx.pod), &ctx.conf_tproxy)?],
         V::Floor => {
             let r = ctx.floor(ns, &ctx.floor_del)?;
             let mut s = sample_of(std::slice::from_ref(&r), t0);
@@ -246,6 +279,18 @@ pub fn remove(ctx: &Ctx, v: V, ns: &Ns, id: &str) -> Result<Option<Sample>> {
             ctx.meshnft("DEL", ns, id, Some(&ctx.pod), &ctx.conf_v4)?;
             return Ok(None);
         }
+        V::Dns(r) => {
+            ctx.meshnft("DEL", ns, id, Some(&ctx.pod), ctx.dns_conf(r)?)?;
+            return Ok(None);
+        }
+        V::MeshAddIstio => {
+            ctx.meshnft("DEL", ns, id, Some(&ctx.pod), &ctx.conf_istio)?;
+            return Ok(None);
+        }
+        V::PolicyRoute => {
+            crate::tproxy::remove(ns)?;
+            return Ok(None);
+        }
     };
     Ok(Some(sample_of(&runs, t0)))
 }
@@ -254,7 +299,23 @@ pub fn remove(ctx: &Ctx, v: V, ns: &Ns, id: &str) -> Result<Option<Sample>> {
 /// (and then gone)? Untimed.
 pub fn verify(ctx: &Ctx, v: V, ns: &Ns, present: bool) -> Result<()> {
     let nft = ctx.tools.nft.to_string_lossy().into_owned();
+    if let V::Dns(r) = v {
+        return crate::dns::verify(r, &ctx.listing(ns, &[&nft, "list", "ruleset"])?, present);
+    }
+    if v == V::PolicyRoute {
+        return crate::tproxy::verify_routing(ns, present);
+    }
+    if v == V::MeshAddIstio {
+        return crate::tproxy::verify_redirect(
+            &ctx.listing(ns, &[&nft, "list", "ruleset"])?,
+            present,
+        );
+    }
     let (listing, needle) = match v {
+        V::MeshAddTproxy => (
+            ctx.listing(ns, &[&nft, "list", "ruleset"])?,
+            "tproxy ip to :15006",
+        ),
         V::MeshAdd
         | V::MeshAddV46
         | V::MeshAddNoCg

@@ -109,12 +109,19 @@ pub struct Ctx {
     pub floor_del: PathBuf,
     pub conf_v4: Vec<u8>,
     pub conf_v46: Vec<u8>,
+    /// Istio's entry with `interceptionMode: TPROXY` (the TPROXY row).
+    pub conf_tproxy: Vec<u8>,
+    /// The same entry with `interceptionMode: REDIRECT` (the row the TPROXY
+    /// row is paired with, `tproxy.rs`).
+    pub conf_istio: Vec<u8>,
     /// `conf_v4` with `kubernetes.agentSocket` at [`Ctx::agent`]'s socket
     /// (and a kubeconfig that does not exist: an ADD that fell back to the
     /// API server would fail, so the row measures the agent's path only).
     pub conf_agent: Vec<u8>,
     /// The node agent's stand-in for the plugin's pod lookups.
     pub agent: Option<crate::agent::AgentStandIn>,
+    /// The DNS capture rows' entries (`dns.rs`).
+    pub dns: Option<crate::dns::Confs>,
     /// The API stand-in over TLS in a node netns, and the entry of the
     /// "agent down" row (`apitls.rs`); taken and dropped before the run
     /// looks for leftover namespaces.
@@ -157,6 +164,14 @@ impl Ctx {
         let mut c = Command::new(&self.bin);
         self.cni_env(&mut c, verb, ns, id, pod);
         run_timed(&mut c, conf)?.check(&format!("meshnft {verb}"))
+    }
+
+    /// The entry of DNS row `r`.
+    pub fn dns_conf(&self, r: crate::dns::Row) -> Result<&[u8]> {
+        self.dns
+            .as_ref()
+            .map(|d| d.conf(r))
+            .ok_or_else(|| "the DNS rows' entries are not set up".to_string())
     }
 
     /// The floor program sending the batch in file `batch` into `ns` (it
@@ -263,9 +278,14 @@ pub fn render(ctx_bin: &Path, work: &Work, conf: &Value) -> Result<String> {
     Ok(run_timed(&mut cmd, b"")?.check("meshnft render")?.stdout)
 }
 
-/// The arguments (see main.rs): mode, JSON file, plugin binary.
+/// The arguments (see main.rs): mode, JSON file, plugin binary, and
+/// whether section 6 (the real peers) is left out.
 pub struct Opts {
     pub quick: bool,
+    /// `--no-peers`: section 6 is skipped, and the report says so (on a
+    /// machine where other runs drive the same peers: kuma-cni's ADD fails
+    /// when a second `/install-cni` process exists).
+    pub no_peers: bool,
     pub json: Option<PathBuf>,
     pub bin: PathBuf,
 }
@@ -273,6 +293,7 @@ pub struct Opts {
 pub fn parse_args() -> Result<Opts> {
     let mut o = Opts {
         quick: false,
+        no_peers: false,
         json: None,
         bin: PathBuf::from(env!("CARGO_BIN_EXE_meshnft")),
     };
@@ -280,11 +301,12 @@ pub fn parse_args() -> Result<Opts> {
     while let Some(a) = it.next() {
         match a.as_str() {
             "--quick" => o.quick = true,
+            "--no-peers" => o.no_peers = true,
             "--json" => o.json = Some(it.next().ok_or("--json needs a file")?.into()),
             "--bin" => o.bin = it.next().ok_or("--bin needs a file")?.into(),
             "--bench" => {} // added by `cargo bench`
             "-h" | "--help" => {
-                return Err("usage: compare [--quick] [--json FILE] [--bin MESHNFT] (as root; see bench.sh)".into());
+                return Err("usage: compare [--quick] [--no-peers] [--json FILE] [--bin MESHNFT] (as root; see bench.sh)".into());
             }
             other => return Err(format!("unknown argument {other:?}")),
         }

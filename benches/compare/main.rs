@@ -3,14 +3,17 @@
 //! Run it with `sudo ./bench.sh` (full) or `sudo ./bench.sh --quick` (what
 //! `./test.sh` runs); `bench.sh` builds this and the plugin with cargo's
 //! bench profile (= release) and cleans up after it. Arguments:
-//! `[--quick] [--json FILE] [--bin MESHNFT]` (cargo adds `--bench`).
+//! `[--quick] [--no-peers] [--json FILE] [--bin MESHNFT]` (cargo adds `--bench`).
 //!
 //! 1. Apply: rules into a fresh pod netns, per contender, interleaved runs;
 //!    meshnft's plugin (netlink; a meshed pod's data from the node agent,
 //!    or with the agent down from the API server over TLS), the floor (the
 //!    same batch sent by the static C program of `floor.c`), the old path
 //!    (`nft -f` of meshnft's transaction), proxy-init's rules through
-//!    iptables-*-restore.
+//!    iptables-*-restore; and a Kuma and an Istio ADD without and with DNS
+//!    capture ([`dns`]: what DNS capture adds); an Istio ADD in REDIRECT and
+//!    in TPROXY mode, and TPROXY's policy routing alone ([`tproxy`]: what
+//!    TPROXY adds).
 //! 2. Remove: right after each apply, in the same netns (and meshnft's DEL
 //!    once more, with the table gone).
 //! 3. Datapath: connects/s through the pod's nat prerouting hook with 0, 100,
@@ -39,6 +42,7 @@ mod apply;
 mod concurrency;
 mod ctx;
 mod datapath;
+mod dns;
 mod floor;
 mod footprint;
 mod machine;
@@ -47,6 +51,7 @@ mod report;
 mod rules;
 mod stats;
 mod sys;
+mod tproxy;
 
 use ctx::{Ctx, EXAMPLE, Opts, Plan, Tools};
 use rules::Skips;
@@ -100,8 +105,11 @@ fn run() -> Result<()> {
         floor_del: PathBuf::new(),
         conf_v4: vec![],
         conf_v46: vec![],
+        conf_tproxy: vec![],
+        conf_istio: vec![],
         conf_agent: vec![],
         agent: None,
+        dns: None,
         api_tls: None,
         pod,
         seq: AtomicU64::new(0),
@@ -112,6 +120,15 @@ fn run() -> Result<()> {
     ctx.conf_v4 = serde_json::to_vec(&c4).map_err(|e| e.to_string())?;
     ctx.conf_v46 =
         serde_json::to_vec(&ctx.conf(true, &Skips::default())).map_err(|e| e.to_string())?;
+    let mut ct = c4.clone();
+    if let Some(o) = ct.as_object_mut() {
+        o.remove("linkerd");
+    }
+    ct["mesh"] = json!("istio");
+    ct["istio"] = json!({"interceptionMode": "REDIRECT"});
+    ctx.conf_istio = serde_json::to_vec(&ct).map_err(|e| e.to_string())?;
+    ct["istio"] = json!({"interceptionMode": "TPROXY"});
+    ctx.conf_tproxy = serde_json::to_vec(&ct).map_err(|e| e.to_string())?;
     let stand_in = agent::AgentStandIn::start(&ctx.work.dir)?;
     let mut ca = c4.clone();
     ca["kubernetes"] = json!({
@@ -120,6 +137,7 @@ fn run() -> Result<()> {
     });
     ctx.conf_agent = serde_json::to_vec(&ca).map_err(|e| e.to_string())?;
     ctx.agent = Some(stand_in);
+    ctx.dns = Some(dns::confs(&c4, &ctx.work.dir)?);
     let api_name = ctx.name("apinode");
     ctx.api_tls = Some(apitls::ApiTls::start(&ctx.work, &api_name, &c4)?);
     ctx.rendered = ctx::render(&ctx.bin, &ctx.work, &c4)?;
@@ -187,7 +205,15 @@ fn measure(ctx: &Ctx, plan: &Plan, opts: &Opts, started: Instant) -> Result<()> 
     let dp = datapath::bench_datapath(ctx, plan)?;
     eprintln!("4. peak RSS");
     let fp = footprint::bench_footprint(ctx, plan)?;
-    let peers = peers::bench(ctx, plan)?;
+    let peers = if opts.no_peers {
+        let why = "skipped (--no-peers)";
+        peers::PeersReport {
+            text: format!("\n6. The real peers: {why}\n"),
+            json: json!({"skipped": why}),
+        }
+    } else {
+        peers::bench(ctx, plan)?
+    };
     let bin_bytes = std::fs::metadata(&opts.bin).map(|m| m.len()).unwrap_or(0);
     let elapsed = started.elapsed().as_secs_f64();
     machine["loadavg_at_end"] = json!(machine::read_trim("/proc/loadavg"));

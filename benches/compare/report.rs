@@ -164,6 +164,10 @@ pub fn report(
         fmt_ms(floor_add_send),
         fmt_ms(floor_add_close)
     );
+    let (dns_text, dns_json) = crate::dns::adds(ar);
+    out += &dns_text;
+    let (tproxy_text, tproxy_json) = crate::tproxy::adds(ar);
+    out += &tproxy_text;
 
     let mut del_json = vec![];
     out += "\n2. Remove: right after the apply, in the same netns\n";
@@ -482,6 +486,8 @@ pub fn report(
         "machine": machine,
         "settings": {"incoming_proxy_port": rules::INBOUND_PORT, "outgoing_proxy_port": rules::OUTBOUND_PORT, "proxy_uid": rules::PROXY_UID, "inbound_ports_to_ignore": rules::DEFAULT_INBOUND_IGNORE},
         "apply": apply_json,
+        "dns_capture_adds": dns_json,
+        "tproxy_adds": tproxy_json,
         "remove": del_json,
         "what_dominates": {
             "floor_add_sendto_ms": round3(floor_add_send),

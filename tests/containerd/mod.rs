@@ -213,6 +213,33 @@ pub enum Runtime {
     Containerd2,
     /// Debian's packaged containerd (1.6 on Debian 12): config version 2, one CNI bin dir.
     Debian16,
+    /// CRI-O built by `scripts/node-build.sh crio` (see [`crio_dir`]), with Debian's conmon
+    /// and runc, the cgroupfs cgroup manager, one CNI conf dir ([`Network`]).
+    Crio,
+}
+
+/// `<cache>/crio-<version>` when `scripts/node-build.sh crio` has built CRI-O (asked with
+/// `MESHNFT_NODE_CACHED_ONLY=1`: nothing is built here), else `None` (the caller skips,
+/// naming the command). Asked once per process.
+pub fn crio_dir() -> Option<PathBuf> {
+    static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/node-build.sh");
+        let out = Command::new(&script)
+            .arg("crio")
+            .env("MESHNFT_NODE_CACHED_ONLY", "1")
+            .stdin(Stdio::null())
+            .stderr(Stdio::inherit())
+            .output()
+            .ok()?;
+        if !out.status.success() {
+            return None;
+        }
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .find_map(|l| l.strip_prefix("crio=").map(PathBuf::from))
+    })
+    .clone()
 }
 
 impl Runtime {
@@ -226,6 +253,7 @@ impl Runtime {
                 .parent()
                 .map(|p| p.join("containerd-debian"))
                 .unwrap_or_default(),
+            Runtime::Crio => crio_dir().unwrap_or_default(),
         }
     }
 
@@ -237,8 +265,12 @@ impl Runtime {
 
 /// A CNI network for a runtime handler: the conflist containerd loads for pods that name
 /// this handler (`cni_conf_dir` per handler; `""` is the default handler `runc`).
+///
+/// CRI-O has one CNI conf dir for every handler (ocicni loads every file in it and takes the
+/// first by name): there `handler` is the file's name in that dir (`""`:
+/// `10-meshnet.conflist`).
 pub struct Network {
-    /// Runtime handler name (`""`: the default).
+    /// Runtime handler name (`""`: the default); with CRI-O the conflist's file name.
     pub handler: String,
     /// The conflist.
     pub conflist: Value,
@@ -338,6 +370,9 @@ impl CriNode {
             }
         }
         let cdir = node.dir().join("c");
+        if runtime == Runtime::Crio {
+            return CriNode::start_crio(node, cdir, &networks, &tools.images(), run_dir_made);
+        }
         for d in ["root", "state", "s", "runc", "logs"] {
             fs::create_dir_all(cdir.join(d)).expect("mkdir containerd dir");
         }
@@ -388,39 +423,8 @@ impl CriNode {
             .stderr(log)
             .spawn()
             .expect("start containerd");
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("tokio runtime");
         let sock = cdir.join("containerd.sock");
-        let mut n = CriNode {
-            rt,
-            client: Mutex::new(None),
-            child: Some(child),
-            cdir,
-            run_dir_made,
-            node,
-        };
-        if !support::wait_until(Duration::from_secs(20), || sock.exists()) {
-            panic!("containerd did not start:\n{}", n.log());
-        }
-        let path = sock.clone();
-        let ch =
-            n.rt.block_on(
-                Endpoint::from_static("http://[::]:0").connect_with_connector(tower::service_fn(
-                    move |_: Uri| {
-                        let p = path.clone();
-                        async move {
-                            Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
-                                tokio::net::UnixStream::connect(p).await?,
-                            ))
-                        }
-                    },
-                )),
-            )
-            .unwrap_or_else(|e| panic!("connect {}: {e}", sock.display()));
-        n.client = Mutex::new(Some(RuntimeServiceClient::new(ch)));
+        let n = CriNode::connect(child, cdir, run_dir_made, node, &sock, "containerd");
         let out = support::run(&[
             runtime.bin("ctr").to_str().unwrap_or(""),
             "--address",
@@ -441,9 +445,186 @@ impl CriNode {
         n
     }
 
-    /// containerd's log so far.
+    /// Waits (20 s) for the runtime's CRI socket `sock` and connects the client; panics with
+    /// the runtime's log when it does not come up.
+    fn connect(
+        child: Child,
+        cdir: PathBuf,
+        run_dir_made: Option<(MutexGuard<'static, ()>, bool)>,
+        node: Node,
+        sock: &Path,
+        what: &str,
+    ) -> CriNode {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("tokio runtime");
+        let mut n = CriNode {
+            rt,
+            client: Mutex::new(None),
+            child: Some(child),
+            cdir,
+            run_dir_made,
+            node,
+        };
+        if !support::wait_until(Duration::from_secs(20), || sock.exists()) {
+            panic!("{what} did not start:\n{}", n.log());
+        }
+        let path = sock.to_path_buf();
+        let ch =
+            n.rt.block_on(
+                Endpoint::from_static("http://[::]:0").connect_with_connector(tower::service_fn(
+                    move |_: Uri| {
+                        let p = path.clone();
+                        async move {
+                            Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
+                                tokio::net::UnixStream::connect(p).await?,
+                            ))
+                        }
+                    },
+                )),
+            )
+            .unwrap_or_else(|e| panic!("connect {}: {e}", sock.display()));
+        n.client = Mutex::new(Some(RuntimeServiceClient::new(ch)));
+        n
+    }
+
+    /// CRI-O in `node` (see [`Runtime::Crio`]): everything under `cdir` (storage root and
+    /// run root, its socket, conmon's exit and attach dirs, the pinned namespaces, logs, its
+    /// config), the networks' conflists in `cdir/net.d`, the images copied into its store
+    /// with CRI-O's `copyimg` before it starts (no registry).
+    fn start_crio(
+        node: Node,
+        cdir: PathBuf,
+        networks: &[Network],
+        images: &Path,
+        run_dir_made: Option<(MutexGuard<'static, ()>, bool)>,
+    ) -> CriNode {
+        let bin = Runtime::Crio.dir().join("bin");
+        for d in [
+            "root", "run", "logs", "exits", "attach", "ns", "runc", "net.d", "conf.d", "cdi",
+            "keys", "hooks", "policies", "auth",
+        ] {
+            fs::create_dir_all(cdir.join(d)).expect("mkdir crio dir");
+        }
+        for n in networks {
+            let name = if n.handler.is_empty() {
+                "10-meshnet.conflist"
+            } else {
+                n.handler.as_str()
+            };
+            fs::write(
+                cdir.join("net.d").join(name),
+                serde_json::to_vec_pretty(&n.conflist).expect("conflist JSON"),
+            )
+            .expect("write conflist");
+        }
+        let policy = cdir.join("policy.json");
+        fs::write(
+            &policy,
+            r#"{"default":[{"type":"insecureAcceptAnything"}]}"#,
+        )
+        .expect("write policy.json");
+        // The archive's two manifests, in scripts/containerd.sh's order (both carry the
+        // ref name `1`: picked by index, which the `oci:` transport takes for a layout dir,
+        // not `oci-archive:`).
+        let layout = cdir.join("images");
+        fs::create_dir_all(&layout).expect("mkdir images");
+        let out = support::run(&[
+            "tar",
+            "-xf",
+            images.to_str().unwrap_or(""),
+            "-C",
+            layout.to_str().unwrap_or(""),
+        ]);
+        assert!(out.status.success(), "tar -xf images: {out:?}");
+        for (i, name) in [IMAGE, PAUSE_IMAGE].iter().enumerate() {
+            // In a mount namespace of its own with a tmpfs on /var/lib: the containers
+            // libraries' blob info cache (/var/lib/containers/cache for root) goes with it.
+            let out = Command::new("unshare")
+                .args(["--mount", "--propagation", "private", "--"])
+                .args([
+                    "sh",
+                    "-c",
+                    "mount -t tmpfs tmpfs /var/lib && exec \"$0\" \"$@\"",
+                ])
+                .arg(bin.join("copyimg"))
+                .arg("--root")
+                .arg(cdir.join("root"))
+                .arg("--runroot")
+                .arg(cdir.join("run"))
+                .args(["--storage-driver", "overlay", "--signature-policy"])
+                .arg(&policy)
+                .args(["--image-name", name, "--import-from"])
+                .arg(format!("oci:{}:@{i}", layout.display()))
+                .output()
+                .expect("run copyimg");
+            if !out.status.success() {
+                // The store's own mount (overlay's home) must go before the node's dir can.
+                for m in mounts_under(node.dir()).iter().rev() {
+                    let _ = support::run(&["umount", "-l", m.to_str().unwrap_or("")]);
+                }
+                panic!(
+                    "copyimg {name}: {}{}",
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+        }
+        // The containers libraries' own files: nothing of the host's /etc/containers.
+        fs::write(
+            cdir.join("storage.conf"),
+            format!(
+                "[storage]\ndriver = \"overlay\"\ngraphroot = {:?}\nrunroot = {:?}\n",
+                cdir.join("root").display().to_string(),
+                cdir.join("run").display().to_string()
+            ),
+        )
+        .expect("write storage.conf");
+        fs::write(
+            cdir.join("registries.conf"),
+            "unqualified-search-registries = []\n",
+        )
+        .expect("write registries.conf");
+        let cfg = crio_toml(
+            &cdir,
+            &bin,
+            &[node.bin_dir(), PathBuf::from(support::CNI_PLUGIN_DIR)],
+        );
+        fs::write(cdir.join("crio.conf"), cfg).expect("write crio.conf");
+        let log = fs::File::create(cdir.join("crio.log")).expect("crio.log");
+        let child = Command::new("nsenter")
+            .arg(format!("--net={}", node.netns.path().display()))
+            .arg("--")
+            .arg(bin.join("crio"))
+            .arg("--config")
+            .arg(cdir.join("crio.conf"))
+            .arg("--config-dir")
+            .arg(cdir.join("conf.d"))
+            .env(
+                "PATH",
+                format!(
+                    "{}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                    bin.display()
+                ),
+            )
+            .env("CONTAINERS_REGISTRIES_CONF", cdir.join("registries.conf"))
+            .env("CONTAINERS_STORAGE_CONF", cdir.join("storage.conf"))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("dup log"))
+            .stderr(log)
+            .spawn()
+            .expect("start crio");
+        let sock = cdir.join("crio.sock");
+        CriNode::connect(child, cdir, run_dir_made, node, &sock, "crio")
+    }
+
+    /// containerd's (or CRI-O's) log so far.
     pub fn log(&self) -> String {
-        fs::read_to_string(self.cdir.join("containerd.log")).unwrap_or_default()
+        fs::read_to_string(self.cdir.join("containerd.log"))
+            .or_else(|_| fs::read_to_string(self.cdir.join("crio.log")))
+            .unwrap_or_default()
     }
 
     /// containerd's own directory (root, state, sockets, conf dirs, logs).
@@ -562,6 +743,15 @@ impl CriNode {
             annotations: ann,
             linux: Some(cri::LinuxPodSandboxConfig {
                 cgroup_parent: cg.parent.clone(),
+                // As kubelet sends it for a pod without shareProcessNamespace (CRI-O then
+                // runs no infra container: the pod's namespaces are pinned by pinns).
+                security_context: Some(cri::LinuxSandboxSecurityContext {
+                    namespace_options: Some(cri::NamespaceOption {
+                        pid: cri::NamespaceMode::Container as i32,
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
                 ..Default::default()
             }),
             ..Default::default()
@@ -616,8 +806,11 @@ impl CriNode {
                 name: name.to_owned(),
                 attempt: 0,
             }),
+            // kubelet names the image the pod spec asked for (CRI-O checks its signature
+            // policy against it and refuses a container without it).
             image: Some(cri::ImageSpec {
                 image: IMAGE.to_owned(),
+                user_specified_image: IMAGE.to_owned(),
                 ..Default::default()
             }),
             command: argv.iter().map(|s| (*s).to_owned()).collect(),
@@ -625,6 +818,11 @@ impl CriNode {
             linux: Some(cri::LinuxContainerConfig {
                 security_context: Some(cri::LinuxContainerSecurityContext {
                     run_as_user: Some(cri::Int64Value { value: uid }),
+                    // The sandbox's PID namespace mode, as kubelet repeats it.
+                    namespace_options: Some(cri::NamespaceOption {
+                        pid: cri::NamespaceMode::Container as i32,
+                        ..Default::default()
+                    }),
                     ..Default::default()
                 }),
                 ..Default::default()
@@ -768,9 +966,11 @@ impl CriNode {
         mounts_under(self.node.dir())
     }
 
-    /// Processes whose command line mentions this node's directory (containerd, shims).
+    /// Processes whose command line mentions a path in this node's directory (containerd,
+    /// shims, CRI-O, conmon). With the `/`: another node's directory whose name this one's
+    /// is a prefix of (`…x1d8d` and `…x1d8d0`) is not this node's.
     pub fn processes(&self) -> Vec<i32> {
-        let needle = self.node.dir().display().to_string();
+        let needle = format!("{}/", self.node.dir().display());
         let me = std::process::id() as i32;
         fs::read_dir("/proc")
             .map(|rd| {
@@ -863,8 +1063,9 @@ fn runtime_toml(rt: Runtime, handler: &str, cdir: &Path, conf_dir: Option<&Path>
     let conf = conf_dir
         .map(|c| format!("          cni_conf_dir = {:?}\n", c.display().to_string()))
         .unwrap_or_default();
+    // CRI-O never gets here (its configuration is crio_toml's).
     let plugin = match rt {
-        Runtime::Containerd2 => "io.containerd.cri.v1.runtime",
+        Runtime::Containerd2 | Runtime::Crio => "io.containerd.cri.v1.runtime",
         Runtime::Debian16 => "io.containerd.grpc.v1.cri",
     };
     format!(
@@ -979,6 +1180,98 @@ disabled_plugins = ['io.containerd.nri.v1.nri', 'io.containerd.internal.v1.opt',
         bins = bins.join(", "),
         conf = conf_dir.display().to_string(),
         runc = runtime_toml(rt, "runc", cdir, None),
+    )
+}
+
+/// CRI-O's configuration (`crio --config`): every path under `cdir`; the cgroupfs cgroup
+/// manager with conmon in the pod cgroup (systemd, CRI-O's default, needs systemd as PID 1);
+/// Debian's runc as the runtime (Debian 12's crun 1.8.1 refuses the runtime spec CRI-O 1.36
+/// writes: `unknown version specified`); no infra container unless the
+/// pod shares its PID namespace (CRI-O's default); no NRI, metrics or SELinux; no HostPort
+/// handling (CRI-O's hostport manager drives the host's nftables through `nft`, which
+/// `scripts/without-nft.sh` hides: the run would count it as meshnft's).
+fn crio_toml(cdir: &Path, bin: &Path, plugin_dirs: &[PathBuf]) -> String {
+    let d = |s: &str| format!("{:?}", cdir.join(s).display().to_string());
+    let dirs: Vec<String> = plugin_dirs
+        .iter()
+        .map(|b| format!("{:?}", b.display().to_string()))
+        .collect();
+    format!(
+        r#"[crio]
+root = {root}
+runroot = {run}
+storage_driver = "overlay"
+log_dir = {logs}
+version_file = {vtmp}
+version_file_persist = {vper}
+clean_shutdown_file = {clean}
+
+[crio.api]
+listen = {sock}
+stream_address = "127.0.0.1"
+stream_port = "0"
+
+[crio.runtime]
+default_runtime = "runc"
+cgroup_manager = "cgroupfs"
+selinux = false
+drop_infra_ctr = true
+disable_hostport_mapping = true
+namespaces_dir = {ns}
+pinns_path = {pinns:?}
+container_exits_dir = {exits}
+container_attach_socket_dir = {attach}
+hooks_dir = [{hooks}]
+cdi_spec_dirs = [{cdi}]
+decryption_keys_path = {keys}
+irqbalance_config_file = {irq}
+irqbalance_config_restore_file = ""
+log_level = "debug"
+
+[crio.runtime.runtimes.runc]
+runtime_path = "/usr/sbin/runc"
+runtime_type = "oci"
+runtime_root = {runc}
+monitor_path = "/usr/bin/conmon"
+monitor_cgroup = "pod"
+
+[crio.image]
+pause_image = "{PAUSE_IMAGE}"
+signature_policy = {policy}
+signature_policy_dir = {policies}
+namespaced_auth_dir = {auth}
+
+[crio.network]
+network_dir = {netd}
+plugin_dirs = [{dirs}]
+
+[crio.metrics]
+enable_metrics = false
+
+[crio.nri]
+enable_nri = false
+"#,
+        root = d("root"),
+        run = d("run"),
+        logs = d("logs"),
+        vtmp = d("run/version"),
+        vper = d("root/version"),
+        clean = d("root/clean.shutdown"),
+        sock = d("crio.sock"),
+        ns = d("ns"),
+        pinns = bin.join("pinns").display().to_string(),
+        exits = d("exits"),
+        attach = d("attach"),
+        hooks = d("hooks"),
+        cdi = d("cdi"),
+        keys = d("keys"),
+        irq = d("irqbalance"),
+        runc = d("runc"),
+        policy = d("policy.json"),
+        policies = d("policies"),
+        auth = d("auth"),
+        netd = d("net.d"),
+        dirs = dirs.join(", "),
     )
 }
 

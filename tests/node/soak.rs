@@ -378,7 +378,7 @@ fn sweep(node: &Node) {
 }
 
 /// The `entry.json` of meshnft's ConfigMap.
-fn entry(node: &Node) -> String {
+pub(crate) fn entry(node: &Node) -> String {
     node.get(
         "meshnft",
         "configmap/meshnft-config",
@@ -388,7 +388,7 @@ fn entry(node: &Node) -> String {
 
 /// Sets the `entry.json` of meshnft's ConfigMap to `json` and waits (180 s) until the installer
 /// has put it into the conflist: `mesh` there (none for Linkerd).
-fn set_entry(node: &Node, json: &str, mesh: &str) -> Result<(), String> {
+pub(crate) fn set_entry(node: &Node, json: &str, mesh: &str) -> Result<(), String> {
     let patch = serde_json::json!({"data": {"entry.json": json}}).to_string();
     kubectl_retrying(
         node,

@@ -244,21 +244,25 @@ fn two_nodes() {
     steps.run("meshed pods call across nodes", || {
         calls_across_nodes(&cluster, &nodes)
     });
-    steps.run("rollout across both nodes during churn", || {
+    steps.step("kubectl meshnft", || {
+        super::kubectlplugin::kubectl_meshnft(&cluster, &second, &nodes)
+    });
+    steps.step("rollout across both nodes during churn", || {
         rollout_during_churn(&cluster, &nodes)
     });
-    steps.run("each agent watched its own node", || {
+    steps.step("each agent watched its own node", || {
         agents_watch_own_node(&cluster, &nodes)
     });
-    steps.run("an agent writes only its own node", || {
+    steps.step("an agent writes only its own node", || {
         agent_writes_only_its_node(&cluster, &nodes)
     });
-    steps.run("DaemonSet no longer targets the second node", || {
+    steps.step("DaemonSet no longer targets the second node", || {
         untargeted_node(&cluster, &second, &nodes)
     });
-    let third = steps.run("a new node joins during churn", || {
-        node_joins_during_churn(&cluster)
-    });
+    const JOINS: &str = "a new node joins during churn";
+    let third = steps
+        .wanted(JOINS)
+        .then(|| steps.run(JOINS, || node_joins_during_churn(&cluster)));
     // The third node's kubelet cgroups too.
     let roots = cluster.cgroup_roots();
     steps.run("nodes down", || {
@@ -576,15 +580,20 @@ fn deployment(name: &str, group: &str, replicas: usize) -> String {
     )
 }
 
-/// Issue 52: with the gate's RBAC (`patch` on every Node, as `agent.removeNodeTaint` grants it)
-/// and the chart's policy on node writes, the token of the first node's agent (read where a
-/// node's root finds it: kubelet's projected volume of that pod) may patch its own Node, and
-/// not the other Node: the API server refuses with the policy's message. (The other Node's
-/// status is not tried: kubectl reads `nodes/status` before patching it, which the gate's RBAC
-/// does not grant.)
-/// The control first: the RBAC alone lets that token patch the other Node (so the policy is
-/// what refuses it). `MESHNFT_NODE_WITHOUT=nodepolicy`: the policy left out, the other node's
-/// patch goes through.
+/// The condition type the status probes of [`agent_writes_only_its_node`] write.
+const PROBE_CONDITION: &str = "meshnft.test/Probe";
+
+/// Issue 52: with the gate's RBAC (`patch` on every Node and every `nodes/status`, as
+/// `agent.removeNodeTaint` and `agent.nodeCondition` grant them) and the chart's policy on node
+/// writes, the token of the first node's agent (read where a node's root finds it: kubelet's
+/// projected volume of that pod) may patch its own Node and its own Node's status, and neither
+/// the other Node nor the other Node's status: the API server refuses both with the policy's
+/// message. A Node is patched with kubectl; a status with curl, a strategic merge patch of
+/// `status.conditions` as the agent's condition makes it (kubectl reads `nodes/status` before
+/// patching it, which the agent may not).
+/// The controls first: the RBAC alone lets that token patch the other Node and its status (so
+/// the policy is what refuses them). `MESHNFT_NODE_WITHOUT=nodepolicy`: the policy left out,
+/// the other node's patches go through, and the row fails naming both.
 fn agent_writes_only_its_node(cluster: &Node, nodes: &[String; 2]) {
     let t = Instant::now();
     cluster.apply(faults::GATE_RBAC);
@@ -604,10 +613,12 @@ fn agent_writes_only_its_node(cluster: &Node, nodes: &[String; 2]) {
         .to_string();
     assert!(!uid.is_empty(), "meshnft's pod on {own}");
     // As the agent: its projected token and CA, the API server's ClusterIP, no other credential.
+    let projected = format!(
+        "d=$(ls -d /var/lib/kubelet/pods/{uid}/volumes/kubernetes.io~projected/*/ | head -n 1)"
+    );
     let as_agent = |args: &str| {
         let script = format!(
-            "d=$(ls -d /var/lib/kubelet/pods/{uid}/volumes/kubernetes.io~projected/*/ | head -n 1) \
-             && kubectl --kubeconfig=/dev/null --server=https://198.19.128.1:443 \
+            "{projected} && kubectl --kubeconfig=/dev/null --server=https://198.19.128.1:443 \
              --certificate-authority=\"$d/ca.crt\" --token=\"$(cat \"$d/token\")\" {args}"
         );
         let out = cluster.run(&["sh", "-c", &script], None);
@@ -616,10 +627,41 @@ fn agent_writes_only_its_node(cluster: &Node, nodes: &[String; 2]) {
             format!("{}{}", text(&out.stdout), text(&out.stderr)),
         )
     };
+    // A condition on `node`'s status, as the agent's token: (answered 200, the answer).
+    let status_as_agent = |node: &str, v: &str| {
+        let patch = serde_json::json!({"status": {"conditions": [{
+            "type": PROBE_CONDITION,
+            "status": "True",
+            "reason": "Probe",
+            "message": v,
+        }]}});
+        let script = format!(
+            "{projected} && curl -sS --max-time 20 --cacert \"$d/ca.crt\" \
+             -H \"Authorization: Bearer $(cat \"$d/token\")\" -X PATCH \
+             -H 'Content-Type: application/strategic-merge-patch+json' --data '{patch}' \
+             -w '\\nHTTP %{{http_code}}' https://198.19.128.1:443/api/v1/nodes/{node}/status"
+        );
+        let out = cluster.run(&["sh", "-c", &script], None);
+        let answer = text(&out.stdout);
+        let (body, code) = answer.rsplit_once("\nHTTP ").unwrap_or((&answer, "none"));
+        // The Status of a refusal says why; a patched Node is not repeated.
+        let why = serde_json::from_str::<serde_json::Value>(body)
+            .ok()
+            .and_then(|v| v["message"].as_str().map(str::to_string))
+            .unwrap_or_default();
+        let mut said = format!("HTTP {}", code.trim());
+        for more in [why.as_str(), text(&out.stderr).trim()] {
+            if !more.is_empty() {
+                said = format!("{said}: {more}");
+            }
+        }
+        (out.status.success() && code.trim() == "200", said)
+    };
     let probe = |v: &str| {
         format!(r#"-p '{{"metadata":{{"annotations":{{"meshnft.test/probe":"{v}"}}}}}}'"#)
     };
-    // The control: RBAC alone (granted to every Node) lets the token patch the other node.
+    // The controls: RBAC alone (granted on every Node) lets the token patch the other node and
+    // its status.
     let control = support::wait_until(Duration::from_secs(30), || {
         as_agent(&format!(
             "patch node {other} --type=merge {}",
@@ -627,9 +669,12 @@ fn agent_writes_only_its_node(cluster: &Node, nodes: &[String; 2]) {
         ))
         .0
     });
+    let status_control = status_as_agent(other, "rbac");
     assert!(
-        control,
-        "the control: with the gate's RBAC alone the agent's token patches {other}"
+        control && status_control.0,
+        "the controls: with the gate's RBAC alone the agent's token patches {other} ({control}) \
+         and its status: {}",
+        status_control.1
     );
     faults::apply_gate_rbac(cluster);
     // The policy takes effect once the API server has loaded it (a few seconds).
@@ -645,27 +690,66 @@ fn agent_writes_only_its_node(cluster: &Node, nodes: &[String; 2]) {
         "patch node {own} --type=merge {}",
         probe("policy")
     ));
+    let their_status = status_as_agent(other, "policy");
+    let my_status = status_as_agent(own, "policy");
     eprintln!(
-        "an agent's token (of {own}), the policy on: patch node {own}: {}; patch node {other}: {}",
+        "an agent's token (of {own}), the policy on: patch node {own}: {}; patch node {other}: \
+         {}; patch node {own} status: {}; patch node {other} status: {}",
         mine.1.trim(),
-        theirs.1.trim()
+        theirs.1.trim(),
+        my_status.1.trim(),
+        their_status.1.trim()
     );
+    let unprobe = serde_json::json!({"status": {"conditions": [{
+        "type": PROBE_CONDITION,
+        "$patch": "delete",
+    }]}});
     for n in nodes {
         let _ = cluster.kubectl(&["annotate", "node", n, "meshnft.test/probe-"]);
+        let _ = cluster.kubectl(&[
+            "patch",
+            "node",
+            n,
+            "--subresource=status",
+            "--type=strategic",
+            "-p",
+            &unprobe.to_string(),
+        ]);
     }
     cluster.kubectl_ok(&[
         "delete",
         "clusterrolebinding,clusterrole",
         "meshnft-test-node-gate",
     ]);
-    assert!(mine.0, "the agent patches its own node {own}: {}", mine.1);
+    const DENIED: &str = "meshnft may change only the node its pod runs on";
+    let mut wrong = Vec::new();
+    if !mine.0 {
+        wrong.push(format!(
+            "the agent did not patch its own node {own}: {}",
+            mine.1
+        ));
+    }
+    if !my_status.0 {
+        wrong.push(format!(
+            "the agent did not patch its own node's status ({own}): {}",
+            my_status.1
+        ));
+    }
+    if !(refused && theirs.1.contains(DENIED)) {
+        wrong.push(format!(
+            "the agent's token patched another node ({other}): {}",
+            theirs.1
+        ));
+    }
+    if their_status.0 || !their_status.1.contains(DENIED) {
+        wrong.push(format!(
+            "the agent's token patched another node's status ({other}): {}",
+            their_status.1
+        ));
+    }
     assert!(
-        refused
-            && theirs
-                .1
-                .contains("meshnft may change only the node its pod runs on"),
-        "the agent's token must not patch another node ({other}): {}",
-        theirs.1
+        wrong.is_empty(),
+        "an agent writes only its own node: {wrong:#?}"
     );
     eprintln!(
         "an agent writes only its own node: {:.1} s",

@@ -73,6 +73,13 @@ pub struct Record {
     /// written with, so CHECK can verify it without calling the API.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub settings: Option<crate::config::Settings>,
+    /// The network (the conflist's `name`) ADD ran in. GC is per network,
+    /// and CRI-O sends one to every network of its conf dir, each naming
+    /// only its own attachments: GC of another network leaves this record
+    /// alone. `None` in records written before (or without a `name`): every
+    /// network's GC takes it as its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<String>,
 }
 
 fn yes() -> bool {
@@ -461,6 +468,7 @@ mod tests {
             created: 1,
             meshed: true,
             settings: Some(crate::config::Settings::default()),
+            network: Some("meshnet".into()),
         };
         write(&dir, &rec).unwrap();
         assert_eq!(read(&dir, "abc", "eth0"), Some(rec.clone()));

@@ -209,6 +209,7 @@ pub fn run(mut args: Args) -> i32 {
             },
         );
         agent.set_chaining_warnings(inst.chaining_warnings());
+        agent.set_host_facts(inst.host_facts());
         agent.record_pass(match &r {
             Ok(Outcome::Chained { inserted, .. }) => Some(*inserted),
             _ => None,

@@ -61,9 +61,10 @@ mod plugin;
 mod processes;
 mod readback;
 mod skip;
+mod tproxy;
 
 pub use self::{
     basics::*, cgroups::*, cnidriver::*, entries::*, fixture::*, listener::*, netns::*, node::*,
-    plugin::*, processes::*, readback::*, skip::*,
+    plugin::*, processes::*, readback::*, skip::*, tproxy::*,
 };
 pub use meshnft_testkit_macros::root_test;

@@ -48,6 +48,18 @@ impl Listener {
     /// Starts a listener in `netns` on `addrs` (port 0 is allowed; see
     /// [`Listener::addrs`] for the bound ports). Panics if any bind fails.
     pub fn start(netns: &Path, tag: &str, addrs: &[SocketAddr]) -> Listener {
+        Listener::start_with(netns, tag, addrs, false)
+    }
+
+    /// [`Listener::start`] with `IP_TRANSPARENT` / `IPV6_TRANSPARENT` on
+    /// every socket before `bind`: a TPROXY proxy's listener, which accepts
+    /// connections `tproxy` gives it whatever their destination address
+    /// (the reply's `local=` is then the client's original destination).
+    pub fn start_transparent(netns: &Path, tag: &str, addrs: &[SocketAddr]) -> Listener {
+        Listener::start_with(netns, tag, addrs, true)
+    }
+
+    fn start_with(netns: &Path, tag: &str, addrs: &[SocketAddr], transparent: bool) -> Listener {
         let ns_file = File::open(netns).unwrap_or_else(|e| panic!("open {}: {e}", netns.display()));
         let stop = Arc::new(AtomicBool::new(false));
         let accepted = Arc::new(Mutex::new(Vec::new()));
@@ -65,7 +77,7 @@ impl Listener {
                 drop(ns_file);
                 let mut listeners = vec![];
                 for a in &want {
-                    match bind_retrying(*a) {
+                    match bind_retrying(*a, transparent) {
                         // SAFETY: fd is a fresh, owned, listening socket.
                         Ok(fd) => listeners.push(unsafe { TcpListener::from_raw_fd(fd) }),
                         Err(e) => {
@@ -194,10 +206,10 @@ fn accept_loop(
 /// which takes milliseconds on a loaded machine. Seen as "bind 0.0.0.0:15001: Address
 /// already in use" in a fresh pod netns (tests/meshes.rs, a validator on 127.0.0.1:15001
 /// dropped, then the proxy's listener on 0.0.0.0:15001).
-fn bind_retrying(addr: SocketAddr) -> std::io::Result<RawFd> {
+pub(super) fn bind_retrying(addr: SocketAddr, transparent: bool) -> std::io::Result<RawFd> {
     let deadline = std::time::Instant::now() + Duration::from_secs(3);
     loop {
-        match raw_socket(addr, libc::SOCK_STREAM) {
+        match socket_with(addr, libc::SOCK_STREAM, transparent) {
             Err(e)
                 if e.raw_os_error() == Some(libc::EADDRINUSE)
                     && addr.port() != 0
@@ -213,6 +225,16 @@ fn bind_retrying(addr: SocketAddr) -> std::io::Result<RawFd> {
 /// Creates, configures (SO_REUSEADDR; IPV6_V6ONLY for IPv6), binds and (for streams)
 /// listens on a socket; returns the owned fd.
 pub(super) fn raw_socket(addr: SocketAddr, ty: libc::c_int) -> std::io::Result<RawFd> {
+    socket_with(addr, ty, false)
+}
+
+/// [`raw_socket`], with `IP_TRANSPARENT` (IPv4) or `IPV6_TRANSPARENT` when
+/// `transparent`.
+pub(super) fn socket_with(
+    addr: SocketAddr,
+    ty: libc::c_int,
+    transparent: bool,
+) -> std::io::Result<RawFd> {
     let err = std::io::Error::last_os_error;
     let family = if addr.is_ipv4() {
         libc::AF_INET
@@ -241,6 +263,14 @@ pub(super) fn raw_socket(addr: SocketAddr, ty: libc::c_int) -> std::io::Result<R
         {
             return fail(fd);
         }
+        let (level, opt) = if addr.is_ipv4() {
+            (libc::SOL_IP, libc::IP_TRANSPARENT)
+        } else {
+            (libc::SOL_IPV6, libc::IPV6_TRANSPARENT)
+        };
+        if transparent && libc::setsockopt(fd, level, opt, optp, optl) != 0 {
+            return fail(fd);
+        }
         let (storage, len) = sockaddr_from(addr);
         if libc::bind(fd, (&storage as *const libc::sockaddr_storage).cast(), len) != 0 {
             return fail(fd);
@@ -252,7 +282,7 @@ pub(super) fn raw_socket(addr: SocketAddr, ty: libc::c_int) -> std::io::Result<R
     }
 }
 
-fn sockaddr_from(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+pub(super) fn sockaddr_from(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
     // SAFETY: all-zero is a valid sockaddr_storage.
     let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
     match addr {

@@ -1,5 +1,5 @@
 // Command standin is the one program of the local test images
-// (scripts/containerd.sh) besides busybox: a static binary with three modes.
+// (scripts/containerd.sh) besides busybox: a static binary with five modes.
 //
 //	standin pause
 //	    The pod sandbox's process: waits for SIGTERM or SIGINT, exits 0.
@@ -17,6 +17,17 @@
 //	    (orig=- when the connection was not redirected).
 //	standin http -listen 198.19.0.1:80
 //	    A plain web server (the same answer, without the original destination).
+//	standin dns -listen 15053 [-tcp] -answer NAME=IPV4 [-tag TAG]
+//	    A DNS server (a resolver, or a mesh proxy's DNS listener): UDP (and
+//	    with -tcp TCP, length-prefixed) on the port (wildcard, both families)
+//	    or ADDR:PORT, each comma-separated. A query for NAME, type A, gets
+//	    IPV4 (TTL 5), type AAAA no address; any other name NXDOMAIN. Every
+//	    query is logged on stdout as one line:
+//	      dns tag=resolver query=NAME type=1 over=udp peer=198.18.0.5:40000 orig=-
+//	    (orig: over TCP the original destination, SO_ORIGINAL_DST; else -).
+//	standin lookup -server ADDR:PORT [-tcp] NAME
+//	    One query for NAME, type A (3 s), over UDP or TCP; prints
+//	    `answer NAME IPV4` and exits 0, or the error and exits 1.
 //
 // Stdlib only, built with CGO_ENABLED=0 GO111MODULE=off.
 package main
@@ -39,7 +50,7 @@ const soOriginalDst = 80 // SO_ORIGINAL_DST and IP6T_SO_ORIGINAL_DST (linux/netf
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: standin pause | proxy -listen PORTS [-dial ADDR] [-ready FILE] [-ipv4-only] | http -listen ADDR")
+		fmt.Fprintln(os.Stderr, "usage: standin pause | proxy -listen PORTS [-dial ADDR] [-ready FILE] [-ipv4-only] | http -listen ADDR | dns -listen PORTS [-tcp] -answer NAME=IP [-tag TAG] | lookup -server ADDR [-tcp] NAME")
 		os.Exit(2)
 	}
 	switch os.Args[1] {
@@ -65,6 +76,23 @@ func main() {
 		}
 		fmt.Printf("listening %s\n", *listen)
 		serve(l, false)
+	case "dns":
+		fs := flag.NewFlagSet("dns", flag.ExitOnError)
+		listen := fs.String("listen", "", "comma-separated PORT or ADDR:PORT")
+		tcp := fs.Bool("tcp", false, "TCP too")
+		answer := fs.String("answer", "", "NAME=IPV4")
+		tag := fs.String("tag", "dns", "the tag of each log line")
+		_ = fs.Parse(os.Args[2:])
+		dnsServe(*listen, *tcp, *answer, *tag)
+	case "lookup":
+		fs := flag.NewFlagSet("lookup", flag.ExitOnError)
+		server := fs.String("server", "", "ADDR:PORT")
+		tcp := fs.Bool("tcp", false, "over TCP")
+		_ = fs.Parse(os.Args[2:])
+		if err := lookup(*server, *tcp, fs.Arg(0)); err != nil {
+			fmt.Printf("lookup %s at %s: error=%q\n", fs.Arg(0), *server, err.Error())
+			os.Exit(1)
+		}
 	default:
 		fmt.Fprintf(os.Stderr, "standin: unknown mode %q\n", os.Args[1])
 		os.Exit(2)

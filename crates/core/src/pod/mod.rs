@@ -21,3 +21,4 @@ pub mod k8s;
 pub mod levelprobe;
 pub mod loaddr;
 pub mod netns;
+pub mod policyroute;

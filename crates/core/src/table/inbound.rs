@@ -8,6 +8,13 @@ use crate::config::Settings;
 /// The inbound rules of the table for `s`.
 pub fn inbound(s: &Settings, r: &mut Rules) {
     const CHAIN: &str = "inbound_redirect";
+    if s.mesh.tproxy.is_some() {
+        // TPROXY: inbound TCP is intercepted at priority mangle
+        // (`super::tproxy`); istio-iptables' nat PREROUTING has no jump,
+        // and `inbound_redirect` stays empty.
+        super::ifaces::prerouting(s, r);
+        return;
+    }
     if let Some((stmts, comment)) = ipv6_off(s) {
         r.push(CHAIN, stmts, &comment);
     }

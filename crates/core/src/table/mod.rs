@@ -4,7 +4,7 @@
 //!   plugin's [`crate::config::Settings`] and the pod's cgroup levels (a
 //!   [`crate::nft::model::Table`]), from its parts: [`sets`], [`inbound`],
 //!   [`output`], [`ifaces`] (the interface rules), [`phase`] (the init
-//!   phase) and [`comment`];
+//!   phase), [`tproxy`] (Istio's TPROXY interception) and [`comment`];
 //! - [`readback`]: the table read back from a network namespace (over
 //!   [`crate::nft::dump`]) as the view the operator commands and a re-ADD
 //!   use.
@@ -23,3 +23,4 @@ pub mod phase;
 pub mod readback;
 pub mod ruleset;
 pub mod sets;
+pub mod tproxy;

@@ -139,6 +139,8 @@ pub struct RuleView {
     pub skgid: Option<u32>,
     /// `redirect to :N` port.
     pub redirect_port: Option<u16>,
+    /// `tproxy ip|ip6 to :N` port (TPROXY interception).
+    pub tproxy_port: Option<u16>,
     /// `socket cgroupv2 level N` (from the text listing: JSON drops it).
     pub level: Option<u8>,
     /// `tcp dport != N` operand (Istio's loopback rule leaves its tunnel
@@ -402,6 +404,11 @@ fn rule_view(chain: &str, comment: &str, handle: u64, exprs: &[Expr]) -> RuleVie
             }
             Expr::Redir(_) => {
                 rv.redirect_port = last_imm
+                    .and_then(|v| <[u8; 2]>::try_from(v).ok())
+                    .map(u16::from_be_bytes)
+            }
+            Expr::Tproxy(_) => {
+                rv.tproxy_port = last_imm
                     .and_then(|v| <[u8; 2]>::try_from(v).ok())
                     .map(u16::from_be_bytes)
             }

@@ -116,6 +116,7 @@ pub fn build(s: &Settings, levels: Option<Levels>, comment: &str) -> Table {
     super::inbound::inbound(s, &mut rules);
     super::output::outbound(s, levels, &mut rules);
     super::invalid::rules(s, &mut rules);
+    super::tproxy::rules(s, &mut rules);
     // The cgroup sets only beside the rules that use them: nft before
     // 0.9.9 cannot list a `cgroupsv2` set, so the table without the init
     // phase (Linux < 5.13, no pod cgroup) stays listable by it.
@@ -129,12 +130,15 @@ pub fn build(s: &Settings, levels: Option<Levels>, comment: &str) -> Table {
         chain("init_phase_bypass", None),
     ];
     chains.extend(dns_regular);
+    let (tproxy_regular, tproxy_base) = super::tproxy::chains(s);
+    chains.extend(tproxy_regular);
     chains.extend([
         chain("prerouting", Some(Hook::NatPrerouting)),
         chain("output", Some(Hook::NatOutput)),
     ]);
     chains.extend(dns_base);
     chains.extend(super::invalid::chains(s));
+    chains.extend(tproxy_base);
     Table {
         name: crate::nft::TABLE_NAME,
         comment: sanitize_comment(comment),

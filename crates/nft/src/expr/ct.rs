@@ -11,6 +11,7 @@ const NFTA_CT_DREG: u16 = 1;
 const NFTA_CT_KEY: u16 = 2;
 const NFTA_CT_SREG: u16 = 4;
 const NFT_CT_STATE: u32 = 0;
+const NFT_CT_MARK: u32 = 3;
 const NFT_CT_ZONE: u32 = 17;
 
 /// `enum nft_ct_keys` values meshnft uses.
@@ -19,6 +20,10 @@ pub enum CtKey {
     /// `state` (0): the conntrack state bits (`NF_CT_STATE_BIT`; invalid
     /// is bit 0), 4 bytes host order. Loaded only.
     State,
+    /// `mark` (3): the connection's mark (`ct->mark`), 4 bytes host
+    /// order. Loaded (`ct mark 0x539`, `meta mark set ct mark`) and set
+    /// (`ct mark set meta mark`).
+    Mark,
     /// `zone` (17): the conntrack zone, 2 bytes host order. Set only, and
     /// only before the packet is tracked (the kernel ignores it after:
     /// the first `ct zone set` a packet meets wins).
@@ -31,6 +36,7 @@ impl CtKey {
     fn num(self) -> u32 {
         match self {
             CtKey::State => NFT_CT_STATE,
+            CtKey::Mark => NFT_CT_MARK,
             CtKey::Zone => NFT_CT_ZONE,
             CtKey::Other(n) => n,
         }
@@ -39,6 +45,7 @@ impl CtKey {
     fn from_num(n: u32) -> CtKey {
         match n {
             NFT_CT_STATE => CtKey::State,
+            NFT_CT_MARK => CtKey::Mark,
             NFT_CT_ZONE => CtKey::Zone,
             n => CtKey::Other(n),
         }
@@ -123,5 +130,21 @@ mod tests {
         let mut m = MsgBuilder::new(0, 0, 0, 0);
         m.be32(NFTA_CT_KEY, NFT_CT_STATE);
         assert_eq!(Ct::decode(&attrs(&m.finish(0)[20..])), None);
+    }
+
+    #[test]
+    fn mark_set_and_load_use_key_3() {
+        let set = Ct {
+            key: CtKey::Mark,
+            op: CtOp::Set(1),
+        };
+        // `ct mark set meta mark`: NFTA_CT_KEY = 3, NFTA_CT_SREG = 1.
+        assert_eq!(data(set), [8, 0, 2, 0, 0, 0, 0, 3, 8, 0, 4, 0, 0, 0, 0, 1]);
+        assert_eq!(Ct::decode(&attrs(&data(set))), Some(set));
+        let load = Ct {
+            key: CtKey::Mark,
+            op: CtOp::Load(1),
+        };
+        assert_eq!(Ct::decode(&attrs(&data(load))), Some(load));
     }
 }

@@ -1,4 +1,5 @@
-//! `meta` (kernel `nft_meta.c`): `NFTA_META_DREG` 1, `NFTA_META_KEY` 2.
+//! `meta` (kernel `nft_meta.c`): `NFTA_META_DREG` 1, `NFTA_META_KEY` 2. The
+//! load form; `meta KEY set` is [`super::MetaSet`].
 
 use super::be32;
 use crate::netlink::{Attr, MsgBuilder};
@@ -6,6 +7,7 @@ use crate::netlink::{Attr, MsgBuilder};
 // Attribute and value numbers (uapi `linux/netfilter/nf_tables.h`).
 const NFTA_META_DREG: u16 = 1;
 const NFTA_META_KEY: u16 = 2;
+const NFT_META_MARK: u32 = 3;
 const NFT_META_IIFNAME: u32 = 6;
 const NFT_META_OIFNAME: u32 = 7;
 const NFT_META_SKUID: u32 = 10;
@@ -16,6 +18,8 @@ const NFT_META_L4PROTO: u32 = 16;
 /// `enum nft_meta_keys` values meshnft uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MetaKey {
+    /// `mark` (3): the packet's mark (`skb->mark`), 4 bytes host order.
+    Mark,
     /// `iifname` (6): input interface name, 16 bytes, NUL-padded.
     Iifname,
     /// `oifname` (7): output interface name, 16 bytes, NUL-padded.
@@ -33,8 +37,9 @@ pub enum MetaKey {
 }
 
 impl MetaKey {
-    fn num(self) -> u32 {
+    pub(super) fn num(self) -> u32 {
         match self {
+            MetaKey::Mark => NFT_META_MARK,
             MetaKey::Iifname => NFT_META_IIFNAME,
             MetaKey::Oifname => NFT_META_OIFNAME,
             MetaKey::Skuid => NFT_META_SKUID,
@@ -45,8 +50,9 @@ impl MetaKey {
         }
     }
 
-    fn from_num(n: u32) -> MetaKey {
+    pub(super) fn from_num(n: u32) -> MetaKey {
         match n {
+            NFT_META_MARK => MetaKey::Mark,
             NFT_META_IIFNAME => MetaKey::Iifname,
             NFT_META_OIFNAME => MetaKey::Oifname,
             NFT_META_SKUID => MetaKey::Skuid,

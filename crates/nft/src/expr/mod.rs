@@ -16,9 +16,11 @@ mod immediate;
 mod log;
 mod lookup;
 mod meta;
+mod meta_set;
 mod payload;
 mod redir;
 mod socket;
+mod tproxy;
 
 pub use bitwise::Bitwise;
 pub use byteorder::{Byteorder, ByteorderOp};
@@ -30,9 +32,11 @@ pub use immediate::{Immediate, ImmediateData};
 pub use log::{Log, level_name};
 pub use lookup::Lookup;
 pub use meta::{Meta, MetaKey};
+pub use meta_set::MetaSet;
 pub use payload::{Payload, PayloadBase};
 pub use redir::Redir;
 pub use socket::Socket;
+pub use tproxy::Tproxy;
 
 use super::netlink::{Attr, MsgBuilder, attr, find};
 
@@ -50,6 +54,8 @@ pub const REG32_01: u32 = 9;
 pub enum Expr {
     /// `meta`: load packet/socket metadata into a register.
     Meta(Meta),
+    /// `meta` as a statement: write a register into the packet's metadata.
+    MetaSet(MetaSet),
     /// `cmp`: compare a register with a constant.
     Cmp(Cmp),
     /// `bitwise`: mask and xor a register (a prefix match, a bit test).
@@ -74,6 +80,8 @@ pub enum Expr {
     Redir(Redir),
     /// `log`: the packet to the kernel log.
     Log(Log),
+    /// `tproxy`: the packet to a local transparent socket.
+    Tproxy(Tproxy),
     /// An expression this code does not model: its name.
     Other(String),
 }
@@ -82,7 +90,7 @@ impl Expr {
     /// The kernel's name of the expression type (`NFTA_EXPR_NAME`).
     pub fn name(&self) -> &str {
         match self {
-            Expr::Meta(_) => "meta",
+            Expr::Meta(_) | Expr::MetaSet(_) => "meta",
             Expr::Cmp(_) => "cmp",
             Expr::Bitwise(_) => "bitwise",
             Expr::Byteorder(_) => "byteorder",
@@ -95,6 +103,7 @@ impl Expr {
             Expr::Immediate(_) => "immediate",
             Expr::Redir(_) => "redir",
             Expr::Log(_) => "log",
+            Expr::Tproxy(_) => "tproxy",
             Expr::Other(n) => n,
         }
     }
@@ -110,6 +119,7 @@ impl Expr {
         m.begin(attr::NFTA_EXPR_DATA);
         match self {
             Expr::Meta(e) => e.encode(m),
+            Expr::MetaSet(e) => e.encode(m),
             Expr::Cmp(e) => e.encode(m),
             Expr::Bitwise(e) => e.encode(m),
             Expr::Byteorder(e) => e.encode(m),
@@ -122,6 +132,7 @@ impl Expr {
             Expr::Immediate(e) => e.encode(m),
             Expr::Redir(e) => e.encode(m),
             Expr::Log(e) => e.encode(m),
+            Expr::Tproxy(e) => e.encode(m),
             Expr::Other(_) => {}
         }
         m.end();
@@ -138,7 +149,9 @@ impl Expr {
             .map(|a| a.nested())
             .unwrap_or_default();
         let e = match name.as_str() {
-            "meta" => Meta::decode(&data).map(Expr::Meta),
+            "meta" => Meta::decode(&data)
+                .map(Expr::Meta)
+                .or_else(|| MetaSet::decode(&data).map(Expr::MetaSet)),
             "cmp" => Cmp::decode(&data).map(Expr::Cmp),
             "bitwise" => Bitwise::decode(&data).map(Expr::Bitwise),
             "byteorder" => Byteorder::decode(&data).map(Expr::Byteorder),
@@ -151,6 +164,7 @@ impl Expr {
             "immediate" => Immediate::decode(&data).map(Expr::Immediate),
             "redir" => Redir::decode(&data).map(Expr::Redir),
             "log" => Log::decode(&data).map(Expr::Log),
+            "tproxy" => Tproxy::decode(&data).map(Expr::Tproxy),
             _ => None,
         };
         e.unwrap_or(Expr::Other(name))
@@ -163,6 +177,7 @@ impl std::fmt::Display for Expr {
         let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
         match self {
             Expr::Meta(m) => write!(f, "[ meta load {:?} => reg {} ]", m.key, m.dreg),
+            Expr::MetaSet(m) => write!(f, "[ meta set {:?} with reg {} ]", m.key, m.sreg),
             Expr::Cmp(c) => write!(f, "[ cmp {:?} reg {} 0x{} ]", c.op, c.sreg, hex(&c.data)),
             Expr::Bitwise(b) => write!(
                 f,
@@ -215,6 +230,12 @@ impl std::fmt::Display for Expr {
             },
             Expr::Redir(r) => write!(f, "[ redir proto_min reg {} ]", r.reg_proto_min),
             Expr::Log(l) => write!(f, "[ log prefix {} level {} ]", l.prefix, l.level),
+            Expr::Tproxy(t) => write!(
+                f,
+                "[ tproxy {} port reg {} ]",
+                if t.family == 10 { "ip6" } else { "ip" },
+                t.reg_port
+            ),
             Expr::Other(n) => write!(f, "[ {n} ]"),
         }
     }

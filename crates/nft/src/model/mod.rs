@@ -216,6 +216,10 @@ pub enum Hook {
     /// `type filter hook prerouting priority mangle` (-150: after
     /// conntrack, as iptables' mangle PREROUTING).
     ManglePrerouting,
+    /// `type route hook output priority mangle` (-150: after conntrack; a
+    /// rule that changes the mark re-routes the packet, as iptables' mangle
+    /// OUTPUT).
+    MangleOutput,
 }
 
 impl Hook {
@@ -228,6 +232,7 @@ impl Hook {
             Hook::RawPrerouting => ("filter", 0, -300),
             Hook::RawOutput => ("filter", 3, -300),
             Hook::ManglePrerouting => ("filter", 0, -150),
+            Hook::MangleOutput => ("route", 3, -150),
         }
     }
 
@@ -240,6 +245,7 @@ impl Hook {
             Hook::RawPrerouting => "type filter hook prerouting priority raw; policy accept;",
             Hook::RawOutput => "type filter hook output priority raw; policy accept;",
             Hook::ManglePrerouting => "type filter hook prerouting priority mangle; policy accept;",
+            Hook::MangleOutput => "type route hook output priority mangle; policy accept;",
         }
     }
 }

@@ -2,10 +2,11 @@
 //! its selectors ([`Key`]) and constants ([`Const`]), and their lowering to
 //! the kernel's expressions, as nft 1.0.6 generates them.
 
+use crate::expr::MetaSet;
 use crate::expr::{
     Bitwise, Byteorder, ByteorderOp, Cmp, CmpOp, Counter, Ct, CtKey, CtOp, Dynset, Expr, Immediate,
     ImmediateData, Log, Lookup, Meta, MetaKey, Payload, PayloadBase, REG_1, REG_2, REG_VERDICT,
-    REG32_01, Redir, Socket,
+    REG32_01, Redir, Socket, Tproxy,
 };
 use crate::verdict::Verdict;
 use std::fmt;
@@ -71,6 +72,20 @@ impl fmt::Display for Key {
 
 fn meta(key: MetaKey) -> Expr {
     Expr::Meta(Meta { key, dreg: REG_1 })
+}
+
+fn ct_load(key: CtKey) -> Expr {
+    Expr::Ct(Ct {
+        key,
+        op: CtOp::Load(REG_1),
+    })
+}
+
+fn meta_set_mark() -> Expr {
+    Expr::MetaSet(MetaSet {
+        key: MetaKey::Mark,
+        sreg: REG_1,
+    })
 }
 
 fn cmp_eq(data: Vec<u8>) -> Expr {
@@ -320,6 +335,38 @@ pub enum Stmt {
     /// `ct state invalid`: the packet's conntrack state has the invalid
     /// bit (`NF_CT_STATE_INVALID_BIT`, 1).
     CtStateInvalid,
+    /// `meta mark 0x0000NNNN`, or `meta mark != 0x0000NNNN` with `negate`:
+    /// the packet's mark (nft prints it in hex, 8 digits).
+    MetaMark {
+        /// The mark.
+        mark: u32,
+        /// `!=`.
+        negate: bool,
+    },
+    /// `ct mark 0x0000NNNN`: the connection's mark.
+    CtMark(u32),
+    /// `meta mark set 0x0000NNNN`: marks the packet (policy routing's
+    /// `fwmark`; in a `route` output chain a changed mark re-routes).
+    MetaMarkSet(u32),
+    /// `ct mark set meta mark`: the packet's mark saved on its connection
+    /// (iptables' `CONNMARK --save-mark`).
+    CtMarkSetMetaMark,
+    /// `meta mark set ct mark`: the connection's mark restored on the packet
+    /// (iptables' `CONNMARK --restore-mark`).
+    MetaMarkSetCtMark,
+    /// `ct state established,related`: the packet belongs to a known
+    /// connection (`NF_CT_STATE_BIT` of established, 2, or related, 4).
+    CtStateEstablishedRelated,
+    /// `tproxy ip to :PORT` / `tproxy ip6 to :PORT`: the packet to the
+    /// local socket listening transparently on PORT, addresses unchanged
+    /// (at prerouting only; after a `meta l4proto tcp` and a match of the
+    /// family's addresses, which give nft its dependencies).
+    Tproxy {
+        /// [`NFPROTO_IPV4`] or [`NFPROTO_IPV6`].
+        family: u8,
+        /// The port.
+        port: u16,
+    },
     /// `log prefix "PREFIX" level LEVEL`: the packet to the kernel log
     /// (a prefix without `"` or `\\`, at most 127 bytes; a syslog level).
     Log {
@@ -395,6 +442,21 @@ impl fmt::Display for Stmt {
             Stmt::Redirect(p) => write!(f, "redirect to :{p}"),
             Stmt::CtZoneSet(z) => write!(f, "ct zone set {z}"),
             Stmt::CtStateInvalid => write!(f, "ct state invalid"),
+            Stmt::MetaMark { mark, negate } => write!(
+                f,
+                "meta mark {}0x{mark:08x}",
+                if *negate { "!= " } else { "" }
+            ),
+            Stmt::CtMark(m) => write!(f, "ct mark 0x{m:08x}"),
+            Stmt::MetaMarkSet(m) => write!(f, "meta mark set 0x{m:08x}"),
+            Stmt::CtMarkSetMetaMark => write!(f, "ct mark set meta mark"),
+            Stmt::MetaMarkSetCtMark => write!(f, "meta mark set ct mark"),
+            Stmt::CtStateEstablishedRelated => write!(f, "ct state established,related"),
+            Stmt::Tproxy { family, port } => write!(
+                f,
+                "tproxy {} to :{port}",
+                if *family == NFPROTO_IPV6 { "ip6" } else { "ip" }
+            ),
             Stmt::Log { prefix, level } => write!(
                 f,
                 "log prefix \"{prefix}\" level {}",
@@ -535,6 +597,62 @@ impl Stmt {
                     sreg: REG_1,
                     op: CmpOp::Neq,
                     data: vec![0; 4],
+                }));
+            }
+            Stmt::MetaMark { mark, negate } => {
+                out.push(meta(MetaKey::Mark));
+                out.push(Expr::Cmp(Cmp {
+                    sreg: REG_1,
+                    op: if *negate { CmpOp::Neq } else { CmpOp::Eq },
+                    data: mark.to_ne_bytes().to_vec(),
+                }));
+            }
+            Stmt::CtMark(m) => {
+                out.push(ct_load(CtKey::Mark));
+                out.push(cmp_eq(m.to_ne_bytes().to_vec()));
+            }
+            Stmt::MetaMarkSet(m) => {
+                out.push(Expr::Immediate(Immediate {
+                    dreg: REG_1,
+                    data: ImmediateData::Value(m.to_ne_bytes().to_vec()),
+                }));
+                out.push(meta_set_mark());
+            }
+            Stmt::CtMarkSetMetaMark => {
+                out.push(meta(MetaKey::Mark));
+                out.push(Expr::Ct(Ct {
+                    key: CtKey::Mark,
+                    op: CtOp::Set(REG_1),
+                }));
+            }
+            Stmt::MetaMarkSetCtMark => {
+                out.push(ct_load(CtKey::Mark));
+                out.push(meta_set_mark());
+            }
+            Stmt::CtStateEstablishedRelated => {
+                // nft 1.0.6: load, mask established (2) | related (4),
+                // compare with zero.
+                out.push(ct_load(CtKey::State));
+                out.push(Expr::Bitwise(Bitwise {
+                    sreg: REG_1,
+                    dreg: REG_1,
+                    mask: 6u32.to_ne_bytes().to_vec(),
+                    xor: vec![0; 4],
+                }));
+                out.push(Expr::Cmp(Cmp {
+                    sreg: REG_1,
+                    op: CmpOp::Neq,
+                    data: vec![0; 4],
+                }));
+            }
+            Stmt::Tproxy { family, port } => {
+                out.push(Expr::Immediate(Immediate {
+                    dreg: REG_1,
+                    data: ImmediateData::Value(port.to_be_bytes().to_vec()),
+                }));
+                out.push(Expr::Tproxy(Tproxy {
+                    family: u32::from(*family),
+                    reg_port: REG_1,
                 }));
             }
             Stmt::CtZoneSet(z) => {

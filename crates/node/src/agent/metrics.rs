@@ -23,6 +23,8 @@ use std::sync::atomic::AtomicU64;
 pub type Label = [(&'static str, &'static str); 1];
 /// The labels of `meshnft_cni_operations_total`: verb, result, code.
 pub type OperationLabels = [(&'static str, String); 3];
+/// The labels of `meshnft_host_info`: front, plugin.
+pub type HostLabels = [(&'static str, &'static str); 2];
 /// A histogram family's constructor.
 pub type NewHistogram = fn() -> Histogram;
 
@@ -68,6 +70,16 @@ pub struct Metrics {
     /// cache (not finished, not in the host network), by the rules of the
     /// entry's mesh (`linkerd`, `istio`, `kuma`).
     pub meshed_pods: Family<Label, Gauge>,
+    /// `meshnft_initializing_pods{mesh}`: of those, the pods still in their
+    /// init phase by the API's account (the `Initialized` condition not
+    /// `True`: init containers still to run or running).
+    pub initializing_pods: Family<Label, Gauge>,
+    /// `meshnft_host_info{front,plugin}` 1: what the installer's last pass
+    /// found on the host: `front` `in_place`, `missing` or `off` (meshnft's
+    /// front conflist, `--front-conflist`), `plugin` `current` (the binary
+    /// in the CNI bin dir is byte for byte this image's plugin), `differs`
+    /// or `missing`. Read by `kubectl meshnft check` through the pod proxy.
+    pub host_info: Family<HostLabels, Gauge>,
     /// `meshnft_pods_checked_total`: table checks of running meshed pods.
     pub checked: Counter,
     /// `meshnft_pods_without_table_total{state="missing"|"wrong"|"failed"}`:
@@ -160,6 +172,8 @@ impl Default for Metrics {
             chained: Gauge::default(),
             ready: Gauge::default(),
             meshed_pods: Family::default(),
+            initializing_pods: Family::default(),
+            host_info: Family::default(),
             checked: Counter::default(),
             without_table: Family::default(),
             repairs: Family::default(),
@@ -220,6 +234,16 @@ impl Metrics {
             "meshnft_meshed_pods",
             "Meshed pods on this node, by the rules of the entry's mesh",
             m.meshed_pods.clone(),
+        );
+        r.register(
+            "meshnft_initializing_pods",
+            "Meshed pods on this node whose Initialized condition is not True (init containers to run)",
+            m.initializing_pods.clone(),
+        );
+        r.register(
+            "meshnft_host_info",
+            "1 with what the installer's last pass found on the host: meshnft's front conflist (in_place, missing, off) and the plugin binary (current, differs, missing)",
+            m.host_info.clone(),
         );
         r.register(
             "meshnft_pods_checked",
@@ -343,6 +367,15 @@ impl Metrics {
         );
         r
     }
+}
+
+/// The OpenMetrics text of `m`, as `GET /metrics` serves it (every family's `# HELP` and
+/// `# TYPE` lines, also of a family without samples yet): what the chart's dashboard may query
+/// (tests/manifests.rs reads it).
+pub fn exposition(m: &Metrics) -> Result<String, std::fmt::Error> {
+    let mut body = String::new();
+    encode(&mut body, &Metrics::registry(m))?;
+    Ok(body)
 }
 
 fn reply(code: StatusCode, ctype: &str, body: String) -> Response<Full<Bytes>> {

@@ -306,9 +306,11 @@ pub fn release_free_memory() {
     unsafe { mi_collect(true) }
 }
 
-/// Counts the node's meshed pods for `meshnft_meshed_pods{mesh}`: the
-/// entry's mesh, and how many of the watched pods it meshes.
-pub type MeshedCount = Box<dyn Fn() -> (crate::config::mesh::Mesh, usize) + Send + Sync>;
+/// Counts the node's meshed pods for `meshnft_meshed_pods{mesh}` and
+/// `meshnft_initializing_pods{mesh}`: the entry's mesh, how many of the
+/// watched pods it meshes, and how many of those are still initializing
+/// (their `Initialized` condition not `True`: init containers still to run).
+pub type MeshedCount = Box<dyn Fn() -> (crate::config::mesh::Mesh, usize, usize) + Send + Sync>;
 
 /// Wakes the installer's loop for a pass (the node process gives it: the
 /// agent knows nothing of that loop).
@@ -412,15 +414,19 @@ impl Shared {
             .set(i64::from(self.not_ready().is_none()));
         let count = self.meshed_count.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(count) = count.as_ref() {
-            let (mesh, n) = count();
-            let gauge = &self.metrics.meshed_pods;
-            if gauge.get(&[("mesh", mesh.name())]).is_none() {
-                // The entry's mesh changed: only the current one is reported.
-                gauge.clear();
+            let (mesh, n, initializing) = count();
+            for (gauge, n) in [
+                (&self.metrics.meshed_pods, n),
+                (&self.metrics.initializing_pods, initializing),
+            ] {
+                if gauge.get(&[("mesh", mesh.name())]).is_none() {
+                    // The entry's mesh changed: only the current one is reported.
+                    gauge.clear();
+                }
+                gauge
+                    .get_or_create(&[("mesh", mesh.name())])
+                    .set(i64::try_from(n).unwrap_or(i64::MAX));
             }
-            gauge
-                .get_or_create(&[("mesh", mesh.name())])
-                .set(i64::try_from(n).unwrap_or(i64::MAX));
         }
     }
 
@@ -486,6 +492,16 @@ impl Handle {
                 .get_or_create(&[("type", t)])
                 .set(i64::from(peers.contains(&t)));
         }
+    }
+
+    /// The host facts of the installer's last pass (`meshnft_host_info`):
+    /// the front file and the plugin binary, as [`crate::install::lifecycle::Installer::host_facts`]
+    /// found them.
+    pub fn set_host_facts(&self, facts: crate::install::lifecycle::HostFacts) {
+        let info = &self.shared.metrics.host_info;
+        info.clear();
+        info.get_or_create(&[("front", facts.front), ("plugin", facts.plugin)])
+            .set(1);
     }
 
     /// The installer's chaining warnings after a pass (`Installer::chaining_warnings`): the

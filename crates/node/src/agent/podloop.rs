@@ -53,12 +53,13 @@ pub(super) async fn pod_loop(ctx: Arc<Ctx>) {
     ctx.shared.count_meshed_with(Box::new(move || {
         // The entry is read each time: its edits apply live.
         let mesh = entry_mesh(&install);
-        let n = pods
-            .state()
+        let state = pods.state();
+        let meshed: Vec<_> = state
             .iter()
             .filter(|p| !pods::finished(p) && pods::meshing(p, mesh) == Meshing::Meshed)
-            .count();
-        (mesh, n)
+            .collect();
+        let initializing = meshed.iter().filter(|p| !p.initialized).count();
+        (mesh, meshed.len(), initializing)
     }));
     let mut w = Worker {
         ctx: ctx.clone(),

@@ -331,6 +331,17 @@ impl Host {
                 tracing::warn!("agent: pod UID {uid}: cannot add {lo6}/128 to the pod's lo: {e}");
             }
         }
+        if let Some(t) = settings.mesh.tproxy.filter(|t| t.inbound) {
+            // As ADD: Istio's TPROXY policy routing (what is missing).
+            let p = crate::pod::policyroute::PolicyRoute {
+                mark: t.mark,
+                table: t.route_table,
+                ipv6: settings.ipv6 && self.has_global_ipv6(pid),
+            };
+            if let Err(e) = crate::pod::policyroute::add(std::os::fd::AsFd::as_fd(&ns.file), &p) {
+                tracing::warn!("agent: pod UID {uid}: TPROXY's policy routing: {e}");
+            }
+        }
         report.written = Some(if mark.is_some() {
             Written::Closed
         } else if settings.init_phase.enabled && levels.is_some() {

@@ -77,6 +77,18 @@ pub enum Outcome {
     },
 }
 
+/// What a pass found on the host, for `meshnft_host_info` (read by `kubectl meshnft check`
+/// through the pod proxy: the agent publishes its host facts with no right or port of its own).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostFacts {
+    /// meshnft's front conflist: `in_place` (a regular file), `missing`, or `off` (the
+    /// installer keeps none: `--front-conflist` off).
+    pub front: &'static str,
+    /// The plugin binary in the CNI bin dir: `current` (byte for byte the source binary, this
+    /// image's plugin), `differs`, or `missing`.
+    pub plugin: &'static str,
+}
+
 /// The installer's state across passes.
 pub struct Installer {
     args: Args,
@@ -170,6 +182,28 @@ impl Installer {
     /// The resolved paths.
     pub fn layout(&self) -> &Layout {
         &self.layout
+    }
+
+    /// The host facts now ([`HostFacts`]): the binary is compared with its source only when
+    /// its fingerprint (length, mtime, inode) is not the one the last pass copied or compared.
+    pub fn host_facts(&self) -> HostFacts {
+        let front = if !self.layout.front_enabled {
+            "off"
+        } else if std::fs::symlink_metadata(&self.layout.front).is_ok_and(|m| m.is_file()) {
+            "in_place"
+        } else {
+            "missing"
+        };
+        let dst = &self.layout.binary;
+        let fp = Self::fingerprint(dst);
+        let plugin = if fp.is_none() {
+            "missing"
+        } else if fp == self.binary_seen || fsutil::same_content(&self.layout.source_binary, dst) {
+            "current"
+        } else {
+            "differs"
+        };
+        HostFacts { front, plugin }
     }
 
     fn fingerprint(p: &Path) -> Option<(u64, std::time::SystemTime, u64)> {
@@ -839,6 +873,45 @@ mod tests {
         ])
         .unwrap();
         Installer::new(cmd.args)
+    }
+
+    /// `meshnft_host_info`'s facts: the plugin binary missing, then current once copied,
+    /// `differs` when something else wrote it (however its fingerprint came), current again
+    /// after a pass; the front file `off` without `--front-conflist`, else in place or missing.
+    #[test]
+    fn host_facts_follow_the_binary_and_the_front_file() {
+        let tmp = TempDir(std::env::temp_dir().join(format!("meshnft-hf-{}", std::process::id())));
+        let root = tmp.0.clone();
+        let _ = std::fs::remove_dir_all(&root);
+        let bin = root.join("opt/cni/bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        std::fs::create_dir_all(root.join("etc/cni/net.d")).unwrap();
+        let src = root.join("plugin");
+        let elf = [&b"\x7fELF\x02\x01\x01"[..], &[0; 9], &[3, 0, 62, 0]].concat();
+        std::fs::write(&src, &elf).unwrap();
+        let mut inst = installer_at(&root);
+        inst.layout.source_binary = src.clone();
+        inst.native = elfarch::Native {
+            build: Some(Arch::X86_64),
+            uname: Some(Arch::X86_64),
+            kernel: Some(Arch::X86_64),
+        };
+        inst.layout.front_enabled = false;
+        let facts = |i: &Installer| (i.host_facts().front, i.host_facts().plugin);
+        assert_eq!(facts(&inst), ("off", "missing"));
+        inst.ensure_binary().unwrap();
+        assert_eq!(facts(&inst), ("off", "current"));
+        let mut other = elf.clone();
+        other.push(1);
+        std::fs::write(bin.join("meshnft.new"), &other).unwrap();
+        std::fs::rename(bin.join("meshnft.new"), bin.join("meshnft")).unwrap();
+        assert_eq!(facts(&inst), ("off", "differs"));
+        inst.ensure_binary().unwrap();
+        assert_eq!(facts(&inst), ("off", "current"));
+        inst.layout.front_enabled = true;
+        assert_eq!(facts(&inst).0, "missing");
+        std::fs::write(&inst.layout.front, "{}").unwrap();
+        assert_eq!(facts(&inst).0, "in_place");
     }
 
     /// The source binary must be built for the node's architecture: `meshnft-node` emulated

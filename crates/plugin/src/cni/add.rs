@@ -46,7 +46,7 @@ pub fn cmd_add(env: &CniEnv, conf: &NetConf) -> Result<Output> {
             Meshing::NotMeshed(why) => {
                 tracing::info!(pod = ?label, container_id, "pod not meshed ({why}): no table");
                 let rec = record(env, container_id, ifname, &k8s, &ns, None, false, None);
-                write_record(conf, &rec);
+                write_record(conf, rec);
                 return Ok(Output::Json(result));
             }
             Meshing::Meshed => settings = info.apply(&settings)?,
@@ -71,7 +71,25 @@ pub fn cmd_add(env: &CniEnv, conf: &NetConf) -> Result<Output> {
     nft.close_here_unless_freed();
     let started = std::time::Instant::now();
     let comment = podtable::comment(mesh, &k8s);
-    let re_add = podtable::write(&mut nft, &mut settings, &pod, &comment, &label)?;
+    // TPROXY's policy routing first: without the table's marks it routes
+    // nothing; a table that fails takes back what was added here.
+    let routing = policy_route(&settings, &result);
+    let added = match &routing {
+        Some(p) => Some(tproxy_routing(&ns, p)?),
+        None => None,
+    };
+    let re_add = match podtable::write(&mut nft, &mut settings, &pod, &comment, &label) {
+        Ok(r) => r,
+        Err(e) => {
+            if let (Some(p), Some(a)) = (&routing, &added)
+                && let Err(re) =
+                    crate::pod::policyroute::remove_added(std::os::fd::AsFd::as_fd(&ns.file), p, a)
+            {
+                tracing::warn!(pod = ?label, "cannot take back TPROXY's policy routing: {re}");
+            }
+            return Err(e);
+        }
+    };
     if mesh.module().passthrough6_on_lo() && settings.ipv6 && has_ipv6(&result) {
         kuma_passthrough6(&ns)?;
     }
@@ -97,8 +115,37 @@ pub fn cmd_add(env: &CniEnv, conf: &NetConf) -> Result<Output> {
         true,
         Some(settings),
     );
-    write_record(conf, &rec);
+    write_record(conf, rec);
     Ok(Output::Json(result))
+}
+
+/// TPROXY's policy routing for `settings` (Istio's `interceptionMode:
+/// TPROXY` with some inbound port redirected): IPv4, and IPv6 when the
+/// pod's IPv6 is intercepted and the result gives it an IPv6 address.
+pub fn policy_route(
+    settings: &crate::config::Settings,
+    result: &serde_json::Value,
+) -> Option<crate::pod::policyroute::PolicyRoute> {
+    let t = settings.mesh.tproxy.filter(|t| t.inbound)?;
+    Some(crate::pod::policyroute::PolicyRoute {
+        mark: t.mark,
+        table: t.route_table,
+        ipv6: settings.ipv6 && has_ipv6(result),
+    })
+}
+
+/// Adds TPROXY's `ip rule` and local route in the pod's netns (what is
+/// missing; nothing half-written on a failure). Errors: 102.
+fn tproxy_routing(
+    ns: &crate::pod::netns::Netns,
+    p: &crate::pod::policyroute::PolicyRoute,
+) -> Result<crate::pod::policyroute::Added> {
+    crate::pod::policyroute::add(std::os::fd::AsFd::as_fd(&ns.file), p).map_err(|e| {
+        Error::new(
+            Code::Netns,
+            format!("cannot write TPROXY's policy routing in the pod's netns: {e}"),
+        )
+    })
 }
 
 /// Kuma's IPv6 inbound passthrough source, `::6` on `lo` (kuma-dp binds
@@ -204,13 +251,16 @@ fn record(
             .unwrap_or(0),
         meshed,
         settings,
+        network: None,
     }
 }
 
-/// Writes the record; a failure is only logged (the record serves GC,
-/// CHECK and inspection; the datapath does not depend on it).
-fn write_record(conf: &NetConf, rec: &state::Record) {
-    if let Err(e) = state::write(&conf.state_dir(), rec) {
+/// Writes the record, stamped with the network's `name` (GC is per network);
+/// a failure is only logged (the record serves GC, CHECK and inspection; the
+/// datapath does not depend on it).
+fn write_record(conf: &NetConf, mut rec: state::Record) {
+    rec.network = conf.name.clone();
+    if let Err(e) = state::write(&conf.state_dir(), &rec) {
         tracing::warn!(dir = %conf.state_dir().display(), "cannot write state record: {e}");
     }
 }

@@ -67,7 +67,38 @@ pub fn cmd_check(env: &CniEnv, conf: &NetConf) -> Result<Output> {
     };
     let table = ruleset::build(&settings, levels, "");
     verify(&mut Nft::open(&ns.file)?, Nft::scratch, &table, netns_path)?;
+    let result = conf.prev_result.clone().unwrap_or_default();
+    if let Some(p) = super::add::policy_route(&settings, &result) {
+        verify_routing(&ns, &p, netns_path)?;
+    }
     Ok(Output::Nothing)
+}
+
+/// TPROXY's `ip rule` and local routes are in the pod's netns. Errors: 104
+/// naming what is missing; 102 when they cannot be read.
+fn verify_routing(
+    ns: &crate::pod::netns::Netns,
+    p: &crate::pod::policyroute::PolicyRoute,
+    netns: &std::path::Path,
+) -> Result<()> {
+    let missing =
+        crate::pod::policyroute::missing(std::os::fd::AsFd::as_fd(&ns.file), p).map_err(|e| {
+            Error::new(
+                Code::Netns,
+                format!("cannot read TPROXY's policy routing: {e}"),
+            )
+        })?;
+    if !missing.is_empty() {
+        return Err(Error::with_details(
+            Code::CheckMismatch,
+            format!(
+                "TPROXY's policy routing in {} is incomplete",
+                netns.display()
+            ),
+            format!("missing: {}", missing.join("; ")),
+        ));
+    }
+    Ok(())
 }
 
 /// Compares the pod's table (read over `pod`) with `expected` as the

@@ -46,6 +46,29 @@ impl DelConf {
     }
 }
 
+/// TPROXY's policy routing ([`crate::pod::policyroute`]): removed when the
+/// record says the pod was intercepted with TPROXY, or when there is no
+/// record (then Istio's values: only its exact rule and routes go). A
+/// failure is logged: the netns goes with the pod, and DEL must not block.
+fn remove_tproxy_routing(dir: &std::path::Path, container_id: &str, ifname: &str, ns: &Netns) {
+    use crate::config::mesh::intercept::{TPROXY_MARK, TPROXY_ROUTE_TABLE};
+    let (mark, table) = match state::read(dir, container_id, ifname) {
+        Some(rec) => match rec.settings.and_then(|s| s.mesh.tproxy) {
+            Some(t) => (t.mark, t.route_table),
+            None => return,
+        },
+        None => (TPROXY_MARK, TPROXY_ROUTE_TABLE),
+    };
+    match crate::pod::policyroute::remove(std::os::fd::AsFd::as_fd(&ns.file), mark, table) {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(
+            container_id,
+            "removed TPROXY's policy routing ({n} rules and routes)"
+        ),
+        Err(e) => tracing::warn!(container_id, "DEL: TPROXY's policy routing: {e}"),
+    }
+}
+
 /// DEL. The table is shared by every attachment of the pod's netns (one
 /// table per netns): it is removed only when no other attachment recorded
 /// in the state directory still uses that netns (same path and same
@@ -113,6 +136,7 @@ pub fn cmd_del(env: &CniEnv, conf: &DelConf) -> Result<Output> {
     } else {
         tracing::debug!(container_id, netns = ?netns_path, "no table inet meshnft to remove");
     }
+    remove_tproxy_routing(dir, container_id, ifname, &ns);
     forget();
     Ok(Output::Nothing)
 }

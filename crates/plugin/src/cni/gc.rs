@@ -29,12 +29,20 @@ struct GcInput {
 }
 
 /// GC's `cni.dev/valid-attachments` from stdin: the (containerID, ifname)
-/// pairs, `None` when the key is absent. Errors: code 6 when it is not a
-/// list of objects of the spec's shape.
+/// pairs, `None` when the key is absent. `null` is the empty list: libcni
+/// (`GCNetworkList`) encodes a runtime's empty list so, and CRI-O's GC at
+/// startup on a node without pods sends it (tests/crio.rs). Errors: code 6
+/// when it is not a list of objects of the spec's shape.
 pub fn valid_attachments(stdin: &[u8]) -> Result<Option<BTreeSet<(String, String)>>> {
     // Each attachment must be an object: serde's derived struct would also
     // take `["id", "eth0"]` by position.
     let raw: serde_json::Value = serde_json::from_slice(stdin).unwrap_or_default();
+    if raw
+        .get("cni.dev/valid-attachments")
+        .is_some_and(serde_json::Value::is_null)
+    {
+        return Ok(Some(BTreeSet::new()));
+    }
     if let Some(list) = raw
         .get("cni.dev/valid-attachments")
         .and_then(serde_json::Value::as_array)
@@ -60,7 +68,8 @@ pub fn valid_attachments(stdin: &[u8]) -> Result<Option<BTreeSet<(String, String
     }))
 }
 
-/// GC. With no `cni.dev/valid-attachments` it does nothing.
+/// GC. With no `cni.dev/valid-attachments` it does nothing; records of
+/// another network (`of_network`) are left alone.
 /// Errors: 1 (version before 1.1.0), 6 (attachments not of the spec's shape),
 /// 7 (an unsafe `stateDir`, see [`state::check_dir`]).
 pub fn cmd_gc(conf: &NetConf, stdin: &[u8]) -> Result<Output> {
@@ -80,9 +89,12 @@ pub fn cmd_gc(conf: &NetConf, stdin: &[u8]) -> Result<Output> {
     let dir = conf.state_dir();
     // Records decide which tables go: only a safe directory is trusted.
     state::check_dir(&dir, false)?;
-    let (live, stale): (Vec<_>, Vec<_>) = state::list(&dir)
-        .into_iter()
-        .partition(|(_, r)| valid.contains(&(r.container_id.clone(), r.ifname.clone())));
+    // Another network's records are not this GC's to judge: kept, as live
+    // ones (their netns keeps its table).
+    let (live, stale): (Vec<_>, Vec<_>) = state::list(&dir).into_iter().partition(|(_, r)| {
+        valid.contains(&(r.container_id.clone(), r.ifname.clone()))
+            || !of_network(r, conf.name.as_deref())
+    });
     let stale: Vec<state::Record> = stale.into_iter().map(|(_, r)| r).collect();
     let live: Vec<state::Record> = live.into_iter().map(|(_, r)| r).collect();
     let failures = sweep(&dir, &stale, &live, |rec| match Netns::open(&rec.netns) {
@@ -99,6 +111,16 @@ pub fn cmd_gc(conf: &NetConf, stdin: &[u8]) -> Result<Output> {
             "GC could not remove every stale table",
             failures.join("; "),
         ))
+    }
+}
+
+/// Whether record `r` belongs to the network named `name`: written by an
+/// ADD in it, or without a network name on either side (records written
+/// before the name was kept belong to every network).
+pub(super) fn of_network(r: &state::Record, name: Option<&str>) -> bool {
+    match (r.network.as_deref(), name) {
+        (Some(n), Some(want)) => n == want,
+        _ => true,
     }
 }
 
@@ -147,4 +169,57 @@ pub(super) fn sweep<C: NftClient>(
         }
     }
     failures
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A record is GC's when it names this network or no network (written before).
+    #[test]
+    fn records_of_another_network_are_not_this_gcs() {
+        let rec = |n: Option<&str>| state::Record {
+            container_id: "a".into(),
+            ifname: "eth0".into(),
+            netns: "/var/run/netns/x".into(),
+            netns_id: (4, 1),
+            pod: None,
+            pod_uid: None,
+            pod_cgroup: None,
+            levels: None,
+            created: 0,
+            meshed: true,
+            settings: None,
+            network: n.map(str::to_owned),
+        };
+        assert!(of_network(&rec(Some("meshnet")), Some("meshnet")));
+        assert!(!of_network(&rec(Some("other")), Some("meshnet")));
+        assert!(of_network(&rec(None), Some("meshnet")));
+        assert!(of_network(&rec(Some("other")), None));
+    }
+
+    /// Absent: `None` (GC does nothing); `null` (libcni's empty list) and `[]`: the empty set;
+    /// a list: its pairs; anything else: code 6.
+    #[test]
+    fn valid_attachments_forms() {
+        let get = |v: &str| valid_attachments(v.as_bytes());
+        assert_eq!(get(r#"{"cniVersion":"1.1.0"}"#).unwrap(), None);
+        for empty in [
+            r#"{"cni.dev/valid-attachments":null}"#,
+            r#"{"cni.dev/valid-attachments":[]}"#,
+        ] {
+            assert_eq!(get(empty).unwrap(), Some(BTreeSet::new()), "{empty}");
+        }
+        assert_eq!(
+            get(r#"{"cni.dev/valid-attachments":[{"containerID":"a","ifname":"eth0"}]}"#).unwrap(),
+            Some(BTreeSet::from([("a".to_owned(), "eth0".to_owned())]))
+        );
+        for bad in [
+            r#"{"cni.dev/valid-attachments":[["a","eth0"]]}"#,
+            r#"{"cni.dev/valid-attachments":{"containerID":"a"}}"#,
+            r#"{"cni.dev/valid-attachments":"a"}"#,
+        ] {
+            assert_eq!(get(bad).unwrap_err().code, Code::Decode, "{bad}");
+        }
+    }
 }

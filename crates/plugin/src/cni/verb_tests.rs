@@ -242,6 +242,7 @@ fn record(id: &str, netns: &str, ino: u64) -> Record {
         created: 0,
         meshed: true,
         settings: None,
+        network: None,
     }
 }
 

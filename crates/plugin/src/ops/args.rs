@@ -9,14 +9,19 @@ use std::path::PathBuf;
 #[derive(Debug, Args)]
 pub struct PodArgs {
     /// The pod's network namespace file (`CNI_NETNS`, e.g. /var/run/netns/NAME or /proc/PID/ns/net).
-    #[arg(long, value_name = "PATH", conflicts_with_all = ["pid", "container_id"])]
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["pid", "container_id", "pod_uid"])]
     pub netns: Option<PathBuf>,
     /// Any process of the pod (its /proc/PID/ns/net is used).
-    #[arg(long, value_name = "PID", conflicts_with = "container_id")]
+    #[arg(long, value_name = "PID", conflicts_with_all = ["container_id", "pod_uid"])]
     pub pid: Option<u32>,
     /// The pod sandbox id (`CNI_CONTAINERID`), looked up in the state records.
-    #[arg(long, value_name = "ID")]
+    #[arg(long, value_name = "ID", conflicts_with = "pod_uid")]
     pub container_id: Option<String>,
+    /// The pod's UID (`metadata.uid`): the namespace of a process in its cgroup, found in
+    /// /proc/PID/cgroup (what `kubectl meshnft` runs in meshnft's pod, which shares the host's
+    /// pid namespace).
+    #[arg(long, value_name = "UID")]
+    pub pod_uid: Option<String>,
     /// meshnft's state directory (the conflist's `stateDir`).
     #[arg(long, value_name = "DIR", default_value = config::DEFAULT_STATE_DIR)]
     pub state_dir: PathBuf,

@@ -47,12 +47,13 @@ pub fn finish(cmd: &str, result: OpResult<String>) -> i32 {
 
 /// The selector the arguments give, or a usage error.
 fn selector(p: &PodArgs) -> OpResult<Selector> {
-    match (&p.netns, p.pid, &p.container_id) {
-        (Some(n), None, None) => Ok(Selector::Path(n.clone())),
-        (None, Some(pid), None) => Ok(Selector::Pid(pid)),
-        (None, None, Some(id)) => Ok(Selector::ContainerId(id.clone(), p.state_dir.clone())),
+    match (&p.netns, p.pid, &p.container_id, &p.pod_uid) {
+        (Some(n), None, None, None) => Ok(Selector::Path(n.clone())),
+        (None, Some(pid), None, None) => Ok(Selector::Pid(pid)),
+        (None, None, Some(id), None) => Ok(Selector::ContainerId(id.clone(), p.state_dir.clone())),
+        (None, None, None, Some(uid)) => Ok(Selector::PodUid(uid.clone())),
         _ => Err(OpError::Usage(
-            "one of --netns PATH, --pid PID or --container-id ID is required".into(),
+            "one of --netns PATH, --pid PID, --container-id ID or --pod-uid UID is required".into(),
         )),
     }
 }

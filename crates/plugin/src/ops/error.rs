@@ -27,6 +27,14 @@ pub enum OpError {
     /// `--pid PID` names no running process.
     #[error("no process with pid {0} (/proc/{0}/ns/net does not exist)")]
     NoPid(u32),
+    /// `--pod-uid UID` is not a pod UID (hex digits and dashes).
+    #[error("pod UID {0:?} is not a UID (1-64 hex digits and dashes)")]
+    BadPodUid(String),
+    /// No process of `/proc` is in pod `UID`'s cgroup.
+    #[error(
+        "no process in the cgroup of pod {0} (searched /proc/*/cgroup): is it running on this node?"
+    )]
+    NoPodProcess(String),
     /// `--container-id ID` has no state record.
     #[error("no state record for container id {id:?} in {dir} (see --state-dir)")]
     UnknownContainer {

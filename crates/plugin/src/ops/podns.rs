@@ -25,6 +25,8 @@ pub enum Selector {
     Pid(u32),
     /// The sandbox id (`CNI_CONTAINERID`), with the state directory.
     ContainerId(String, PathBuf),
+    /// The pod's UID: a process in its cgroup ([`pid_of_pod`]).
+    PodUid(String),
 }
 
 /// An opened pod namespace.
@@ -99,6 +101,14 @@ pub fn open(sel: &Selector, state_dir: &Path) -> OpResult<PodNetns> {
                 ns,
             })
         }
+        Selector::PodUid(uid) => {
+            if !crate::pod::cgroup::valid_pod_uid(uid) {
+                return Err(OpError::BadPodUid(uid.clone()));
+            }
+            let pid = pid_of_pod(Path::new("/proc"), uid)
+                .ok_or_else(|| OpError::NoPodProcess(uid.clone()))?;
+            open(&Selector::Pid(pid), state_dir)
+        }
         Selector::ContainerId(id, dir) => {
             if id.is_empty() || id.contains('/') || id == "." || id == ".." {
                 return Err(OpError::BadContainerId(id.clone()));
@@ -145,6 +155,30 @@ pub fn open(sel: &Selector, state_dir: &Path) -> OpResult<PodNetns> {
             })
         }
     }
+}
+
+/// The lowest pid under `proc` (a `/proc`) whose `cgroup` file names pod `uid`'s cgroup, by
+/// either driver's naming (`pod<uid>`, cgroupfs; `...-pod<uid with _>.slice`, systemd). The
+/// paths there are relative to the reader's cgroup namespace: a container that shares the
+/// host's pid namespace but has its own cgroup namespace still sees them (as `/../..`).
+pub fn pid_of_pod(proc: &Path, uid: &str) -> Option<u32> {
+    let cgroupfs = format!("/pod{uid}/");
+    let systemd = format!("-pod{}.slice/", uid.replace('-', "_"));
+    let mut pids: Vec<u32> = std::fs::read_dir(proc)
+        .ok()?
+        .flatten()
+        .take(MAX_PROCS)
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect();
+    pids.sort_unstable();
+    pids.into_iter().find(|pid| {
+        std::fs::read_to_string(proc.join(pid.to_string()).join("cgroup")).is_ok_and(|c| {
+            c.lines().any(|l| {
+                let path = format!("{}/", l.splitn(3, ':').nth(2).unwrap_or(""));
+                path.contains(&cgroupfs) || path.contains(&systemd)
+            })
+        })
+    })
 }
 
 /// A network namespace found on the node.
@@ -221,6 +255,40 @@ pub fn discover(state_dir: &Path) -> Vec<Found> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pods_process_by_its_uid() {
+        let proc = std::env::temp_dir().join(format!("meshnft-podproc-{}", std::process::id()));
+        let uid = "0f1e2d3c-aaaa-bbbb-cccc-111122223333";
+        let files = [
+            ("1", "0::/init.scope\n".to_string()),
+            (
+                "7",
+                format!("0::/../../kubepods/besteffort/pod{uid}-x/ctr\n"),
+            ),
+            ("42", format!("0::/../../kubepods/burstable/pod{uid}/abc\n")),
+            (
+                "30",
+                format!(
+                    "0::/kubepods.slice/kubepods-pod{}.slice/cri-containerd-1.scope\n",
+                    uid.replace('-', "_")
+                ),
+            ),
+            ("self", format!("0::/kubepods/pod{uid}/x\n")),
+        ];
+        for (pid, text) in &files {
+            std::fs::create_dir_all(proc.join(pid)).unwrap();
+            std::fs::write(proc.join(pid).join("cgroup"), text).unwrap();
+        }
+        let found = pid_of_pod(&proc, uid);
+        let other = pid_of_pod(&proc, "0f1e2d3c");
+        std::fs::remove_dir_all(&proc).unwrap();
+        // The lowest pid of the pod (systemd's naming), not the one whose UID only starts so.
+        assert_eq!(found, Some(30));
+        assert_eq!(other, None);
+        let e = open(&Selector::PodUid("../x".into()), Path::new("/nonexistent")).unwrap_err();
+        assert!(matches!(e, OpError::BadPodUid(_)), "{e}");
+    }
 
     #[test]
     fn bad_selectors_are_named() {

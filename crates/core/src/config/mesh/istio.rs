@@ -20,6 +20,7 @@
 
 use super::dns::{DNS_PROXY_PORT, DnsCapture};
 use super::ifaces::{IfaceRules, Origin, iface_list};
+use super::intercept::Tproxy;
 use super::{
     ALL_PORTS, Annotations, LoopbackInbound, Mesh, MeshModule, MeshRules, SetComments,
     annotation_error, missing, one, sidecar_settings,
@@ -63,7 +64,7 @@ pub const ISTIO_ANN_STATUS: &str = "sidecar.istio.io/status";
 /// `sidecar.istio.io/inject` (label, preferred, or annotation): a false
 /// boolean opts the pod out.
 pub const ISTIO_INJECT: &str = "sidecar.istio.io/inject";
-/// `REDIRECT` (the only mode meshnft writes) or `TPROXY`.
+/// `REDIRECT` (the default: NAT) or `TPROXY` ([`super::intercept`]).
 pub const ISTIO_ANN_INTERCEPTION_MODE: &str = "sidecar.istio.io/interceptionMode";
 /// `"*"` (default), a port list, or `""` (no inbound redirection).
 pub const ISTIO_ANN_INCLUDE_INBOUND_PORTS: &str = "traffic.sidecar.istio.io/includeInboundPorts";
@@ -138,6 +139,10 @@ pub struct IstioConf {
     /// none): interface names, a comma list or an array.
     #[serde(rename = "kubevirtInterfaces")]
     pub kubevirt_interfaces: Option<Value>,
+    /// `interceptionMode` (`sidecar.istio.io/interceptionMode`): `REDIRECT`
+    /// (default) or `TPROXY`.
+    #[serde(rename = "interceptionMode")]
+    pub interception_mode: Option<String>,
 }
 
 /// Istio's per-pod values (the `istio` block, then the pod's annotations).
@@ -178,6 +183,9 @@ pub struct IstioPod {
     /// `reroute-virtual-interfaces` / `kubevirtInterfaces`, likewise.
     #[serde(default)]
     pub reroute_interfaces: Vec<String>,
+    /// `interceptionMode: TPROXY` ([`super::intercept`]).
+    #[serde(default)]
+    pub tproxy: bool,
 }
 
 impl IstioPod {
@@ -187,15 +195,23 @@ impl IstioPod {
     /// Inbound follows istio-iptables: the tunnel port 15008 first, then
     /// with `includeInboundPorts: "*"` the excluded ports (plus 15020,
     /// 15021, 15090), with a list only the listed ports (exclusions do not
-    /// apply), with `""` nothing.
+    /// apply), with `""` nothing. In TPROXY mode the tunnel port is not
+    /// skipped: istio-iptables returns it in the nat table's
+    /// `ISTIO_INBOUND`, which TPROXY mode never jumps to, and its mangle
+    /// chain has no such rule.
     pub fn derive(&self, s: &mut Settings) {
+        let tunnel: &[PortRange] = if self.tproxy {
+            &[]
+        } else {
+            &[one(ISTIO_TUNNEL_PORT)]
+        };
         s.inbound_port = self.inbound_port;
         s.outbound_port = self.outbound_port;
         s.proxy_uid = self.uid;
         s.proxy_gid = Some(self.gid);
         match &self.include_inbound {
             None => {
-                let mut skip = vec![one(ISTIO_TUNNEL_PORT)];
+                let mut skip = tunnel.to_vec();
                 skip.extend(self.exclude_inbound.iter().copied());
                 skip.extend(ISTIO_ALWAYS_EXCLUDED_INBOUND.map(one));
                 s.redirect_inbound_ports = Vec::new();
@@ -207,7 +223,7 @@ impl IstioPod {
             }
             Some(list) => {
                 s.redirect_inbound_ports = list.clone();
-                s.skip_inbound_ports = vec![one(ISTIO_TUNNEL_PORT)];
+                s.skip_inbound_ports = tunnel.to_vec();
             }
         }
         s.skip_inbound_nets = Subnets::default();
@@ -239,6 +255,9 @@ impl IstioPod {
                 zones: true,
             }),
             drop_invalid: self.drop_invalid,
+            tproxy: self.tproxy.then(|| {
+                Tproxy::istio(self.include_inbound.as_ref().is_none_or(|l| !l.is_empty()))
+            }),
         };
     }
 
@@ -303,6 +322,15 @@ impl IstioPod {
             drop_invalid: false,
             exclude_interfaces: block_ifaces("istio.excludeInterfaces", &c.exclude_interfaces)?,
             reroute_interfaces: block_ifaces("istio.kubevirtInterfaces", &c.kubevirt_interfaces)?,
+            tproxy: match c.interception_mode.as_deref() {
+                None => false,
+                Some(v) => interception_mode(v).map_err(|why| {
+                    Error::new(
+                        Code::InvalidConfig,
+                        format!("invalid istio.interceptionMode {v:?}: {why}"),
+                    )
+                })?,
+            },
         })
     }
 }
@@ -384,7 +412,9 @@ impl MeshModule for Istio {
             pod,
             namespace: false,
         };
-        refused(&ann)?;
+        if let Some((key, v)) = ann.get(ISTIO_ANN_INTERCEPTION_MODE) {
+            k.tproxy = interception_mode(v).map_err(|why| annotation_error(key, v, why))?;
+        }
         ann.set(
             ISTIO_ANN_INCLUDE_INBOUND_PORTS,
             &mut k.include_inbound,
@@ -479,22 +509,14 @@ impl MeshModule for Istio {
     }
 }
 
-/// The annotation asking for what meshnft has no datapath for: TPROXY
-/// interception.
-fn refused(ann: &Annotations) -> Result<()> {
-    if let Some((key, v)) = ann.get(ISTIO_ANN_INTERCEPTION_MODE) {
-        let why = match v {
-            "REDIRECT" => None,
-            "TPROXY" => Some(
-                "TPROXY interception is not supported by meshnft (it redirects with nat rules): use REDIRECT",
-            ),
-            _ => Some("expected REDIRECT (istio-cni refuses anything but REDIRECT and TPROXY too)"),
-        };
-        if let Some(why) = why {
-            return Err(annotation_error(key, v, why));
-        }
+/// An `interceptionMode` value: `TPROXY` true, `REDIRECT` false; anything
+/// else is refused, as istio-cni's `validateInterceptionMode` refuses it.
+fn interception_mode(v: &str) -> std::result::Result<bool, &'static str> {
+    match v {
+        "REDIRECT" => Ok(false),
+        "TPROXY" => Ok(true),
+        _ => Err("expected REDIRECT or TPROXY (istio-cni refuses anything else too)"),
     }
-    Ok(())
 }
 
 /// The proxy container's IDs (`securityContext`) and environment over `k`.

@@ -343,6 +343,7 @@ impl KumaPod {
                 zones: !self.dns_skip_zone_split,
             }),
             drop_invalid: self.drop_invalid,
+            tproxy: None,
         };
     }
 

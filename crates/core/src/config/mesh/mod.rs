@@ -29,6 +29,7 @@
 
 pub mod dns;
 pub mod ifaces;
+pub mod intercept;
 pub mod istio;
 pub mod kuma;
 pub mod kuma_tproxy;
@@ -252,6 +253,9 @@ pub struct MeshRules {
     /// (Istio's `INVALID_DROP`, Kuma's `dropInvalidPackets`), as their
     /// mangle-table PREROUTING rule.
     pub drop_invalid: bool,
+    /// Istio's TPROXY interception ([`intercept::Tproxy`]); `None`: inbound
+    /// TCP is redirected by NAT.
+    pub tproxy: Option<intercept::Tproxy>,
 }
 
 /// Every port: a pod without inbound redirection skips them all.

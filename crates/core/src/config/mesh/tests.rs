@@ -506,11 +506,48 @@ fn istio_annotation_semantics() {
 }
 
 #[test]
+fn istio_tproxy_interception_is_honoured() {
+    use crate::config::mesh::intercept::Tproxy;
+    let s = base("istio");
+    assert_eq!(s.mesh.tproxy, None);
+    let out = pod(&[(ISTIO_ANN_INTERCEPTION_MODE, "TPROXY")])
+        .apply(&s)
+        .unwrap();
+    assert_eq!(out.mesh.tproxy, Some(Tproxy::istio(true)));
+    // The tunnel port is not skipped: istio-iptables' mangle chain has no
+    // rule for it (its nat ISTIO_INBOUND is never jumped to in TPROXY mode).
+    assert!(
+        !out.skip_inbound_ports
+            .iter()
+            .any(|r| r.lo <= 15008 && 15008 <= r.hi)
+    );
+    assert!(
+        out.skip_inbound_ports
+            .iter()
+            .any(|r| r.lo <= 15090 && 15090 <= r.hi)
+    );
+    // No inbound port: no inbound chains, no routing (istio-cni's
+    // configureTProxyRoutes runs only with InboundPortsInclude set).
+    let none = pod(&[
+        (ISTIO_ANN_INTERCEPTION_MODE, "TPROXY"),
+        (ISTIO_ANN_INCLUDE_INBOUND_PORTS, ""),
+    ])
+    .apply(&s)
+    .unwrap();
+    assert_eq!(none.mesh.tproxy, Some(Tproxy::istio(false)));
+    // REDIRECT is the default, and turns a block's TPROXY back off.
+    let redirect = pod(&[(ISTIO_ANN_INTERCEPTION_MODE, "REDIRECT")])
+        .apply(&out)
+        .unwrap();
+    assert_eq!(redirect.mesh.tproxy, None);
+}
+
+#[test]
 fn istio_bad_values_name_the_annotation() {
     let s = base("istio");
     for (k, v) in [
-        (ISTIO_ANN_INTERCEPTION_MODE, "TPROXY"),
         (ISTIO_ANN_INTERCEPTION_MODE, "NONE"),
+        (ISTIO_ANN_INTERCEPTION_MODE, "tproxy"),
         (ISTIO_ANN_EXCLUDE_INBOUND_PORTS, "80,abc"),
         (ISTIO_ANN_EXCLUDE_INBOUND_PORTS, "0"),
         (ISTIO_ANN_INCLUDE_INBOUND_PORTS, "65536"),

@@ -31,6 +31,13 @@ fn istio_ifaces(include: &str) -> Settings {
         "excludeInterfaces": "eth2,ve+", "kubevirtInterfaces": "k6t-eth0,tap+"}}))
 }
 
+fn istio_tproxy(include: &str) -> Settings {
+    settings(
+        json!({"mesh": "istio", "istio": {"interceptionMode": "TPROXY", "ipv6": true,
+        "includeInboundPorts": include, "excludeInterfaces": "eth2"}}),
+    )
+}
+
 fn kuma_keys() -> Settings {
     settings(
         json!({"mesh": "kuma", "kuma": {"log": {"enabled": true}, "redirect": {
@@ -90,6 +97,9 @@ fn every_new_rule_is_recognised() {
         istio_ifaces("*"),
         istio_ifaces("198.18.0.0/15,2001:db8::/32"),
         istio_ifaces(""),
+        istio_tproxy("*"),
+        istio_tproxy("8080"),
+        istio_tproxy(""),
         kuma_keys(),
         kuma_off(),
         kuma_dns_keys(),
@@ -114,6 +124,64 @@ fn every_new_rule_is_recognised() {
             }
         }
     }
+}
+
+#[test]
+fn istio_tproxy_interception() {
+    use Direction::{In, Out};
+    let t = view(&istio_tproxy("*"));
+    let r15006 = Outcome::Redirect { port: 15006 };
+    // A new inbound connection: tproxy to the inbound port, IPv4 and IPv6.
+    for dst in ["198.18.0.2", "2001:db8::2"] {
+        let d = explain::decide(&t, &flow(In, dst, 8080, Some("eth0")), &[300], &[]);
+        assert_eq!(d.outcome, r15006, "{dst}");
+        let by = d.decided_by.map(|s| s.comment).unwrap_or_default();
+        assert!(by.starts_with("new IPv"), "{by}");
+        assert!(
+            d.effects.iter().any(|e| e.starts_with("tproxy:")),
+            "{:?}",
+            d.effects
+        );
+    }
+    // The always-excluded ports; the tunnel port 15008 is intercepted as
+    // istio-iptables' mangle chain does.
+    assert_eq!(
+        decide(&t, &flow(In, "198.18.0.2", 15021, Some("eth0"))).0,
+        Outcome::Untouched
+    );
+    assert_eq!(
+        decide(&t, &flow(In, "198.18.0.2", 15008, Some("eth0"))).0,
+        r15006
+    );
+    // An excluded interface, and the proxy's passthrough over loopback.
+    let (o, by) = decide(&t, &flow(In, "198.18.0.2", 8080, Some("eth2")));
+    assert_eq!(o, Outcome::Untouched);
+    assert!(by.starts_with("arriving on an excluded interface"), "{by}");
+    let mut pass = flow(In, "198.18.0.2", 8080, Some("lo"));
+    pass.loopback = true;
+    pass.src = Some("127.0.0.6".parse().unwrap());
+    assert_eq!(decide(&t, &pass).0, Outcome::Untouched);
+    // A list of inbound ports: only those.
+    let some = view(&istio_tproxy("8080"));
+    assert_eq!(
+        decide(&some, &flow(In, "198.18.0.2", 8080, Some("eth0"))).0,
+        r15006
+    );
+    assert_eq!(
+        decide(&some, &flow(In, "198.18.0.2", 9090, Some("eth0"))).0,
+        Outcome::Untouched
+    );
+    // Outbound is the NAT redirect, as in REDIRECT mode.
+    assert_eq!(
+        decide(&t, &flow(Out, "198.19.0.9", 80, Some("eth0"))).0,
+        Outcome::Redirect { port: 15001 }
+    );
+    // No inbound port: nothing is intercepted.
+    let none = view(&istio_tproxy(""));
+    assert_eq!(
+        decide(&none, &flow(In, "198.18.0.2", 8080, Some("eth0"))).0,
+        Outcome::Untouched
+    );
 }
 
 #[test]

@@ -124,6 +124,30 @@ pub enum Kind {
     /// Kuma: `counter log prefix "CHAIN:" level L` (`log.enabled`), in
     /// `prerouting` and `output`: logs, and the walk goes on.
     Log,
+    /// TPROXY: `tproxy_prerouting`: `meta l4proto tcp jump tproxy_inbound`.
+    TproxyJump,
+    /// TPROXY: `tproxy_prerouting`: `iifname X return` (`excludeInterfaces`).
+    TproxySkipIface,
+    /// TPROXY: `tproxy_inbound`: `meta nfproto ipv6 return`.
+    TproxyIpv6Off,
+    /// TPROXY: `tproxy_inbound`: `iifname "lo" ... ip saddr 127.0.0.6 return`.
+    TproxyPassthrough4,
+    /// TPROXY: the same from `::6`.
+    TproxyPassthrough6,
+    /// TPROXY: `tproxy_inbound`: `iifname "lo" meta mark != 1338 return`.
+    TproxyLoopback,
+    /// TPROXY: `tproxy_inbound`: `ct state established,related jump
+    /// tproxy_divert`: never the first packet of a flow.
+    TproxyKnown,
+    /// TPROXY: `tproxy_inbound`: `ip daddr != 127.0.0.1 tproxy ip to :PORT
+    /// meta mark set 1337 accept`.
+    TproxyNew4,
+    /// TPROXY: the same for IPv6 (not ::1).
+    TproxyNew6,
+    /// TPROXY: the mark rules (already marked, divert, the mark saved or
+    /// restored, the proxy's loopback mark): no decision for a flow's first
+    /// packet, which carries no mark.
+    TproxyMark,
 }
 
 /// Recognises a rule by its chain and comment.
@@ -131,10 +155,23 @@ pub fn classify(chain: &str, comment: &str) -> Option<Kind> {
     use Kind::*;
     let exact = match (chain, comment) {
         (_, "only TCP is redirected") => Some(OnlyTcp),
-        ("inbound_redirect", "inbound port ignored") => Some(SkipInboundPort),
+        ("inbound_redirect" | "tproxy_inbound", "inbound port ignored") => Some(SkipInboundPort),
         ("inbound_redirect", "inbound IPv4 source ignored") => Some(SkipInboundSrc4),
         ("inbound_redirect", "inbound IPv6 source ignored") => Some(SkipInboundSrc6),
-        ("inbound_redirect", "inbound port not in ports-to-redirect") => Some(NotPortToRedirect),
+        ("inbound_redirect" | "tproxy_inbound", "inbound port not in ports-to-redirect") => {
+            Some(NotPortToRedirect)
+        }
+        ("tproxy_prerouting", "inbound TCP to the proxy (TPROXY)") => Some(TproxyJump),
+        (
+            "tproxy_inbound",
+            "inbound passthrough from the proxy (source 127.0.0.6): not intercepted",
+        ) => Some(TproxyPassthrough4),
+        ("tproxy_inbound", "inbound passthrough from the proxy (source ::6): not intercepted") => {
+            Some(TproxyPassthrough6)
+        }
+        ("tproxy_inbound", "a packet of a known connection goes to the proxy's socket") => {
+            Some(TproxyKnown)
+        }
         ("prerouting", "inbound TCP to the proxy") => Some(InboundJump),
         ("output", "loopback") => Some(Loopback),
         ("output", "outbound port ignored") => Some(SkipOutboundPort),
@@ -185,7 +222,20 @@ pub fn classify(chain: &str, comment: &str) -> Option<Kind> {
         _ => None,
     };
     exact.or_else(|| {
-        let prefixed: [(&str, &str, Kind); 27] = [
+        let prefixed: [(&str, &str, Kind); 36] = [
+            (
+                "tproxy_prerouting",
+                "arriving on an excluded interface: not intercepted (",
+                TproxySkipIface,
+            ),
+            ("tproxy_inbound", "IPv6 is not intercepted (", TproxyIpv6Off),
+            ("tproxy_inbound", "loopback not marked ", TproxyLoopback),
+            ("tproxy_inbound", "new IPv4 connection to the proxy's inbound port ", TproxyNew4),
+            ("tproxy_inbound", "new IPv6 connection to the proxy's inbound port ", TproxyNew6),
+            ("tproxy_inbound", "already marked ", TproxyMark),
+            ("tproxy_divert", "mark ", TproxyMark),
+            ("tproxy_prerouting", "a packet marked ", TproxyMark),
+            ("tproxy_output", "", TproxyMark),
             (
                 "prerouting",
                 "arriving on a virtual interface: IPv4 TCP to the proxy's outbound port (",

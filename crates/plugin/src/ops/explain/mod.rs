@@ -178,9 +178,17 @@ pub fn decide(
         Direction::In => "prerouting",
         Direction::Out => "output",
     };
-    let outcome = match w.chain(base, 0) {
-        End::Final(o) => o,
-        End::Return => w.not_redirected(),
+    // TPROXY: the mangle prerouting chain (priority -150) runs before the
+    // nat one; its tproxy decides an inbound flow.
+    let mangle = (flow.direction == Direction::In
+        && table.chains.iter().any(|c| c == "tproxy_prerouting"))
+    .then(|| w.chain("tproxy_prerouting", 0));
+    let outcome = match mangle {
+        Some(End::Final(o)) => o,
+        _ => match w.chain(base, 0) {
+            End::Final(o) => o,
+            End::Return => w.not_redirected(),
+        },
     };
     if flow.direction == Direction::Out && flow.cgroup.is_none() {
         w.notes

@@ -157,6 +157,45 @@ impl Walk<'_> {
                     .push("logged to the kernel log (kuma log.enabled)".into());
                 Some(Act::Next)
             }
+            TproxyJump | TproxySkipIface | TproxyIpv6Off | TproxyPassthrough4
+            | TproxyPassthrough6 | TproxyLoopback | TproxyKnown | TproxyNew4 | TproxyNew6
+            | TproxyMark => self.eval_tproxy(r, k),
+        }
+    }
+
+    /// Istio's TPROXY interception (`tproxy_prerouting`, `tproxy_inbound`),
+    /// for a flow's first packet (no mark, conntrack state new).
+    fn eval_tproxy(&mut self, r: &RuleView, k: Kind) -> Option<Act> {
+        use Kind::*;
+        let f = self.f;
+        let v4 = f.dst.is_ipv4();
+        match k {
+            TproxyJump => self.is_tcp().then(|| Act::Jump("tproxy_inbound".into())),
+            TproxySkipIface => self.iface_matches(r, false).then_some(Act::Return),
+            TproxyIpv6Off => (!v4).then_some(Act::Return),
+            TproxyPassthrough4 | TproxyPassthrough6 => {
+                let src = if k == TproxyPassthrough4 {
+                    IpAddr::from([127, 0, 0, 6])
+                } else {
+                    IpAddr::from(std::net::Ipv6Addr::new(0, 0, 0, 0, 0, 0, 0, 6))
+                };
+                (self.is_tcp() && f.loopback && f.src == Some(src)).then_some(Act::Return)
+            }
+            TproxyLoopback => (self.is_tcp() && f.loopback).then_some(Act::Return),
+            TproxyNew4 | TproxyNew6 => {
+                let fam = v4 == (k == TproxyNew4);
+                if !(fam && self.is_tcp() && !loopback_host(f.dst)) {
+                    return None;
+                }
+                self.effects.push(
+                    "tproxy: the connection reaches the proxy with its source address kept, marked for the local route".into(),
+                );
+                Some(match r.tproxy_port {
+                    Some(p) => Act::Redirect(p),
+                    None => Act::Unknown("tproxy rule without a port".into()),
+                })
+            }
+            _ => None,
         }
     }
 

@@ -77,6 +77,11 @@ pub struct Config {
     /// (absent otherwise).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub proxy_gid_alone: Option<u32>,
+    /// Istio's `interceptionMode` when it is `TPROXY` (the table has
+    /// `tproxy_prerouting`): inbound TCP reaches `inbound_port` by
+    /// `tproxy`, its source address kept; absent for NAT's redirect.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interception: Option<String>,
     /// Proxy inbound port (`linkerd.incoming-proxy-port`).
     pub inbound_port: Option<u16>,
     /// Proxy outbound port (`linkerd.outgoing-proxy-port`).
@@ -103,6 +108,10 @@ pub struct Config {
     /// from the JSON for the tables without the set.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub skip_outbound_uid_ports: Vec<String>,
+    /// Their UDP side (written with DNS capture only), `UIDS . PORTS`;
+    /// absent from the JSON when there are none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub skip_outbound_uid_udp_ports: Vec<String>,
     /// `initPhase.redirectDestinations`.
     pub init_redirect_destinations: Vec<String>,
 }
@@ -225,6 +234,9 @@ pub fn config(t: &TableView) -> Config {
         &[
             "init phase: the proxy has not started",
             "the proxy's first packet ends the init phase",
+            // Kuma's form; with outbound redirection disabled and no DNS
+            // capture it is the table's only rule with the pod level.
+            "the proxy's first packet not over loopback ends the init phase",
         ],
     );
     let container = level("output", &["explicit per-container verdict"]).or_else(|| {
@@ -238,9 +250,21 @@ pub fn config(t: &TableView) -> Config {
         proxy_gid_alone: t
             .rule("output", "the proxy's own traffic (gid ")
             .and_then(|r| r.skgid),
+        interception: t
+            .chains
+            .iter()
+            .any(|c| c == "tproxy_prerouting")
+            .then(|| "TPROXY".to_string()),
         inbound_port: t
             .rule("inbound_redirect", "to the proxy's inbound port")
-            .and_then(|r| r.redirect_port),
+            .and_then(|r| r.redirect_port)
+            .or_else(|| {
+                t.rule(
+                    "tproxy_inbound",
+                    "new IPv4 connection to the proxy's inbound port",
+                )
+                .and_then(|r| r.tproxy_port)
+            }),
         outbound_port: t
             .rule("outbound_redirect", "to the proxy's outbound port")
             .and_then(|r| r.redirect_port),
@@ -254,6 +278,7 @@ pub fn config(t: &TableView) -> Config {
         skip_outbound_ports: texts(t, &["skip_outbound_ports"]),
         skip_outbound_nets: texts(t, &["skip_outbound_nets4", "skip_outbound_nets6"]),
         skip_outbound_uid_ports: texts(t, &["skip_outbound_uid_ports"]),
+        skip_outbound_uid_udp_ports: texts(t, &["skip_outbound_uid_udp_ports"]),
         init_redirect_destinations: texts(
             t,
             &[

@@ -103,10 +103,12 @@ pub fn render(r: &Report) -> String {
 /// nft 0.9.8 (Debian bullseye) crashes on `socket cgroupv2` (the init
 /// phase's rules, which nft learned in 0.9.9) and prints the UIDs of a
 /// `uid . inet_service` interval set byte-swapped (Kuma's per-UID
-/// exclusions; 1.0.6 prints them right, the versions between were not
-/// tried).
+/// exclusions, TCP or UDP; 1.0.6 prints them right, the versions between
+/// were not tried).
 pub fn nft_listing(c: &Config) -> String {
-    let (min, why) = match (c.levels.is_some(), !c.skip_outbound_uid_ports.is_empty()) {
+    let uid_ranges =
+        !c.skip_outbound_uid_ports.is_empty() || !c.skip_outbound_uid_udp_ports.is_empty();
+    let (min, why) = match (c.levels.is_some(), uid_ranges) {
         (_, true) => (
             "1.0.6",
             "per-UID exclusions: 0.9.8 prints their UIDs byte-swapped",
@@ -131,6 +133,13 @@ fn config_text(o: &mut String, c: &Config) {
     };
     if let Some(m) = c.mesh.as_deref() {
         kv(o, "  mesh", m);
+    }
+    if let Some(i) = c.interception.as_deref() {
+        kv(
+            o,
+            "  interception",
+            &format!("{i} (inbound: tproxy, mark and policy routing)"),
+        );
     }
     for (k, v) in [
         ("  proxy", proxy),
@@ -176,6 +185,13 @@ fn config_text(o: &mut String, c: &Config) {
             o,
             "  per-uid outbound ignored",
             &c.skip_outbound_uid_ports.join(", "),
+        );
+    }
+    if !c.skip_outbound_uid_udp_ports.is_empty() {
+        kv(
+            o,
+            "  per-uid outbound UDP ignored",
+            &c.skip_outbound_uid_udp_ports.join(", "),
         );
     }
     kv(
@@ -293,5 +309,41 @@ mod tests {
         assert!(nft_listing(&c).starts_with("needs nft >= 1.0.6"));
         c.levels = None;
         assert!(nft_listing(&c).starts_with("needs nft >= 1.0.6"));
+        // The UDP side alone (Kuma with DNS capture) needs the same.
+        c.skip_outbound_uid_ports.clear();
+        c.skip_outbound_uid_udp_ports = vec!["1000-2000 . 53".into()];
+        assert!(nft_listing(&c).starts_with("needs nft >= 1.0.6"));
+    }
+
+    /// The stated minimum of tables ADD writes, read back from the model:
+    /// Kuma's UDP-only per-UID exclusions need 1.0.6; Kuma's table with
+    /// outbound redirection disabled and no DNS has the init phase's
+    /// `socket cgroupv2` in one rule only (the proxy's first packet).
+    #[test]
+    fn nft_listing_of_kuma_tables_read_back() {
+        use crate::table::readback::TableView;
+        use crate::table::ruleset::{self, Levels};
+        let listing = |kuma: serde_json::Value, levels| {
+            let conf: crate::config::NetConf = crate::config::decode(
+                serde_json::json!({"cniVersion": "1.0.0", "name": "n", "type": "meshnft",
+                                   "mesh": "kuma", "kuma": kuma})
+                .to_string()
+                .as_bytes(),
+            )
+            .unwrap();
+            let t = ruleset::build(&conf.settings().unwrap(), levels, "x");
+            nft_listing(&super::super::config(&TableView::from_model(&t)))
+        };
+        let l = Some(Levels {
+            pod: 3,
+            container: 4,
+        });
+        let udp_only = serde_json::json!({"redirect": {"dns": {"enabled": true},
+            "outbound": {"excludePortsForUIDs": ["udp:53:1000-2000"]}}});
+        assert!(listing(udp_only.clone(), l).starts_with("needs nft >= 1.0.6"));
+        assert!(listing(udp_only, None).starts_with("needs nft >= 1.0.6"));
+        let off = serde_json::json!({"redirect": {"outbound": {"enabled": false}}});
+        assert!(listing(off.clone(), l).starts_with("needs nft >= 0.9.9"));
+        assert!(listing(off, None).starts_with("any nft"));
     }
 }
