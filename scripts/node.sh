@@ -818,12 +818,30 @@ down() {
       nsenter -t "$(cat "$member/outside.pid")" -n -- ip route del "198.19.$((k - 1)).0/24" 2>/dev/null || true
     fi
   fi
-  # Cgroups, deepest first.
-  local m
-  while read -r m; do
-    [[ -d $m/meshnft-node-$id ]] && find "$m/meshnft-node-$id" -depth -type d -exec rmdir {} + 2>/dev/null
-    [[ -d $m/meshnft-node-$id ]] && log "cgroup left: $m/meshnft-node-$id"
-  done < <(cgroup_mounts)
+  # Cgroups, deepest first. A cgroup whose last process is still exiting refuses rmdir (EBUSY)
+  # for a moment: tried again for up to 10 s, what is in it killed again each time. A cgroup
+  # that stays is logged, and the rest of the teardown still runs (a failed rmdir must not end
+  # it under `set -e`: the node's directory and sysctls would be left too).
+  local m left tries
+  for tries in $(seq 50); do
+    left=""
+    while read -r m; do
+      if [[ -d $m/meshnft-node-$id ]]; then
+        find "$m/meshnft-node-$id" -depth -type d -exec rmdir {} + 2>/dev/null || true
+        if [[ -d $m/meshnft-node-$id ]]; then left+=" $m/meshnft-node-$id"; fi
+      fi
+    done < <(cgroup_mounts)
+    [[ -z $left ]] && break
+    victims=$(pids_in_cgroups "$id" | sort -u | grep -vx "$$" || true)
+    # shellcheck disable=SC2086
+    if [[ -n $victims ]]; then kill -KILL $victims 2>/dev/null || true; fi
+    sleep 0.2
+  done
+  if [[ -n $left ]]; then
+    log "cgroups left:$left"
+  elif ((tries > 1)); then
+    log "cgroups removed at try $tries"
+  fi
   # Host sysctls as they were (saved by the first node: an added node's kubelet rewrites the
   # same ones again).
   if [[ -f $d/sysctls.saved ]]; then

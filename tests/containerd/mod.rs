@@ -471,8 +471,10 @@ impl CriNode {
         if !support::wait_until(Duration::from_secs(20), || sock.exists()) {
             panic!("{what} did not start:\n{}", n.log());
         }
-        let path = sock.to_path_buf();
-        let ch =
+        // The socket's file appears at bind(2), before the runtime listens on it: a
+        // connection refused in between is retried until the runtime's 20 s are up.
+        let connect = || {
+            let path = sock.to_path_buf();
             n.rt.block_on(
                 Endpoint::from_static("http://[::]:0").connect_with_connector(tower::service_fn(
                     move |_: Uri| {
@@ -485,7 +487,17 @@ impl CriNode {
                     },
                 )),
             )
-            .unwrap_or_else(|e| panic!("connect {}: {e}", sock.display()));
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let ch = loop {
+            match connect() {
+                Ok(ch) => break ch,
+                Err(e) if Instant::now() >= deadline => {
+                    panic!("connect {}: {e}:\n{}", sock.display(), n.log())
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(50)),
+            }
+        };
         n.client = Mutex::new(Some(RuntimeServiceClient::new(ch)));
         n
     }

@@ -10,7 +10,8 @@
 //!   second node's `meshnft-node` frozen with SIGSTOP), linkerd-cni's entry chained on the second
 //!   node, linkerd-cni's DaemonSet installed beside meshnft, and a version skew (the DaemonSet's
 //!   image changed with `updateStrategy: OnDelete`: the nodes keep the plugin of the image
-//!   before); after each, the fault undone, `check` passes again;
+//!   before); after each, the fault undone, `check` passes again (the skew is undone by
+//!   deleting each node's agent: one agent more on each node, which `two_nodes` counts);
 //! - `status` agrees with each agent's `/metrics`, read directly in its node's network;
 //! - `explain pod/one --to 198.19.0.2:80` (a real exec into meshnft's pod on the pod's node)
 //!   names the same rule as `meshnft explain` of the same pod's netns run here, and `inspect`
