@@ -367,6 +367,14 @@ fn case(cp: &ControlPlane, kc: &Path, name: &str, want: &[(&str, &str, &str)], f
         }),
         || format!("{name}: unexpected error checks: {errs:#?}"),
     );
+    // One to one: two wanted checks matched by one error leave another unseen.
+    f.expect(errs.len() == want.len(), || {
+        format!(
+            "{name}: {} error checks, {} wanted: {errs:#?}",
+            errs.len(),
+            want.len()
+        )
+    });
     let (tcode, txt, _) = cp.plugin(kc, &["check"]);
     eprintln!("{name}: check (text), exit {tcode}:\n{txt}");
     let last = if want.is_empty() {

@@ -309,6 +309,7 @@ fn with_meshnft(node: &Node, mesh: Mesh, resolver: &str, f: &mut Failures) {
     node.apply(&spec.to_string());
     let code = init_exit(node, &pod, 90);
     let ip = node.get("seed", &format!("pod/{pod}"), "{.status.podIP}");
+    f.check(!ip.is_empty(), || format!("{pod}: no pod IP"));
     let init_log = fetch_logs(node, "seed", &pod);
     eprintln!("dns seed: {pod}: the init container exited {code}: {init_log}");
     let by_resolver = resolver_queries(node, &ip, "udp");
@@ -609,8 +610,26 @@ fn with_peer(node: &Node, mesh: Mesh, resolver: &str, f: &mut Failures) {
     node.apply(&dns_pod(&pod, mesh, resolver, true, false).to_string());
     let code = init_exit(node, &pod, 120);
     let ip = node.get("seed", &format!("pod/{pod}"), "{.status.podIP}");
+    f.check(!ip.is_empty(), || format!("{pod}: no pod IP"));
     let init_log = fetch_logs(node, "seed", &pod);
     let rules = pod_rules(node, &pod);
+    // At its first exit the pod is Pending anyway: "never ran" is read once the container
+    // has failed again (kubelet's back-off: about 10 s).
+    node.wait(
+        90,
+        &format!("the init container of seed/{pod} restarted"),
+        "seed",
+        &format!("pod/{pod}"),
+        || {
+            node.get(
+                "seed",
+                &format!("pod/{pod}"),
+                "{.status.initContainerStatuses[0].restartCount}",
+            )
+            .parse::<u32>()
+            .is_ok_and(|n| n >= 1)
+        },
+    );
     let phase = node.get("seed", &format!("pod/{pod}"), "{.status.phase}");
     eprintln!(
         "dns seed: {pod}: the init container exited {code}, pod {phase}; its log: {init_log}\nthe rules in its netns:\n{rules}"

@@ -207,7 +207,8 @@ pub fn kubectl_meshnft(cluster: &Node, second: &Node, [n1, n2]: &[String; 2]) {
 
     // The healthy install: every check passes, both nodes' with the agents' host facts.
     check_until(cluster, &check_kc, "healthy", &[], 60);
-    let (_, txt, _) = plugin(cluster, &check_kc, &["check"]);
+    let (code, txt, _) = plugin(cluster, &check_kc, &["check"]);
+    assert_eq!(code, 0, "check on the healthy install:\n{txt}");
     for n in [n1, n2] {
         assert!(
             txt.contains(&format!("node {n}\n")),
@@ -454,6 +455,12 @@ fn status_agrees(cluster: &Node, second: &Node, kc: &Path) {
             .iter()
             .find(|r| r.node == name)
             .unwrap_or_else(|| panic!("no row of {name}: {rows:#?}"));
+        // The row names the agent's pod on its node, not the other node's.
+        assert_eq!(
+            row.pod,
+            meshnft_pod_on(cluster, &name),
+            "status's pod of {name}"
+        );
         let direct =
             NodeStatus::from_samples(name.clone(), row.pod.clone(), &parse(&agent_metrics(node)));
         assert_eq!(row, &direct, "status against {name}'s own /metrics");
@@ -600,10 +607,23 @@ fn requests_counted(cluster: &Node) {
         let (code, out, err) = plugin(cluster, &kc, args);
         assert_eq!(code, 0, "{args:?}: {out}{err}");
     }
-    // The audit log's writes of the last requests: a moment.
-    std::thread::sleep(Duration::from_secs(2));
-    for (sa, _, args, want) in &runs {
-        let n = audited_requests(cluster, sa);
+    // The audit log's writes of the last requests take a moment: read until two reads a
+    // second apart agree (at most 20 s).
+    let count = || {
+        runs.iter()
+            .map(|(sa, ..)| audited_requests(cluster, sa))
+            .collect::<Vec<_>>()
+    };
+    let mut seen = count();
+    for _ in 0..20 {
+        std::thread::sleep(Duration::from_secs(1));
+        let again = count();
+        if again == seen {
+            break;
+        }
+        seen = again;
+    }
+    for ((_, _, args, want), n) in runs.iter().zip(seen) {
         counted.push((args[0], n, *want));
     }
     for (cmd, n, _) in &counted {
