@@ -81,6 +81,26 @@ fn ct_load(key: CtKey) -> Expr {
     })
 }
 
+/// `ct state` has any of `bits` (the kernel's `NF_CT_STATE_*_BIT` values: invalid 1,
+/// established 2, related 4): the state loaded, masked with `bits`, compared unequal to zero,
+/// as nft 1.0.6 encodes `ct state invalid` and `ct state established,related`.
+fn ct_state_any(bits: u32) -> [Expr; 3] {
+    [
+        ct_load(CtKey::State),
+        Expr::Bitwise(Bitwise {
+            sreg: REG_1,
+            dreg: REG_1,
+            mask: bits.to_ne_bytes().to_vec(),
+            xor: vec![0; 4],
+        }),
+        Expr::Cmp(Cmp {
+            sreg: REG_1,
+            op: CmpOp::Neq,
+            data: vec![0; 4],
+        }),
+    ]
+}
+
 fn meta_set_mark() -> Expr {
     Expr::MetaSet(MetaSet {
         key: MetaKey::Mark,
@@ -581,24 +601,8 @@ impl Stmt {
                     reg_proto_min: REG_1,
                 }));
             }
-            Stmt::CtStateInvalid => {
-                // nft 1.0.6: load, mask the bit, compare with zero.
-                out.push(Expr::Ct(Ct {
-                    key: CtKey::State,
-                    op: CtOp::Load(REG_1),
-                }));
-                out.push(Expr::Bitwise(Bitwise {
-                    sreg: REG_1,
-                    dreg: REG_1,
-                    mask: 1u32.to_ne_bytes().to_vec(),
-                    xor: vec![0; 4],
-                }));
-                out.push(Expr::Cmp(Cmp {
-                    sreg: REG_1,
-                    op: CmpOp::Neq,
-                    data: vec![0; 4],
-                }));
-            }
+            // nft 1.0.6: load, mask the bit, compare with zero.
+            Stmt::CtStateInvalid => out.extend(ct_state_any(1)),
             Stmt::MetaMark { mark, negate } => {
                 out.push(meta(MetaKey::Mark));
                 out.push(Expr::Cmp(Cmp {
@@ -629,22 +633,8 @@ impl Stmt {
                 out.push(ct_load(CtKey::Mark));
                 out.push(meta_set_mark());
             }
-            Stmt::CtStateEstablishedRelated => {
-                // nft 1.0.6: load, mask established (2) | related (4),
-                // compare with zero.
-                out.push(ct_load(CtKey::State));
-                out.push(Expr::Bitwise(Bitwise {
-                    sreg: REG_1,
-                    dreg: REG_1,
-                    mask: 6u32.to_ne_bytes().to_vec(),
-                    xor: vec![0; 4],
-                }));
-                out.push(Expr::Cmp(Cmp {
-                    sreg: REG_1,
-                    op: CmpOp::Neq,
-                    data: vec![0; 4],
-                }));
-            }
+            // nft 1.0.6: load, mask established (2) | related (4), compare with zero.
+            Stmt::CtStateEstablishedRelated => out.extend(ct_state_any(6)),
             Stmt::Tproxy { family, port } => {
                 out.push(Expr::Immediate(Immediate {
                     dreg: REG_1,
